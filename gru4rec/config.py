@@ -1,0 +1,832 @@
+"""Every GRU4Rec hyperparameter (spec §7) in one validated, immutable dataclass.
+
+:class:`Config` is the single source of truth for hyperparameters: the model, the training loop,
+the command lines and the model files all read it. It can be built
+
+* directly: ``Config(loss="bpr-max", layers=(512,), learning_rate=0.05)``;
+* from a parameter string, the original's ``-ps`` syntax:
+  ``Config.from_string("loss=bpr-max,layers=200/200,final_act=elu-1")``;
+* from a mapping whose values are typed or strings: ``Config.from_dict({...})``;
+* from a parameter file: ``Config.from_file("paramfiles/coveo_bprmax_shared_512_best.py")``.
+  The original's Python files (``gru4rec_params = OrderedDict([...])``) are *read*, never
+  executed: the literal is extracted with :mod:`ast`. JSON, TOML and YAML files hold the same
+  name/value mapping.
+
+Whatever the route, every value is converted to its field's type and the whole configuration is
+checked at once; :class:`~gru4rec.errors.ConfigError` lists every problem, each naming its
+parameter. Two values are derived when construction resolves them:
+
+* ``final_act=None`` becomes the loss's usual final activation (``softmax`` for cross-entropy,
+  ``softmax_logit`` for xe_logit, ``elu-0.5`` for bpr-max, top1-max, bpr and top1);
+* ``embedding='layersize'`` becomes ``layers[0]``.
+
+:meth:`Config.replace` re-derives them when their inputs change (e.g. replacing ``loss`` in a
+config whose ``final_act`` was derived picks the new loss's default).
+
+Input aliases (``from_string``, ``from_dict``, ``from_file``, ``replace``): ``elu_param=x``, the
+official ports' spelling for bpr-max, means ``final_act='elu-x'`` (``elu_param=0`` means
+``final_act='linear'``).
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import math
+import numbers
+import os
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .activations import ELEMENTWISE_ACTIVATIONS, Activation, parse_activation
+from .errors import ConfigError
+
+__all__ = ["Config", "LOSSES", "ADAPTS", "DEFAULT_FINAL_ACT"]
+
+#: The losses of spec §5.
+LOSSES: tuple[str, ...] = ("cross-entropy", "xe_logit", "bpr-max", "top1-max", "bpr", "top1")
+#: The optimisers of spec §6.
+ADAPTS: tuple[str, ...] = ("adagrad", "rmsprop", "adadelta", "adam", "sgd")
+#: The final activation a loss gets when ``final_act`` is not given.
+DEFAULT_FINAL_ACT: dict[str, str] = {
+    "cross-entropy": "softmax",
+    "xe_logit": "softmax_logit",
+    "bpr-max": "elu-0.5",
+    "top1-max": "elu-0.5",
+    "bpr": "elu-0.5",
+    "top1": "elu-0.5",
+}
+# Number of values each optimiser takes in adapt_params, and their defaults.
+_ADAPT_PARAM_DEFAULTS: dict[str, tuple[float, ...]] = {
+    "adagrad": (),
+    "rmsprop": (0.9,),  # decay rho
+    "adadelta": (0.95,),  # decay rho
+    "adam": (0.9, 0.999),  # beta1, beta2
+    "sgd": (),
+}
+_ADAPT_PARAM_MEANING: dict[str, str] = {
+    "rmsprop": "its decay rho (default 0.9)",
+    "adadelta": "its decay rho (default 0.95)",
+    "adam": "beta1/beta2 (default 0.9/0.999)",
+}
+_ALIASES: dict[str, str] = {"elu_param": "final_act"}
+_TRUE = frozenset({"true", "1"})
+_FALSE = frozenset({"false", "0"})
+# Characters that cannot appear in a value of a parameter string (they separate its parts).
+_STRING_SEPARATORS = (",", "=")
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+# ----------------------------------------------------------------------------------------------
+# Conversion of one value to a field's type. Each converter returns the converted value or
+# raises _Bad with a message that does not yet name the parameter (the caller adds it).
+
+
+class _Bad(Exception):
+    """A value that cannot be converted; the message is completed with the parameter name."""
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool):  # bool is an int subclass, but True is no batch size
+        raise _Bad(f"expected an integer, got the boolean {value!r}")
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return int(text)
+        except ValueError:
+            try:
+                value = float(text)  # '1e7' is a fine way to write 10,000,000
+            except ValueError:
+                raise _Bad(f"expected an integer, got {value!r}") from None
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        if math.isfinite(number) and number == int(number):
+            return int(number)
+        raise _Bad(f"expected an integer, got {value!r}")
+    raise _Bad(f"expected an integer, got {value!r} ({_type_name(value)})")
+
+
+def _to_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise _Bad(f"expected a number, got the boolean {value!r}")
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            raise _Bad(f"expected a number, got {value!r}") from None
+    elif isinstance(value, numbers.Real):
+        number = float(value)
+    else:
+        raise _Bad(f"expected a number, got {value!r} ({_type_name(value)})")
+    if not math.isfinite(number):
+        raise _Bad(f"must be a finite number, got {value!r}")
+    return number
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral) and int(value) in (0, 1):
+        return bool(value)
+    if hasattr(value, "dtype") and getattr(value.dtype, "kind", "") == "b":  # numpy.bool_
+        return bool(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+    raise _Bad(f"expected a boolean (True/False/true/false/1/0), got {value!r}")
+
+
+def _to_str(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise _Bad(f"expected a string, got {value!r} ({_type_name(value)})")
+
+
+def _to_tuple(value: Any, item: typing.Callable[[Any], Any]) -> tuple[Any, ...]:
+    if isinstance(value, str):
+        text = value.strip()
+        # Lists are written with '/' in parameter strings; tolerate a bracketed list too.
+        if text.startswith("[") and text.endswith("]"):
+            text = text[1:-1].replace(",", "/")
+        parts: list[Any] = [p for p in (s.strip() for s in text.split("/"))] if text else []
+    elif isinstance(value, (list, tuple)):
+        parts = list(value)
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        parts = [value]  # layers=100 means one layer of 100, as in the original
+    else:
+        raise _Bad(f"expected a list (write it as a/b/c in a parameter string), got {value!r}")
+    converted = []
+    for position, part in enumerate(parts):
+        try:
+            converted.append(item(part))
+        except _Bad as bad:
+            raise _Bad(f"item {position} of {value!r}: {bad}") from None
+    return tuple(converted)
+
+
+def _to_int_tuple(value: Any) -> tuple[int, ...]:
+    return _to_tuple(value, _to_int)
+
+
+def _to_float_tuple(value: Any) -> tuple[float, ...]:
+    return _to_tuple(value, _to_float)
+
+
+def _to_optional_act(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("", "none"):
+        return None
+    return _to_str(value).strip().lower()
+
+
+def _to_name(value: Any) -> str:
+    return _to_str(value).strip().lower()
+
+
+def _to_embedding(value: Any) -> int | str:
+    if isinstance(value, str) and value.strip().lower() == "layersize":
+        return "layersize"
+    try:
+        return _to_int(value)
+    except _Bad:
+        raise _Bad(f"expected an integer or 'layersize', got {value!r}") from None
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def _format_value(value: Any) -> str:
+    """One value in parameter-string syntax (lists with '/', floats read back exactly)."""
+    if isinstance(value, tuple):
+        return "/".join(_format_value(v) for v in value)
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _suggest(name: str, candidates: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _raise(problems: list[str], source: str | None = None) -> typing.NoReturn:
+    """Raise one ConfigError listing every problem; ``problems`` is kept on the exception."""
+    where = f" in {source}" if source else ""
+    if len(problems) == 1:
+        message = f"invalid GRU4Rec parameter{where}: {problems[0]}"
+    else:
+        listing = "\n".join(f"  - {p}" for p in problems)
+        message = f"{len(problems)} invalid GRU4Rec parameters{where}:\n{listing}"
+    error = ConfigError(message)
+    error.problems = list(problems)  # type: ignore[attr-defined]  # for callers that merge reports
+    raise error
+
+
+def _problems_of(error: ConfigError) -> list[str]:
+    return list(getattr(error, "problems", [str(error)]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """GRU4Rec hyperparameters (spec §7), validated on construction; immutable.
+
+    After construction ``final_act`` is always a normalised activation string and ``embedding``
+    an int (see the module docstring for how they are derived). Construction with a bad value
+    raises :class:`~gru4rec.errors.ConfigError` listing every problem. Values are converted to
+    the field's type (strings such as ``'0.05'`` or ``'200/200'`` are accepted, so are lists for
+    the tuple fields).
+    """
+
+    loss: str = "cross-entropy"
+    """``cross-entropy``, ``xe_logit``, ``bpr-max``, ``top1-max``, ``bpr`` or ``top1`` (§5)."""
+    final_act: str | None = None
+    """Activation of the scores before the loss; ``None`` derives it from the loss (§2)."""
+    hidden_act: str = "tanh"
+    """Candidate activation of the GRU cell (elementwise activations only)."""
+    layers: tuple[int, ...] = (100,)
+    """Sizes of the GRU layers."""
+    n_epochs: int = 10
+    batch_size: int = 64
+    dropout_p_embed: float = 0.0
+    dropout_p_hidden: float = 0.0
+    learning_rate: float = 0.05
+    momentum: float = 0.0
+    lmbd: float = 0.0
+    """L2 regularisation applied in the update (§6)."""
+    embedding: int | str = 0
+    """Width of a separate input embedding (0: none; ``'layersize'``: ``layers[0]``)."""
+    constrained_embedding: bool = True
+    """Share the output item matrix as the input embedding (``embedding`` is then ignored)."""
+    n_sample: int = 2048
+    """Extra negative samples shared by the mini-batch (§4)."""
+    sample_alpha: float = 0.5
+    """Sampling probability ∝ support^alpha (1: popularity, 0: uniform)."""
+    sample_store_size: int = 10_000_000
+    """Number of pre-drawn sample ids (0: draw every step)."""
+    smoothing: float = 0.0
+    """Label smoothing of the cross-entropy losses."""
+    adapt: str = "adagrad"
+    """``adagrad``, ``rmsprop``, ``adadelta``, ``adam`` or ``sgd`` (§6)."""
+    adapt_params: tuple[float, ...] = ()
+    """Optimiser constants (empty: defaults, see :attr:`resolved_adapt_params`)."""
+    grad_cap: float = 0.0
+    """Clip the global gradient norm to this value (0: no clipping)."""
+    bpreg: float = 1.0
+    """Score regularisation of bpr-max."""
+    logq: float = 0.0
+    """Weight of the logQ correction (§4); 1.0 is advised with cross-entropy."""
+    sigma: float = 0.0
+    """Fixed initialisation scale (0: per-block Glorot scale)."""
+    init_as_normal: bool = False
+    train_random_order: bool = False
+    time_sort: bool = True
+    seed: int = 42
+    session_key: str = "SessionId"
+    item_key: str = "ItemId"
+    time_key: str = "Time"
+
+    # Converter per field; keys are the field names (checked at import by _check_converters).
+    _CONVERTERS: ClassVar[dict[str, typing.Callable[[Any], Any]]] = {
+        "loss": _to_name,
+        "final_act": _to_optional_act,
+        "hidden_act": _to_name,
+        "layers": _to_int_tuple,
+        "n_epochs": _to_int,
+        "batch_size": _to_int,
+        "dropout_p_embed": _to_float,
+        "dropout_p_hidden": _to_float,
+        "learning_rate": _to_float,
+        "momentum": _to_float,
+        "lmbd": _to_float,
+        "embedding": _to_embedding,
+        "constrained_embedding": _to_bool,
+        "n_sample": _to_int,
+        "sample_alpha": _to_float,
+        "sample_store_size": _to_int,
+        "smoothing": _to_float,
+        "adapt": _to_name,
+        "adapt_params": _to_float_tuple,
+        "grad_cap": _to_float,
+        "bpreg": _to_float,
+        "logq": _to_float,
+        "sigma": _to_float,
+        "init_as_normal": _to_bool,
+        "train_random_order": _to_bool,
+        "time_sort": _to_bool,
+        "seed": _to_int,
+        "session_key": _to_str,
+        "item_key": _to_str,
+        "time_key": _to_str,
+    }
+
+    # ------------------------------------------------------------------ construction & checks
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        values: dict[str, Any] = {}
+        for name, convert in self._CONVERTERS.items():
+            raw = getattr(self, name)
+            try:
+                values[name] = convert(raw)
+            except _Bad as bad:
+                problems.append(f"{name}: {bad}")
+        # Remember which values were derived so that replace() can derive them again.
+        derived: set[str] = set()
+        if "final_act" in values and values["final_act"] is None:
+            derived.add("final_act")
+            if values.get("loss") in DEFAULT_FINAL_ACT:
+                values["final_act"] = DEFAULT_FINAL_ACT[values["loss"]]
+        if values.get("embedding") == "layersize":
+            derived.add("embedding")
+            layers = values.get("layers")
+            values["embedding"] = layers[0] if layers else 0
+        problems.extend(self._check(values))
+        if problems:
+            _raise(problems)
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_derived", frozenset(derived))
+
+    @staticmethod
+    def _check(v: dict[str, Any]) -> list[str]:
+        """Ranges and combinations of the values that converted; one message per problem."""
+        problems: list[str] = []
+
+        def at_least(name: str, low: float, note: str = "") -> None:
+            if name in v and v[name] < low:
+                problems.append(f"{name}: must be >= {low}{note}, got {v[name]!r}")
+
+        def fraction(name: str, what: str = "") -> None:
+            if name in v and not 0.0 <= v[name] < 1.0:
+                problems.append(f"{name}: must be in [0, 1){what}, got {v[name]!r}")
+
+        loss = v.get("loss")
+        if loss is not None and loss not in LOSSES:
+            problems.append(f"loss: unknown loss {loss!r}{_suggest(loss, LOSSES)}; use one of {', '.join(LOSSES)}")
+            loss = None
+
+        final: Activation | None = None
+        if v.get("final_act") is not None:
+            try:
+                final = parse_activation(v["final_act"])
+                v["final_act"] = final.spec
+            except ValueError as exc:
+                problems.append(f"final_act: {exc}")
+        if final is not None and loss is not None:
+            if loss == "cross-entropy" and final.name != "softmax":
+                problems.append(
+                    f"final_act: loss 'cross-entropy' needs final_act 'softmax', got {final.spec!r} "
+                    "(use loss 'bpr-max' for elementwise final activations)"
+                )
+            elif loss == "xe_logit" and final.name != "softmax_logit":
+                problems.append(f"final_act: loss 'xe_logit' needs final_act 'softmax_logit', got {final.spec!r}")
+            elif loss not in ("cross-entropy", "xe_logit") and not final.elementwise:
+                problems.append(
+                    f"final_act: loss {loss!r} needs an elementwise final_act such as 'elu-0.5' or "
+                    f"'linear', got {final.spec!r} (softmax goes with loss 'cross-entropy')"
+                )
+
+        if "hidden_act" in v:
+            try:
+                hidden = parse_activation(v["hidden_act"])
+            except ValueError as exc:
+                problems.append(f"hidden_act: {exc}")
+            else:
+                if hidden.name not in ELEMENTWISE_ACTIVATIONS:
+                    allowed = ", ".join(sorted(ELEMENTWISE_ACTIVATIONS))
+                    problems.append(f"hidden_act: must be an elementwise activation ({allowed}), got {hidden.spec!r}")
+                v["hidden_act"] = hidden.spec
+
+        if "layers" in v:
+            layers = v["layers"]
+            if not layers:
+                problems.append("layers: needs at least one layer, e.g. layers=100")
+            elif any(size < 1 for size in layers):
+                problems.append(f"layers: every layer size must be >= 1, got {list(layers)}")
+
+        at_least("n_epochs", 1)
+        at_least("batch_size", 1)
+        fraction("dropout_p_embed")
+        fraction("dropout_p_hidden")
+        if "learning_rate" in v and not v["learning_rate"] > 0:
+            problems.append(f"learning_rate: must be > 0, got {v['learning_rate']!r}")
+        fraction("momentum")
+        at_least("lmbd", 0.0)
+        if isinstance(v.get("embedding"), int):
+            at_least("embedding", 0, " (0: no separate embedding)")
+        at_least("n_sample", 0)
+        at_least("sample_alpha", 0.0)
+        at_least("sample_store_size", 0, " (0: draw the samples every step)")
+        fraction("smoothing")
+        if v.get("smoothing", 0.0) > 0.0 and loss is not None and loss not in ("cross-entropy", "xe_logit"):
+            problems.append(f"smoothing: label smoothing applies to the cross-entropy losses only, not to loss {loss!r}")
+        at_least("grad_cap", 0.0, " (0: no clipping)")
+        at_least("bpreg", 0.0)
+        at_least("logq", 0.0)
+        at_least("sigma", 0.0, " (0: Glorot scale per block)")
+        if "seed" in v and not 0 <= v["seed"] < 2**63:
+            problems.append(f"seed: must be in [0, 2**63), got {v['seed']!r}")
+
+        adapt = v.get("adapt")
+        if adapt is not None and adapt not in ADAPTS:
+            problems.append(f"adapt: unknown optimiser {adapt!r}{_suggest(adapt, ADAPTS)}; use one of {', '.join(ADAPTS)}")
+        elif adapt is not None and "adapt_params" in v:
+            given = v["adapt_params"]
+            expected = len(_ADAPT_PARAM_DEFAULTS[adapt])
+            if given and len(given) != expected:
+                if expected == 0:
+                    problems.append(f"adapt_params: adapt {adapt!r} takes no parameters, got {list(given)}")
+                else:
+                    problems.append(
+                        f"adapt_params: adapt {adapt!r} takes {expected} value(s), "
+                        f"{_ADAPT_PARAM_MEANING[adapt]}, got {list(given)}"
+                    )
+            elif given and not all(0.0 <= p < 1.0 for p in given):
+                problems.append(f"adapt_params: the decay rates of adapt {adapt!r} must be in [0, 1), got {list(given)}")
+
+        keys = [k for k in ("session_key", "item_key", "time_key") if k in v]
+        for key in keys:
+            if not v[key]:
+                problems.append(f"{key}: must be a non-empty column name")
+        named = [k for k in keys if v[k]]
+        for i, first in enumerate(named):
+            for second in named[i + 1:]:
+                if v[first] == v[second]:
+                    problems.append(f"{second}: must differ from {first} (both are {v[first]!r})")
+        return problems
+
+    # ------------------------------------------------------------------ alternative constructors
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """Names of every hyperparameter, in declaration order."""
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """The declared default of every hyperparameter (``final_act`` None, before derivation)."""
+        return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+
+    @classmethod
+    def _expand(cls, params: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """Map aliases to fields and report unknown or duplicated names; values untouched."""
+        known = cls.field_names()
+        out: dict[str, Any] = {}
+        problems: list[str] = []
+        for key, value in params.items():
+            if not isinstance(key, str):
+                problems.append(f"{key!r}: parameter names must be strings")
+                continue
+            name = key.strip()
+            if name == "elu_param":
+                if "final_act" in params or "final_act" in out:
+                    problems.append("elu_param: give either elu_param or final_act, not both")
+                    continue
+                try:
+                    alpha = _to_float(value)
+                except _Bad as bad:
+                    problems.append(f"elu_param: {bad}")
+                    continue
+                out["final_act"] = "linear" if alpha == 0 else f"elu-{alpha!r}"
+                continue
+            if name not in known:
+                problems.append(f"{name}: unknown parameter{_suggest(name, [*known, *_ALIASES])}")
+                continue
+            if name in out:
+                problems.append(f"{name}: given more than once")
+                continue
+            out[name] = value
+        return out, problems
+
+    @classmethod
+    def _build(cls, params: Mapping[str, Any], *, extra: list[str] | None = None, source: str | None = None) -> Config:
+        """Construct from a name→value mapping, reporting every problem (including ``extra``)."""
+        values, problems = cls._expand(params)
+        problems = [*(extra or []), *problems]
+        try:
+            config = cls(**values)
+        except ConfigError as error:
+            _raise(problems + _problems_of(error), source)
+        if problems:
+            _raise(problems, source)
+        return config
+
+    @classmethod
+    def from_dict(cls, params: Mapping[str, Any], *, source: str | None = None) -> Config:
+        """Build from a mapping of parameter names to typed values or strings (aliases allowed).
+
+        ``source`` (e.g. a file name) is named in the error message.
+        """
+        if not isinstance(params, Mapping):
+            _raise([f"expected a mapping of parameter names to values, got {_type_name(params)}"], source)
+        return cls._build(params, source=source)
+
+    @staticmethod
+    def _split_string(text: str) -> tuple[dict[str, str], list[str]]:
+        pairs: dict[str, str] = {}
+        problems: list[str] = []
+        for part in text.split(","):
+            if not part.strip():
+                continue  # tolerate 'a=1,,b=2' and a trailing comma
+            name, sep, value = part.partition("=")
+            name = name.strip()
+            if not sep or not name:
+                problems.append(f"{part.strip()!r}: expected name=value")
+            elif name in pairs:
+                problems.append(f"{name}: given more than once")
+            else:
+                pairs[name] = value.strip()
+        return pairs, problems
+
+    @classmethod
+    def from_string(cls, text: str) -> Config:
+        """Parse ``'name=value,name=value'`` (the original's ``-ps``); ``''`` gives the defaults.
+
+        Lists use ``/`` (``layers=200/200``, ``adapt_params=0.9/0.999``), booleans
+        ``True/False/true/false/1/0``, ``embedding=layersize`` and ``elu_param=x`` are accepted.
+        """
+        if not isinstance(text, str):
+            _raise([f"a parameter string must be a str, got {_type_name(text)}"])
+        pairs, problems = cls._split_string(text)
+        return cls._build(pairs, extra=problems)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Config:
+        """Read a parameter file: the original's ``.py`` format (read, never executed), ``.json``,
+        ``.toml`` or ``.yaml``/``.yml``. Errors name the file."""
+        params = read_param_file(path)
+        return cls.from_dict(params, source=f"param file '{path}'")
+
+    # ------------------------------------------------------------------ derived views & updates
+
+    def replace(self, **changes: Any) -> Config:
+        """A copy with ``changes`` applied and validated (aliases such as ``elu_param`` allowed).
+
+        Values that were derived (``final_act`` from the loss, ``embedding='layersize'``) are
+        derived again from the new values unless they are part of ``changes``.
+        """
+        return self._build(self._with_changes(changes))
+
+    def replace_from_string(self, text: str) -> Config:
+        """A copy with the parameter string ``text`` applied on top (e.g. ``-ps`` over ``-pf``)."""
+        if not isinstance(text, str):
+            _raise([f"a parameter string must be a str, got {_type_name(text)}"])
+        pairs, problems = self._split_string(text)
+        return self._build(self._with_changes(pairs), extra=problems)
+
+    def _with_changes(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        base: dict[str, Any] = {name: getattr(self, name) for name in self.field_names()}
+        derived: frozenset[str] = getattr(self, "_derived", frozenset())
+        if "final_act" in derived:
+            base["final_act"] = None
+        if "embedding" in derived:
+            base["embedding"] = "layersize"
+        if "elu_param" in changes:  # the alias replaces final_act; do not report a clash with the base
+            base.pop("final_act")
+        merged: dict[str, Any] = dict(base)
+        for key, value in changes.items():
+            merged[key.strip() if isinstance(key, str) else key] = value
+        return merged
+
+    @property
+    def resolved_adapt_params(self) -> tuple[float, ...]:
+        """``adapt_params`` with the optimiser's defaults filled in (rmsprop ρ=0.9, adadelta
+        ρ=0.95, adam β=0.9/0.999; empty for adagrad and sgd)."""
+        return self.adapt_params or _ADAPT_PARAM_DEFAULTS[self.adapt]
+
+    @property
+    def final_activation(self) -> Activation:
+        """``final_act`` parsed."""
+        assert self.final_act is not None  # derived in __post_init__
+        return parse_activation(self.final_act)
+
+    @property
+    def hidden_activation(self) -> Activation:
+        """``hidden_act`` parsed."""
+        return parse_activation(self.hidden_act)
+
+    @property
+    def embedding_mode(self) -> str:
+        """``'shared'`` (constrained), ``'separate'`` (embedding > 0) or ``'none'`` (one-hot), §2."""
+        if self.constrained_embedding:
+            return "shared"
+        return "separate" if int(self.embedding) > 0 else "none"
+
+    # ------------------------------------------------------------------ serialisation
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every hyperparameter as JSON-safe values (tuples become lists); ``from_dict`` reads it."""
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in ((n, getattr(self, n)) for n in self.field_names())
+        }
+
+    def to_param_string(self, *, only_changed: bool = False) -> str:
+        """``name=value,...`` that :meth:`from_string` reads back to an equal config.
+
+        ``only_changed=True`` leaves out values equal to the defaults (for logs and file names).
+        """
+        defaults = type(self)() if only_changed else None
+        parts = []
+        for name in self.field_names():
+            value = getattr(self, name)
+            if defaults is not None and getattr(defaults, name) == value:
+                continue
+            text = _format_value(value)
+            if any(sep in text for sep in _STRING_SEPARATORS) or text != text.strip():
+                _raise([f"{name}: the value {value!r} cannot be written in a parameter string "
+                        "(it contains ',' or '=' or surrounding blanks); use to_dict() instead"])
+            parts.append(f"{name}={text}")
+        return ",".join(parts)
+
+
+# ------------------------------------------------------------------------------ parameter files
+
+
+def read_param_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The raw name→value mapping of a parameter file (not yet converted or validated).
+
+    ``.py``: the original's format, read with :mod:`ast` and never executed; ``.json``: an
+    object; ``.toml``: the top-level table (or a ``[gru4rec_params]`` table); ``.yaml``/``.yml``:
+    a mapping (needs PyYAML). Raises ConfigError naming the file for a missing file, bad syntax
+    or content of the wrong shape.
+    """
+    file = Path(path)
+    label = f"param file '{path}'"
+    if not file.is_file():
+        reason = "is a directory" if file.is_dir() else "does not exist"
+        raise ConfigError(f"{label} {reason}")
+    suffix = file.suffix.lower()
+    readers = {".py": _read_py, ".json": _read_json, ".toml": _read_toml, ".yaml": _read_yaml, ".yml": _read_yaml}
+    if suffix not in readers:
+        raise ConfigError(f"{label}: unknown format {suffix!r}; use .py (OrderedDict), .json, .toml or .yaml")
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{label} cannot be read: {exc.strerror or exc}") from None
+    params = readers[suffix](data, label)
+    if not isinstance(params, dict):
+        raise ConfigError(f"{label}: expected a mapping of parameter names to values, got {_type_name(params)}")
+    return params
+
+
+def _decode(data: bytes, label: str) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{label} is not UTF-8 text: {exc}") from None
+
+
+def _read_json(data: bytes, label: str) -> Any:
+    try:
+        return json.loads(_decode(data, label))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{label} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+
+
+def _read_toml(data: bytes, label: str) -> Any:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise ConfigError(f"{label}: reading TOML on Python < 3.11 needs tomli (pip install tomli)") from None
+    try:
+        table = tomllib.loads(_decode(data, label))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{label} is not valid TOML: {exc}") from None
+    if set(table) == {"gru4rec_params"} and isinstance(table["gru4rec_params"], dict):
+        return table["gru4rec_params"]
+    return table
+
+
+def _read_yaml(data: bytes, label: str) -> Any:
+    try:
+        import yaml  # optional dependency
+    except ModuleNotFoundError:
+        raise ConfigError(f"{label}: reading YAML needs PyYAML (pip install pyyaml), or use .json/.toml") from None
+    try:
+        return yaml.safe_load(_decode(data, label))  # safe_load builds plain data only
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{label} is not valid YAML: {exc}") from None
+
+
+# The original's param files: imports, an optional docstring, and one assignment
+#     gru4rec_params = OrderedDict([('loss', 'bpr-max'), ('layers', [512]), ...])
+# The value is a literal, so it is extracted without running anything.
+_PY_TARGET = "gru4rec_params"
+_PY_CONSTRUCTORS = ("OrderedDict", "collections.OrderedDict", "dict")
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else None
+    return None
+
+
+def _read_py(data: bytes, label: str) -> dict[str, Any]:
+    source = _decode(data, label)
+    try:
+        tree = ast.parse(source, filename=label)
+    except SyntaxError as exc:
+        raise ConfigError(f"{label} has a syntax error at line {exc.lineno}: {exc.msg}") from None
+    value_node: ast.expr | None = None
+    for statement in tree.body:
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            continue  # the usual 'from collections import OrderedDict'; nothing is imported here
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+            continue  # docstring or comment-like string
+        target: ast.expr | None = None
+        value: ast.expr | None = None
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+            target, value = statement.targets[0], statement.value
+        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            target, value = statement.target, statement.value
+        if isinstance(target, ast.Name) and target.id == _PY_TARGET and value is not None:
+            if value_node is not None:
+                raise ConfigError(f"{label} assigns {_PY_TARGET} more than once (line {statement.lineno})")
+            value_node = value
+            continue
+        code = ast.get_source_segment(source, statement) or type(statement).__name__
+        first_line = code.splitlines()[0] if code else ""
+        raise ConfigError(
+            f"{label}, line {statement.lineno}: only imports and the assignment "
+            f"'{_PY_TARGET} = OrderedDict([...])' are allowed; param files are read, never run "
+            f"(found: {first_line[:80]!r}). Use a .json or .toml file for anything else."
+        )
+    if value_node is None:
+        raise ConfigError(f"{label} does not define {_PY_TARGET} = OrderedDict([(name, value), ...])")
+    return _py_literal(value_node, label)
+
+
+def _py_literal(node: ast.expr, label: str) -> dict[str, Any]:
+    """The mapping of a dict literal or an ``OrderedDict([...])`` / ``dict(...)`` call."""
+    where = f"{label}, line {node.lineno}"
+    expected = f"{_PY_TARGET} must be OrderedDict([(name, value), ...]) or a dict literal"
+
+    def literal(item: ast.expr) -> Any:
+        try:
+            return ast.literal_eval(item)
+        except (ValueError, TypeError, SyntaxError, RecursionError):
+            code = ast.unparse(item)
+            raise ConfigError(f"{label}, line {item.lineno}: {code[:80]!r} is not a literal value") from None
+
+    pairs: list[tuple[Any, Any]] = []
+    if isinstance(node, ast.Dict):
+        for key, value in zip(node.keys, node.values):
+            if key is None:
+                raise ConfigError(f"{where}: '**' unpacking is not allowed in {_PY_TARGET}")
+            pairs.append((literal(key), literal(value)))
+    elif isinstance(node, ast.Call) and _dotted(node.func) in _PY_CONSTRUCTORS:
+        if len(node.args) > 1:
+            raise ConfigError(f"{where}: {expected}")
+        if node.args:
+            items = literal(node.args[0])
+            if isinstance(items, dict):
+                items = list(items.items())
+            if not isinstance(items, (list, tuple)):
+                raise ConfigError(f"{where}: {expected}")
+            for item in items:
+                if not (isinstance(item, (list, tuple)) and len(item) == 2):
+                    raise ConfigError(f"{where}: {item!r} is not a (name, value) pair; {expected}")
+                pairs.append((item[0], item[1]))
+        for keyword in node.keywords:
+            if keyword.arg is None:
+                raise ConfigError(f"{where}: '**' unpacking is not allowed in {_PY_TARGET}")
+            pairs.append((keyword.arg, literal(keyword.value)))
+    else:
+        raise ConfigError(f"{where}: {expected}")
+    params: dict[str, Any] = {}
+    for key, value in pairs:
+        if not isinstance(key, str):
+            raise ConfigError(f"{where}: parameter names must be strings, got {key!r}")
+        if key in params:
+            raise ConfigError(f"{where}: parameter {key!r} is given more than once")
+        params[key] = value
+    return params
+
+
+def _check_converters() -> None:
+    # Internal invariant: every field has exactly one converter.
+    assert set(Config._CONVERTERS) == set(Config.field_names()), "Config._CONVERTERS out of sync with the fields"
+
+
+_check_converters()
