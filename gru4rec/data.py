@@ -1,0 +1,646 @@
+"""Event data: readers (TSV/CSV/Parquet, optionally gzipped), validation, the item map and
+sessions as flat arrays.
+
+One event per row with a session id, an item id and a timestamp (§1 of the spec). Everything
+here is vectorised (NumPy/pandas): it must handle tens of millions of events, so there is no
+Python loop over rows or sessions.
+
+Identity of ids: item and session ids are kept as read. Integer ids stay int64 (a missing value
+is an error, never a silent cast to float), string ids stay strings, so ``214821371`` in the
+training file and ``214821371`` in a test file or a live request map to the same item.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Literal
+
+import numpy as np
+import pandas as pd
+
+from .errors import DataError, Gru4RecError
+
+__all__ = [
+    "ItemMap",
+    "Sessions",
+    "read_events",
+    "validate_events",
+    "sessions_from_events",
+    "item_support",
+    "write_events",
+]
+
+_TAB_SUFFIXES = (".tsv", ".txt", ".dat")
+_CSV_SUFFIXES = (".csv",)
+_PARQUET_SUFFIXES = (".parquet", ".pq")
+_SNIFF_DELIMITERS = "\t,;| "
+_PARQUET_HINT = "reading or writing Parquet needs pyarrow: pip install 'gru4rec[parquet]' (or pip install pyarrow)"
+
+# Integral float ids are turned back into int64 only while exactly representable.
+_MAX_EXACT_FLOAT_INT = 2**53
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------------
+
+
+def _split_suffix(path: Path) -> tuple[str, bool]:
+    """Return (format suffix, gzipped): 'x.tsv.gz' -> ('.tsv', True)."""
+    name = path.name.lower()
+    gz = name.endswith(".gz")
+    if gz:
+        name = name[:-3]
+    return Path(name).suffix, gz
+
+
+def _open_text(path: Path, gz: bool) -> io.TextIOBase:
+    if gz:
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return open(path, "r", encoding="utf-8-sig", newline="")
+
+
+def _read_head(path: Path, gz: bool, n_chars: int = 65536) -> str:
+    """The first characters of a text file (for the header and the delimiter sniffer)."""
+    try:
+        with _open_text(path, gz) as f:
+            return f.read(n_chars)
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: cannot read the file ({e})") from e
+
+
+def _header_fields(head: str, sep: str) -> list[str]:
+    first_line = head.splitlines()[0] if head else ""
+    if not first_line:
+        return []
+    return next(csv.reader([first_line], delimiter=sep))
+
+
+def _choose_sep(path: Path, head: str, needed: list[str], default: str | None) -> tuple[str, list[str]]:
+    """Pick the delimiter: the suffix's default if the header splits into the needed columns,
+    otherwise whatever csv.Sniffer finds. Returns (sep, header fields with that sep)."""
+    if default is not None:
+        fields = _header_fields(head, default)
+        if all(c in fields for c in needed):
+            return default, fields
+    try:
+        sniffed = csv.Sniffer().sniff(head.splitlines()[0], delimiters=_SNIFF_DELIMITERS).delimiter
+    except (csv.Error, IndexError):
+        sniffed = None
+    if sniffed is not None:
+        fields = _header_fields(head, sniffed)
+        if all(c in fields for c in needed):
+            return sniffed, fields
+    sep = default if default is not None else (sniffed or "\t")
+    return sep, _header_fields(head, sep)
+
+
+def _missing_columns_error(source: str, missing: list[str], present: Iterable[Any], extra: str = "") -> DataError:
+    miss = ", ".join(repr(c) for c in missing)
+    have = ", ".join(repr(str(c)) for c in present)
+    return DataError(
+        f"{source}: missing column{'s' if len(missing) > 1 else ''} {miss}; the columns found are [{have}]{extra}"
+    )
+
+
+def _check_keys(session_key: str, item_key: str, time_key: str) -> list[str]:
+    keys = [session_key, item_key, time_key]
+    if len(set(keys)) != 3:
+        raise DataError(
+            f"session_key, item_key and time_key must name three different columns, got {keys!r}"
+        )
+    return keys
+
+
+def read_events(
+    path: str | os.PathLike[str],
+    *,
+    session_key: str = "SessionId",
+    item_key: str = "ItemId",
+    time_key: str = "Time",
+    sep: str | None = None,
+) -> pd.DataFrame:
+    """Read an event file and return it validated (see `validate_events`).
+
+    Formats, chosen by the suffix (before an optional ``.gz``): ``.tsv``/``.txt``/``.dat`` are
+    TAB-separated, ``.csv`` comma-separated, ``.parquet``/``.pq`` Parquet (needs pyarrow).
+    Text files need a header row. When ``sep`` is None and the header does not split into the
+    three key columns with the suffix's separator (or the suffix is unknown), the separator is
+    sniffed from the header among TAB, comma, semicolon, pipe and space. Only the three key
+    columns are read. Error messages give 1-based line numbers of the file (line 1 = header).
+
+    Returns a DataFrame with exactly the columns ``[session_key, item_key, time_key]``.
+    Raises DataError for a missing or unreadable file, a missing column, missing/empty ids, an
+    unparsable time or a file without events.
+    """
+    keys = _check_keys(session_key, item_key, time_key)
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{p}: file not found")
+    if p.is_dir():
+        raise DataError(f"{p}: is a directory, expected an event file")
+    suffix, gz = _split_suffix(p)
+    source = str(p)
+
+    if suffix in _PARQUET_SUFFIXES:
+        df, first_line = _read_parquet(p, gz, keys), 0
+    else:
+        default = None
+        if sep is None:
+            if suffix in _TAB_SUFFIXES:
+                default = "\t"
+            elif suffix in _CSV_SUFFIXES:
+                default = ","
+        head = _read_head(p, gz)
+        if not head.strip():
+            raise DataError(f"{p}: empty file (no header, no events)")
+        if sep is None:
+            sep_used, fields = _choose_sep(p, head, keys, default)
+        else:
+            sep_used, fields = sep, _header_fields(head, sep)
+        missing = [c for c in keys if c not in fields]
+        if missing:
+            raise _missing_columns_error(source, missing, fields, f" (separator {sep_used!r})")
+        try:
+            df = pd.read_csv(
+                p,
+                sep=sep_used,
+                usecols=keys,
+                compression="gzip" if gz else None,
+                encoding="utf-8-sig",
+                # Read whole columns at once: chunked type inference can yield a column of
+                # mixed ints and strings, which would break id identity.
+                low_memory=False,
+            )
+        except (pd.errors.ParserError, ValueError, OSError, EOFError, UnicodeDecodeError) as e:
+            raise DataError(f"{p}: cannot parse the file ({type(e).__name__}: {e})") from e
+        first_line = 2  # data row 0 is on line 2, after the header
+    return _validate(df, keys, source, first_line)
+
+
+def _read_parquet(path: Path, gz: bool, keys: list[str]) -> pd.DataFrame:
+    try:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+    except ImportError as e:  # optional dependency
+        raise Gru4RecError(f"{path}: {_PARQUET_HINT}") from e
+    try:
+        src: Any = gzip.open(path, "rb") if gz else path
+        if gz:
+            # Parquet needs random access: decompress into memory first.
+            with src:
+                src = io.BytesIO(src.read())
+        schema = pq.read_schema(src)
+        if gz:
+            src.seek(0)
+        missing = [c for c in keys if c not in schema.names]
+        if missing:
+            raise _missing_columns_error(str(path), missing, schema.names)
+        table = pq.read_table(src, columns=keys)
+    except DataError:
+        raise
+    except Exception as e:  # pyarrow raises a zoo of types for corrupt files
+        raise DataError(f"{path}: cannot read the Parquet file ({type(e).__name__}: {e})") from e
+    # to_pandas() turns an integer column with nulls into float64, losing large ids: catch the
+    # nulls here, while the column is still integer.
+    for key in keys[:2]:
+        col = table.column(key)
+        if col.null_count:
+            first = int(np.argmax(pc.is_null(col).to_numpy(zero_copy_only=False)))
+            raise DataError(
+                f"{path}: column {key!r} has {col.null_count} missing value(s), first at row {first}"
+            )
+    return table.to_pandas()
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------
+
+
+def _where(pos: int, first_line: int) -> str:
+    return f"line {pos + first_line}" if first_line else f"row {pos}"
+
+
+def _is_stringlike(s: pd.Series) -> bool:
+    return pd.api.types.is_string_dtype(s.dtype) or s.dtype == object
+
+
+def _validate_ids(s: pd.Series, key: str, source: str, first_line: int) -> pd.Series:
+    bad = s.isna().to_numpy()
+    what = "missing value(s) (NaN/empty)"
+    if _is_stringlike(s):
+        # An empty string is as good as missing (e.g. a quoted "" in a CSV).
+        empty = (s == "").to_numpy(dtype=bool, na_value=False)
+        bad = bad | empty
+    n_bad = int(bad.sum())
+    if n_bad:
+        first = int(np.argmax(bad))
+        raise DataError(
+            f"{source}: column {key!r} has {n_bad} {what}, first at {_where(first, first_line)}"
+        )
+    if pd.api.types.is_float_dtype(s.dtype):
+        # Ids stored as floats (e.g. after a NaN passed through pandas and was dropped): go back
+        # to int64 when every value is an exactly representable integer, so that 1.0 and 1 are
+        # the same item everywhere.
+        v = s.to_numpy()
+        if np.all(np.isfinite(v)) and np.all(np.abs(v) < _MAX_EXACT_FLOAT_INT) and np.all(v == np.floor(v)):
+            return pd.Series(v.astype(np.int64), index=s.index, name=s.name)
+    return s
+
+
+def _time_to_numeric(s: pd.Series, key: str, source: str, first_line: int) -> pd.Series:
+    """Numeric times stay as they are; datetimes and date strings become float unix seconds
+    (naive datetimes are taken as UTC)."""
+    dtype = s.dtype
+    if pd.api.types.is_bool_dtype(dtype):
+        raise DataError(f"{source}: column {key!r} holds booleans, expected numbers or datetimes")
+    if pd.api.types.is_numeric_dtype(dtype):
+        v = s.to_numpy()
+        if pd.api.types.is_float_dtype(dtype):
+            bad = ~np.isfinite(v)
+            if bad.any():
+                first = int(np.argmax(bad))
+                raise DataError(
+                    f"{source}: column {key!r} has {int(bad.sum())} missing or non-finite time(s), "
+                    f"first at {_where(first, first_line)}"
+                )
+        return s
+    if isinstance(dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(dtype):
+        dt = s if isinstance(dtype, pd.DatetimeTZDtype) else s.dt.tz_localize("UTC")
+        return _datetimes_to_seconds(dt, s, key, source, first_line)
+    if _is_stringlike(s):
+        missing = s.isna().to_numpy()
+        if missing.any():
+            first = int(np.argmax(missing))
+            raise DataError(
+                f"{source}: column {key!r} has {int(missing.sum())} missing time(s), "
+                f"first at {_where(first, first_line)}"
+            )
+        if dtype == object:
+            # Python numbers in an object column: numeric times.
+            num = pd.to_numeric(s, errors="coerce")
+            if not num.isna().any():
+                return _time_to_numeric(num, key, source, first_line)
+        dt = pd.to_datetime(s, utc=True, errors="coerce")
+        if dt.isna().any():
+            # The default parser fixes one format from the first value; allow mixed formats.
+            dt_mixed = pd.to_datetime(s, utc=True, errors="coerce", format="mixed")
+            if dt_mixed.isna().sum() < dt.isna().sum():
+                dt = dt_mixed
+        if dt.isna().any():
+            # Numbers written as strings are numeric times, not dates.
+            num = pd.to_numeric(s, errors="coerce")
+            if not num.isna().any():
+                return _time_to_numeric(num, key, source, first_line)
+        return _datetimes_to_seconds(dt, s, key, source, first_line)
+    raise DataError(f"{source}: column {key!r} has unsupported type {dtype}, expected numbers or datetimes")
+
+
+def _datetimes_to_seconds(
+    dt: pd.Series, original: pd.Series, key: str, source: str, first_line: int
+) -> pd.Series:
+    bad = dt.isna().to_numpy()
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise DataError(
+            f"{source}: column {key!r} has {int(bad.sum())} unparsable time(s), first "
+            f"{original.iloc[first]!r} at {_where(first, first_line)}; expected numbers or datetimes"
+        )
+    secs = (dt - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
+    return pd.Series(secs.to_numpy(dtype=np.float64), index=original.index, name=original.name)
+
+
+def _validate(df: pd.DataFrame, keys: list[str], source: str, first_line: int) -> pd.DataFrame:
+    session_key, item_key, time_key = keys
+    missing = [c for c in keys if c not in df.columns]
+    if missing:
+        raise _missing_columns_error(source, missing, df.columns)
+    if len(df) == 0:
+        raise DataError(f"{source}: no events (0 rows)")
+    out = pd.DataFrame(
+        {
+            session_key: _validate_ids(df[session_key], session_key, source, first_line),
+            item_key: _validate_ids(df[item_key], item_key, source, first_line),
+            time_key: _time_to_numeric(df[time_key], time_key, source, first_line),
+        },
+        index=df.index,
+    )
+    return out
+
+
+def validate_events(
+    df: pd.DataFrame,
+    *,
+    session_key: str = "SessionId",
+    item_key: str = "ItemId",
+    time_key: str = "Time",
+    source: str = "<DataFrame>",
+) -> pd.DataFrame:
+    """Check an event frame and return a frame with exactly ``[session_key, item_key, time_key]``.
+
+    Raises DataError, naming ``source`` and the column, for: a missing column (the message lists
+    the columns that exist), 0 rows, missing (NaN/None) or empty-string session/item ids (count
+    and first offending row, 0-based position), and missing or unparsable times (first bad
+    value). Numeric times are kept as they are; datetime columns and date strings are converted
+    to float unix seconds (naive values taken as UTC). Float id columns whose values are all
+    integers become int64. The input frame is not modified.
+    """
+    keys = _check_keys(session_key, item_key, time_key)
+    if not isinstance(df, pd.DataFrame):
+        raise DataError(f"{source}: expected a pandas DataFrame, got {type(df).__name__}")
+    return _validate(df, keys, source, 0)
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------
+
+
+def write_events(
+    df: pd.DataFrame, path: str | os.PathLike[str], *, force: bool = False, sep: str | None = None
+) -> Path:
+    """Write an event frame atomically (temp file in the same folder, then rename).
+
+    The format follows the suffix as in `read_events` (TSV by default, CSV, Parquet; ``.gz``
+    compresses text formats). Refuses to replace an existing file unless ``force`` (DataError
+    naming the file). Writes every column of ``df``, without the index. Returns the path.
+    """
+    p = Path(path)
+    if p.exists() and not force:
+        raise DataError(f"{p}: file exists; pass force=True (--force) to overwrite it")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    suffix, gz = _split_suffix(p)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        if suffix in _PARQUET_SUFFIXES:
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError as e:
+                raise Gru4RecError(f"{p}: {_PARQUET_HINT}") from e
+            if gz:
+                buf = io.BytesIO()
+                df.to_parquet(buf, index=False)
+                with gzip.open(tmp, "wb") as f:
+                    f.write(buf.getvalue())
+            else:
+                df.to_parquet(tmp, index=False)
+        else:
+            if sep is None:
+                sep = "," if suffix in _CSV_SUFFIXES else "\t"
+            df.to_csv(tmp, sep=sep, index=False, compression="gzip" if gz else None)
+        os.replace(tmp, p)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return p
+
+
+# --------------------------------------------------------------------------------------------
+# Item map
+# --------------------------------------------------------------------------------------------
+
+
+class ItemMap:
+    """Item id <-> dense index 0..N-1, in order of first appearance in the training data (§1).
+
+    Saved with the model as a JSON list (`to_list` / `from_list`). Ids keep their type: int ids
+    stay ints, string ids stay strings.
+    """
+
+    __slots__ = ("_index", "_ids")
+
+    def __init__(self, index: pd.Index) -> None:
+        """Wrap a unique pandas Index (use `from_ids` or `from_list` rather than this)."""
+        if not index.is_unique:
+            dup = index[index.duplicated()][0]
+            raise DataError(f"item map: duplicate item id {dup!r}")
+        self._index = index
+        self._ids: np.ndarray | None = None
+
+    @classmethod
+    def from_ids(cls, ids: Iterable[Any] | np.ndarray | pd.Series | pd.Index) -> "ItemMap":
+        """Build the map from a sequence of item ids (typically the training ItemId column as
+        read): index i is the i-th distinct id in order of first appearance."""
+        if not isinstance(ids, (pd.Series, pd.Index, np.ndarray)):
+            ids = list(ids)
+        return cls(pd.Index(ids).unique())
+
+    @classmethod
+    def from_list(cls, ids: list[Any]) -> "ItemMap":
+        """Rebuild a map saved with `to_list` (the list position is the index)."""
+        if not isinstance(ids, list):
+            raise DataError(f"item map: expected a list of ids, got {type(ids).__name__}")
+        return cls(pd.Index(ids))
+
+    def to_list(self) -> list[Any]:
+        """The ids in index order as plain Python scalars (int/str/float): JSON-serialisable."""
+        return self._index.tolist()
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The ids in index order as a NumPy array (int64 for int ids, object for strings);
+        ``ids[k]`` is the id of item index k."""
+        if self._ids is None:
+            self._ids = self._index.to_numpy()
+        return self._ids
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def index_of(self, ids: Any) -> np.ndarray:
+        """Dense indices (int64) of the given ids; -1 for ids not in the map. Accepts a scalar,
+        a list, a NumPy array, a Series or an Index."""
+        if np.isscalar(ids):
+            ids = [ids]
+        return np.asarray(self._index.get_indexer(ids), dtype=np.int64)
+
+    def __contains__(self, item_id: Any) -> bool:
+        return item_id in self._index
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ItemMap):
+            return NotImplemented
+        return (
+            len(self) == len(other)
+            and self._index.inferred_type == other._index.inferred_type
+            and bool(self._index.equals(other._index))
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        head = ", ".join(repr(x) for x in self._index[:3].tolist())
+        more = ", ..." if len(self) > 3 else ""
+        return f"ItemMap(n_items={len(self)}, ids=[{head}{more}])"
+
+
+# --------------------------------------------------------------------------------------------
+# Sessions as flat arrays
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """Events grouped into sessions, as flat arrays.
+
+    ``items[offsets[s]:offsets[s + 1]]`` are the dense item indices of session s in time order;
+    ``session_ids[s]`` its original id. Sessions of length 1 are kept here (they produce no
+    training step or prediction: the schedule and the evaluation skip them).
+    """
+
+    items: np.ndarray  # int64 [E]
+    offsets: np.ndarray  # int64 [n_sessions + 1], offsets[0] = 0, offsets[-1] = E
+    session_ids: np.ndarray  # [n_sessions]
+
+    @property
+    def n_sessions(self) -> int:
+        """Number of sessions."""
+        return len(self.offsets) - 1
+
+    @property
+    def n_events(self) -> int:
+        """Number of events."""
+        return len(self.items)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Session lengths (int64 [n_sessions])."""
+        return np.diff(self.offsets)
+
+
+def _session_rank(session_ids: Any) -> np.ndarray:
+    """rank[s] = position of session s when sessions are sorted by id (numeric for numbers,
+    lexicographic for strings; str() order if types are mixed)."""
+    idx = pd.Index(session_ids)
+    try:
+        order = idx.argsort()
+    except TypeError:
+        order = pd.Index(idx.astype(str)).argsort()
+    rank = np.empty(len(idx), dtype=np.int64)
+    rank[order] = np.arange(len(idx), dtype=np.int64)
+    return rank
+
+
+def sessions_from_events(
+    df: pd.DataFrame,
+    item_map: ItemMap,
+    *,
+    session_key: str = "SessionId",
+    item_key: str = "ItemId",
+    time_key: str = "Time",
+    order: Literal["time", "id"] = "time",
+    drop_unknown: bool = False,
+) -> tuple[Sessions, int]:
+    """Group validated events (see `validate_events`) into sessions.
+
+    Within a session, events are ordered by time (stable: equal times keep file order). Sessions
+    are arranged by their first timestamp, ties broken by session id (``order='time'``), or by
+    session id (``order='id'``). With ``drop_unknown``, events whose item is not in ``item_map``
+    are removed before sessions are formed (a session A, X, B becomes A, B) and their number is
+    returned; otherwise an unknown item is a DataError. Sessions of length 1 stay in the arrays.
+
+    Returns ``(sessions, n_dropped)``.
+    """
+    if order not in ("time", "id"):
+        raise ValueError(f"order must be 'time' or 'id', got {order!r}")
+    keys = _check_keys(session_key, item_key, time_key)
+    missing = [c for c in keys if c not in df.columns]
+    if missing:
+        raise _missing_columns_error("<DataFrame>", missing, df.columns)
+
+    item_idx = item_map.index_of(df[item_key])
+    unknown = item_idx < 0
+    n_unknown = int(np.count_nonzero(unknown))
+    sess = df[session_key]
+    time_col = df[time_key]
+    if n_unknown:
+        if not drop_unknown:
+            first = int(np.argmax(unknown))
+            raise DataError(
+                f"<DataFrame>: column {item_key!r} has {n_unknown} item id(s) not in the item map, "
+                f"first {df[item_key].iloc[first]!r} at row {first}"
+            )
+        keep = ~unknown
+        item_idx = item_idx[keep]
+        sess = sess[keep]
+        time_col = time_col[keep]
+    if not pd.api.types.is_numeric_dtype(time_col.dtype):
+        time_col = _time_to_numeric(time_col, time_key, "<DataFrame>", 0)
+    times = time_col.to_numpy()
+
+    # Session codes in order of first appearance; the frame is "sorted" when every session is
+    # one contiguous block (codes never decrease) with non-decreasing times inside.
+    codes, uniques = pd.factorize(sess)
+    codes = codes.astype(np.int64, copy=False)
+    if len(codes) > 1:
+        same = codes[1:] == codes[:-1]
+        is_sorted = bool(np.all(codes[1:] >= codes[:-1])) and bool(
+            np.all(~same | (times[1:] >= times[:-1]))
+        )
+    else:
+        is_sorted = True
+    if not is_sorted:
+        # Two stable sorts = sort by (session, time) keeping the original order of ties.
+        perm = np.argsort(times, kind="stable")
+        perm = perm[np.argsort(codes[perm], kind="stable")]
+        codes = codes[perm]
+        times = times[perm]
+        item_idx = item_idx[perm]
+
+    n_events = len(codes)
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if n_events else np.zeros(0, np.int64)
+    offsets = np.empty(len(starts) + 1, dtype=np.int64)
+    offsets[:-1] = starts
+    offsets[-1] = n_events
+    # Blocks appear in code order, so block s holds the session with code s.
+    session_ids = np.asarray(uniques.to_numpy() if hasattr(uniques, "to_numpy") else uniques)
+    assert len(session_ids) == len(starts)
+
+    n_sessions = len(starts)
+    if order == "time":
+        first_time = times[starts]
+        sess_perm = np.argsort(first_time, kind="stable")
+        ft_sorted = first_time[sess_perm]
+        if n_sessions > 1 and np.any(ft_sorted[1:] == ft_sorted[:-1]):
+            # Ties in start time: break them by session id, not by file order.
+            sess_perm = np.lexsort((_session_rank(session_ids), first_time))
+    else:
+        sess_perm = np.argsort(_session_rank(session_ids), kind="stable")
+
+    if n_sessions and not np.array_equal(sess_perm, np.arange(n_sessions)):
+        lengths = np.diff(offsets)[sess_perm]
+        new_offsets = np.zeros(n_sessions + 1, dtype=np.int64)
+        np.cumsum(lengths, out=new_offsets[1:])
+        # Source position of every event in the new layout: its session's old start plus its
+        # position inside the session.
+        shift = np.repeat(offsets[:-1][sess_perm] - new_offsets[:-1], lengths)
+        src = shift + np.arange(n_events, dtype=np.int64)
+        item_idx = item_idx[src]
+        offsets = new_offsets
+        session_ids = session_ids[sess_perm]
+
+    sessions = Sessions(
+        items=np.ascontiguousarray(item_idx, dtype=np.int64),
+        offsets=offsets,
+        session_ids=session_ids,
+    )
+    return sessions, n_unknown
+
+
+def item_support(items: np.ndarray | Sessions, n_items: int) -> np.ndarray:
+    """Number of events of each item index 0..n_items-1 (int64 [n_items]). Accepts the dense
+    item indices or a `Sessions`."""
+    if isinstance(items, Sessions):
+        items = items.items
+    items = np.asarray(items)
+    if items.size and (items.min() < 0 or items.max() >= n_items):
+        raise ValueError(f"item indices must lie in [0, {n_items}), got [{items.min()}, {items.max()}]")
+    return np.bincount(items, minlength=n_items).astype(np.int64, copy=False)
