@@ -25,7 +25,9 @@ config whose ``final_act`` was derived picks the new loss's default).
 
 Input aliases (``from_string``, ``from_dict``, ``from_file``, ``replace``): ``elu_param=x``, the
 official ports' spelling for bpr-max, means ``final_act='elu-x'`` (``elu_param=0`` means
-``final_act='linear'``).
+``final_act='linear'``). As in the ports, it is ignored when the loss is ``cross-entropy`` or
+``xe_logit`` (their published param files carry ``('elu_param', 0)`` next to cross-entropy). Giving
+both ``elu_param`` and ``final_act`` with another loss is an error.
 """
 from __future__ import annotations
 
@@ -73,6 +75,7 @@ _ADAPT_PARAM_MEANING: dict[str, str] = {
     "adam": "beta1/beta2 (default 0.9/0.999)",
 }
 _ALIASES: dict[str, str] = {"elu_param": "final_act"}
+_SOFTMAX_LOSSES = ("cross-entropy", "xe_logit")
 _TRUE = frozenset({"true", "1"})
 _FALSE = frozenset({"false", "0"})
 # Characters that cannot appear in a value of a parameter string (they separate its parts).
@@ -394,7 +397,7 @@ class Config:
                 )
             elif loss == "xe_logit" and final.name != "softmax_logit":
                 problems.append(f"final_act: loss 'xe_logit' needs final_act 'softmax_logit', got {final.spec!r}")
-            elif loss not in ("cross-entropy", "xe_logit") and not final.elementwise:
+            elif loss not in _SOFTMAX_LOSSES and not final.elementwise:
                 problems.append(
                     f"final_act: loss {loss!r} needs an elementwise final_act such as 'elu-0.5' or "
                     f"'linear', got {final.spec!r} (softmax goes with loss 'cross-entropy')"
@@ -432,7 +435,7 @@ class Config:
         at_least("sample_alpha", 0.0)
         at_least("sample_store_size", 0, " (0: draw the samples every step)")
         fraction("smoothing")
-        if v.get("smoothing", 0.0) > 0.0 and loss is not None and loss not in ("cross-entropy", "xe_logit"):
+        if v.get("smoothing", 0.0) > 0.0 and loss is not None and loss not in _SOFTMAX_LOSSES:
             problems.append(f"smoothing: label smoothing applies to the cross-entropy losses only, not to loss {loss!r}")
         at_least("grad_cap", 0.0, " (0: no clipping)")
         at_least("bpreg", 0.0)
@@ -485,6 +488,10 @@ class Config:
     def _expand(cls, params: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         """Map aliases to fields and report unknown or duplicated names; values untouched."""
         known = cls.field_names()
+        try:
+            loss = _to_name(params.get("loss", cls.loss))
+        except _Bad:
+            loss = None  # reported by the constructor
         out: dict[str, Any] = {}
         problems: list[str] = []
         for key, value in params.items():
@@ -493,6 +500,8 @@ class Config:
                 continue
             name = key.strip()
             if name == "elu_param":
+                if loss in _SOFTMAX_LOSSES:
+                    continue  # as in the official ports: elu_param only shapes the non-softmax losses
                 if "final_act" in params or "final_act" in out:
                     problems.append("elu_param: give either elu_param or final_act, not both")
                     continue
@@ -749,6 +758,7 @@ def _read_py(data: bytes, label: str) -> dict[str, Any]:
     except SyntaxError as exc:
         raise ConfigError(f"{label} has a syntax error at line {exc.lineno}: {exc.msg}") from None
     value_node: ast.expr | None = None
+    foreign: ast.stmt | None = None  # first statement that is neither an import nor the literal
     for statement in tree.body:
         if isinstance(statement, (ast.Import, ast.ImportFrom)):
             continue  # the usual 'from collections import OrderedDict'; nothing is imported here
@@ -765,15 +775,19 @@ def _read_py(data: bytes, label: str) -> dict[str, Any]:
                 raise ConfigError(f"{label} assigns {_PY_TARGET} more than once (line {statement.lineno})")
             value_node = value
             continue
-        code = ast.get_source_segment(source, statement) or type(statement).__name__
+        foreign = foreign or statement
+    if value_node is None:
+        raise ConfigError(f"{label} does not define {_PY_TARGET} = OrderedDict([(name, value), ...])")
+    if foreign is not None:
+        # Code in a param file would run under the original; here nothing runs, so refuse the
+        # file rather than silently ignore what its author expected to happen.
+        code = ast.get_source_segment(source, foreign) or type(foreign).__name__
         first_line = code.splitlines()[0] if code else ""
         raise ConfigError(
-            f"{label}, line {statement.lineno}: only imports and the assignment "
+            f"{label}, line {foreign.lineno}: only imports and the assignment "
             f"'{_PY_TARGET} = OrderedDict([...])' are allowed; param files are read, never run "
             f"(found: {first_line[:80]!r}). Use a .json or .toml file for anything else."
         )
-    if value_node is None:
-        raise ConfigError(f"{label} does not define {_PY_TARGET} = OrderedDict([(name, value), ...])")
     return _py_literal(value_node, label)
 
 
