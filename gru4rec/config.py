@@ -162,9 +162,11 @@ def _to_tuple(value: Any, item: typing.Callable[[Any], Any]) -> tuple[Any, ...]:
         # Lists are written with '/' in parameter strings; tolerate a bracketed list too.
         if text.startswith("[") and text.endswith("]"):
             text = text[1:-1].replace(",", "/")
-        parts: list[Any] = [p for p in (s.strip() for s in text.split("/"))] if text else []
+        parts: list[Any] = [part.strip() for part in text.split("/")] if text else []
     elif isinstance(value, (list, tuple)):
         parts = list(value)
+    elif hasattr(value, "tolist") and getattr(value, "ndim", None) == 1:  # a 1-d numpy array
+        parts = list(value.tolist())
     elif isinstance(value, numbers.Real) and not isinstance(value, bool):
         parts = [value]  # layers=100 means one layer of 100, as in the original
     else:

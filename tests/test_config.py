@@ -152,6 +152,24 @@ def test_from_dict_accepts_typed_values_and_strings() -> None:
     assert Config(learning_rate=1).learning_rate == 1.0 and type(Config(learning_rate=1).learning_rate) is float
 
 
+def test_numpy_values_are_converted() -> None:
+    np = pytest.importorskip("numpy")
+    cfg = Config(batch_size=np.int64(32), momentum=np.float32(0.25), time_sort=np.bool_(False),
+                 layers=np.array([3, 4]), adapt="adam", adapt_params=np.array([0.5, 0.75]))
+    assert (cfg.batch_size, cfg.momentum, cfg.time_sort, cfg.layers, cfg.adapt_params) == (
+        32, 0.25, False, (3, 4), (0.5, 0.75))
+    assert type(cfg.batch_size) is int and type(cfg.momentum) is float and type(cfg.layers[0]) is int
+
+
+def test_pickle_keeps_derived_values() -> None:
+    import pickle
+
+    cfg = pickle.loads(pickle.dumps(Config(embedding="layersize", constrained_embedding=False)))
+    assert cfg == Config(embedding=100, constrained_embedding=False)
+    assert cfg.replace(layers=(7,)).embedding == 7
+    assert cfg.replace(loss="bpr-max").final_act == "elu-0.5"
+
+
 # ------------------------------------------------------------------------------ round trips
 
 
