@@ -16,6 +16,7 @@ import gzip
 import io
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Literal
@@ -287,12 +288,15 @@ def _time_to_numeric(s: pd.Series, key: str, source: str, first_line: int) -> pd
             num = pd.to_numeric(s, errors="coerce")
             if not num.isna().any():
                 return _time_to_numeric(num, key, source, first_line)
-        dt = pd.to_datetime(s, utc=True, errors="coerce")
-        if dt.isna().any():
-            # The default parser fixes one format from the first value; allow mixed formats.
-            dt_mixed = pd.to_datetime(s, utc=True, errors="coerce", format="mixed")
-            if dt_mixed.isna().sum() < dt.isna().sum():
-                dt = dt_mixed
+        with warnings.catch_warnings():
+            # pandas warns when it cannot infer one format; we report failures ourselves.
+            warnings.simplefilter("ignore", UserWarning)
+            dt = pd.to_datetime(s, utc=True, errors="coerce")
+            if dt.isna().any():
+                # The default parser fixes one format from the first value; allow mixed formats.
+                dt_mixed = pd.to_datetime(s, utc=True, errors="coerce", format="mixed")
+                if dt_mixed.isna().sum() < dt.isna().sum():
+                    dt = dt_mixed
         if dt.isna().any():
             # Numbers written as strings are numeric times, not dates.
             num = pd.to_numeric(s, errors="coerce")
@@ -588,9 +592,12 @@ def sessions_from_events(
     else:
         is_sorted = True
     if not is_sorted:
-        # Two stable sorts = sort by (session, time) keeping the original order of ties.
-        perm = np.argsort(times, kind="stable")
-        perm = perm[np.argsort(codes[perm], kind="stable")]
+        # Sort by (session, time), keeping the original order of ties. Raw logs are often
+        # sorted by time already; then one stable sort by session is enough.
+        if bool(np.all(times[1:] >= times[:-1])):
+            perm = np.argsort(codes, kind="stable")
+        else:
+            perm = np.lexsort((times, codes))  # lexsort is stable
         codes = codes[perm]
         times = times[perm]
         item_idx = item_idx[perm]
