@@ -224,6 +224,13 @@ def _read_parquet(path: Path, gz: bool, keys: list[str]) -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------
 
 
+def _show(value: Any) -> str:
+    """repr of a value as the user wrote it (5, not np.int64(5))."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    return repr(value)
+
+
 def _where(pos: int, first_line: int) -> str:
     return f"line {pos + first_line}" if first_line else f"row {pos}"
 
@@ -314,7 +321,7 @@ def _datetimes_to_seconds(
         first = int(np.argmax(bad))
         raise DataError(
             f"{source}: column {key!r} has {int(bad.sum())} unparsable time(s), first "
-            f"{original.iloc[first]!r} at {_where(first, first_line)}; expected numbers or datetimes"
+            f"{_show(original.iloc[first])} at {_where(first, first_line)}; expected numbers or datetimes"
         )
     secs = (dt - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
     return pd.Series(secs.to_numpy(dtype=np.float64), index=original.index, name=original.name)
@@ -425,7 +432,7 @@ class ItemMap:
         """Wrap a unique pandas Index (use `from_ids` or `from_list` rather than this)."""
         if not index.is_unique:
             dup = index[index.duplicated()][0]
-            raise DataError(f"item map: duplicate item id {dup!r}")
+            raise DataError(f"item map: duplicate item id {_show(dup)}")
         self._index = index
         self._ids: np.ndarray | None = None
 
@@ -570,7 +577,7 @@ def sessions_from_events(
             first = int(np.argmax(unknown))
             raise DataError(
                 f"<DataFrame>: column {item_key!r} has {n_unknown} item id(s) not in the item map, "
-                f"first {df[item_key].iloc[first]!r} at row {first}"
+                f"first {_show(df[item_key].iloc[first])} at row {first}"
             )
         keep = ~unknown
         item_idx = item_idx[keep]
