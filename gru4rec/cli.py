@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -262,18 +263,6 @@ def _device_memory_note(model: Any) -> str | None:
     return f"peak device memory: {peak / 2**20:.1f} MiB allocated, {reserved / 2**20:.1f} MiB reserved ({device})"
 
 
-def _epoch_printer(streams: _Streams, n_epochs: int) -> Callable[[Any], None]:
-    width = len(str(n_epochs))
-
-    def callback(info: Any) -> None:
-        streams.info(
-            f"Epoch {info.epoch:>{width}}/{n_epochs} --> loss: {info.loss:.6f} "
-            f"({info.seconds:.2f}s) [{info.mb_per_s:.2f} mb/s | {info.events_per_s:.0f} e/s]"
-        )
-
-    return callback
-
-
 def _train(
     data: str,
     config: Config,
@@ -289,12 +278,8 @@ def _train(
     streams.info(f"Parameters: {config.to_param_string()}")
     model = GRU4Rec(config, device=device)
     start = time.perf_counter()
-    model.fit(
-        data,
-        callback=_epoch_printer(streams, config.n_epochs),
-        checkpoint_dir=checkpoint_dir,
-        resume=resume,
-    )
+    # fit() prints the original's per-epoch lines through log (and a progress bar on a terminal).
+    model.fit(data, checkpoint_dir=checkpoint_dir, resume=resume, progress=True, log=streams.info)
     elapsed = time.perf_counter() - start
     streams.info(f"Training took {elapsed:.2f}s on {model.device} ({len(model.item_map)} items)")
     note = _device_memory_note(model)
@@ -497,6 +482,9 @@ def _recommend_add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _recommend_run(args: argparse.Namespace) -> int:
+    import numpy as np
+    import pandas as pd
+
     from gru4rec.data import read_events, write_events
 
     _check_writable_target(args.output, args.force, "output file")
@@ -509,14 +497,28 @@ def _recommend_run(args: argparse.Namespace) -> int:
     tk = args.time_key or config.time_key
     events = read_events(args.input, session_key=sk, item_key=ik, time_key=tk)
     # Stable sort: events with equal times keep their file order.
+    # Stable sort: events with equal times keep their file order.
     events = events.sort_values([sk, tk], kind="stable")
     sessions = events.groupby(sk, sort=False)[ik].agg(list)
     start = time.perf_counter()
-    recs = model.recommend_sessions(
-        dict(zip(sessions.index.tolist(), sessions.tolist())), k=args.k, exclude_seen=args.exclude_seen
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        recs = model.recommend_batch(sessions.tolist(), k=args.k, exclude_seen=args.exclude_seen)
+    for w in caught:
+        streams.info(f"{PROG}: warning: {w.message}")
     elapsed = time.perf_counter() - start
-    recs = recs.rename(columns={"session_id": sk, "item_id": ik})
+    counts = [len(r.item_ids) for r in recs]
+    recs_frame = pd.DataFrame({
+        sk: np.repeat(sessions.index.to_numpy(), counts),
+        "Rank": np.concatenate([np.arange(1, n + 1) for n in counts]) if counts else np.zeros(0, np.int64),
+        ik: np.concatenate([np.asarray(r.item_ids) for r in recs]) if recs else [],
+        "Score": np.concatenate([np.asarray(r.scores, dtype=np.float64) for r in recs]) if recs else [],
+        "Fallback": np.repeat([r.fallback for r in recs], counts).astype(bool),
+    })
+    n_fallback = sum(r.fallback for r in recs)
+    if n_fallback:
+        streams.info(f"{PROG}: warning: {n_fallback} session(s) had no item known to the model and "
+                     "got the most popular items (Fallback=True)")
     write_events(recs, args.output, force=args.force)
     streams.info(f"Wrote {len(recs)} recommendations for {len(sessions)} sessions to {args.output} "
                  f"({elapsed:.2f}s)")
@@ -531,14 +533,26 @@ def _info_add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the description as JSON")
 
 
+def _count_items(meta: dict[str, Any], tensors: dict[str, Any]) -> int | None:
+    """The item count of a model file (item id list) or a training checkpoint (its data summary)."""
+    for key in ("item_ids", "item_map"):
+        if isinstance(meta.get(key), list):
+            return len(meta[key])
+    if "item_support" in tensors:
+        return int(tensors["item_support"]["shape"][0])
+    data = meta.get("data")
+    if isinstance(data, dict) and isinstance(data.get("n_items"), int):
+        return int(data["n_items"])
+    return None
+
+
 def _info_run(args: argparse.Namespace) -> int:
     from gru4rec.checkpoint import file_info
 
     info = file_info(args.model)
     meta = info["meta"]
     config = meta.get("config", {})
-    item_map = meta.get("item_map")
-    n_items = len(item_map) if isinstance(item_map, list) else None
+    n_items = _count_items(meta, info["tensors"])
     summary = {
         "file": args.model,
         "format_version": info["format_version"],
@@ -548,7 +562,9 @@ def _info_run(args: argparse.Namespace) -> int:
         "config": config,
         "tensors": info["tensors"],
     }
-    extra = {k: v for k, v in meta.items() if k not in ("config", "item_map", "item_support")}
+    # Large or structured entries (the item ids, resume RNG state) are not for reading.
+    extra = {k: v for k, v in meta.items()
+             if k not in ("config", "item_ids", "item_map", "item_support", "numpy_rng")}
     if extra:
         summary["meta"] = extra
     if args.json:
@@ -579,11 +595,15 @@ def _synth_add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="number of sessions (default: the generator's)")
     parser.add_argument("--n-items", type=_positive_int, default=None,
                         help="number of items (default: the generator's)")
+    parser.add_argument("--test-days", type=float, default=None,
+                        help="sessions starting in the last DAYS days form the test set (and, "
+                             "the same way, train_valid) (default: the generator's)")
     _add_force(parser)
 
 
 def _synth_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    kwargs = {"seed": args.seed, "n_sessions": args.n_sessions, "n_items": args.n_items}
+    kwargs = {"seed": args.seed, "n_sessions": args.n_sessions, "n_items": args.n_items,
+              "test_days": args.test_days}
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
@@ -618,6 +638,8 @@ def _demo_add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-ps", "--params", metavar="STR", default=None,
                         help=f"parameters on top of the demo's ({DEMO_PARAMS})")
     parser.add_argument("--seed", type=int, default=None, help="seed of the data generator and the model")
+    parser.add_argument("--n-sessions", type=_positive_int, default=None,
+                        help="sessions in the synthetic data (default: the generator's; fewer is faster)")
     parser.add_argument("-m", "--measure", metavar="K", type=_positive_int, nargs="+", default=[1, 5, 10, 20],
                         help="cutoffs (default: 1 5 10 20)")
     _add_device(parser)
@@ -635,6 +657,8 @@ def _demo_run(args: argparse.Namespace) -> int:
         kwargs: dict[str, Any] = {"force": True}
         if args.seed is not None:
             kwargs["seed"] = args.seed
+        if args.n_sessions is not None:
+            kwargs["n_sessions"] = args.n_sessions
         paths = write_synthetic(data_dir, **kwargs)
         train_path, test_path = _pick_train_test(paths, data_dir)
         streams.info(f"Synthetic data in {data_dir} ({time.perf_counter() - start:.2f}s)")

@@ -1,0 +1,115 @@
+"""The session-parallel schedule of an epoch (spec §3), computed once and held on the device.
+
+B slots each step through one session; a session of length n occupies its slot for n − 1 steps
+(input = item k, target = item k + 1). When a slot's session ends, the next unused session (in
+session order) takes the slot at the next step and the slot's hidden state is reset. Slots that
+free at the same step are refilled in slot order. When no unused session remains, finished slots
+become inactive; the epoch ends when none is active, or — with ``n_sample == 0`` — as soon as fewer
+than two are (a row needs a negative). Sessions of length 1 take no step.
+
+Instead of shrinking the batch at the tail, the schedule keeps B columns and marks inactive slots;
+their input/target are filled with those of the first active slot of the step so that the sparse
+update never touches a row the shrinking batch would not touch (their gradients are zero).
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["Schedule", "build_schedule", "schedule_positions"]
+
+
+def schedule_positions(offsets: np.ndarray, batch_size: int, n_sample: int) -> np.ndarray:
+    """Event index of each slot's input at each step: int64 [T, B], −1 where the slot is inactive.
+
+    ``offsets`` (n_sessions + 1) delimit the sessions in training order; the target of a step is
+    the event right after its input.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    lengths = np.diff(offsets)
+    keep = np.flatnonzero(lengths >= 2)
+    starts, steps = offsets[keep], lengths[keep] - 1
+    n = len(keep)
+    if n == 0:
+        return np.empty((0, batch_size), dtype=np.int64)
+    # Event-driven assignment: a heap of (step at which the slot is free, slot). Ties pop in slot
+    # order, exactly the order in which the original refills the slots freed at one step.
+    slot_of = np.empty(n, dtype=np.int64)
+    begin = np.empty(n, dtype=np.int64)
+    first = min(batch_size, n)
+    slot_of[:first] = np.arange(first)
+    begin[:first] = 0
+    heap = [(int(steps[k]), k) for k in range(first)]
+    heapq.heapify(heap)
+    steps_list = steps.tolist()
+    for k in range(first, n):
+        free_at, slot = heapq.heappop(heap)
+        slot_of[k] = slot
+        begin[k] = free_at
+        heapq.heappush(heap, (free_at + steps_list[k], slot))
+    n_steps = int((begin + steps).max())
+    positions = np.full((n_steps, batch_size), -1, dtype=np.int64)
+    ramp = np.arange(int(steps.sum())) - np.repeat(np.cumsum(steps) - steps, steps)
+    positions[np.repeat(begin, steps) + ramp, np.repeat(slot_of, steps)] = np.repeat(starts, steps) + ramp
+    if n_sample == 0:
+        too_few = np.flatnonzero((positions >= 0).sum(1) < 2)
+        if len(too_few):
+            positions = positions[: too_few[0]]
+    return positions
+
+
+@dataclass
+class Schedule:
+    """One epoch's steps as device tensors (row t is step t)."""
+
+    inputs: Tensor  # int64 [T, B] item index fed to each slot
+    targets: Tensor  # int64 [T, B] item index to predict
+    active: Tensor  # float [T, B] 1 for active slots
+    reset: Tensor  # float [T, B] 1 where the slot starts a new session (hidden state → 0)
+    n_active: np.ndarray  # int64 [T] active slots per step (host copy, for the epoch's statistics)
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.inputs.shape[0])
+
+    @property
+    def n_events(self) -> int:
+        """Number of predictions (input → target pairs) in the epoch."""
+        return int(self.n_active.sum())
+
+
+def build_schedule(
+    items: np.ndarray,
+    offsets: np.ndarray,
+    batch_size: int,
+    n_sample: int,
+    device: torch.device | str,
+    dtype: torch.dtype = torch.float32,
+) -> Schedule:
+    """The epoch's schedule for sessions ``items[offsets[k]:offsets[k+1]]`` in that order,
+    computed on the host with vectorised numpy and moved to ``device`` in one transfer each."""
+    positions = schedule_positions(offsets, batch_size, n_sample)
+    active = positions >= 0
+    n_active = active.sum(1)
+    # Inactive slots borrow the first active slot's events (zero gradient, rows already in use).
+    first_active = active.argmax(1)
+    filled = np.where(active, positions, positions[np.arange(len(positions)), first_active][:, None])
+    items = np.asarray(items, dtype=np.int64)
+    is_start = np.zeros(len(items) + 1, dtype=bool)
+    is_start[np.asarray(offsets[:-1], dtype=np.int64)] = True
+    reset = is_start[positions.clip(0)] & active
+
+    def put(array: np.ndarray, kind: torch.dtype) -> Tensor:
+        return torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=kind)
+
+    return Schedule(
+        inputs=put(items[filled], torch.int64),
+        targets=put(items[filled + 1], torch.int64),
+        active=put(active, dtype),
+        reset=put(reset, dtype),
+        n_active=n_active.astype(np.int64),
+    )

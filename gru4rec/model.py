@@ -1,0 +1,178 @@
+"""The GRU4Rec network (spec §2): item tables, a hand-written GRU cell in the Cho form, scoring.
+
+``torch.nn.GRU`` applies the reset gate after the recurrent product and carries two biases, which
+is a different model; the cell here is written out as in the original:
+
+    v      = x·Wx + Bh                               (one-hot mode, layer 0: v = Wx_0[item] + Bh)
+    r, z   = sigmoid(v_r + h·Wrz_r), sigmoid(v_z + h·Wrz_z)
+    h_cand = hidden_act((h ⊙ r)·Wh + v_c)             (reset applied BEFORE the product)
+    h_new  = (1 − z) ⊙ h + z ⊙ h_cand
+
+Column blocks: ``Wx`` and ``Bh`` are [candidate | reset | update], ``Wrz`` is [reset | update].
+
+The training step (``train.py``) calls the functional pieces below on gathered item rows so that
+only the rows a step touches take part; ``step``/``score_all`` serve prediction and evaluation.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from .config import Config
+
+__all__ = ["GRU4RecNet", "GRULayer", "gru_cell"]
+
+Act = Callable[[Tensor], Tensor]
+
+
+def gru_cell(v: Tensor, h: Tensor, Wh: Tensor, Wrz: Tensor, act: Act) -> Tensor:
+    """One GRU step given the input projection ``v = x·Wx + Bh`` (B×3L) and the state ``h`` (B×L)."""
+    n = h.shape[1]
+    rz = torch.sigmoid(torch.addmm(v[:, n:], h, Wrz))
+    r, z = rz[:, :n], rz[:, n:]
+    h_cand = act(torch.addmm(v[:, :n], h * r, Wh))
+    return torch.lerp(h, h_cand, z)  # (1 − z)·h + z·h_cand
+
+
+class GRULayer(nn.Module):
+    """Parameters of one GRU layer: ``Wx`` (d×3L), ``Wh`` (L×L), ``Wrz`` (L×2L), ``Bh`` (3L)."""
+
+    def __init__(self, in_dim: int, size: int) -> None:
+        super().__init__()
+        self.size = size
+        self.Wx = nn.Parameter(torch.empty(in_dim, 3 * size))
+        self.Wh = nn.Parameter(torch.empty(size, size))
+        self.Wrz = nn.Parameter(torch.empty(size, 2 * size))
+        self.Bh = nn.Parameter(torch.zeros(3 * size))
+
+
+class GRU4RecNet(nn.Module):
+    """Item tables and GRU layers of GRU4Rec.
+
+    Parameters: ``Wy`` (N×L output items), ``By`` (N), ``E`` (N×K, separate-embedding mode only,
+    else ``None``) and ``layers[i]`` (:class:`GRULayer`). The input to layer 0 is, by
+    ``config.embedding_mode``: ``Wy[item]`` (shared), ``E[item]`` (separate) or the row
+    ``Wx_0[item]`` itself (none: the one-hot product).
+    """
+
+    def __init__(self, n_items: int, config: Config, *, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        if n_items < 1:
+            raise ValueError("GRU4RecNet needs at least one item")
+        self.n_items = n_items
+        self.mode = config.embedding_mode
+        self.hidden_act: Act = config.hidden_activation
+        self.dropout_p_embed = config.dropout_p_embed if self.mode != "none" else 0.0
+        self.dropout_p_hidden = config.dropout_p_hidden
+        sizes = list(config.layers)
+        self.Wy = nn.Parameter(torch.empty(n_items, sizes[-1]))
+        self.By = nn.Parameter(torch.zeros(n_items))
+        if self.mode == "separate":
+            self.E: nn.Parameter | None = nn.Parameter(torch.empty(n_items, int(config.embedding)))
+            in_dim = int(config.embedding)
+        else:
+            self.E = None
+            in_dim = sizes[-1] if self.mode == "shared" else n_items
+        layers = []
+        for size in sizes:
+            layers.append(GRULayer(in_dim, size))
+            in_dim = size
+        self.layers = nn.ModuleList(layers)
+        self.reset_parameters(config.sigma, config.init_as_normal, generator)
+
+    # ------------------------------------------------------------------ initialisation
+
+    @torch.no_grad()
+    def reset_parameters(self, sigma: float = 0.0, normal: bool = False, generator: torch.Generator | None = None) -> None:
+        """Draw every weight block independently (spec §2): U[−σ, σ] with σ = sqrt(6/(rows+cols))
+        of the block unless ``sigma > 0`` fixes it; N(0, σ²) when ``normal``. Biases are zero."""
+
+        def fill(block: Tensor) -> None:
+            s = sigma if sigma > 0 else math.sqrt(6.0 / (block.shape[0] + block.shape[1]))
+            values = torch.empty(block.shape, dtype=block.dtype)
+            if normal:
+                values.normal_(0.0, s, generator=generator)
+            else:
+                values.uniform_(-s, s, generator=generator)
+            block.copy_(values)
+
+        for layer in self.layers:
+            n = layer.size
+            for k in range(3):
+                fill(layer.Wx[:, k * n:(k + 1) * n])
+            fill(layer.Wh)
+            for k in range(2):
+                fill(layer.Wrz[:, k * n:(k + 1) * n])
+            layer.Bh.zero_()
+        if self.E is not None:
+            fill(self.E)
+        fill(self.Wy)
+        self.By.zero_()
+
+    # ------------------------------------------------------------------ structure
+
+    @property
+    def input_table(self) -> nn.Parameter:
+        """The table whose rows feed layer 0: ``Wy`` (shared), ``E`` (separate) or ``Wx_0`` (none)."""
+        if self.mode == "shared":
+            return self.Wy
+        if self.mode == "separate":
+            assert self.E is not None
+            return self.E
+        return self.layers[0].Wx
+
+    def sparse_parameters(self) -> dict[str, nn.Parameter]:
+        """Item-indexed tables, updated only at the rows a step uses (spec §6)."""
+        tables = {"Wy": self.Wy, "By": self.By}
+        if self.mode == "separate":
+            assert self.E is not None
+            tables["E"] = self.E
+        elif self.mode == "none":
+            tables["layers.0.Wx"] = self.layers[0].Wx
+        return tables
+
+    def dense_parameters(self) -> dict[str, nn.Parameter]:
+        """Every other parameter: updated as a whole at every step."""
+        sparse = {id(p) for p in self.sparse_parameters().values()}
+        return {name: p for name, p in self.named_parameters() if id(p) not in sparse}
+
+    @property
+    def sizes(self) -> list[int]:
+        return [layer.size for layer in self.layers]
+
+    # ------------------------------------------------------------------ forward pieces
+
+    def layer0_projection(self, x: Tensor) -> Tensor:
+        """``v`` of layer 0 from its input rows (embedding rows, or ``Wx_0`` rows in none mode)."""
+        layer = self.layers[0]
+        if self.mode == "none":
+            return x + layer.Bh
+        return torch.addmm(layer.Bh, x, layer.Wx)
+
+    def init_hidden(self, batch_size: int, device: torch.device | str | None = None) -> list[Tensor]:
+        """Zero hidden states, one B×L_i tensor per layer."""
+        device = self.Wy.device if device is None else device
+        return [torch.zeros(batch_size, n, device=device, dtype=self.Wy.dtype) for n in self.sizes]
+
+    def step(self, items: Tensor, hidden: list[Tensor]) -> Tensor:
+        """Advance every row by one item: returns the last layer's output (B×L) and overwrites
+        ``hidden`` in place. Dropout applies only in training mode (inverted dropout)."""
+        x = self.input_table.index_select(0, items)
+        if self.training and self.dropout_p_embed > 0:
+            x = nn.functional.dropout(x, self.dropout_p_embed)
+        v = self.layer0_projection(x)
+        for i, layer in enumerate(self.layers):
+            if i > 0:
+                v = torch.addmm(layer.Bh, x, layer.Wx)
+            x = gru_cell(v, hidden[i], layer.Wh, layer.Wrz, self.hidden_act)
+            if self.training and self.dropout_p_hidden > 0:
+                x = nn.functional.dropout(x, self.dropout_p_hidden)
+            hidden[i].copy_(x)
+        return x
+
+    def score_all(self, out: Tensor) -> Tensor:
+        """Raw scores of every item: ``out·Wyᵀ + By`` (B×N)."""
+        return torch.addmm(self.By, out, self.Wy.t())

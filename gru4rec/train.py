@@ -1,0 +1,280 @@
+"""Training: one step (:class:`Trainer`) and the epoch loop (:func:`train_epochs`).
+
+A step, for B slots and S shared samples (spec §3–§6):
+
+1. zero the hidden state of slots that start a new session;
+2. gather the rows the step touches — input rows (B×d₀), candidate rows ``Wy[cols]`` (C×L) and
+   ``By[cols]`` (C), cols = [targets (B), samples (S)] — as leaf tensors, so autograd produces
+   gradients for those rows only (never an N-row dense gradient);
+3. run the GRU layers (dropout in training), score B×C, subtract logQ, compute the loss;
+4. backpropagate one step (the carried hidden state is a constant) and update: dense parameters
+   as a whole, item tables at the gathered rows (:mod:`gru4rec.optim`).
+
+Nothing in a step leaves the device or is built from host data: the schedule and the samples are
+device tensors prepared per epoch/store, and the loss is accumulated on the device and read once
+per progress interval.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .batching import Schedule, build_schedule
+from .config import Config
+from .errors import TrainingDivergedError
+from .losses import make_loss
+from .model import GRU4RecNet, gru_cell
+from .optim import Optimizer
+from .sampling import SampleStore
+
+__all__ = ["Trainer", "EpochStats", "train_epochs"]
+
+
+class Trainer:
+    """Owns the training state of a network: hidden states, optimiser, samples, dropout RNG."""
+
+    def __init__(self, net: GRU4RecNet, config: Config, item_support: np.ndarray, *, seed: int | None = None) -> None:
+        self.net = net
+        self.config = config
+        seed = config.seed if seed is None else seed
+        p = net.Wy
+        self.device, self.dtype = p.device, p.dtype
+        self.batch_size = B = config.batch_size
+        self.n_sample = config.n_sample
+        self.loss_fn = make_loss(config)
+        self.optimizer = Optimizer(net.dense_parameters(), net.sparse_parameters(), config)
+        self._dense = list(self.optimizer.dense.values())
+        self.hidden = net.init_hidden(B)
+        self.sampler = (
+            SampleStore(item_support, config.sample_alpha, config.n_sample, config.sample_store_size, self.device, seed=seed + 1)
+            if config.n_sample > 0
+            else None
+        )
+        self._no_samples = torch.empty(0, dtype=torch.int64, device=self.device)
+        self._ones_s = torch.ones(config.n_sample, device=self.device, dtype=self.dtype)
+        support = torch.as_tensor(np.asarray(item_support, dtype=np.float64), device=self.device)
+        log_support = torch.log(support).to(self.dtype)
+        # logQ (§4): in-batch columns −logq·log supp, sampled columns −logq·alpha·log supp.
+        self.logq_in = config.logq * log_support if config.logq > 0 else None
+        self.logq_sample = config.logq * config.sample_alpha * log_support if config.logq > 0 else None
+        # Dropout masks are drawn in place into fixed buffers from the trainer's own generator.
+        self.dropout_gen = torch.Generator(device=self.device)
+        self.dropout_gen.manual_seed(seed + 2)
+        d0 = net.input_table.shape[1]
+        self._embed_mask = torch.empty(B, d0, device=self.device, dtype=self.dtype) if net.dropout_p_embed > 0 else None
+        self._hidden_masks = (
+            [torch.empty(B, n, device=self.device, dtype=self.dtype) for n in net.sizes] if net.dropout_p_hidden > 0 else None
+        )
+
+    def reset_hidden(self) -> None:
+        for h in self.hidden:
+            h.zero_()
+
+    def _dropout(self, x: Tensor, mask: Tensor | None, p: float) -> Tensor:
+        if mask is None:
+            return x
+        keep = 1.0 - p
+        mask.bernoulli_(keep, generator=self.dropout_gen).div_(keep)
+        return x * mask
+
+    def train_step(self, inputs: Tensor, targets: Tensor, active: Tensor, reset: Tensor, samples: Tensor | None = None) -> Tensor:
+        """One step over the B slots; returns the loss (0-dim device tensor, sum over active rows / B).
+
+        ``active`` and ``reset`` are float 0/1 vectors (B). ``samples`` (S ids) default to the
+        next row of the sample store.
+        """
+        net, S = self.net, self.n_sample
+        if samples is None:
+            samples = self.sampler.next() if self.sampler is not None else self._no_samples
+        keep = (1.0 - reset).unsqueeze(1)
+        for h in self.hidden:
+            h.mul_(keep)
+        cols = torch.cat((targets, samples))
+        table_in = net.input_table
+        x_in = table_in.index_select(0, inputs).requires_grad_()
+        wy = net.Wy.detach().index_select(0, cols).requires_grad_()
+        by = net.By.detach().index_select(0, cols).requires_grad_()
+
+        with torch.enable_grad():
+            x = self._dropout(x_in, self._embed_mask, net.dropout_p_embed)
+            v = net.layer0_projection(x)
+            new_hidden = []
+            for i, layer in enumerate(net.layers):
+                if i > 0:
+                    v = torch.addmm(layer.Bh, x, layer.Wx)
+                x = gru_cell(v, self.hidden[i], layer.Wh, layer.Wrz, net.hidden_act)
+                x = self._dropout(x, None if self._hidden_masks is None else self._hidden_masks[i], net.dropout_p_hidden)
+                new_hidden.append(x)
+            raw = torch.addmm(by, x, wy.t())
+            if self.logq_in is not None:
+                assert self.logq_sample is not None
+                raw = raw - torch.cat((self.logq_in.index_select(0, targets), self.logq_sample.index_select(0, samples)))
+            col_valid = torch.cat((active, self._ones_s)) if S > 0 else active
+            loss = self.loss_fn(raw, col_valid, active, active.sum() + S)
+            grads = torch.autograd.grad(loss, [x_in, wy, by, *self._dense])
+
+        g_in, g_wy, g_by = grads[0], grads[1], grads[2]
+        if net.mode == "shared":
+            sparse = {"Wy": (torch.cat((inputs, cols)), torch.cat((g_in, g_wy))), "By": (cols, g_by)}
+        else:
+            sparse = {"Wy": (cols, g_wy), "By": (cols, g_by), ("E" if net.mode == "separate" else "layers.0.Wx"): (inputs, g_in)}
+        self.optimizer.step(list(grads[3:]), sparse)
+        for h, h_new in zip(self.hidden, new_hidden):
+            h.copy_(h_new.detach())
+        return loss.detach()
+
+    # ------------------------------------------------------------------ checkpointing
+
+    def state_dict(self) -> dict[str, object]:
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "sampler": self.sampler.state_dict() if self.sampler is not None else {},
+            "dropout_gen": self.dropout_gen.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])  # type: ignore[arg-type]
+        if self.sampler is not None:
+            self.sampler.load_state_dict(state["sampler"])  # type: ignore[arg-type]
+        self.dropout_gen.set_state(state["dropout_gen"])  # type: ignore[arg-type]
+
+
+@dataclass
+class EpochStats:
+    """What one epoch measured."""
+
+    epoch: int
+    loss: float
+    seconds: float
+    n_steps: int
+    n_events: int
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.n_steps / self.seconds if self.seconds > 0 else math.inf
+
+    @property
+    def events_per_s(self) -> float:
+        return self.n_events / self.seconds if self.seconds > 0 else math.inf
+
+    def line(self) -> str:
+        """The original's per-epoch line."""
+        return (
+            f"Epoch{self.epoch} --> loss: {self.loss:.6f} \t({self.seconds:.2f}s) "
+            f"\t[{self.mb_per_s:.2f} mb/s | {self.events_per_s:.0f} e/s]"
+        )
+
+
+class _Progress:
+    """A one-line progress bar on a terminal; silent otherwise. Updates at most every 0.5 s."""
+
+    def __init__(self, total: int, label: str, enabled: bool) -> None:
+        self.total, self.label = total, label
+        self.enabled = enabled and sys.stderr.isatty()
+        self.start = self.last = time.perf_counter()
+
+    def due(self) -> bool:
+        now = time.perf_counter()
+        if now - self.last < 0.5:
+            return False
+        self.last = now
+        return True
+
+    def show(self, done: int, loss: float) -> None:
+        if not self.enabled:
+            return
+        rate = done / max(time.perf_counter() - self.start, 1e-9)
+        width = 30
+        filled = int(width * done / max(self.total, 1))
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} loss {loss:.4f} {rate:.0f} mb/s")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r" + " " * 100 + "\r")
+            sys.stderr.flush()
+
+
+def reorder(items: np.ndarray, offsets: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Items and offsets with the sessions rearranged in ``order`` (vectorised)."""
+    lengths = np.diff(offsets)[order]
+    new_offsets = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_offsets[1:])
+    take = np.repeat(offsets[:-1][order] - new_offsets[:-1], lengths) + np.arange(new_offsets[-1])
+    return items[take], new_offsets
+
+
+def train_epochs(
+    trainer: Trainer,
+    items: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    first_epoch: int = 1,
+    n_epochs: int | None = None,
+    rng: np.random.Generator | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = print,
+) -> Iterator[EpochStats]:
+    """Train epoch after epoch, yielding each epoch's statistics (the caller may stop early).
+
+    Raises :class:`TrainingDivergedError` when the loss becomes NaN or infinite.
+    """
+    config = trainer.config
+    last = config.n_epochs if n_epochs is None else n_epochs
+    rng = rng if rng is not None else np.random.default_rng(config.seed + 3)
+    schedule: Schedule | None = None
+    for epoch in range(first_epoch, last + 1):
+        if schedule is None or config.train_random_order:
+            if config.train_random_order:
+                ep_items, ep_offsets = reorder(items, offsets, rng.permutation(len(offsets) - 1))
+            else:
+                ep_items, ep_offsets = items, offsets
+            schedule = build_schedule(ep_items, ep_offsets, config.batch_size, config.n_sample, trainer.device, trainer.dtype)
+        if schedule.n_steps == 0:
+            raise TrainingDivergedError("the training data has no session of length 2 or more: nothing to train on")
+        trainer.net.train()
+        trainer.reset_hidden()
+        stats = _run_epoch(trainer, schedule, epoch, progress)
+        if log is not None:
+            log(stats.line())
+        yield stats
+
+
+def _run_epoch(trainer: Trainer, schedule: Schedule, epoch: int, progress: bool) -> EpochStats:
+    device, dtype = trainer.device, trainer.dtype
+    weights = torch.as_tensor(schedule.n_active, device=device, dtype=dtype)
+    step_ids = torch.arange(schedule.n_steps, device=device)
+    total = torch.zeros((), device=device, dtype=torch.float64)
+    first_bad = torch.full((), -1, device=device, dtype=torch.int64)
+    bar = _Progress(schedule.n_steps, f"Epoch{epoch}", progress)
+    inputs, targets, active, reset = schedule.inputs, schedule.targets, schedule.active, schedule.reset
+    start = time.perf_counter()
+
+    def check(done: int) -> float:
+        """The mean loss so far; raises if a step's loss was not finite (one host sync)."""
+        bad = int(first_bad)
+        if bad >= 0:
+            raise TrainingDivergedError(
+                f"the loss became NaN or infinite in epoch {epoch} at step {bad + 1} of {schedule.n_steps}; "
+                "lower learning_rate or momentum (or set grad_cap)"
+            )
+        return float(total) / max(float(schedule.n_active[:done].sum()), 1.0)
+
+    for t in range(schedule.n_steps):
+        loss = trainer.train_step(inputs[t], targets[t], active[t], reset[t])
+        # Epoch loss: mean of the step losses weighted by the active rows (device-side).
+        total += loss * weights[t]
+        first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss), step_ids[t], first_bad)
+        if bar.due():  # also bounds how long a diverged run goes on unnoticed
+            bar.show(t + 1, check(t + 1))
+    mean_loss = check(schedule.n_steps)
+    seconds = time.perf_counter() - start
+    bar.close()
+    return EpochStats(epoch=epoch, loss=mean_loss, seconds=seconds, n_steps=schedule.n_steps, n_events=schedule.n_events)
