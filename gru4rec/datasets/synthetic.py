@@ -6,8 +6,8 @@ positions inside a session):
 * Item popularity is Zipf-like: the item of popularity rank r has weight 1 / (r + 1)^a.
 * Items belong to hidden clusters (topics). Each session picks a topic (in proportion to the
   topic's total popularity) and keeps it.
-* Every item has a few likely successors in its own topic (a sparse first-order Markov
-  structure). Each next event is, with probability ``p_successor``, one of the current item's
+* Every item has a few likely successors, drawn uniformly from its own topic (a sparse
+  first-order Markov structure). Each next event is, with probability ``p_successor``, one of the current item's
   successors (weights halving from the first to the last); else, with probability
   ``p_topic``, a popular item of the session's topic; else an item drawn from global
   popularity. So a first-order Markov model beats popularity by a wide margin, and a model
@@ -15,6 +15,10 @@ positions inside a session):
 * Session lengths are 2 + a geometric number (mean ``mean_length``, at most ``max_length``).
 * Sessions start at sorted random times over ``n_days`` days; events inside a session are
   1 + Exp(60 s) seconds apart (integer unix seconds, strictly increasing).
+
+With the defaults the shape is close to the rsc15 100k sample: the top 1 % of items hold
+18 % of the events (rsc15: 17 %), the 20 most popular items catch 14 % of next items (9 %),
+the 20 most frequent successors of the previous item 58 % (51 %).
 
 Session ids are 1..n_sessions in order of start time; item ids are distinct random 9-digit
 integers (like YOOCHOOSE's), so code that confuses ids with indices fails visibly.
@@ -74,7 +78,7 @@ def generate(
     *,
     mean_length: float = 5.0,
     max_length: int = 200,
-    zipf_exponent: float = 1.0,
+    zipf_exponent: float = 0.8,
     n_topics: int | None = None,
     n_successors: int = 3,
     p_successor: float = 0.5,
@@ -115,8 +119,10 @@ def generate(
         u = rng.random(size) * global_cum[-1]
         return np.minimum(np.searchsorted(global_cum, u, side="right"), n_items - 1)
 
-    # Successors of each item, drawn from its topic; a self-loop is replaced by a global draw.
-    succ = sampler.sample(rng, np.repeat(topic, n_successors)).reshape(n_items, n_successors)
+    # Successors of each item: drawn from its topic uniformly (not by popularity, which would
+    # concentrate the events on a few heads); a self-loop is replaced by a global draw.
+    uniform = _ClusterSampler(np.ones(n_items), topic, n_topics)
+    succ = uniform.sample(rng, np.repeat(topic, n_successors)).reshape(n_items, n_successors)
     self_loop = succ == np.arange(n_items)[:, None]
     succ[self_loop] = global_sample(int(self_loop.sum()))
     succ_cum = np.cumsum(0.5 ** np.arange(n_successors))
