@@ -519,8 +519,8 @@ def _recommend_run(args: argparse.Namespace) -> int:
     if n_fallback:
         streams.info(f"{PROG}: warning: {n_fallback} session(s) had no item known to the model and "
                      "got the most popular items (Fallback=True)")
-    write_events(recs, args.output, force=args.force)
-    streams.info(f"Wrote {len(recs)} recommendations for {len(sessions)} sessions to {args.output} "
+    write_events(recs_frame, args.output, force=args.force)
+    streams.info(f"Wrote {len(recs_frame)} recommendations for {len(sessions)} sessions to {args.output} "
                  f"({elapsed:.2f}s)")
     return EXIT_OK
 
@@ -662,7 +662,9 @@ def _demo_run(args: argparse.Namespace) -> int:
         paths = write_synthetic(data_dir, **kwargs)
         train_path, test_path = _pick_train_test(paths, data_dir)
         streams.info(f"Synthetic data in {data_dir} ({time.perf_counter() - start:.2f}s)")
-        config = _build_config(None, DEMO_PARAMS + ("," + args.params if args.params else ""), seed=args.seed)
+        config = _build_config(None, DEMO_PARAMS, seed=args.seed)
+        if args.params:
+            config = config.replace_from_string(args.params)
         model = _train(str(train_path), config, device=args.device, streams=streams)
         model_path = workdir / "demo.gru4rec"
         model.save(model_path, overwrite=True)
@@ -759,8 +761,15 @@ def _error_message(exc: BaseException) -> str:
     if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)) and exc.filename:
         reason = exc.strerror or str(exc)
         return f"{reason}: {exc.filename}"
-    text = str(exc).strip()
-    return text or type(exc).__name__
+    # Some messages list several problems on indented '- ' lines: keep them on one line.
+    parts = [line.strip().removeprefix("- ").strip() for line in str(exc).strip().splitlines()]
+    parts = [p for p in parts if p]
+    if not parts:
+        return type(exc).__name__
+    head, rest = parts[0], parts[1:]
+    if rest:
+        return head + (" " if head.endswith(":") else "; ") + "; ".join(rest)
+    return head
 
 
 def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str],

@@ -1,0 +1,578 @@
+"""The ``gru4rec`` command line, run in-process through ``main(argv)`` with its output parsed.
+
+Metrics printed by the commands are checked against an independent brute-force evaluator that
+steps the network one session at a time and ranks the target among all scores with NumPy.
+Runs are tiny (a few hundred synthetic events, 8 units, 16 samples, 2 epochs).
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from gru4rec import cli
+from gru4rec.cli import COMMANDS, main
+
+TINY = "layers=8,n_sample=16,n_epochs=2,batch_size=8,sample_store_size=1600,learning_rate=0.1"
+CUTOFFS = (1, 5, 10)
+METRIC_LINE = re.compile(r"^Recall@(\d+): ([0-9.]+) MRR@(\d+): ([0-9.]+)")
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def parse_metrics(text: str) -> list[dict[int, tuple[float, float]]]:
+    """Metric blocks in order (one per test file): {cutoff: (recall, mrr)}."""
+    blocks: list[dict[int, tuple[float, float]]] = []
+    current: dict[int, tuple[float, float]] = {}
+    for line in text.splitlines():
+        m = METRIC_LINE.match(line)
+        if not m:
+            continue
+        c = int(m.group(1))
+        if c in current:
+            blocks.append(current)
+            current = {}
+        current[c] = (float(m.group(2)), float(m.group(4)))
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def assert_one_line_error(err: str, *fragments: str) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err
+    errors = [line for line in lines if line.startswith("gru4rec: error: ")]
+    assert len(errors) == 1, err
+    for fragment in fragments:
+        assert fragment in errors[0], (fragment, errors[0])
+
+
+def brute_force(model: Any, test: pd.DataFrame, cutoffs: tuple[int, ...], mode: str) -> dict[int, tuple[float, float]]:
+    """Per-event reference: zero state per session, rank the target among all N raw scores."""
+    cfg = model.config
+    net = model.net
+    net.eval()
+    index = {item: i for i, item in enumerate(model.item_map.to_list())}
+    test = test.sort_values([cfg.session_key, cfg.time_key], kind="stable")
+    ranks: list[float] = []
+    with torch.no_grad():
+        for _, items in test.groupby(cfg.session_key, sort=False)[cfg.item_key]:
+            known = [index[i] for i in items if i in index]
+            hidden = net.init_hidden(1)
+            for prev, target in zip(known[:-1], known[1:]):
+                out = net.step(torch.tensor([prev], device=net.Wy.device), hidden)
+                scores = net.score_all(out)[0].double().cpu().numpy()
+                t = scores[target]
+                higher, equal = int((scores > t).sum()), int((scores == t).sum())
+                ranks.append(higher + 1 if mode == "standard" else float(higher + equal))
+    r = np.asarray(ranks, dtype=np.float64)
+    return {c: (float(np.mean(r <= c)), float(np.mean(np.where(r <= c, 1.0 / r, 0.0)))) for c in cutoffs}
+
+
+def assert_metrics_close(got: dict[int, tuple[float, float]], want: dict[int, tuple[float, float]]) -> None:
+    assert set(got) == set(want)
+    for c in want:
+        # printed with 6 decimals
+        assert got[c][0] == pytest.approx(want[c][0], abs=1.5e-6), c
+        assert got[c][1] == pytest.approx(want[c][1], abs=1.5e-6), c
+
+
+# ----------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from gru4rec.datasets.synthetic import write_synthetic
+
+    d = tmp_path_factory.mktemp("synthetic")
+    return write_synthetic(d, n_sessions=150, n_items=40, seed=3, test_days=6)
+
+
+@pytest.fixture(scope="module")
+def trained(data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One CLI training run with a saved model and evaluation output, shared by many tests."""
+    d = tmp_path_factory.mktemp("trained")
+    model_path = d / "model.gru4rec"
+    metrics_path = d / "metrics.json"
+    torch.set_num_threads(1)
+    code = main([
+        "train", str(data["train_full"]), "-ps", TINY, "--seed", "7", "--save", str(model_path),
+        "-t", str(data["test"]), "-m", *map(str, CUTOFFS), "-e", "conservative", "-d", "cpu",
+        "--metrics-json", str(metrics_path),
+    ])
+    assert code == 0
+    return {"model": model_path, "metrics": metrics_path}
+
+
+@pytest.fixture(scope="module")
+def loaded(trained: dict[str, Any]) -> Any:
+    from gru4rec.recommender import GRU4Rec
+
+    return GRU4Rec.load(trained["model"], device="cpu")
+
+
+# --------------------------------------------------------------------------------- top level
+
+
+def test_no_arguments_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run([], capsys)
+    assert code == 0
+    assert out.startswith("usage: gru4rec")
+    for name in COMMANDS:
+        assert name in out
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from gru4rec import __version__
+
+    code, out, _ = run(["--version"], capsys)
+    assert code == 0 and out.strip() == f"gru4rec {__version__}"
+
+
+def test_unknown_command_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["bogus"], capsys)
+    assert code == 2 and "invalid choice: 'bogus'" in err
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_has_help_for_every_option(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    if COMMANDS[name].unavailable():
+        pytest.skip(f"{name}: {COMMANDS[name].unavailable()}")
+    parser = cli.build_parser(name)
+    sub = next(a for a in parser._actions if a.dest == "command").choices[name]  # type: ignore[union-attr]
+    for action in sub._actions:
+        assert action.help, f"{name}: option {action.option_strings or action.dest} has no help"
+    code, out, _ = run([name, "--help"], capsys)
+    assert code == 0 and out.startswith(f"usage: gru4rec {name}")
+
+
+def test_missing_required_option_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["evaluate", "-t", "x.tsv"], capsys)
+    assert code == 2 and "--model" in err
+
+
+# -------------------------------------------------------------------------- train / evaluate
+
+
+def test_train_prints_metrics_equal_to_brute_force(
+    trained: dict[str, Any], loaded: Any, data: dict[str, Path]
+) -> None:
+    report = json.loads(trained["metrics"].read_text())
+    (entry,) = report.values()
+    test = pd.read_csv(data["test"], sep="\t")
+    want = brute_force(loaded, test, CUTOFFS, "conservative")
+    got = {c: (entry["recall"][str(c)], entry["mrr"][str(c)]) for c in CUTOFFS}
+    for c in CUTOFFS:
+        assert got[c][0] == pytest.approx(want[c][0], abs=1e-9)
+        assert got[c][1] == pytest.approx(want[c][1], abs=1e-9)
+    assert entry["mode"] == "conservative"
+    assert entry["n_predictions"] == sum(len(g) - 1 for _, g in test.groupby("SessionId"))
+
+
+def test_evaluate_saved_model_identical_to_training_run(
+    trained: dict[str, Any], data: dict[str, Path], loaded: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = json.loads(trained["metrics"].read_text())
+    (entry,) = report.values()
+    code, out, err = run(["evaluate", "--model", trained["model"], "-t", data["test"], data["test"],
+                          "-m", *CUTOFFS, "-e", "conservative", "-d", "cpu"], capsys)
+    assert code == 0, err
+    blocks = parse_metrics(out)
+    assert len(blocks) == 2 and blocks[0] == blocks[1]
+    for c in CUTOFFS:
+        # Exactly the numbers of the run that trained the model, to the printed digits.
+        assert blocks[0][c] == (round(entry["recall"][str(c)], 6), round(entry["mrr"][str(c)], 6))
+    # The extended metrics are on the result lines too.
+    assert re.search(r"NDCG@10: [0-9.]+ Coverage@10: [0-9.]+ Popularity@10: [0-9.]+", out)
+    assert "Evaluation took" in err  # progress/timings on stderr, results on stdout
+
+
+@pytest.mark.parametrize("mode", ["standard", "conservative"])
+def test_evaluate_modes_match_brute_force(
+    mode: str, trained: dict[str, Any], data: dict[str, Path], loaded: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(["evaluate", "--model", trained["model"], "-t", data["train_valid"],
+                          "-m", 1, 5, 10, 20, "-e", mode], capsys)
+    assert code == 0, err
+    (block,) = parse_metrics(out)
+    want = brute_force(loaded, pd.read_csv(data["train_valid"], sep="\t"), (1, 5, 10, 20), mode)
+    assert_metrics_close(block, want)
+
+
+def test_train_column_keys_reach_the_model(
+    data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = {"SessionId": "sid", "ItemId": "iid", "Time": "ts"}
+    train = tmp_path / "train.csv"
+    test = tmp_path / "test.csv"
+    pd.read_csv(data["train_full"], sep="\t").rename(columns=names).to_csv(train, index=False)
+    pd.read_csv(data["test"], sep="\t").rename(columns=names).to_csv(test, index=False)
+    model = tmp_path / "m.gru4rec"
+    code, out, err = run(["train", train, "-ps", TINY.replace("n_epochs=2", "n_epochs=1"),
+                          "-sk", "sid", "-ik", "iid", "-tk", "ts", "--save", model, "-t", test], capsys)
+    assert code == 0, err
+    assert len(parse_metrics(out)) == 1
+    code, info, err = run(["info", model, "--json"], capsys)
+    cfg = json.loads(info)["config"]
+    assert (cfg["session_key"], cfg["item_key"], cfg["time_key"]) == ("sid", "iid", "ts")
+    # The saved model evaluates files with its own column names without any flags.
+    code, out2, err = run(["evaluate", "--model", model, "-t", test], capsys)
+    assert code == 0, err
+    assert parse_metrics(out2) == parse_metrics(out)
+
+
+def test_evaluate_with_other_column_names(
+    trained: dict[str, Any], data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    renamed = tmp_path / "t.tsv"
+    pd.read_csv(data["test"], sep="\t").rename(columns={"ItemId": "product"}).to_csv(renamed, sep="\t", index=False)
+    code, out_a, err = run(["evaluate", "--model", trained["model"], "-t", data["test"]], capsys)
+    assert code == 0, err
+    code, out_b, err = run(["evaluate", "--model", trained["model"], "-t", renamed, "-ik", "product"], capsys)
+    assert code == 0, err
+    assert parse_metrics(out_a) == parse_metrics(out_b)
+
+
+def test_param_file_then_param_string(
+    data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pf = tmp_path / "p.py"
+    pf.write_text("from collections import OrderedDict\n"
+                  "gru4rec_params = OrderedDict([('loss', 'bpr-max'), ('layers', [6]), ('n_epochs', 1),"
+                  " ('n_sample', 16), ('batch_size', 8), ('final_act', 'elu-1')])\n")
+    model = tmp_path / "m"
+    code, _, err = run(["train", data["train_tr"], "-pf", pf, "-ps", "layers=5,sample_store_size=160",
+                        "--seed", "3", "--save", model], capsys)
+    assert code == 0, err
+    code, out, _ = run(["info", model, "--json"], capsys)
+    cfg = json.loads(out)["config"]
+    assert cfg["loss"] == "bpr-max" and cfg["final_act"] == "elu-1"
+    assert cfg["layers"] == [5] and cfg["seed"] == 3 and cfg["sample_store_size"] == 160
+
+
+def test_checkpoint_resume(
+    data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gru4rec.checkpoint import load_file
+    from gru4rec.recommender import GRU4Rec
+
+    ck = tmp_path / "ck"
+    ps = TINY.replace("n_epochs=2", "n_epochs=3")
+    original = GRU4Rec._save_checkpoint
+    saves: list[int] = []
+
+    def save_then_die(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        saves.append(self.epochs_trained)
+        if len(saves) == 2:
+            raise KeyboardInterrupt  # the run is killed right after epoch 2's checkpoint
+
+    monkeypatch.setattr(GRU4Rec, "_save_checkpoint", save_then_die)
+    code, _, err = run(["train", data["train_tr"], "-ps", ps, "--checkpoint-dir", ck, "--save", tmp_path / "a"], capsys)
+    assert code == 130 and "interrupted" in err and "Traceback" not in err
+    assert saves == [1, 2] and not (tmp_path / "a").exists()
+    monkeypatch.setattr(GRU4Rec, "_save_checkpoint", original)
+
+    code, out, err = run(["train", data["train_tr"], "-ps", ps, "--checkpoint-dir", ck, "--resume",
+                          "--save", tmp_path / "b"], capsys)
+    assert code == 0, err
+    assert "Resuming" in err and "Epoch3" in err and "Epoch1 " not in err
+    code, _, err = run(["train", data["train_tr"], "-ps", ps, "--save", tmp_path / "c"], capsys)
+    assert code == 0, err
+    # The resumed run ends with exactly the model of an uninterrupted run.
+    tb, _ = load_file(tmp_path / "b")
+    tc, _ = load_file(tmp_path / "c")
+    assert set(tb) == set(tc)
+    for name in tb:
+        assert torch.equal(tb[name], tc[name]), name
+
+
+# -------------------------------------------------------------------------------- error paths
+
+
+def test_missing_training_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["train", tmp_path / "nope.tsv", "-ps", TINY], capsys)
+    assert code == 1
+    assert_one_line_error(err, "nope.tsv", "not found")
+
+
+def test_missing_test_file(data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["train", data["train_tr"], "-ps", TINY, "-t", tmp_path / "nope.tsv"], capsys)
+    assert code == 1
+    assert_one_line_error(err, "nope.tsv")
+
+
+def test_bad_param(data: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["train", data["train_tr"], "-ps", "layerz=8,loss=nope"], capsys)
+    assert code == 2
+    assert_one_line_error(err, "layerz")
+
+
+def test_bad_param_file(data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["train", data["train_tr"], "-pf", tmp_path / "missing.py"], capsys)
+    assert code == 2
+    assert_one_line_error(err, "missing.py")
+
+
+def test_unknown_column_key(data: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["train", data["train_tr"], "-ps", TINY, "-ik", "Product"], capsys)
+    assert code == 1
+    assert_one_line_error(err, "Product")
+
+
+def test_bad_flag_values(data: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["train", data["train_tr"], "-m", "0"], capsys)
+    assert code == 2 and "positive integer" in err
+    code, _, err = run(["train", data["train_tr"], "-e", "optimistic"], capsys)
+    assert code == 2 and "invalid choice" in err
+    code, _, err = run(["train", data["train_tr"], "--resume"], capsys)
+    assert code == 2
+    assert_one_line_error(err, "--checkpoint-dir")
+
+
+def test_refuses_to_overwrite(
+    data: dict[str, Path], trained: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    existing = tmp_path / "keep.bin"
+    existing.write_bytes(b"user data")
+    code, _, err = run(["train", data["train_tr"], "-ps", TINY, "--save", existing], capsys)
+    assert code == 2
+    assert_one_line_error(err, str(existing), "--force")
+    assert existing.read_bytes() == b"user data"  # checked before training, nothing written
+    code, _, err = run(["evaluate", "--model", trained["model"], "-t", data["test"],
+                        "--metrics-json", existing], capsys)
+    assert code == 2 and existing.read_bytes() == b"user data"
+    code, _, err = run(["train", data["train_tr"], "-ps", TINY.replace("n_epochs=2", "n_epochs=1"),
+                        "--save", existing, "--force"], capsys)
+    assert code == 0, err
+    assert existing.read_bytes() != b"user data"
+
+
+def test_corrupt_model_file(trained: dict[str, Any], data: dict[str, Path], tmp_path: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.gru4rec"
+    bad.write_bytes(trained["model"].read_bytes()[:200])
+    for argv in (["evaluate", "--model", bad, "-t", data["test"]], ["info", bad],
+                 ["recommend", "--model", bad, "-i", data["test"], "-o", tmp_path / "r.tsv"]):
+        code, _, err = run(argv, capsys)
+        assert code == 1, argv
+        assert_one_line_error(err, str(bad), "truncated or corrupt")
+    text = tmp_path / "model.txt"
+    text.write_text("hello\n")
+    code, _, err = run(["info", text], capsys)
+    assert code == 1
+    assert_one_line_error(err, "not a gru4rec model file")
+
+
+def test_missing_model_file(data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["evaluate", "--model", tmp_path / "none.gru4rec", "-t", data["test"]], capsys)
+    assert code == 1
+    assert_one_line_error(err, "none.gru4rec", "not found")
+
+
+def test_debug_shows_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["--debug", "info", tmp_path / "none"], capsys)
+    assert code == 1 and "Traceback" in err and "gru4rec: error:" in err
+    code, _, err = run(["info", tmp_path / "none", "--debug"], capsys)
+    assert code == 1 and "Traceback" in err
+
+
+# ---------------------------------------------------------------------------------------- info
+
+
+def test_info(trained: dict[str, Any], loaded: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from gru4rec.checkpoint import FORMAT_VERSION
+
+    code, out, _ = run(["info", trained["model"]], capsys)
+    assert code == 0
+    assert f"format version: {FORMAT_VERSION}" in out
+    assert f"items: {len(loaded.item_map)}" in out
+    assert "  layers = [8]" in out and "  n_sample = 16" in out and "  seed = 7" in out
+    code, out, _ = run(["info", trained["model"], "--json"], capsys)
+    info = json.loads(out)
+    assert info["n_items"] == len(loaded.item_map)
+    assert info["format_version"] == FORMAT_VERSION
+    assert info["config"] == loaded.config.to_dict()
+
+
+# ----------------------------------------------------------------------------------- recommend
+
+
+def _expected_recs(model: Any, items: list[Any], k: int, exclude_seen: bool) -> tuple[list[Any], np.ndarray]:
+    """Top-k ids and raw scores from the network directly (the evaluator's scores)."""
+    index = {item: i for i, item in enumerate(model.item_map.to_list())}
+    known = [index[i] for i in items if i in index]
+    ids = model.item_map.to_list()
+    if not known:
+        support = np.asarray(model.item_support, dtype=np.float64)
+        order = np.argsort(-support, kind="stable")[:k]
+        return [ids[j] for j in order], support[order]
+    net = model.net
+    net.eval()
+    with torch.no_grad():
+        hidden = net.init_hidden(1)
+        for i in known:
+            out = net.step(torch.tensor([i]), hidden)
+        scores = net.score_all(out)[0].double().numpy()
+    if exclude_seen:
+        scores[known] = -np.inf
+    order = np.argsort(-scores, kind="stable")[:k]
+    return [ids[j] for j in order], scores[order]
+
+
+@pytest.mark.parametrize("exclude_seen", [False, True])
+def test_recommend_agrees_with_network_scores(
+    exclude_seen: bool, trained: dict[str, Any], loaded: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ids = loaded.item_map.to_list()
+    sessions = {
+        10: [ids[0], ids[1], ids[2]],
+        11: [ids[3]],
+        12: [999, ids[4], ids[4]],  # 999 is not a training item: skipped
+        13: [ids[5], ids[0]],
+    }
+    rows = [(s, item, t) for s, items in sessions.items() for t, item in enumerate(items)]
+    inp = tmp_path / "sessions.tsv"
+    pd.DataFrame(rows, columns=["SessionId", "ItemId", "Time"]).sample(frac=1, random_state=0).to_csv(
+        inp, sep="\t", index=False)  # shuffled rows: the command orders by time
+    outp = tmp_path / "recs.tsv"
+    argv = ["recommend", "--model", trained["model"], "-i", inp, "-o", outp, "-k", 5]
+    code, _, err = run(argv + (["--exclude-seen"] if exclude_seen else []), capsys)
+    assert code == 0, err
+    recs = pd.read_csv(outp, sep="\t")
+    assert set(recs["SessionId"]) == set(sessions)
+    for sid, items in sessions.items():
+        got = recs[recs["SessionId"] == sid].sort_values("Rank")
+        want_ids, want_scores = _expected_recs(loaded, items, 5, exclude_seen)
+        assert got["Rank"].tolist() == [1, 2, 3, 4, 5]
+        assert got["ItemId"].tolist() == want_ids, sid
+        np.testing.assert_allclose(got["Score"].to_numpy(), want_scores, rtol=1e-5, atol=1e-5)
+        if exclude_seen:
+            assert not set(got["ItemId"]) & set(items)
+
+
+def test_recommend_unknown_only_session_gets_popular_items(
+    trained: dict[str, Any], loaded: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inp = tmp_path / "s.tsv"
+    pd.DataFrame({"SessionId": [1, 1, 2], "ItemId": [998, 999, loaded.item_map.to_list()[0]],
+                  "Time": [0, 1, 0]}).to_csv(inp, sep="\t", index=False)
+    outp = tmp_path / "r.tsv"
+    code, _, err = run(["recommend", "--model", trained["model"], "-i", inp, "-o", outp, "-k", 3], capsys)
+    assert code == 0, err
+    recs = pd.read_csv(outp, sep="\t")
+    popular = np.argsort(-np.asarray(loaded.item_support), kind="stable")[:3]
+    want = [loaded.item_map.to_list()[j] for j in popular]
+    s1 = recs[recs["SessionId"] == 1].sort_values("Rank")
+    assert s1["ItemId"].tolist() == want
+    assert s1["Fallback"].tolist() == [True] * 3
+    assert recs[recs["SessionId"] == 2]["Fallback"].tolist() == [False] * 3
+    assert "unknown" in err  # the skipped items are counted in a warning
+
+
+def test_recommend_parquet_and_overwrite(
+    trained: dict[str, Any], loaded: Any, data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("pyarrow")
+    outp = tmp_path / "recs.parquet"
+    argv = ["recommend", "--model", trained["model"], "-i", data["test"], "-o", outp, "-k", 4]
+    code, _, err = run(argv, capsys)
+    assert code == 0, err
+    recs = pd.read_parquet(outp)
+    n_sessions = pd.read_csv(data["test"], sep="\t")["SessionId"].nunique()
+    assert len(recs) == 4 * n_sessions
+    before = outp.read_bytes()
+    code, _, err = run(argv, capsys)
+    assert code == 2
+    assert_one_line_error(err, "recs.parquet", "--force")
+    assert outp.read_bytes() == before
+    code, _, err = run(argv + ["--force"], capsys)
+    assert code == 0, err
+
+
+# ------------------------------------------------------------------------------ synth and demo
+
+
+def test_synth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["synth", tmp_path / "s", "--n-sessions", 120, "--n-items", 30, "--seed", 1, "--test-days", 6]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    written = [Path(line) for line in out.splitlines()]
+    assert sorted(p.name for p in written) == ["test.tsv", "train_full.tsv", "train_tr.tsv", "train_valid.tsv"]
+    from gru4rec.datasets.synthetic import write_synthetic
+
+    want = write_synthetic(tmp_path / "ref", n_sessions=120, n_items=30, seed=1, test_days=6)
+    for name, path in want.items():
+        assert (tmp_path / "s" / path.name).read_bytes() == path.read_bytes(), name
+    code, _, err = run(argv, capsys)
+    assert code == 1
+    assert_one_line_error(err, "exists")
+    code, _, err = run(argv + ["--force"], capsys)
+    assert code == 0, err
+
+
+def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["demo", "--workdir", tmp_path, "--n-sessions", 300, "-ps", TINY, "-d", "cpu"], capsys)
+    assert code == 0, err
+    block = parse_metrics(out)
+    assert len(block) == 1 and set(block[0]) == {1, 5, 10, 20}
+    assert (tmp_path / "demo.gru4rec").exists()
+    # The demo's printed numbers are those of its saved model on its test file.
+    code, out2, err = run(["evaluate", "--model", tmp_path / "demo.gru4rec", "-t",
+                           tmp_path / "synthetic" / "test.tsv", "-m", 1, 5, 10, 20, "-e", "conservative"], capsys)
+    assert code == 0, err
+    assert parse_metrics(out2) == block
+
+
+# ------------------------------------------------------------------------ registered hooks
+
+
+def test_hook_commands_registered() -> None:
+    assert {"preprocess", "split", "paropt"} <= set(COMMANDS)
+
+
+def test_unavailable_hook_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    cmd = cli._hook_command("ghost", "a command whose module is missing", "gru4rec._no_such_module")
+    monkeypatch.setitem(COMMANDS, "ghost", cmd)
+    code, _, err = run(["ghost", "--whatever", "x"], capsys)
+    assert code == 1
+    assert_one_line_error(err, "'ghost' command is not available", "gru4rec._no_such_module")
+    code, out, _ = run([], capsys)
+    assert code == 0 and "ghost" in out  # the rest of the command line keeps working
+
+
+def test_hook_module_is_called(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+    import types
+
+    mod = types.ModuleType("gru4rec._fake_hook")
+    calls: list[Any] = []
+
+    def add_arguments(parser: Any) -> None:
+        parser.add_argument("--size", type=int, required=True, help="size")
+
+    def run_hook(args: Any) -> int:
+        calls.append(args.size)
+        return 0 if args.size > 0 else 1
+
+    mod.add_arguments, mod.run = add_arguments, run_hook  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gru4rec._fake_hook", mod)
+    monkeypatch.setitem(COMMANDS, "fake", cli._hook_command("fake", "a fake hook", "gru4rec._fake_hook"))
+    assert run(["fake", "--size", "3"], capsys)[0] == 0 and calls == [3]
+    assert run(["fake", "--size", "-1"], capsys)[0] == 1
+    code, _, err = run(["fake"], capsys)
+    assert code == 2 and "--size" in err
