@@ -239,7 +239,23 @@ def _is_stringlike(s: pd.Series) -> bool:
     return pd.api.types.is_string_dtype(s.dtype) or s.dtype == object
 
 
+def _to_numpy_backed(s: pd.Series) -> pd.Series:
+    """Categorical, nullable (Int64, Float64) and Arrow-backed numeric columns -> plain NumPy
+    dtypes, so that ids and times behave the same whatever produced the frame. Missing values
+    become NaN (floats) and are caught by the callers."""
+    dtype = s.dtype
+    if isinstance(dtype, pd.CategoricalDtype):
+        s = s.astype(dtype.categories.dtype)
+        dtype = s.dtype
+    if isinstance(dtype, np.dtype) or not pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype):
+        return s
+    if pd.api.types.is_integer_dtype(dtype) and not s.isna().any():
+        return pd.Series(s.to_numpy(dtype=np.int64), index=s.index, name=s.name)
+    return pd.Series(s.to_numpy(dtype=np.float64, na_value=np.nan), index=s.index, name=s.name)
+
+
 def _validate_ids(s: pd.Series, key: str, source: str, first_line: int) -> pd.Series:
+    s = _to_numpy_backed(s)
     bad = s.isna().to_numpy()
     what = "missing value(s) (NaN/empty)"
     if _is_stringlike(s):
@@ -265,6 +281,7 @@ def _validate_ids(s: pd.Series, key: str, source: str, first_line: int) -> pd.Se
 def _time_to_numeric(s: pd.Series, key: str, source: str, first_line: int) -> pd.Series:
     """Numeric times stay as they are; datetimes and date strings become float unix seconds
     (naive datetimes are taken as UTC)."""
+    s = _to_numpy_backed(s)
     dtype = s.dtype
     if pd.api.types.is_bool_dtype(dtype):
         raise DataError(f"{source}: column {key!r} holds booleans, expected numbers or datetimes")
@@ -332,6 +349,9 @@ def _validate(df: pd.DataFrame, keys: list[str], source: str, first_line: int) -
     missing = [c for c in keys if c not in df.columns]
     if missing:
         raise _missing_columns_error(source, missing, df.columns)
+    duplicated = [c for c in keys if int((df.columns == c).sum()) > 1]
+    if duplicated:
+        raise DataError(f"{source}: column {duplicated[0]!r} appears more than once")
     if len(df) == 0:
         raise DataError(f"{source}: no events (0 rows)")
     out = pd.DataFrame(
@@ -583,7 +603,7 @@ def sessions_from_events(
         item_idx = item_idx[keep]
         sess = sess[keep]
         time_col = time_col[keep]
-    if not pd.api.types.is_numeric_dtype(time_col.dtype):
+    if not (isinstance(time_col.dtype, np.dtype) and time_col.dtype.kind in "iuf"):
         time_col = _time_to_numeric(time_col, time_key, "<DataFrame>", 0)
     times = time_col.to_numpy()
 

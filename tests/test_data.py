@@ -356,6 +356,39 @@ def test_validate_integral_float_ids_become_int() -> None:
     assert validate_events(frame([(1, 1.5, 1)]))["ItemId"].dtype == np.float64
 
 
+def test_validate_duplicate_column() -> None:
+    df = pd.DataFrame([[1, 2, 3, 4]], columns=["SessionId", "ItemId", "Time", "ItemId"])
+    with pytest.raises(DataError, match=r"column 'ItemId' appears more than once"):
+        validate_events(df)
+
+
+def test_validate_nullable_arrow_and_categorical_columns() -> None:
+    df = pd.DataFrame(
+        {
+            "SessionId": pd.array([7, 7], dtype="Int64"),
+            "ItemId": pd.array([214821371, 5], dtype="int64[pyarrow]"),
+            "Time": pd.array([1.5, 2.0], dtype="Float64"),
+        }
+    )
+    out = validate_events(df)
+    assert [out[k].dtype for k in KEYS] == [np.int64, np.int64, np.float64]
+    assert out["ItemId"].tolist() == [214821371, 5]
+    cat = validate_events(frame([(1, "a", 1), (1, "b", 2)]).astype({"ItemId": "category"}))
+    assert pd.api.types.is_string_dtype(cat["ItemId"].dtype) and cat["ItemId"].tolist() == ["a", "b"]
+    with pytest.raises(DataError, match=r"column 'SessionId' has 1 missing value.*row 1"):
+        validate_events(df.assign(SessionId=pd.array([7, None], dtype="Int64")))
+    with pytest.raises(DataError, match=r"column 'Time' has 1 missing or non-finite.*row 0"):
+        validate_events(df.assign(Time=pd.array([None, 2], dtype="int64[pyarrow]")))
+
+
+def test_sessions_accept_datetime_and_nullable_times() -> None:
+    df = pd.DataFrame({"SessionId": [1, 1, 2], "ItemId": [1, 2, 1], "Time": pd.to_datetime(["2020-01-02 00:00", "2020-01-01 00:00", "2020-01-01 12:00"])})
+    s, _ = sessions_from_events(df, ItemMap.from_ids([1, 2]))
+    assert session_lists(s) == [[1, 0], [0]]
+    s2, _ = sessions_from_events(df.assign(Time=pd.array([3, 1, 2], dtype="Int64")), ItemMap.from_ids([1, 2]))
+    assert session_lists(s2) == [[1, 0], [0]]
+
+
 # ---------------------------------------------------------------------------------------------
 # read_events / write_events
 # ---------------------------------------------------------------------------------------------
