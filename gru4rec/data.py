@@ -82,23 +82,22 @@ def _header_fields(head: str, sep: str) -> list[str]:
     return next(csv.reader([first_line], delimiter=sep))
 
 
-def _choose_sep(path: Path, head: str, needed: list[str], default: str | None) -> tuple[str, list[str]]:
+def _choose_sep(head: str, needed: list[str], default: str | None) -> tuple[str, list[str]]:
     """Pick the delimiter: the suffix's default if the header splits into the needed columns,
-    otherwise whatever csv.Sniffer finds. Returns (sep, header fields with that sep)."""
-    if default is not None:
-        fields = _header_fields(head, default)
+    otherwise the first of TAB, comma, semicolon, pipe, space that does (a header-based sniff,
+    checked against the column names, so it cannot pick a wrong one). Returns (sep, header
+    fields with that sep); with no match, the one that splits the header into the most fields,
+    so that the error message can list the columns the file does have."""
+    candidates = ([default] if default is not None else []) + list(_SNIFF_DELIMITERS)
+    best: tuple[str, list[str]] | None = None
+    for sep in candidates:
+        fields = _header_fields(head, sep)
         if all(c in fields for c in needed):
-            return default, fields
-    try:
-        sniffed = csv.Sniffer().sniff(head.splitlines()[0], delimiters=_SNIFF_DELIMITERS).delimiter
-    except (csv.Error, IndexError):
-        sniffed = None
-    if sniffed is not None:
-        fields = _header_fields(head, sniffed)
-        if all(c in fields for c in needed):
-            return sniffed, fields
-    sep = default if default is not None else (sniffed or "\t")
-    return sep, _header_fields(head, sep)
+            return sep, fields
+        if best is None or len(fields) > len(best[1]):
+            best = (sep, fields)
+    assert best is not None
+    return best
 
 
 def _missing_columns_error(source: str, missing: list[str], present: Iterable[Any], extra: str = "") -> DataError:
@@ -161,7 +160,7 @@ def read_events(
         if not head.strip():
             raise DataError(f"{p}: empty file (no header, no events)")
         if sep is None:
-            sep_used, fields = _choose_sep(p, head, keys, default)
+            sep_used, fields = _choose_sep(head, keys, default)
         else:
             sep_used, fields = sep, _header_fields(head, sep)
         missing = [c for c in keys if c not in fields]

@@ -442,6 +442,16 @@ def test_read_sniffs_separator(tmp_path: Path) -> None:
     assert read_events(r).values.tolist() == [[2, "y", 6]]
 
 
+def test_read_sniff_space_and_no_match(tmp_path: Path) -> None:
+    p = tmp_path / "space.dat"
+    p.write_text("SessionId ItemId Time\n1 10 5\n")
+    assert read_events(p).values.tolist() == [[1, 10, 5]]
+    q = tmp_path / "bad.foo"
+    q.write_text("SessionId,Item,Time\n1,10,5\n")
+    with pytest.raises(DataError, match=r"bad.foo: missing column 'ItemId'"):
+        read_events(q)
+
+
 def test_read_explicit_sep(tmp_path: Path) -> None:
     p = tmp_path / "e.csv"
     p.write_text("SessionId;ItemId;Time\n1;10;5\n")
