@@ -133,6 +133,8 @@ def read_events(
     three key columns with the suffix's separator (or the suffix is unknown), the separator is
     sniffed from the header among TAB, comma, semicolon, pipe and space. Only the three key
     columns are read. Error messages give 1-based line numbers of the file (line 1 = header).
+    Id columns whose values are all integers are read as int64 (so "007" becomes 7: pass a
+    DataFrame with string columns to keep such ids as strings); any other id is a string.
 
     Returns a DataFrame with exactly the columns ``[session_key, item_key, time_key]``.
     Raises DataError for a missing or unreadable file, a missing column, missing/empty ids, an
