@@ -264,3 +264,122 @@ def test_hidden_dropout_every_layer_and_carried_state(mode: str) -> None:
     frac1 = (~keep1 & keep0).sum() / keep0.sum()
     assert abs(frac1 - p) < 6 * math.sqrt(p * (1 - p) / keep0.sum())
     np.testing.assert_array_equal(out, h1)
+
+
+# ------------------------------------------------------------------ seed: whole training runs
+
+def _tiny_events(seed: int = 0):
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    t = 0
+    for s in range(60):
+        for _ in range(int(rng.integers(1, 7))):
+            rows.append((s, int(rng.zipf(1.5) % 30), t))
+            t += 1
+    return pd.DataFrame(rows, columns=["SessionId", "ItemId", "Time"])
+
+
+def _fit(seed: int) -> tuple[list[float], dict[str, np.ndarray]]:
+    from gru4rec.recommender import GRU4Rec
+
+    model = GRU4Rec(Config(layers=(8,), batch_size=6, n_sample=5, sample_store_size=40, n_epochs=2, seed=seed,
+                           dropout_p_embed=0.2, dropout_p_hidden=0.3, momentum=0.2, train_random_order=True),
+                    device="cpu")
+    model.fit(_tiny_events(), progress=False, log=None)
+    return [h.loss for h in model.history], {k: v.detach().numpy().copy() for k, v in model.net.state_dict().items()}
+
+
+def test_seed_reproducible_training() -> None:
+    """Same seed: identical epoch losses and weights (init, sampling, dropout, session order);
+    another seed: different ones."""
+    loss_a, w_a = _fit(11)
+    loss_b, w_b = _fit(11)
+    loss_c, w_c = _fit(12)
+    assert len(loss_a) == 2 and all(np.isfinite(loss_a))
+    assert loss_a == loss_b
+    for k in w_a:
+        np.testing.assert_array_equal(w_a[k], w_b[k], err_msg=k)
+    assert loss_a != loss_c
+    assert not np.array_equal(w_a["Wy"], w_c["Wy"])
+
+
+# ------------------------------------------------------------------ dropout inside the training step
+
+def _dropout_trainer(mode: str, layers: tuple[int, ...], p_embed: float, p_hidden: float, n_items: int, batch: int):
+    from gru4rec.train import Trainer
+
+    cfg = Config(layers=layers, batch_size=batch, n_sample=4, sample_store_size=40, dropout_p_embed=p_embed,
+                 dropout_p_hidden=p_hidden, loss="cross-entropy", seed=3, **MODES[mode])
+    net = GRU4RecNet(n_items, cfg).double()
+    params = ref.init_params(n_items, layers, mode, rng=np.random.default_rng(2))
+    load_params(net, params)
+    support = np.arange(1, n_items + 1, dtype=np.int64)
+    return cfg, net, params, Trainer(net, cfg, support)
+
+
+def _run(trainer, inp: np.ndarray, tgt: np.ndarray, samples: np.ndarray) -> float:
+    ones = torch.ones(len(inp), dtype=torch.float64)
+    return float(trainer.train_step(torch.from_numpy(inp), torch.from_numpy(tgt), ones, ones, torch.from_numpy(samples)))
+
+
+def _ref_loss(params: ref.Params, out: np.ndarray, tgt: np.ndarray, samples: np.ndarray, batch: int) -> float:
+    cols = np.concatenate([tgt, samples])
+    r = ref.softmax(out @ params["Wy"][cols].T + params["By"][cols])
+    return float(ref.loss_per_row("cross-entropy", r).sum() / batch)
+
+
+def test_training_step_hidden_dropout() -> None:
+    """In the step, every layer's output (layer 0 too in none mode) is dropped with inverted
+    scaling; the dropped output feeds the next layer, is the carried state and is scored."""
+    p, layers, n_items, batch = 0.3, (16, 12), 40, 64
+    cfg, net, params, trainer = _dropout_trainer("none", layers, 0.0, p, n_items, batch)
+    rng = np.random.default_rng(4)
+    inp, tgt, samples = rng.integers(0, n_items, batch), rng.integers(0, n_items, batch), rng.integers(0, n_items, 4)
+    loss = _run(trainer, inp, tgt, samples)
+    zeros = [np.zeros((batch, n)) for n in layers]
+    clean0 = ref.gru_layer(None, zeros[0], params["Wx_0"], params["Wh_0"], params["Wrz_0"], params["Bh_0"], "tanh",
+                           onehot_rows=inp)
+    h0 = trainer.hidden[0].numpy()
+    keep0 = h0 != 0
+    assert abs((~keep0).mean() - p) < 6 * math.sqrt(p * (1 - p) / h0.size)
+    np.testing.assert_allclose(h0[keep0], clean0[keep0] / (1 - p), rtol=1e-12)
+    clean1 = ref.gru_layer(h0, zeros[1], params["Wx_1"], params["Wh_1"], params["Wrz_1"], params["Bh_1"], "tanh")
+    h1 = trainer.hidden[1].numpy()
+    keep1 = h1 != 0
+    assert abs((~keep1).mean() - p) < 6 * math.sqrt(p * (1 - p) / h1.size)
+    np.testing.assert_allclose(h1[keep1], clean1[keep1] / (1 - p), rtol=1e-10)
+    assert loss == pytest.approx(_ref_loss(params, h1, tgt, samples, batch), rel=1e-10)
+
+
+@pytest.mark.parametrize("mode", ["separate", "shared"])
+def test_training_step_embedding_dropout(mode: str) -> None:
+    """Embedding dropout acts on the layer-0 input rows (inverted): with a layer that passes its
+    input through unchanged, the carried state is the dropped embedding."""
+    from gru4rec.train import Trainer
+
+    p, L, n_items, batch = 0.4, 16, 30, 64
+    cfg = Config(layers=(L,), batch_size=batch, n_sample=4, sample_store_size=40, dropout_p_embed=p,
+                 hidden_act="linear", seed=3, **{**MODES[mode], **({"embedding": L} if mode == "separate" else {})})
+    net = GRU4RecNet(n_items, cfg).double()
+    load_params(net, ref.init_params(n_items, (L,), mode, embedding=L, rng=np.random.default_rng(2)))
+    with torch.no_grad():  # identity layer: z = 1, candidate = input (linear activation)
+        layer = net.layers[0]
+        layer.Wx.zero_()
+        layer.Wx[:, :L] = torch.eye(L, dtype=torch.float64)
+        layer.Wrz.zero_()
+        layer.Wh.zero_()
+        layer.Bh.zero_()
+        layer.Bh[2 * L:] = 60.0
+    params = net_to_params(net)
+    trainer = Trainer(net, cfg, np.arange(1, n_items + 1, dtype=np.int64))
+    rng = np.random.default_rng(5)
+    inp, tgt, samples = rng.integers(0, n_items, batch), rng.integers(0, n_items, batch), rng.integers(0, n_items, 4)
+    loss = _run(trainer, inp, tgt, samples)
+    clean = (params["E"] if mode == "separate" else params["Wy"])[inp]
+    h = trainer.hidden[0].numpy()
+    keep = h != 0
+    assert abs((~keep).mean() - p) < 6 * math.sqrt(p * (1 - p) / h.size)
+    np.testing.assert_allclose(h[keep], clean[keep] / (1 - p), rtol=1e-12)
+    assert loss == pytest.approx(_ref_loss(params, h, tgt, samples, batch), rel=1e-10)
