@@ -1,0 +1,285 @@
+"""Simple session-based baselines behind the same :func:`gru4rec.evaluate` path as GRU4Rec.
+
+Each baseline is fitted on training events and then exposes what the evaluator needs
+(``config`` with the column keys, ``item_map``, ``item_support``, ``net``, ``device``); its
+``net`` implements ``init_hidden`` / ``step`` / ``score_all`` like :class:`gru4rec.model.GRU4RecNet`,
+so the evaluation — unknown items, tie modes, metrics, batching — is exactly the one GRU4Rec gets.
+
+* :class:`Pop` — the most popular items (number of training events), the same list for everyone.
+* :class:`SessionPop` — items of the current session first, by how often the session has visited
+  them so far, then by popularity.
+* :class:`ItemKNN` — items similar to the last item (co-occurrence in training sessions, cosine
+  with regularisation), the Item-KNN baseline of Hidasi et al. (2016).
+
+Example::
+
+    from gru4rec import evaluate
+    from gru4rec.baselines import Pop
+    pop = Pop().fit("train.tsv")
+    print(evaluate(pop, "test.tsv", cutoffs=(5, 20), mode="conservative"))
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor, nn
+
+from .errors import ConfigError, DataError
+
+__all__ = ["BaselineConfig", "Pop", "SessionPop", "ItemKNN"]
+
+
+@dataclass(frozen=True)
+class BaselineConfig:
+    """The column names a baseline reads (the part of :class:`gru4rec.config.Config` the
+    evaluator uses)."""
+
+    session_key: str = "SessionId"
+    item_key: str = "ItemId"
+    time_key: str = "Time"
+
+
+def _resolve_device(device: str | torch.device) -> torch.device:
+    if isinstance(device, str) and device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ConfigError(f"device: cannot use {device!r} ({e})") from None
+
+
+class _Baseline:
+    """Fit plumbing shared by the baselines: read events, item map, support, sessions."""
+
+    net: nn.Module | None
+
+    def __init__(
+        self,
+        *,
+        session_key: str = "SessionId",
+        item_key: str = "ItemId",
+        time_key: str = "Time",
+        device: str | torch.device = "cpu",
+    ) -> None:
+        self.config = BaselineConfig(session_key, item_key, time_key)
+        self.device = _resolve_device(device)
+        self.item_map: Any = None
+        self.item_support: np.ndarray | None = None
+        self.net = None
+
+    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> "_Baseline":
+        """Fit on training events (a DataFrame or a path to an event file). Returns self."""
+        from . import data as _data
+
+        keys = dict(session_key=self.config.session_key, item_key=self.config.item_key, time_key=self.config.time_key)
+        if isinstance(data, (str, os.PathLike)):
+            df = _data.read_events(data, **keys)
+        elif isinstance(data, pd.DataFrame):
+            df = _data.validate_events(data, source="training data", **keys)
+        else:
+            raise DataError(f"training data: expected a DataFrame or a path to an event file, got {type(data).__name__}")
+        self.item_map = _data.ItemMap.from_ids(df[self.config.item_key])
+        sessions, _ = _data.sessions_from_events(df, self.item_map, **keys)
+        n = len(self.item_map)
+        self.item_support = _data.item_support(sessions, n)
+        self.net = self._build(sessions.items, sessions.offsets, n).to(self.device)
+        self.net.eval()
+        return self
+
+    def _build(self, items: np.ndarray, offsets: np.ndarray, n_items: int) -> nn.Module:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        fitted = f"n_items={len(self.item_map)}" if self.item_map is not None else "not fitted"
+        return f"{type(self).__name__}({fitted})"
+
+
+# ------------------------------------------------------------------------------------------
+# Pop
+# ------------------------------------------------------------------------------------------
+
+
+class _PopNet(nn.Module):
+    """Scores are the fixed ``scores`` vector for every row; no state."""
+
+    def __init__(self, scores: Tensor) -> None:
+        super().__init__()
+        self.register_buffer("scores", scores)
+
+    def init_hidden(self, batch_size: int) -> list[Tensor]:
+        return [torch.zeros(batch_size, 1, device=self.scores.device)]
+
+    def step(self, items: Tensor, hidden: list[Tensor]) -> Tensor:
+        return hidden[0]
+
+    def score_all(self, out: Tensor) -> Tensor:
+        return self.scores.expand(out.shape[0], -1)
+
+
+class Pop(_Baseline):
+    """Most popular: every item scored by its number of training events (ties keep equal scores,
+    so the evaluator's tie mode applies to them)."""
+
+    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> "Pop":
+        """Fit on training events (a DataFrame or a path). Returns self."""
+        super().fit(data)
+        return self
+
+    def _build(self, items: np.ndarray, offsets: np.ndarray, n_items: int) -> nn.Module:
+        assert self.item_support is not None
+        return _PopNet(torch.as_tensor(self.item_support, dtype=torch.float32))
+
+
+# ------------------------------------------------------------------------------------------
+# SessionPop
+# ------------------------------------------------------------------------------------------
+
+
+class _SessionPopNet(nn.Module):
+    """State: per row, how often each item occurred in the session so far (B×N). Scores: that
+    count plus ``support / (max support + 1)`` (in [0, 1): popularity only orders items with
+    equal counts)."""
+
+    def __init__(self, support: np.ndarray) -> None:
+        super().__init__()
+        s = torch.as_tensor(support, dtype=torch.float64)
+        self.register_buffer("tiebreak", (s / (s.max() + 1.0)).to(torch.float32))
+
+    def init_hidden(self, batch_size: int) -> list[Tensor]:
+        return [torch.zeros(batch_size, len(self.tiebreak), device=self.tiebreak.device)]
+
+    def step(self, items: Tensor, hidden: list[Tensor]) -> Tensor:
+        counts = hidden[0]
+        counts.scatter_add_(1, items.unsqueeze(1), torch.ones(len(items), 1, device=counts.device))
+        return counts
+
+    def score_all(self, out: Tensor) -> Tensor:
+        return out + self.tiebreak
+
+
+class SessionPop(_Baseline):
+    """Session popularity: items already in the session first (most visited first), then the
+    rest by global popularity."""
+
+    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> "SessionPop":
+        """Fit on training events (a DataFrame or a path). Returns self."""
+        super().fit(data)
+        return self
+
+    def _build(self, items: np.ndarray, offsets: np.ndarray, n_items: int) -> nn.Module:
+        assert self.item_support is not None
+        return _SessionPopNet(self.item_support)
+
+
+# ------------------------------------------------------------------------------------------
+# ItemKNN
+# ------------------------------------------------------------------------------------------
+
+
+class _NeighbourNet(nn.Module):
+    """Scores of a row = the similarities of its last item's neighbours, 0 elsewhere."""
+
+    def __init__(self, idx: Tensor, sim: Tensor) -> None:
+        super().__init__()
+        self.register_buffer("idx", idx)  # int64 N×K neighbour indices (padded with the item itself)
+        self.register_buffer("sim", sim)  # float32 N×K similarities (0 in padding)
+
+    def init_hidden(self, batch_size: int) -> list[Tensor]:
+        return [torch.zeros(batch_size, 1, device=self.sim.device)]
+
+    def step(self, items: Tensor, hidden: list[Tensor]) -> Tensor:
+        return items  # the only state is the last item
+
+    def score_all(self, out: Tensor) -> Tensor:
+        scores = torch.zeros(out.shape[0], self.idx.shape[0], device=self.sim.device)
+        return scores.scatter_(1, self.idx[out], self.sim[out])
+
+
+def item_similarities(
+    items: np.ndarray, offsets: np.ndarray, n_items: int, *, n_neighbors: int, lmbd: float, alpha: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``n_neighbors`` neighbours of every item by session co-occurrence.
+
+    With ``n_i`` the number of training sessions containing item i and ``c_ij`` the number
+    containing both i and j (i ≠ j): ``sim(i, j) = c_ij / ((n_i + lmbd)^alpha · (n_j + lmbd)^(1 − alpha))``
+    (alpha = 0.5, lmbd = 0: cosine similarity of the items' session vectors; lmbd > 0 damps the
+    similarities of rarely seen items). Returns (idx int64 N×K, sim float64 N×K), rows sorted by
+    decreasing similarity, padded with the item itself and similarity 0. Vectorised; memory is
+    proportional to Σ (distinct items per session)².
+    """
+    lengths = np.diff(offsets)
+    sess = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    # Distinct items of each session.
+    key = np.unique(sess * n_items + items)
+    s_u, i_u = key // n_items, key % n_items
+    starts = np.r_[0, np.flatnonzero(np.diff(s_u)) + 1]
+    k = np.diff(np.r_[starts, len(key)])
+    n_i = np.bincount(i_u, minlength=n_items).astype(np.float64)
+    # All ordered pairs (a, b), a ≠ b, inside each session.
+    n_pairs = k * k
+    first = np.repeat(starts, n_pairs)
+    kk = np.repeat(k, n_pairs)
+    p = np.arange(int(n_pairs.sum()), dtype=np.int64) - np.repeat(np.cumsum(n_pairs) - n_pairs, n_pairs)
+    a = i_u[first + p // kk]
+    b = i_u[first + p % kk]
+    keep = a != b
+    pair, c = np.unique(a[keep] * n_items + b[keep], return_counts=True)
+    a, b = pair // n_items, pair % n_items
+    sim = c / ((n_i[a] + lmbd) ** alpha * (n_i[b] + lmbd) ** (1.0 - alpha))
+    # Best n_neighbors per row: sort by (a, −sim, b).
+    order = np.lexsort((b, -sim, a))
+    a, b, sim = a[order], b[order], sim[order]
+    row_start = np.searchsorted(a, np.arange(n_items))
+    pos = np.arange(len(a)) - row_start[a]
+    top = pos < n_neighbors
+    idx = np.repeat(np.arange(n_items, dtype=np.int64)[:, None], n_neighbors, axis=1)
+    val = np.zeros((n_items, n_neighbors))
+    idx[a[top], pos[top]] = b[top]
+    val[a[top], pos[top]] = sim[top]
+    return idx, val
+
+
+class ItemKNN(_Baseline):
+    """Item-to-item nearest neighbours of the last item (Hidasi et al., 2016).
+
+    Args:
+        n_neighbors: neighbours kept per item (the others score 0).
+        lmbd: regularisation added to the session counts (see :func:`item_similarities`).
+        alpha: weight of the source item's count in the normalisation (0.5 = cosine).
+    """
+
+    def __init__(
+        self,
+        n_neighbors: int = 100,
+        lmbd: float = 20.0,
+        alpha: float = 0.5,
+        **kwargs: Any,
+    ) -> None:
+        problems = []
+        if isinstance(n_neighbors, bool) or not isinstance(n_neighbors, (int, np.integer)) or n_neighbors < 1:
+            problems.append(f"n_neighbors: expected a positive integer, got {n_neighbors!r}")
+        if not isinstance(lmbd, (int, float)) or not np.isfinite(lmbd) or lmbd < 0:
+            problems.append(f"lmbd: expected a number >= 0, got {lmbd!r}")
+        if not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
+            problems.append(f"alpha: expected a number in [0, 1], got {alpha!r}")
+        if problems:
+            raise ConfigError("; ".join(problems))
+        super().__init__(**kwargs)
+        self.n_neighbors = int(n_neighbors)
+        self.lmbd = float(lmbd)
+        self.alpha = float(alpha)
+
+    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> "ItemKNN":
+        """Fit on training events (a DataFrame or a path). Returns self."""
+        super().fit(data)
+        return self
+
+    def _build(self, items: np.ndarray, offsets: np.ndarray, n_items: int) -> nn.Module:
+        k = min(self.n_neighbors, max(n_items - 1, 1))
+        idx, sim = item_similarities(items, offsets, n_items, n_neighbors=k, lmbd=self.lmbd, alpha=self.alpha)
+        return _NeighbourNet(torch.from_numpy(idx), torch.from_numpy(sim).to(torch.float32))
