@@ -1,0 +1,882 @@
+"""Shared preprocessing steps for the public data sets and for users' own logs (spec §11).
+
+Every pipeline is the same chain of vectorised steps over three numpy arrays (one element per
+event), so that tens of millions of events fit in a few hundred MB:
+
+    read raw file(s) in chunks  ->  key (int64/uint64), item code (int32), time (int64 ticks)
+    sort by (key, time, item)   ->  sessionise (given ids, or a new session after a gap)
+    drop consecutive repeats    ->  iterative length/support filtering
+    time split                  ->  train_full / test, then train_tr / train_valid
+    atomic writes + a stats table
+
+Times are kept as integer "ticks" of the raw resolution (seconds or milliseconds) until the
+files are written; `Protocol.output_time_divisor` turns ticks into the written unit (e.g. the
+YOOCHOOSE clicks have millisecond timestamps but the published files use float seconds).
+
+Tie order: events of a session with the same timestamp are ordered by item id (as the scripts
+behind the published numbers did), so the result does not depend on the order of the raw rows.
+"""
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import os
+import sys
+import tempfile
+import time as _time
+import zipfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+import numpy as np
+import pandas as pd
+
+from gru4rec.errors import DataError, Gru4RecError
+
+OUTPUT_NAMES: tuple[str, ...] = ("train_full", "test", "train_tr", "train_valid")
+STATS_FILE = "stats.tsv"
+FORMATS: dict[str, str] = {"tsv": ".tsv", "parquet": ".parquet"}
+COLUMNS: tuple[str, str, str] = ("SessionId", "ItemId", "Time")
+DEFAULT_CHUNKSIZE = 1_000_000
+SECONDS_PER_DAY = 86_400
+# Rows per slice when writing: bounds the memory of the text/Arrow buffers of large outputs.
+_WRITE_SLICE = 2_000_000
+
+PathLike = str | os.PathLike[str]
+
+
+# --------------------------------------------------------------------------------------------
+# progress
+
+
+class Progress:
+    """Prints one timestamped line per step to stderr (or nothing when disabled)."""
+
+    def __init__(self, name: str, enabled: bool = True, stream: TextIO | None = None) -> None:
+        self.name = name
+        self.enabled = enabled
+        self.stream = stream
+        self.t0 = _time.perf_counter()
+
+    def __call__(self, message: str) -> None:
+        if self.enabled:
+            elapsed = _time.perf_counter() - self.t0
+            print(f"[{self.name} {elapsed:7.1f}s] {message}", file=self.stream or sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# protocol
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How a data set is sessionised, filtered and split (one row of the §11 table).
+
+    kind: 'common' (the five data sets, `split_events`) or 'rsc15' (the 2016/2018 papers' one-pass
+        protocol: no de-duplication, test = sessions whose last event is in the final window,
+        unknown test items removed).
+    days: the test window D in days; valid_days: the validation window (default: days).
+    ticks_per_second: resolution of the internal integer time (1 = s, 1000 = ms).
+    output_time_divisor: ticks per written time unit (1000 writes ms ticks as float seconds).
+    session_gap_s: None when sessions are given; else a new session starts when the time since
+        the previous event of the same key is strictly greater than this many seconds.
+    boundary: a fixed T in ticks (None: T = the latest event after filtering).
+    """
+
+    kind: Literal["common", "rsc15"] = "common"
+    days: float = 1.0
+    valid_days: float | None = None
+    ticks_per_second: int = 1
+    output_time_divisor: int = 1
+    session_gap_s: float | None = None
+    boundary: int | float | None = None
+    dedup: bool = True
+    min_item_support: int = 5
+    min_session_length: int = 2
+
+    def ticks(self, days: float) -> int | float:
+        """`days` as a duration in ticks (an int whenever it is whole)."""
+        value = days * SECONDS_PER_DAY * self.ticks_per_second
+        return int(value) if float(value).is_integer() else value
+
+    def with_options(self, **options: Any) -> Protocol:
+        """A copy with the given fields replaced; None values are ignored."""
+        return replace(self, **{k: v for k, v in options.items() if v is not None})
+
+    def validate(self) -> None:
+        """Raise ConfigError (via Gru4RecError subclass) for meaningless settings."""
+        from gru4rec.errors import ConfigError
+
+        problems = []
+        if not (self.days > 0):
+            problems.append(f"days must be > 0, got {self.days!r}")
+        if self.valid_days is not None and not (self.valid_days > 0):
+            problems.append(f"valid_days must be > 0, got {self.valid_days!r}")
+        if int(self.min_item_support) != self.min_item_support or self.min_item_support < 1:
+            problems.append(f"min_item_support must be an integer >= 1, got {self.min_item_support!r}")
+        if int(self.min_session_length) != self.min_session_length or self.min_session_length < 1:
+            problems.append(f"min_session_length must be an integer >= 1, got {self.min_session_length!r}")
+        if self.session_gap_s is not None and not (self.session_gap_s > 0):
+            problems.append(f"session_gap_s must be > 0, got {self.session_gap_s!r}")
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+
+# --------------------------------------------------------------------------------------------
+# output paths and atomic writes
+
+
+def output_paths(out_dir: PathLike, fmt: str = "tsv") -> dict[str, Path]:
+    """The files a pipeline writes: the four splits in `fmt` plus `stats.tsv`."""
+    if fmt not in FORMATS:
+        from gru4rec.errors import ConfigError
+
+        raise ConfigError(f"format must be one of {sorted(FORMATS)}, got {fmt!r}")
+    out = Path(out_dir)
+    paths = {name: out / f"{name}{FORMATS[fmt]}" for name in OUTPUT_NAMES}
+    paths["stats"] = out / STATS_FILE
+    return paths
+
+
+def prepare_out_dir(out_dir: PathLike, fmt: str, force: bool) -> dict[str, Path]:
+    """Create `out_dir` and refuse (DataError naming the file) to overwrite outputs unless force.
+
+    Called before any input is read so that a long run never ends in a refusal.
+    """
+    paths = output_paths(out_dir, fmt)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise DataError(f"{out}: output path exists and is not a directory")
+    if not force:
+        for path in paths.values():
+            if path.exists():
+                raise DataError(f"{path}: output file exists; refusing to overwrite it (use force=True / --force)")
+    out.mkdir(parents=True, exist_ok=True)
+    return paths
+
+
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Write through a temporary file in the same folder, then rename over `path`.
+
+    A crash or an error leaves either the old file or none, never a truncated one.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _require_pyarrow(what: str) -> Any:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - pyarrow is installed in the dev setup
+        raise Gru4RecError(f"{what} needs pyarrow: pip install 'gru4rec[parquet]'") from exc
+    return pyarrow
+
+
+def _frame_slices(columns: dict[str, np.ndarray]) -> Iterator[pd.DataFrame]:
+    n = len(next(iter(columns.values())))
+    for start in range(0, max(n, 1), _WRITE_SLICE):
+        yield pd.DataFrame({k: v[start : start + _WRITE_SLICE] for k, v in columns.items()})
+
+
+def _write_tsv(tmp: Path, columns: dict[str, np.ndarray]) -> None:
+    try:
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+    except ImportError:
+        pa = None
+    with open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fh.write("\t".join(columns) + "\n")
+        for frame in _frame_slices(columns):
+            if pa is not None:
+                # pyarrow's writer is ~10x faster than DataFrame.to_csv; it refuses values that
+                # would need quoting (tabs, quotes, newlines in ids), which pandas then quotes.
+                try:
+                    buf = io.BytesIO()
+                    pacsv.write_csv(
+                        pa.Table.from_pandas(frame, preserve_index=False),
+                        buf,
+                        pacsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none"),
+                    )
+                    fh.write(buf.getvalue().decode("utf-8"))
+                    continue
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                    pass
+            frame.to_csv(fh, sep="\t", index=False, header=False, lineterminator="\n")
+
+
+def _write_parquet(tmp: Path, columns: dict[str, np.ndarray]) -> None:
+    _require_pyarrow("writing Parquet")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    writer = None
+    try:
+        for frame in _frame_slices(columns):
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, table.schema)
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def write_events(path: Path, columns: dict[str, np.ndarray], fmt: str = "tsv") -> None:
+    """Atomically write an event table (TSV with header, or Parquet)."""
+    if fmt == "parquet":
+        _atomic_write(path, lambda tmp: _write_parquet(tmp, columns))
+    else:
+        _atomic_write(path, lambda tmp: _write_tsv(tmp, columns))
+
+
+def write_stats(path: Path, stats: pd.DataFrame) -> None:
+    """Atomically write the stats table as TSV."""
+    _atomic_write(path, lambda tmp: stats.to_csv(tmp, sep="\t", index=False))
+
+
+# --------------------------------------------------------------------------------------------
+# reading raw files
+
+
+def open_text(path: Path) -> TextIO:
+    """Open a (possibly .gz/.bz2/.xz/.zip compressed) text file for reading."""
+    suffix = path.suffix.lower()
+    if suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="")
+    if suffix == ".bz2":
+        return bz2.open(path, "rt", encoding="utf-8", errors="replace", newline="")
+    if suffix == ".xz":
+        return lzma.open(path, "rt", encoding="utf-8", errors="replace", newline="")
+    if suffix == ".zip":
+        zf = zipfile.ZipFile(path)
+        names = [n for n in zf.namelist() if not n.endswith("/")]
+        if len(names) != 1:
+            raise DataError(f"{path}: a .zip input must hold exactly one file, found {len(names)}")
+        return io.TextIOWrapper(zf.open(names[0]), encoding="utf-8", errors="replace", newline="")
+    return open(path, encoding="utf-8", errors="replace", newline="")
+
+
+def first_line(path: Path) -> str:
+    """The first line of a raw file without its line ending; DataError if missing or empty."""
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory, expected a file")
+    try:
+        with open_text(path) as fh:
+            line = fh.readline()
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise DataError(f"{path}: cannot read the file ({exc})") from exc
+    line = line.rstrip("\r\n")
+    if not line.strip():
+        raise DataError(f"{path}: the file is empty (no header or first row)")
+    return line
+
+
+_SEPARATORS = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
+
+
+def _sep_name(sep: str) -> str:
+    return f"{_SEPARATORS.get(sep, repr(sep))} ({sep!r})"
+
+
+def _normalise(name: str) -> str:
+    return name.strip().strip('"').strip("'").lower().replace("_", "").replace(" ", "")
+
+
+def resolve_header(
+    path: Path, sep: str, required: dict[str, Sequence[str]], dataset: str
+) -> dict[str, str]:
+    """Map each canonical column to its name in the file's header.
+
+    `required` maps a canonical name to the accepted spellings; matching ignores case, `_` and
+    spaces (DIGINETICA's header is `sessionId;userId;...` in the download and
+    `session_id;user_id;...` in some copies). A header that matches when split by another
+    separator is reported as a wrong separator.
+    """
+    line = first_line(path)
+
+    def match(names: list[str]) -> tuple[dict[str, str], list[str]]:
+        lookup = {_normalise(n): n.strip().strip('"') for n in names}
+        found, missing = {}, []
+        for canon, spellings in required.items():
+            hit = next((lookup[_normalise(s)] for s in spellings if _normalise(s) in lookup), None)
+            if hit is None:
+                missing.append(spellings[0])
+            else:
+                found[canon] = hit
+        return found, missing
+
+    found, missing = match(line.split(sep))
+    if not missing:
+        return found
+    for other in _SEPARATORS:
+        if other != sep and other in line and not match(line.split(other))[1]:
+            raise DataError(
+                f"{path}: wrong separator: the header is {_sep_name(other)}-separated but {dataset} "
+                f"raw files are {_sep_name(sep)}-separated"
+            )
+    if len(line.split(sep)) == 1 and any(o in line for o in _SEPARATORS if o != sep):
+        raise DataError(
+            f"{path}: wrong separator: no {_sep_name(sep)} in the header {line[:120]!r}; "
+            f"{dataset} raw files are {_sep_name(sep)}-separated"
+        )
+    raise DataError(
+        f"{path}: missing column(s) {', '.join(repr(m) for m in missing)} for {dataset} "
+        f"(header has {', '.join(repr(n) for n in line.split(sep))})"
+    )
+
+
+def check_field_count(path: Path, sep: str, n_fields: int, dataset: str) -> None:
+    """For header-less files: the first row must have `n_fields` fields split by `sep`."""
+    line = first_line(path)
+    n = len(line.split(sep))
+    if n == n_fields:
+        return
+    for other in _SEPARATORS:
+        if other != sep and len(line.split(other)) == n_fields:
+            raise DataError(
+                f"{path}: wrong separator: the first row has {n_fields} {_sep_name(other)}-separated "
+                f"fields but {dataset} raw files are {_sep_name(sep)}-separated"
+            )
+    raise DataError(
+        f"{path}: expected {n_fields} {_sep_name(sep)}-separated fields per row for {dataset}, "
+        f"the first row has {n}: {line[:120]!r}"
+    )
+
+
+def iter_csv_chunks(
+    path: Path,
+    *,
+    sep: str,
+    usecols: Sequence[str] | Sequence[int],
+    names: Sequence[str] | None = None,
+    dtype: dict[Any, Any] | None = None,
+    chunksize: int = DEFAULT_CHUNKSIZE,
+) -> Iterator[pd.DataFrame]:
+    """Read only `usecols` of a CSV in chunks; parser failures become DataError naming the file.
+
+    With `names` the file has no header. Chunk indices continue across chunks, so a row's
+    line number is index + 1 (+ 1 for a header line).
+    """
+    try:
+        reader = pd.read_csv(
+            path,
+            sep=sep,
+            header=None if names is not None else 0,
+            names=names,
+            usecols=usecols,
+            dtype=dtype,
+            chunksize=chunksize,
+            compression="infer",
+            engine="c",
+            on_bad_lines="error",
+        )
+        with reader:
+            yield from reader
+    except pd.errors.EmptyDataError as exc:
+        raise DataError(f"{path}: the file is empty") from exc
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError) as exc:
+        # one line: pandas' message names the line and the field counts
+        raise DataError(f"{path}: cannot parse the file: {str(exc).strip().splitlines()[-1]}") from exc
+
+
+def _first_bad(mask: pd.Series, col: pd.Series) -> tuple[int, Any]:
+    label = mask.idxmax()
+    return int(label), col.loc[label]
+
+
+def column_int64(col: pd.Series, path: Path, name: str, header_lines: int, what: str = "an integer") -> np.ndarray:
+    """A column as int64, or DataError naming the file, line and value of the first bad entry."""
+    if col.dtype.kind in "iu":
+        return col.to_numpy(dtype=np.int64)
+    num = pd.to_numeric(col, errors="coerce")
+    bad = num.isna() | (num.astype("float64") % 1 != 0)
+    if bad.any():
+        row, value = _first_bad(bad, col)
+        shown = "an empty value" if pd.isna(value) else repr(value)
+        raise DataError(f"{path}, line {row + 1 + header_lines}: column {name!r} must be {what}, got {shown}")
+    return num.to_numpy(dtype=np.int64)
+
+
+_EPOCH = pd.Timestamp(0, tz="UTC")
+
+
+def column_timestamp(
+    col: pd.Series, path: Path, name: str, header_lines: int, *, unit: str, example: str
+) -> np.ndarray:
+    """Parse ISO-8601 date/time strings (UTC) into int64 ticks of `unit` ('s', 'ms', 'D').
+
+    DataError names the file, line and value of the first string that does not parse.
+    """
+    ts = pd.to_datetime(col, format="ISO8601", utc=True, errors="coerce")
+    bad = ts.isna()
+    if bad.any():
+        row, value = _first_bad(bad, col)
+        shown = "an empty value" if pd.isna(value) else repr(value)
+        raise DataError(
+            f"{path}, line {row + 1 + header_lines}: cannot parse {name!r} {shown} as a timestamp "
+            f"(expected e.g. {example!r})"
+        )
+    # floor division by a Timedelta is independent of the parsed resolution (pandas 2 vs 3)
+    return ((ts - _EPOCH) // pd.Timedelta(1, unit)).to_numpy(dtype=np.int64)
+
+
+class ItemCoder:
+    """Dense int32 codes for item ids across chunks, in order of first appearance."""
+
+    def __init__(self) -> None:
+        self._codes: dict[Any, int] = {}
+
+    def encode(self, values: pd.Series | np.ndarray) -> np.ndarray:
+        """Codes of `values` (new ids get the next free codes)."""
+        local, uniques = pd.factorize(values)
+        table = self._codes
+        glob = np.fromiter(
+            (table.setdefault(u, len(table)) for u in uniques.tolist()), dtype=np.int64, count=len(uniques)
+        )
+        if len(table) > np.iinfo(np.int32).max:  # pragma: no cover - billions of items
+            raise DataError("more than 2^31 distinct item ids")
+        return glob[local].astype(np.int32)
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+    def ids(self) -> np.ndarray:
+        """code -> original id (int64 array when every id is an int, else object)."""
+        keys = list(self._codes)
+        if keys and all(isinstance(k, (int, np.integer)) for k in keys):
+            return np.asarray(keys, dtype=np.int64)
+        return np.asarray(keys, dtype=object)
+
+
+def hash_keys(values: pd.Series) -> np.ndarray:
+    """64-bit hashes of string keys (session hashes): a fixed 8 bytes per event instead of a
+    Python string, with a collision chance of ~n^2/2^65 (1e-6 for 5M distinct keys)."""
+    return pd.util.hash_array(values.to_numpy(dtype=object)).astype(np.uint64)
+
+
+@dataclass
+class RawEvents:
+    """The kept raw events as flat arrays (not yet sorted).
+
+    key: session id (given sessions) or user/session-hash key (sessionised with a gap).
+    item: int32 item codes; item_ids maps a code to the original id.
+    time: int64 ticks.
+    """
+
+    key: np.ndarray
+    item: np.ndarray
+    time: np.ndarray
+    item_ids: np.ndarray
+    sources: list[str]
+    n_rows: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class Accumulator:
+    """Collects per-chunk arrays; `finish` concatenates one column at a time (low peak memory)."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[np.ndarray]] = {"key": [], "item": [], "time": []}
+        self.n_rows = 0
+
+    def add(self, key: np.ndarray, item: np.ndarray, time: np.ndarray) -> None:
+        assert len(key) == len(item) == len(time)
+        self.parts["key"].append(key)
+        self.parts["item"].append(item)
+        self.parts["time"].append(time)
+
+    @property
+    def n_kept(self) -> int:
+        return sum(len(a) for a in self.parts["key"])
+
+    def finish(self, coder: ItemCoder, sources: list[str]) -> RawEvents:
+        cols = {}
+        for name in ("key", "item", "time"):
+            parts = self.parts[name]
+            cols[name] = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+            parts.clear()
+        return RawEvents(
+            key=cols["key"],
+            item=cols["item"].astype(np.int32, copy=False),
+            time=cols["time"].astype(np.int64, copy=False),
+            item_ids=coder.ids(),
+            sources=sources,
+            n_rows=self.n_rows,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# the vectorised steps
+
+
+@dataclass
+class Events:
+    """Events sorted by (session, time, item).
+
+    session: int64 session codes, non-decreasing (not necessarily dense after filtering).
+    item: int32 item codes. time: int64 (or float64) ticks.
+    session_ids / item_ids: code -> the id written to the files.
+    """
+
+    session: np.ndarray
+    item: np.ndarray
+    time: np.ndarray
+    session_ids: np.ndarray
+    item_ids: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.session)
+
+    def take(self, index: np.ndarray) -> Events:
+        """The events at `index` (a bool mask or sorted positions); order is kept."""
+        return Events(self.session[index], self.item[index], self.time[index], self.session_ids, self.item_ids)
+
+    @property
+    def n_session_codes(self) -> int:
+        return len(self.session_ids)
+
+    @property
+    def n_item_codes(self) -> int:
+        return len(self.item_ids)
+
+
+def sort_and_sessionise(raw: RawEvents, gap_ticks: int | float | None) -> Events:
+    """Sort by (key, time, item); cut sessions at key changes and, if given, at gaps > gap_ticks.
+
+    With given sessions (gap None) the written SessionId is the raw key; with a gap, sessions get
+    new ids 1, 2, ... in (key, time) order.
+    """
+    order = np.lexsort((raw.item, raw.time, raw.key))
+    key = raw.key[order]
+    raw.key = np.empty(0, dtype=key.dtype)  # free the unsorted copies as we go
+    item = raw.item[order]
+    raw.item = np.empty(0, dtype=np.int32)
+    tm = raw.time[order]
+    raw.time = np.empty(0, dtype=np.int64)
+    del order
+    n = len(key)
+    new = np.empty(n, dtype=bool)
+    if n:
+        new[0] = True
+        np.not_equal(key[1:], key[:-1], out=new[1:])
+        if gap_ticks is not None:
+            new[1:] |= (tm[1:] - tm[:-1]) > gap_ticks
+    session = np.cumsum(new, dtype=np.int64) - 1
+    if gap_ticks is None:
+        session_ids = key[new]
+        if session_ids.dtype == np.uint64:
+            session_ids = np.arange(1, len(session_ids) + 1, dtype=np.int64)
+    else:
+        session_ids = np.arange(1, int(new.sum()) + 1, dtype=np.int64)
+    del key, new
+    return Events(session, item, tm, session_ids, raw.item_ids)
+
+
+def consecutive_repeat_mask(ev: Events) -> np.ndarray:
+    """True for events that repeat the previous event's item in the same session."""
+    rep = np.zeros(len(ev), dtype=bool)
+    if len(ev) > 1:
+        rep[1:] = (ev.session[1:] == ev.session[:-1]) & (ev.item[1:] == ev.item[:-1])
+    return rep
+
+
+def drop_consecutive_repeats(ev: Events) -> Events:
+    """Keep the first of each run of the same item within a session ((i, i, j) -> (i, j))."""
+    return ev.take(~consecutive_repeat_mask(ev))
+
+
+def _session_lengths(ev: Events) -> np.ndarray:
+    return np.bincount(ev.session, minlength=ev.n_session_codes)
+
+
+def _item_support(ev: Events) -> np.ndarray:
+    return np.bincount(ev.item, minlength=ev.n_item_codes)
+
+
+def drop_short_sessions(ev: Events, min_length: int) -> Events:
+    """Drop every session with fewer than `min_length` events."""
+    if min_length <= 1:
+        return ev
+    return ev.take(_session_lengths(ev)[ev.session] >= min_length)
+
+
+def drop_rare_items(ev: Events, min_support: int) -> Events:
+    """Drop every event whose item occurs in fewer than `min_support` events."""
+    if min_support <= 1:
+        return ev
+    return ev.take(_item_support(ev)[ev.item] >= min_support)
+
+
+def iterative_filter(
+    ev: Events, min_support: int, min_length: int, progress: Progress | None = None
+) -> tuple[Events, int]:
+    """Alternately drop short sessions and rare items until nothing changes.
+
+    Both removals are monotone, so the result is the unique largest subset in which every
+    session has >= min_length events and every item >= min_support events. Returns the events
+    and the number of passes (a pass = one session step + one item step).
+    """
+    passes = 0
+    while True:
+        before = len(ev)
+        ev = drop_rare_items(drop_short_sessions(ev, min_length), min_support)
+        passes += 1
+        if progress is not None:
+            progress(f"filter pass {passes}: {before:,} -> {len(ev):,} events")
+        if len(ev) == before or len(ev) == 0:
+            return ev, passes
+
+
+def session_start_per_event(ev: Events) -> np.ndarray:
+    """The time of each event's session's first event (events are sorted by session, time)."""
+    n = len(ev)
+    if n == 0:
+        return ev.time.copy()
+    first = np.empty(n, dtype=bool)
+    first[0] = True
+    np.not_equal(ev.session[1:], ev.session[:-1], out=first[1:])
+    idx = np.cumsum(first) - 1
+    return ev.time[first][idx]
+
+
+def session_end_per_event(ev: Events) -> np.ndarray:
+    """The time of each event's session's last event."""
+    n = len(ev)
+    if n == 0:
+        return ev.time.copy()
+    last = np.empty(n, dtype=bool)
+    last[-1] = True
+    np.not_equal(ev.session[1:], ev.session[:-1], out=last[:-1])
+    group = np.cumsum(np.r_[True, last[:-1]]) - 1
+    return ev.time[last][group]
+
+
+def time_split(ev: Events, split_time: int | float, min_length: int) -> tuple[Events, Events]:
+    """§11 split at `split_time`: test = sessions that START at or after it (all their events);
+    train = events strictly before it, then sessions shorter than `min_length` dropped.
+
+    A session that starts before the boundary and continues after it keeps only its earlier
+    events in train; its later events are in neither set.
+    """
+    test = ev.take(session_start_per_event(ev) >= split_time)
+    train = drop_short_sessions(ev.take(ev.time < split_time), min_length)
+    return train, test
+
+
+def last_event_split(ev: Events, window: int | float, min_length: int) -> tuple[Events, Events]:
+    """rsc15 split: test = whole sessions whose LAST event is at or after max(time) - window;
+    train = the other sessions. Test events with items unseen in train are removed, then test
+    sessions shorter than `min_length`."""
+    tmax = ev.time.max()
+    is_test = session_end_per_event(ev) >= tmax - window
+    train = ev.take(~is_test)
+    test = ev.take(is_test)
+    known = _item_support(train) > 0
+    test = drop_short_sessions(test.take(known[test.item]), min_length)
+    return train, test
+
+
+def run_protocol(ev: Events, protocol: Protocol, progress: Progress) -> dict[str, Events]:
+    """Filtering and splitting after sessionisation; returns the four outputs plus 'filtered'."""
+    p = protocol
+    D = p.ticks(p.days)
+    Dv = p.ticks(p.valid_days if p.valid_days is not None else p.days)
+    if p.kind == "rsc15":
+        # the 2016 protocol: one pass, in this order
+        ev = drop_short_sessions(ev, p.min_session_length)
+        ev = drop_rare_items(ev, p.min_item_support)
+        ev = drop_short_sessions(ev, p.min_session_length)
+        progress(f"filtered (one pass): {len(ev):,} events")
+        _require_nonempty(ev, None, p)
+        train_full, test = last_event_split(ev, D, p.min_session_length)
+        _require_nonempty(train_full, "train_full", p)
+        train_tr, valid = last_event_split(train_full, Dv, p.min_session_length)
+    else:
+        if p.dedup:
+            before = len(ev)
+            ev = drop_consecutive_repeats(ev)
+            progress(f"dropped {before - len(ev):,} consecutive repeats: {len(ev):,} events")
+        ev, _ = iterative_filter(ev, p.min_item_support, p.min_session_length, progress)
+        _require_nonempty(ev, None, p)
+        T = p.boundary if p.boundary is not None else ev.time.max()
+        train_full, test = time_split(ev, T - D, p.min_session_length)
+        train_tr, valid = time_split(train_full, T - D - Dv, p.min_session_length)
+    out = {"filtered": ev, "train_full": train_full, "test": test, "train_tr": train_tr, "train_valid": valid}
+    for name in OUTPUT_NAMES:
+        _require_nonempty(out[name], name, p)
+    return out
+
+
+def _require_nonempty(ev: Events, what: str | None, p: Protocol) -> None:
+    if len(ev) > 0:
+        return
+    if what is None:
+        raise DataError(
+            f"no events left after filtering (sessions of >= {p.min_session_length} events, "
+            f"items of >= {p.min_item_support} events)"
+        )
+    window = f"{p.days:g} day(s)" if what in ("train_full", "test") else f"{p.valid_days or p.days:g} day(s)"
+    raise DataError(f"{what} is empty after the time split (window {window}): the data cover too short a time span")
+
+
+# --------------------------------------------------------------------------------------------
+# stats and writing
+
+
+def _fmt_time(value: float, ticks_per_second: float) -> str:
+    """UTC date of a time in ticks; '' when it is no plausible epoch time (users' own data)."""
+    try:
+        seconds = float(value) / ticks_per_second
+        return pd.Timestamp(seconds, unit="s", tz="UTC").strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError, pd.errors.OutOfBoundsDatetime):
+        return ""
+
+
+def stats_row(name: str, ev: Events, protocol: Protocol) -> dict[str, Any]:
+    """events, sessions, items, first/last time (written unit and UTC) of one set."""
+    n = len(ev)
+    div = protocol.output_time_divisor
+    tps = protocol.ticks_per_second
+    first = ev.time.min() if n else np.nan
+    last = ev.time.max() if n else np.nan
+    return {
+        "file": name,
+        "events": n,
+        "sessions": int(np.count_nonzero(np.bincount(ev.session, minlength=1))) if n else 0,
+        "items": int(np.count_nonzero(np.bincount(ev.item, minlength=1))) if n else 0,
+        "first_time": first / div if div != 1 else first,
+        "last_time": last / div if div != 1 else last,
+        "first_utc": _fmt_time(first, tps) if n else "",
+        "last_utc": _fmt_time(last, tps) if n else "",
+        "days": round((last - first) / (SECONDS_PER_DAY * tps), 3) if n else 0.0,
+    }
+
+
+def output_columns(ev: Events, protocol: Protocol) -> dict[str, np.ndarray]:
+    """SessionId, ItemId, Time columns of a set, with original ids and the written time unit."""
+    tm = ev.time / protocol.output_time_divisor if protocol.output_time_divisor != 1 else ev.time
+    return {"SessionId": ev.session_ids[ev.session], "ItemId": ev.item_ids[ev.item], "Time": tm}
+
+
+def write_outputs(
+    sets: dict[str, Events],
+    paths: dict[str, Path],
+    protocol: Protocol,
+    fmt: str,
+    progress: Progress,
+) -> pd.DataFrame:
+    """Write the four sets and stats.tsv atomically; return the stats table."""
+    rows = [stats_row("filtered", sets["filtered"], protocol)]
+    for name in OUTPUT_NAMES:
+        ev = sets[name]
+        write_events(paths[name], output_columns(ev, protocol), fmt)
+        rows.append(stats_row(name, ev, protocol))
+        progress(f"wrote {paths[name]} ({len(ev):,} events)")
+    stats = pd.DataFrame(rows)
+    write_stats(paths["stats"], stats)
+    return stats
+
+
+# --------------------------------------------------------------------------------------------
+# a whole public-data-set pipeline
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a data-set module declares about its raw download."""
+
+    name: str
+    title: str
+    raw_files: tuple[str, ...]
+    download: str
+    protocol: Protocol
+    min_files: int = 1
+    max_files: int | None = None
+
+
+def resolve_raw_paths(info: DatasetInfo, raw_paths: PathLike | Sequence[PathLike]) -> list[Path]:
+    """The raw files to read: the given files, or the expected names inside a given folder."""
+    if isinstance(raw_paths, (str, os.PathLike)):
+        raw_paths = [raw_paths]
+    paths = [Path(p) for p in raw_paths]
+    if len(paths) == 1 and paths[0].is_dir():
+        folder = paths[0]
+        paths = [folder / name for name in info.raw_files]
+        missing = [str(p) for p in paths if not p.exists()]
+        if missing:
+            raise DataError(f"{folder}: missing raw file(s) for {info.name}: {', '.join(missing)}")
+        return paths
+    if not paths:
+        raise DataError(f"{info.name}: no raw files given (expected {', '.join(info.raw_files)})")
+    if len(paths) < info.min_files or (info.max_files is not None and len(paths) > info.max_files):
+        want = (
+            f"{info.min_files}" if info.max_files == info.min_files else f"{info.min_files}..{info.max_files or 'n'}"
+        )
+        raise DataError(
+            f"{info.name}: expected {want} raw file(s) ({', '.join(info.raw_files)}), got {len(paths)}: "
+            f"{', '.join(map(str, paths))}"
+        )
+    for p in paths:
+        first_line(p)  # existence / emptiness, with the file's name in the message
+    return paths
+
+
+Reader = Callable[[list[Path], int, Progress], RawEvents]
+
+
+def run_dataset(
+    info: DatasetInfo,
+    reader: Reader,
+    raw_paths: PathLike | Sequence[PathLike],
+    out_dir: PathLike,
+    *,
+    fmt: str = "tsv",
+    force: bool = False,
+    progress: bool | Progress = True,
+    chunksize: int = DEFAULT_CHUNKSIZE,
+    min_item_support: int | None = None,
+    min_session_length: int | None = None,
+) -> pd.DataFrame:
+    """Read, sessionise, filter, split and write one public data set; returns the stats table."""
+    protocol = info.protocol.with_options(min_item_support=min_item_support, min_session_length=min_session_length)
+    protocol.validate()
+    if int(chunksize) != chunksize or chunksize < 1:
+        from gru4rec.errors import ConfigError
+
+        raise ConfigError(f"chunksize must be a positive integer, got {chunksize!r}")
+    prog = progress if isinstance(progress, Progress) else Progress(info.name, bool(progress))
+    paths = prepare_out_dir(out_dir, fmt, force)
+    files = resolve_raw_paths(info, raw_paths)
+    raw = reader(files, int(chunksize), prog)
+    where = ", ".join(raw.sources)
+    if len(raw.key) == 0:
+        raise DataError(f"{where}: no events of the kind {info.name} uses (read {raw.n_rows:,} rows)")
+    prog(f"read {raw.n_rows:,} rows, kept {len(raw.key):,} events, {len(raw.item_ids):,} items")
+    gap = None if protocol.session_gap_s is None else protocol.session_gap_s * protocol.ticks_per_second
+    ev = sort_and_sessionise(raw, gap)
+    prog(f"sorted; {len(ev.session_ids):,} sessions")
+    try:
+        sets = run_protocol(ev, protocol, prog)
+    except DataError as exc:
+        raise DataError(f"{where}: {exc}") from None
+    return write_outputs(sets, paths, protocol, fmt, prog)
+
+
+def chunk_progress(prog: Progress, path: Path, n_rows: int, n_kept: int) -> None:
+    """The per-chunk progress line."""
+    prog(f"{path.name}: {n_rows:,} rows read, {n_kept:,} events kept")

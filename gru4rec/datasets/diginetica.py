@@ -1,0 +1,109 @@
+"""DIGINETICA (CIKM Cup 2016 Personalized E-Commerce Search Challenge) item views (spec §11).
+
+Raw file (semicolon-separated, header): `train-item-views.csv` with columns
+sessionId;userId;itemId;timeframe;eventdate (some copies spell them session_id;user_id;item_id;
+the header match ignores case and underscores). eventdate is the session's date (`2016-05-09`),
+timeframe the milliseconds since the session's first query. Time = the session's (earliest)
+eventdate at 00:00 UTC in ms + timeframe. All events are kept; sessions are given. Test window:
+the last 7 days before the latest event.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gru4rec.datasets.common import (
+    DEFAULT_CHUNKSIZE,
+    DatasetInfo,
+    ItemCoder,
+    PathLike,
+    Progress,
+    Protocol,
+    RawEvents,
+    chunk_progress,
+    column_int64,
+    column_timestamp,
+    iter_csv_chunks,
+    resolve_header,
+    run_dataset,
+)
+
+NAME = "diginetica"
+INFO = DatasetInfo(
+    name=NAME,
+    title="DIGINETICA item views (CIKM Cup 2016, track 2)",
+    raw_files=("train-item-views.csv",),
+    download="CIKM Cup 2016 Track 2 (DIGINETICA) data: https://competitions.codalab.org/competitions/11161 "
+    "(dataset-train-diginetica.zip)",
+    protocol=Protocol(days=7.0, ticks_per_second=1000),
+    min_files=1,
+    max_files=1,
+)
+
+REQUIRED = {
+    "session": ("sessionId", "session_id"),
+    "item": ("itemId", "item_id"),
+    "timeframe": ("timeframe",),
+    "eventdate": ("eventdate", "event_date"),
+}
+DATE_EXAMPLE = "2016-05-09"
+
+
+def read_raw(paths: list[Path], chunksize: int, prog: Progress) -> RawEvents:
+    """Read `train-item-views.csv`: key = sessionId, time = session date (ms) + timeframe."""
+    coder = ItemCoder()
+    sessions: list[np.ndarray] = []
+    items: list[np.ndarray] = []
+    dates: list[np.ndarray] = []
+    frames: list[np.ndarray] = []
+    n_rows = 0
+    for path in paths:
+        cols = resolve_header(path, ";", REQUIRED, NAME)
+        rename = {v: k for k, v in cols.items()}
+        for chunk in iter_csv_chunks(
+            path, sep=";", usecols=list(cols.values()), dtype={cols["eventdate"]: str}, chunksize=chunksize
+        ):
+            n_rows += len(chunk)
+            chunk = chunk.rename(columns=rename)
+            sessions.append(column_int64(chunk["session"], path, cols["session"], 1, "an integer session id"))
+            items.append(coder.encode(column_int64(chunk["item"], path, cols["item"], 1, "an integer item id")))
+            frames.append(column_int64(chunk["timeframe"], path, cols["timeframe"], 1, "integer milliseconds"))
+            dates.append(
+                column_timestamp(chunk["eventdate"], path, cols["eventdate"], 1, unit="ms", example=DATE_EXAMPLE)
+            )
+            chunk_progress(prog, path, n_rows, n_rows)
+    key = np.concatenate(sessions) if sessions else np.empty(0, np.int64)
+    date = np.concatenate(dates) if dates else np.empty(0, np.int64)
+    # a session's events normally share one date; should they not, the earliest date anchors
+    # all of them, so that timeframe keeps ordering the session's events
+    session_date = pd.Series(date).groupby(key).transform("min").to_numpy(dtype=np.int64)
+    tm = session_date + (np.concatenate(frames) if frames else np.empty(0, np.int64))
+    return RawEvents(
+        key=key,
+        item=np.concatenate(items) if items else np.empty(0, np.int32),
+        time=tm,
+        item_ids=coder.ids(),
+        sources=[str(p) for p in paths],
+        n_rows=n_rows,
+    )
+
+
+def preprocess(
+    raw_paths: PathLike | Sequence[PathLike],
+    out_dir: PathLike,
+    *,
+    fmt: str = "tsv",
+    force: bool = False,
+    progress: bool | Progress = True,
+    chunksize: int = DEFAULT_CHUNKSIZE,
+    min_item_support: int | None = None,
+    min_session_length: int | None = None,
+) -> pd.DataFrame:
+    """Preprocess `train-item-views.csv` (or a folder holding it)."""
+    return run_dataset(
+        INFO, read_raw, raw_paths, out_dir, fmt=fmt, force=force, progress=progress, chunksize=chunksize,
+        min_item_support=min_item_support, min_session_length=min_session_length,
+    )

@@ -1,0 +1,60 @@
+"""rsc15: the YOOCHOOSE clicks under the 2016/2018 GRU4Rec papers' protocol (spec §11).
+
+Only `yoochoose-clicks.dat` (header-less `SessionId,Timestamp,ItemId,Category`). No
+de-duplication; one filtering pass: sessions of length 1 dropped, then items with support < 5,
+then sessions shorter than 2. Test = whole sessions whose LAST event is within the final day
+(T = the latest click); test events whose item is not in train are removed, then test sessions
+shorter than 2. train_tr / train_valid: the same on train_full with its own latest click as T.
+Time is written in float seconds (millisecond precision).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from gru4rec.datasets.common import (
+    DEFAULT_CHUNKSIZE,
+    DatasetInfo,
+    PathLike,
+    Progress,
+    Protocol,
+    RawEvents,
+    run_dataset,
+)
+from gru4rec.datasets.yoochoose import read_clicks
+
+NAME = "rsc15"
+INFO = DatasetInfo(
+    name=NAME,
+    title="YOOCHOOSE clicks, GRU4Rec 2016/2018 papers' protocol",
+    raw_files=("yoochoose-clicks.dat",),
+    download="RecSys Challenge 2015 data set (YOOCHOOSE), e.g. https://www.kaggle.com/datasets/chadgostopp/recsys-challenge-2015",
+    protocol=Protocol(kind="rsc15", days=1.0, ticks_per_second=1000, output_time_divisor=1000, dedup=False),
+    min_files=1,
+    max_files=1,
+)
+
+
+def read_raw(paths: list[Path], chunksize: int, prog: Progress) -> RawEvents:
+    """Read `yoochoose-clicks.dat`."""
+    return read_clicks(paths, chunksize, prog, NAME)
+
+
+def preprocess(
+    raw_paths: PathLike | Sequence[PathLike],
+    out_dir: PathLike,
+    *,
+    fmt: str = "tsv",
+    force: bool = False,
+    progress: bool | Progress = True,
+    chunksize: int = DEFAULT_CHUNKSIZE,
+    min_item_support: int | None = None,
+    min_session_length: int | None = None,
+) -> pd.DataFrame:
+    """Preprocess `yoochoose-clicks.dat` (or a folder holding it) with the rsc15 protocol."""
+    return run_dataset(
+        INFO, read_raw, raw_paths, out_dir, fmt=fmt, force=force, progress=progress, chunksize=chunksize,
+        min_item_support=min_item_support, min_session_length=min_session_length,
+    )

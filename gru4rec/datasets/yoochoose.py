@@ -1,0 +1,94 @@
+"""YOOCHOOSE (RecSys Challenge 2015) clicks, the common §11 protocol.
+
+Raw files (no header, comma-separated): `yoochoose-clicks.dat` and `yoochoose-test.dat`, each row
+`SessionId,Timestamp,ItemId,Category` with an ISO-8601 UTC timestamp such as
+`2014-04-07T10:51:09.277Z`. Both files are used (the challenge's test sessions are ordinary
+click sessions); sessions are given; time is written in float seconds (millisecond precision);
+the test window is the last day.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from gru4rec.datasets.common import (
+    DEFAULT_CHUNKSIZE,
+    Accumulator,
+    DatasetInfo,
+    ItemCoder,
+    PathLike,
+    Progress,
+    Protocol,
+    RawEvents,
+    check_field_count,
+    chunk_progress,
+    column_int64,
+    column_timestamp,
+    iter_csv_chunks,
+    run_dataset,
+)
+
+NAME = "yoochoose"
+INFO = DatasetInfo(
+    name=NAME,
+    title="YOOCHOOSE clicks (RecSys Challenge 2015), clicks + test files",
+    raw_files=("yoochoose-clicks.dat", "yoochoose-test.dat"),
+    download="RecSys Challenge 2015 data set (YOOCHOOSE), e.g. https://www.kaggle.com/datasets/chadgostopp/recsys-challenge-2015",
+    # sessions given; ms ticks written as float seconds; last day is the test window
+    protocol=Protocol(days=1.0, ticks_per_second=1000, output_time_divisor=1000),
+    min_files=2,
+    max_files=2,
+)
+
+RAW_COLUMNS = ["SessionId", "Timestamp", "ItemId", "Category"]
+TIMESTAMP_EXAMPLE = "2014-04-07T10:51:09.277Z"
+
+
+def read_clicks(paths: list[Path], chunksize: int, prog: Progress, dataset: str = NAME) -> RawEvents:
+    """Read YOOCHOOSE click files (header-less `SessionId,Timestamp,ItemId,Category`)."""
+    coder = ItemCoder()
+    acc = Accumulator()
+    for path in paths:
+        check_field_count(path, ",", len(RAW_COLUMNS), dataset)
+        for chunk in iter_csv_chunks(
+            path,
+            sep=",",
+            names=RAW_COLUMNS,
+            usecols=RAW_COLUMNS[:3],
+            dtype={"Timestamp": str},
+            chunksize=chunksize,
+        ):
+            acc.n_rows += len(chunk)
+            session = column_int64(chunk["SessionId"], path, "SessionId", 0, "an integer session id")
+            item = column_int64(chunk["ItemId"], path, "ItemId", 0, "an integer item id")
+            tm = column_timestamp(
+                chunk["Timestamp"], path, "Timestamp", 0, unit="ms", example=TIMESTAMP_EXAMPLE
+            )
+            acc.add(session, coder.encode(item), tm)
+            chunk_progress(prog, path, acc.n_rows, acc.n_kept)
+    return acc.finish(coder, [str(p) for p in paths])
+
+
+def read_raw(paths: list[Path], chunksize: int, prog: Progress) -> RawEvents:
+    """Read the clicks and test files."""
+    return read_clicks(paths, chunksize, prog, NAME)
+
+
+def preprocess(
+    raw_paths: PathLike | Sequence[PathLike],
+    out_dir: PathLike,
+    *,
+    fmt: str = "tsv",
+    force: bool = False,
+    progress: bool | Progress = True,
+    chunksize: int = DEFAULT_CHUNKSIZE,
+    min_item_support: int | None = None,
+    min_session_length: int | None = None,
+) -> pd.DataFrame:
+    """Preprocess `yoochoose-clicks.dat` + `yoochoose-test.dat` (or a folder holding both)."""
+    return run_dataset(
+        INFO, read_raw, raw_paths, out_dir, fmt=fmt, force=force, progress=progress, chunksize=chunksize,
+        min_item_support=min_item_support, min_session_length=min_session_length,
+    )
