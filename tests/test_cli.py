@@ -543,6 +543,45 @@ def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_hook_commands_registered() -> None:
     assert {"preprocess", "split", "paropt"} <= set(COMMANDS)
+    for name in ("preprocess", "split", "paropt"):
+        assert COMMANDS[name].unavailable() is None, COMMANDS[name].unavailable()
+
+
+def test_split_then_train(data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["split", data["train_full"], "--out", tmp_path / "sp", "--days", 3, "--quiet"], capsys)
+    assert code == 0, err
+    train = pd.read_csv(tmp_path / "sp" / "train_full.tsv", sep="\t")
+    test = pd.read_csv(tmp_path / "sp" / "test.tsv", sep="\t")
+    source = pd.read_csv(data["train_full"], sep="\t")
+    # A time split: every test session starts after the last training event, and no event is invented.
+    assert test.groupby("SessionId")["Time"].min().min() > train["Time"].max()
+    assert len(train.merge(source)) == len(train) and len(test.merge(source)) == len(test)
+    code, out, err = run(["train", tmp_path / "sp" / "train_full.tsv", "-ps", TINY, "-t", tmp_path / "sp" / "test.tsv"],
+                         capsys)
+    assert code == 0, err
+    assert len(parse_metrics(out)) == 1
+    code, _, err = run(["split", tmp_path / "nope.tsv", "--out", tmp_path / "x"], capsys)
+    assert code == 1
+    assert_one_line_error(err, "nope.tsv")
+
+
+def test_preprocess_raw_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["preprocess", "rsc15", tmp_path / "missing.dat", "--out", tmp_path / "o"], capsys)
+    assert code == 1
+    assert_one_line_error(err, "missing.dat")
+    code, _, err = run(["preprocess", "nosuchset", tmp_path, "--out", tmp_path / "o"], capsys)
+    assert code in (1, 2) and "nosuchset" in err and "Traceback" not in err
+    raw = Path(__file__).resolve().parents[2] / "shared" / "data" / "raw_samples" / "diginetica_train-item-views_sample.csv"
+    if not raw.exists():
+        pytest.skip(f"raw sample not present at {raw}")
+    code, _, err = run(["preprocess", "diginetica", raw, "--out", tmp_path / "dg", "--quiet"], capsys)
+    assert code == 0, err
+    train = pd.read_csv(tmp_path / "dg" / "train_full.tsv", sep="\t")
+    assert list(train.columns) == ["SessionId", "ItemId", "Time"] and len(train) > 0
+    code, out, err = run(["train", tmp_path / "dg" / "train_full.tsv", "-ps", TINY, "-t", tmp_path / "dg" / "test.tsv"],
+                         capsys)
+    assert code == 0, err
+    assert len(parse_metrics(out)) == 1
 
 
 def test_unavailable_hook_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -576,3 +615,51 @@ def test_hook_module_is_called(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, 
     assert run(["fake", "--size", "-1"], capsys)[0] == 1
     code, _, err = run(["fake"], capsys)
     assert code == 2 and "--size" in err
+
+
+# ------------------------------------------------------------------------------------- examples
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_quickstart_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import runpy
+
+    quickstart = runpy.run_path(str(EXAMPLES / "quickstart.py"))
+    metrics = quickstart["main"](["--workdir", str(tmp_path), "--n-sessions", "300", "--epochs", "1",
+                                  "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert (tmp_path / "model.gru4rec").exists()
+    # The printed result lines are the returned metrics, which a fresh CLI evaluation reproduces.
+    assert parse_metrics(out)[0] == {c: (round(metrics[f"recall@{c}"], 6), round(metrics[f"mrr@{c}"], 6))
+                                     for c in (1, 5, 20)}
+    code, out2, err = run(["evaluate", "--model", tmp_path / "model.gru4rec", "-t", tmp_path / "data" / "test.tsv",
+                           "-m", 1, 5, 20, "-e", "conservative"], capsys)
+    assert code == 0, err
+    assert parse_metrics(out2)[0] == parse_metrics(out)[0]
+
+
+def test_cli_sh_example(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("bash") is None:
+        pytest.skip("bash is not available")
+    gru4rec = Path(sys.executable).with_name("gru4rec")
+    if not gru4rec.exists():
+        pytest.skip(f"the gru4rec console script is not installed next to {sys.executable}")
+    env = dict(os.environ, GRU4REC=str(gru4rec), PYTHON=sys.executable, N_SESSIONS="300",
+               PARAMS=TINY.replace("n_epochs=2", "n_epochs=1"), OMP_NUM_THREADS="1")
+    proc = subprocess.run(["bash", str(EXAMPLES / "cli.sh"), str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    blocks = parse_metrics(proc.stdout)
+    # train -t, evaluate and run.py -l report the same model on the same test file.
+    assert len(blocks) == 3
+    assert blocks[0] == blocks[1] and blocks[2][20] == blocks[0][20]
+    assert "PRIMARY METRIC: " in proc.stdout
+    recs = pd.read_csv(tmp_path / "recs.tsv", sep="\t")
+    assert list(recs.columns) == ["SessionId", "Rank", "ItemId", "Score", "Fallback"]
+    assert json.loads((tmp_path / "metrics.json").read_text())
