@@ -262,16 +262,28 @@ def _check_readable(paths: Sequence[str] | None, what: str) -> None:
             raise FileNotFoundError(2, f"{what} not found", path)
 
 
-def _device_memory_note(model: Any) -> str | None:
-    """Peak CUDA memory of the model's device, or None off CUDA."""
-    device = getattr(model, "device", None)
-    if device is None or getattr(device, "type", None) != "cuda":
+def _on_cuda(model: Any) -> bool:
+    return getattr(getattr(model, "device", None), "type", None) == "cuda"
+
+
+def _reset_device_memory_peak(model: Any) -> None:
+    """Start a new peak so that each phase (training, evaluation) reports its own."""
+    if _on_cuda(model):
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(model.device)
+
+
+def _device_memory_note(model: Any, phase: str) -> str | None:
+    """Peak CUDA memory of the model's device since the last reset, or None off CUDA."""
+    if not _on_cuda(model):
         return None
     import torch
 
-    peak = torch.cuda.max_memory_allocated(device)
-    reserved = torch.cuda.max_memory_reserved(device)
-    return f"peak device memory: {peak / 2**20:.1f} MiB allocated, {reserved / 2**20:.1f} MiB reserved ({device})"
+    peak = torch.cuda.max_memory_allocated(model.device)
+    reserved = torch.cuda.max_memory_reserved(model.device)
+    return (f"Peak device memory ({phase}): {peak / 2**20:.1f} MiB allocated, "
+            f"{reserved / 2**20:.1f} MiB reserved on {model.device}")
 
 
 def _train(
@@ -288,12 +300,13 @@ def _train(
     streams.info(f"Training GRU4Rec on {data}")
     streams.info(f"Parameters: {config.to_param_string()}")
     model = GRU4Rec(config, device=device)
+    _reset_device_memory_peak(model)
     start = time.perf_counter()
     # fit() prints the original's per-epoch lines through log (and a progress bar on a terminal).
     model.fit(data, checkpoint_dir=checkpoint_dir, resume=resume, progress=True, log=streams.info)
     elapsed = time.perf_counter() - start
     streams.info(f"Training took {elapsed:.2f}s on {model.device} ({len(model.item_map)} items)")
-    note = _device_memory_note(model)
+    note = _device_memory_note(model, "training")
     if note:
         streams.info(note)
     return model
@@ -346,6 +359,7 @@ def _evaluate_all(
     report: dict[str, Any] = {}
     for test in tests:
         streams.info(f"Evaluating on {test} (mode: {mode})")
+        _reset_device_memory_peak(model)
         start = time.perf_counter()
         frame = read_events(test, **key_args)
         # The model was trained on its own column names; present the test set under them.
@@ -358,12 +372,16 @@ def _evaluate_all(
             f"Evaluation took {elapsed:.2f}s: {result.n_predictions} predictions, "
             f"{result.n_dropped_events} events with items unknown to the model dropped"
         )
+        note = _device_memory_note(model, "evaluation")
+        if note:
+            streams.info(note)
         for line in _metric_lines(result, cutoffs, extended=extended):
             streams.result(line)
         if primary_metric is not None:
             table = result.recall if primary_metric == "recall" else result.mrr
             streams.result(f"PRIMARY METRIC: {table[cutoffs[0]]}")
-        report[test] = {
+        name = test if test not in report else f"{test}#{len(report) + 1}"  # the same file twice
+        report[name] = {
             "mode": mode,
             "n_predictions": int(result.n_predictions),
             "n_dropped_events": int(result.n_dropped_events),

@@ -663,3 +663,18 @@ def test_cli_sh_example(tmp_path: Path) -> None:
     recs = pd.read_csv(tmp_path / "recs.tsv", sep="\t")
     assert list(recs.columns) == ["SessionId", "Rank", "ItemId", "Score", "Fallback"]
     assert json.loads((tmp_path / "metrics.json").read_text())
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_run_reports_peak_memory(data: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["train", data["train_full"], "-ps", TINY, "-d", "cuda", "-t", data["test"]], capsys)
+    assert code == 0, err
+    peaks = re.findall(r"Peak device memory \((training|evaluation)\): ([0-9.]+) MiB allocated", err)
+    assert [p[0] for p in peaks] == ["training", "evaluation"]
+    assert all(float(p[1]) > 0 for p in peaks)
+
+
+def test_no_memory_line_on_cpu(trained: dict[str, Any], data: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["evaluate", "--model", trained["model"], "-t", data["test"], "-d", "cpu"], capsys)
+    assert code == 0 and "Peak device memory" not in err
