@@ -5,9 +5,10 @@
     split_events(data, out_dir, days=...)  the same time split for a user's own event log
     PIPELINES                              name -> module (each has INFO, read_raw, preprocess)
 
-Command-line glue (registered by gru4rec.cli): `add_preprocess_arguments` / `run_preprocess`
-for `gru4rec preprocess`, and `split.add_split_arguments` / `split.run_split` for
-`gru4rec split`.
+Command-line glue (registered by gru4rec.cli): this package's `add_arguments` / `run`
+(= `add_preprocess_arguments` / `run_preprocess`) for `gru4rec preprocess`, and
+`gru4rec.datasets.split`'s `add_arguments` / `run` (= `add_split_arguments` / `run_split`)
+for `gru4rec split`.
 """
 from __future__ import annotations
 
@@ -80,12 +81,12 @@ def preprocess(
 def add_preprocess_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Arguments of `gru4rec preprocess DATASET RAW_PATH... --out DIR`."""
     lines = [f"  {m.NAME:13s} {', '.join(m.INFO.raw_files)}" for m in PIPELINES.values()]
-    parser.description = (parser.description or "") + (
+    _describe(
+        parser,
         "Preprocess a public data set's raw download into train_full, test, train_tr and "
-        "train_valid (spec §11), plus stats.tsv."
+        "train_valid (spec §11), plus stats.tsv.",
+        "data sets and their raw files (see docs/datasets.md for the downloads):\n" + "\n".join(lines),
     )
-    parser.epilog = "data sets and their raw files:\n" + "\n".join(lines)
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("dataset", metavar="DATASET", choices=list(PIPELINES), help="one of: " + ", ".join(PIPELINES))
     parser.add_argument("raw_paths", metavar="RAW_PATH", nargs="+", help="raw file(s), or one folder holding them")
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
@@ -99,6 +100,16 @@ def add_preprocess_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
     parser.add_argument("--chunksize", type=int, default=DEFAULT_CHUNKSIZE, metavar="ROWS",
                         help=f"rows read at a time (default: {DEFAULT_CHUNKSIZE:,})")
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser, description: str, epilog: str | None = None) -> None:
+    """Add our description (and epilog) to a parser that may already carry one."""
+    parser.description = f"{parser.description}\n\n{description}" if parser.description else description
+    if epilog:
+        parser.epilog = f"{parser.epilog}\n\n{epilog}" if parser.epilog else epilog
+    if parser.formatter_class is argparse.HelpFormatter:
+        # keep the line breaks of the data-set list
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 def run_preprocess(args: argparse.Namespace) -> int:
@@ -119,3 +130,8 @@ def run_preprocess(args: argparse.Namespace) -> int:
     )
     print(stats.to_string(index=False), file=sys.stdout)
     return 0
+
+
+# the hook names gru4rec.cli looks up in a command's module
+add_arguments = add_preprocess_arguments
+run = run_preprocess

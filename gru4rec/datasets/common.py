@@ -191,16 +191,23 @@ def _frame_slices(columns: dict[str, np.ndarray]) -> Iterator[pd.DataFrame]:
         yield pd.DataFrame({k: v[start : start + _WRITE_SLICE] for k, v in columns.items()})
 
 
-def _write_tsv(tmp: Path, columns: dict[str, np.ndarray]) -> None:
+def _arrow_csv() -> tuple[Any, Any] | None:
+    """(pyarrow, pyarrow.csv) when installed: the fast TSV writer; None: pandas writes."""
     try:
         import pyarrow as pa
         import pyarrow.csv as pacsv
     except ImportError:
-        pa = None
+        return None
+    return pa, pacsv
+
+
+def _write_tsv(tmp: Path, columns: dict[str, np.ndarray]) -> None:
+    arrow = _arrow_csv()
     with open(tmp, "w", encoding="utf-8", newline="") as fh:
         fh.write("\t".join(columns) + "\n")
         for frame in _frame_slices(columns):
-            if pa is not None:
+            if arrow is not None:
+                pa, pacsv = arrow
                 # pyarrow's writer is ~10x faster than DataFrame.to_csv; it refuses values that
                 # would need quoting (tabs, quotes, newlines in ids), which pandas then quotes.
                 try:

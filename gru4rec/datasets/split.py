@@ -177,10 +177,11 @@ def split_events(
 
 def add_split_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Arguments of `gru4rec split INPUT --out DIR --days D ...`."""
-    parser.description = (parser.description or "") + (
+    text = (
         "Split your own event log by time: sessions starting in the last D days are the test "
         "set, earlier events train_full; the same on train_full gives train_tr / train_valid."
     )
+    parser.description = f"{parser.description}\n\n{text}" if parser.description else text
     parser.add_argument("input", metavar="INPUT", help="event file: TSV/CSV with a header, or Parquet")
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
     parser.add_argument("--days", type=float, default=1.0, help="test window in days (default: 1)")
@@ -221,3 +222,8 @@ def run_split(args: argparse.Namespace) -> int:
     )
     print(stats.to_string(index=False), file=sys.stdout)
     return 0
+
+
+# the hook names gru4rec.cli looks up in a command's module
+add_arguments = add_split_arguments
+run = run_split
