@@ -839,6 +839,22 @@ def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str],
             traceback.print_exc()
         print(f"{prog}: error: {_error_message(exc)}", file=sys.stderr)
         return EXIT_ERROR
+    except MemoryError as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: error: out of host memory: {_error_message(exc)}", file=sys.stderr)
+        return EXIT_ERROR
+    except RuntimeError as exc:
+        # torch.OutOfMemoryError (a RuntimeError) is a resource problem the user can act on;
+        # any other RuntimeError is a bug and keeps its traceback.
+        if type(exc).__name__ != "OutOfMemoryError":
+            raise
+        if debug:
+            traceback.print_exc()
+        first = _error_message(exc).split(". ")[0]
+        print(f"{prog}: error: out of device memory ({first}); try a smaller batch_size, "
+              "n_sample, layers or --eval-batch-size", file=sys.stderr)
+        return EXIT_ERROR
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -291,6 +291,11 @@ def test_checkpoint_resume(
                           "--save", tmp_path / "b"], capsys)
     assert code == 0, err
     assert "Resuming" in err and "Epoch3" in err and "Epoch1 " not in err
+    code, out, err = run(["info", ck / "checkpoint.pt", "--json"], capsys)
+    assert code == 0, err
+    info = json.loads(out)
+    assert info["meta"]["kind"] == "gru4rec-training-checkpoint" and info["meta"]["epoch"] == 3
+    assert info["n_items"] == pd.read_csv(data["train_tr"], sep="\t")["ItemId"].nunique()
     code, _, err = run(["train", data["train_tr"], "-ps", ps, "--save", tmp_path / "c"], capsys)
     assert code == 0, err
     # The resumed run ends with exactly the model of an uninterrupted run.
@@ -382,6 +387,44 @@ def test_missing_model_file(data: dict[str, Path], tmp_path: Path, capsys: pytes
     code, _, err = run(["evaluate", "--model", tmp_path / "none.gru4rec", "-t", data["test"]], capsys)
     assert code == 1
     assert_one_line_error(err, "none.gru4rec", "not found")
+
+
+def test_bad_device(data: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["train", data["train_tr"], "-ps", TINY, "-d", "tpu:9"], capsys)
+    assert code == 1
+    assert_one_line_error(err, "tpu:9")
+    if not torch.cuda.is_available():
+        code, _, err = run(["train", data["train_tr"], "-ps", TINY, "-d", "cuda"], capsys)
+        assert code == 1
+        assert_one_line_error(err, "CUDA is not available")
+
+
+def test_device_out_of_memory_is_one_line(
+    data: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gru4rec.recommender import GRU4Rec
+
+    def oom(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has ...")
+
+    monkeypatch.setattr(GRU4Rec, "fit", oom)
+    code, _, err = run(["train", data["train_tr"], "-ps", TINY], capsys)
+    assert code == 1
+    assert_one_line_error(err, "out of device memory", "CUDA out of memory", "batch_size")
+
+
+def test_unexpected_error_keeps_traceback(
+    data: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gru4rec.recommender import GRU4Rec
+
+    def bug(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("an internal bug")
+
+    monkeypatch.setattr(GRU4Rec, "fit", bug)
+    # A bug is not a user error: it propagates with its traceback instead of a tidy one-liner.
+    with pytest.raises(RuntimeError, match="an internal bug"):
+        main(["train", str(data["train_tr"]), "-ps", TINY])
 
 
 def test_debug_shows_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
