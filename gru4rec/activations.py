@@ -117,6 +117,29 @@ class Activation:
             return -torch.log_softmax(x, dim=-1)
         raise AssertionError(f"unhandled activation {name!r}")  # guarded by __post_init__
 
+    def derivative(self, out: torch.Tensor) -> torch.Tensor | None:
+        """f'(x) of an elementwise activation, from its OUTPUT ``out = f(x)`` (None: identity).
+
+        Every elementwise activation here keeps the sign of x (f(x) > 0 exactly when x > 0), so
+        the output alone says which branch x was on; the hand-written backward passes of the
+        training step then need not keep the pre-activations.
+        """
+        name = self.name
+        if name == "linear":
+            return None
+        if name == "tanh":
+            return 1.0 - out * out
+        if name == "relu":
+            return (out > 0).to(out.dtype)
+        if name == "leaky":
+            return torch.where(out > 0, 1.0, self.params[0]).to(out.dtype)
+        if name == "elu":
+            return torch.where(out > 0, 1.0, out + self.params[0])
+        if name == "selu":
+            scale, alpha = self.params
+            return torch.where(out > 0, scale, out + scale * alpha)
+        raise ValueError(f"{self.spec} is not elementwise: it has no elementwise derivative")
+
     def __str__(self) -> str:
         return self.spec
 

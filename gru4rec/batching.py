@@ -7,9 +7,8 @@ free at the same step are refilled in slot order. When no unused session remains
 become inactive; the epoch ends when none is active, or — with ``n_sample == 0`` — as soon as fewer
 than two are (a row needs a negative). Sessions of length 1 take no step.
 
-Instead of shrinking the batch at the tail, the schedule keeps B columns and marks inactive slots;
-their input/target are filled with those of the first active slot of the step so that the sparse
-update never touches a row the shrinking batch would not touch (their gradients are zero).
+Instead of shrinking the batch at the tail, the schedule keeps B columns and marks inactive slots
+(the training step masks them out of the loss and of the candidates).
 """
 from __future__ import annotations
 
@@ -95,9 +94,7 @@ def build_schedule(
     positions = schedule_positions(offsets, batch_size, n_sample)
     active = positions >= 0
     n_active = active.sum(1)
-    # Inactive slots borrow the first active slot's events (zero gradient, rows already in use).
-    first_active = active.argmax(1)
-    filled = np.where(active, positions, positions[np.arange(len(positions)), first_active][:, None])
+    filled = positions.clip(0)  # any valid event: the training step replaces inactive slots' items
     items = np.asarray(items, dtype=np.int64)
     is_start = np.zeros(len(items) + 1, dtype=bool)
     is_start[np.asarray(offsets[:-1], dtype=np.int64)] = True

@@ -95,3 +95,154 @@ def make_loss(config: Config) -> LossFn:
         return pairwise
 
     raise AssertionError(f"unhandled loss {loss!r}")  # Config validates the name
+
+
+# ---------------------------------------------------------------------------------------------
+# Fast path: the loss and its gradient with respect to the scores, written out by hand.
+#
+# The hand-written training step needs dL/dx for x = raw scores after logQ. Deriving it here
+# (instead of letting autograd record ~20 operations on the B×C matrix) keeps the number of
+# passes over that matrix small. make_loss above is the reference these must agree with.
+
+#: loss_grad(x, col_valid, row_valid, n_cols) -> (loss, dL/dx). For the cross-entropy losses the
+#: caller has already added MASK to the masked columns of x (folded into the bias); the other
+#: losses take x unmasked and use col_valid.
+LossGradFn = Callable[[Tensor, Tensor, Tensor, Tensor], "tuple[Tensor, Tensor]"]
+
+
+def make_loss_grad(config: Config) -> LossGradFn:
+    """The loss and dL/dx for the config's loss, matching :func:`make_loss`."""
+    inv_b = 1.0 / float(config.batch_size)
+    smoothing = float(config.smoothing)
+    bpreg = float(config.bpreg)
+    loss = config.loss
+    act = config.final_activation
+
+    if loss in ("cross-entropy", "xe_logit"):
+        # L_i = Σ_j t_ij·(−log(p_ij + ε)) with t = (1 − e·n/(n−1))·[j = i] + e/(n−1)·valid_j;
+        # dL_i/dx_ik = −t_ik·a_ik + p_ik·Σ_j t_ij·a_ij with a = p/(p + ε) (a = 1 for xe_logit).
+        logit_form = loss == "xe_logit"
+
+        def xe(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
+            n_rows = x.shape[0]
+            logp = torch.log_softmax(x, dim=1)
+            p = torch.exp(logp)
+            p_pos = p[:, :n_rows].diagonal()
+            if logit_form:
+                nll_pos = -logp[:, :n_rows].diagonal()
+                a_pos = torch.ones_like(p_pos)
+            else:
+                nll_pos = -torch.log(p_pos + EPS)
+                a_pos = p_pos / (p_pos + EPS)
+            w = row_valid * inv_b
+            if smoothing <= 0:
+                loss_value = torch.dot(nll_pos, w)
+                coef = a_pos * w
+                grad = p * coef.unsqueeze(1)
+                grad[:, :n_rows].diagonal().sub_(coef)
+                return loss_value, grad
+            share = smoothing / (n_cols - 1.0)
+            t_pos = 1.0 - share * n_cols
+            nll = -logp if logit_form else -torch.log(p + EPS)
+            a = torch.ones_like(p) if logit_form else p / (p + EPS)
+            per_row = t_pos * nll_pos + share * (nll @ col_valid)
+            loss_value = torch.dot(per_row, w)
+            ta = a * (share * col_valid)  # the smoothing part of t·a
+            ta[:, :n_rows].diagonal().add_(t_pos * a_pos)
+            grad = (p * ta.sum(1, keepdim=True) - ta) * w.unsqueeze(1)
+            return loss_value, grad
+
+        return xe
+
+    def finish(x: Tensor, r: Tensor, per_row: Tensor, d_r: Tensor, row_valid: Tensor) -> tuple[Tensor, Tensor]:
+        w = row_valid * inv_b
+        grad = d_r * w.unsqueeze(1)
+        f_prime = act.derivative(r)
+        if f_prime is not None:
+            grad = grad * f_prime
+        return torch.dot(per_row, w), grad
+
+    def negatives_softmax(r: Tensor, col_valid: Tensor) -> Tensor:
+        logits = r + (1.0 - col_valid) * MASK
+        logits[:, : r.shape[0]].diagonal().fill_(MASK)
+        return torch.softmax(logits, dim=1)
+
+    if loss == "bpr-max":
+        # S_i = Σ_j s_ij·σ_ij (σ_ij = σ(r_ii − r_ij)), R_i = Σ_j s_ij·r_ij²:
+        # dL_i/dr_ik = −s_ik·(σ_ik² − S_i)/(S_i + ε) + bpreg·s_ik·(r_ik² − R_i + 2·r_ik)   (k ≠ i)
+        # dL_i/dr_ii = −Σ_j s_ij·σ_ij·(1 − σ_ij)/(S_i + ε)
+        def bpr_max(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
+            n_rows = x.shape[0]
+            r = act(x)
+            s = negatives_softmax(r, col_valid)
+            pos = r[:, :n_rows].diagonal()
+            sig = torch.sigmoid(pos.unsqueeze(1) - r)
+            s_sig = s * sig
+            big_s = s_sig.sum(1)
+            inv = 1.0 / (big_s + EPS)
+            per_row = -torch.log(big_s + EPS)
+            d_r = (big_s.unsqueeze(1) - sig * sig) * s * inv.unsqueeze(1)
+            if bpreg > 0:
+                r2 = r * r
+                s_r2 = s * r2
+                big_r = s_r2.sum(1)
+                per_row = per_row + bpreg * big_r
+                d_r = d_r + bpreg * (s_r2 - s * big_r.unsqueeze(1) + 2.0 * s * r)
+            d_pos = -(s_sig - s_sig * sig).sum(1) * inv
+            d_r[:, :n_rows].diagonal().copy_(d_pos)
+            return finish(x, r, per_row, d_r, row_valid)
+
+        return bpr_max
+
+    if loss == "top1-max":
+        # T_i = Σ_j s_ij·t_ij, t_ij = σ(r_ij − r_ii) + σ(r_ij²):
+        # dL_i/dr_ik = s_ik·(t_ik − T_i) + s_ik·(σ'(r_ik − r_ii) + 2·r_ik·σ'(r_ik²))   (k ≠ i)
+        # dL_i/dr_ii = −Σ_j s_ij·σ'(r_ij − r_ii)
+        def top1_max(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
+            n_rows = x.shape[0]
+            r = act(x)
+            s = negatives_softmax(r, col_valid)
+            pos = r[:, :n_rows].diagonal()
+            q = torch.sigmoid(r - pos.unsqueeze(1))
+            q2 = torch.sigmoid(r * r)
+            t = q + q2
+            per_row = (s * t).sum(1)
+            dq = q * (1.0 - q)
+            d_r = s * (t - per_row.unsqueeze(1) + dq + 2.0 * r * q2 * (1.0 - q2))
+            d_r[:, :n_rows].diagonal().copy_(-(s * dq).sum(1))
+            return finish(x, r, per_row, d_r, row_valid)
+
+        return top1_max
+
+    if loss == "bpr":
+        # L_i = Σ_j v_j·softplus(r_ij − r_ii): dL_i/dr_ik = v_k·q_ik − [k = i]·Σ_j v_j·q_ij.
+        def bpr(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
+            n_rows = x.shape[0]
+            r = act(x)
+            diff = r - r[:, :n_rows].diagonal().unsqueeze(1)
+            per_row = F.softplus(diff) @ col_valid
+            d_r = torch.sigmoid(diff) * col_valid
+            d_r[:, :n_rows].diagonal().sub_(d_r.sum(1))
+            return finish(x, r, per_row, d_r, row_valid)
+
+        return bpr
+
+    if loss == "top1":
+        # L_i = (Σ_j v_j·(σ(r_ij − r_ii) + σ(r_ij²)) − σ(r_ii²)) / n
+        def top1(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
+            n_rows = x.shape[0]
+            r = act(x)
+            pos = r[:, :n_rows].diagonal()
+            q = torch.sigmoid(r - pos.unsqueeze(1))
+            q2 = torch.sigmoid(r * r)
+            q2_pos = torch.sigmoid(pos * pos)
+            per_row = ((q + q2) @ col_valid - q2_pos) / n_cols
+            dq = q * (1.0 - q) * col_valid
+            d_r = dq + 2.0 * r * q2 * (1.0 - q2) * col_valid
+            diag = d_r[:, :n_rows].diagonal()
+            diag.sub_(dq.sum(1) + 2.0 * pos * q2_pos * (1.0 - q2_pos))
+            return finish(x, r, per_row, d_r / n_cols, row_valid)
+
+        return top1
+
+    raise AssertionError(f"unhandled loss {loss!r}")

@@ -53,7 +53,7 @@ class Optimizer:
     ``sparse_grads`` maps a table's name to (row indices K, gradient rows K×…), duplicates allowed.
     """
 
-    def __init__(self, dense: dict[str, nn.Parameter], sparse: dict[str, nn.Parameter], config: Config) -> None:
+    def __init__(self, dense: dict[str, nn.Parameter], sparse: dict[str, nn.Parameter], config: Config, *, unique_rows: bool | None = None) -> None:
         self.method = config.adapt
         params = config.resolved_adapt_params
         self.rho = params[0] if self.method in ("rmsprop", "adadelta") else 0.0
@@ -64,113 +64,157 @@ class Optimizer:
         self.grad_cap = float(config.grad_cap)
         self.dense = dense
         self.sparse = sparse
-        self.state: dict[str, _State] = {}
-        for name, p in {**dense, **sparse}.items():
-            zeros = lambda: torch.zeros_like(p, requires_grad=False)  # noqa: E731
-            st = _State()
-            if self.method != "sgd":
-                st.acc = zeros()
-            if self.method == "adadelta":
-                st.dacc = zeros()
-            if self.method == "adam":
-                st.m = zeros()
-            if self.momentum > 0:
-                st.vel = zeros()
-            if name in sparse:
-                st.scratch = zeros()
-            self.state[name] = st
         any_param = next(iter(sparse.values()))
-        self.t = torch.zeros((), device=any_param.device, dtype=any_param.dtype)  # adam's step count
-        self._count = torch.zeros(any_param.shape[0], device=any_param.device, dtype=any_param.dtype)
+        device, dtype = any_param.device, any_param.dtype
+        #: How duplicate rows are summed (see _sum_duplicates): unique rows on the CPU by default.
+        self.unique_rows = device.type == "cpu" if unique_rows is None else unique_rows
+        # The dense parameters become views into one flat buffer, so that their whole update is
+        # a handful of operations on one tensor instead of a handful per parameter.
+        sizes = [p.numel() for p in dense.values()]
+        self.flat = torch.cat([p.detach().reshape(-1) for p in dense.values()]) if dense else torch.zeros(0, device=device, dtype=dtype)
+        self.slices: dict[str, tuple[int, int]] = {}
+        start = 0
+        for (name, p), n in zip(dense.items(), sizes):
+            p.data = self.flat[start:start + n].view_as(p)
+            self.slices[name] = (start, start + n)
+            start += n
+        #: Gradient buffer laid out like ``flat``; the fast training step writes into its views.
+        self.flat_grad = torch.zeros_like(self.flat)
+        self.state: dict[str, _State] = {"dense": self._new_state(self.flat, sparse=False)}
+        for name, p in sparse.items():
+            self.state[name] = self._new_state(p, sparse=True)
+        self.t = torch.zeros((), device=device, dtype=dtype)  # adam's step count
+        self._count = torch.zeros(any_param.shape[0], device=device, dtype=dtype)
+
+    def _new_state(self, p: Tensor, *, sparse: bool) -> _State:
+        sparse = sparse and not self.unique_rows  # only the scratch method needs a scratch table
+        zeros = lambda: torch.zeros_like(p, requires_grad=False)  # noqa: E731
+        st = _State()
+        if self.method != "sgd":
+            st.acc = zeros()
+        if self.method == "adadelta":
+            st.dacc = zeros()
+        if self.method == "adam":
+            st.m = zeros()
+        if self.momentum > 0:
+            st.vel = zeros()
+        if sparse:
+            st.scratch = zeros()
+        return st
+
+    def grad_view(self, name: str) -> Tensor:
+        """The slice of ``flat_grad`` that holds dense parameter ``name``'s gradient."""
+        a, b = self.slices[name]
+        return self.flat_grad[a:b].view_as(self.dense[name])
 
     # ------------------------------------------------------------------ the rules
 
-    def _direction(self, g: Tensor, p: Tensor, st: _State, rows: Tensor | None) -> tuple[Tensor, dict[str, Tensor]]:
-        """ĝ and the new values of the state tensors (whole, or at ``rows``)."""
+    def _direction(self, g: Tensor, st: _State, rows: Tensor | None) -> Tensor:
+        """ĝ from the gradient ``g`` (a tensor this optimiser owns: it is overwritten), updating
+        the method's state — in place for a whole tensor, at ``rows`` otherwise."""
 
-        def old(t: Tensor | None) -> Tensor:
+        def read(t: Tensor | None) -> Tensor:
             assert t is not None
             return t if rows is None else t.index_select(0, rows)
 
-        new: dict[str, Tensor] = {}
-        if self.method == "sgd":
-            return g, new
-        if self.method == "adagrad":
-            acc = old(st.acc) + g * g
-            new["acc"] = acc
-            return g * torch.rsqrt(acc + EPS), new
-        if self.method == "rmsprop":
-            acc = torch.lerp(g * g, old(st.acc), self.rho)
-            new["acc"] = acc
-            return g * torch.rsqrt(acc + EPS), new
-        if self.method == "adadelta":
-            acc = torch.lerp(g * g, old(st.acc), self.rho)
-            dacc_old = old(st.dacc)
-            d = g * torch.sqrt(dacc_old + EPS) * torch.rsqrt(acc + EPS)
-            new["acc"] = acc
-            new["dacc"] = torch.lerp(d * d, dacc_old, self.rho)
-            return d, new
-        # adam (self.t already counts this step)
-        m = torch.lerp(g, old(st.m), self.beta1)
-        acc = torch.lerp(g * g, old(st.acc), self.beta2)
-        new["m"], new["acc"] = m, acc
-        m_hat = m / (1.0 - self.beta1**self.t)
-        v_hat = acc / (1.0 - self.beta2**self.t)
-        return m_hat / (torch.sqrt(v_hat) + EPS), new
+        def write(t: Tensor | None, value: Tensor) -> None:
+            assert t is not None
+            if rows is not None:
+                t.index_copy_(0, rows, value)
 
-    def _apply(self, p: Tensor, d: Tensor, st: _State, rows: Tensor | None) -> Tensor:
-        """The parameter's new value (whole, or at ``rows``) given the direction ``d``."""
+        if self.method == "sgd":
+            return g
+        acc = read(st.acc)
+        if self.method == "adagrad":
+            acc.addcmul_(g, g)
+        else:
+            decay = self.beta2 if self.method == "adam" else self.rho
+            acc.mul_(decay).addcmul_(g, g, value=1.0 - decay)
+        write(st.acc, acc)
+        if self.method in ("adagrad", "rmsprop"):
+            return g.mul_(torch.add(acc, EPS).rsqrt_())
+        if self.method == "adadelta":
+            dacc = read(st.dacc)
+            g.mul_(torch.add(dacc, EPS).sqrt_()).mul_(torch.add(acc, EPS).rsqrt_())
+            dacc.mul_(self.rho).addcmul_(g, g, value=1.0 - self.rho)
+            write(st.dacc, dacc)
+            return g
+        # adam; self.t already counts this step
+        m = read(st.m)
+        m.lerp_(g, 1.0 - self.beta1)
+        write(st.m, m)
+        v_hat = acc / (1.0 - self.beta2**self.t)
+        return torch.div(m, 1.0 - self.beta1**self.t).div_(v_hat.sqrt_().add_(EPS))
+
+    def _delta(self, d: Tensor, p: Tensor, st: _State, rows: Tensor | None) -> Tensor:
+        """The change of the parameter (whole, or its ``rows``) for the direction ``d`` (overwritten)."""
         if self.lmbd > 0:
-            d = d + self.lmbd * p
-        if self.momentum > 0:
-            assert st.vel is not None
-            vel_old = st.vel if rows is None else st.vel.index_select(0, rows)
-            vel = vel_old * self.momentum - self.lr * d
-            if rows is None:
-                st.vel.copy_(vel)
-            else:
-                st.vel.index_copy_(0, rows, vel)
-            return p + vel
-        return p - self.lr * d
+            d.add_(p if rows is None else p.index_select(0, rows), alpha=self.lmbd)
+        if self.momentum <= 0:
+            return d.mul_(-self.lr)
+        assert st.vel is not None
+        if rows is None:
+            return st.vel.mul_(self.momentum).add_(d, alpha=-self.lr)
+        vel = st.vel.index_select(0, rows).mul_(self.momentum).add_(d, alpha=-self.lr)
+        st.vel.index_copy_(0, rows, vel)
+        return vel
 
     # ------------------------------------------------------------------ one step
 
     @torch.no_grad()
-    def step(self, dense_grads: list[Tensor], sparse_grads: dict[str, tuple[Tensor, Tensor]]) -> None:
+    def step(self, dense_grads: list[Tensor] | Tensor, sparse_grads: dict[str, tuple[Tensor, Tensor]]) -> None:
+        """One update. ``dense_grads``: one gradient per dense parameter (in order), or the flat
+        gradient (``flat_grad``, which the fast step fills in place; it is overwritten)."""
         if self.method == "adam":
             self.t += 1
-        summed: dict[str, tuple[Tensor, Tensor]] = {}
-        for name, (rows, g) in sparse_grads.items():
-            scratch = self.state[name].scratch
-            assert scratch is not None
-            scratch.index_add_(0, rows, g)
-            summed[name] = (rows, scratch.index_select(0, rows))
-            scratch.index_fill_(0, rows, 0.0)
+        if isinstance(dense_grads, Tensor):
+            g_dense = dense_grads
+        else:
+            g_dense = torch.cat([g.reshape(-1) for g in dense_grads]) if dense_grads else self.flat_grad.zero_()
+        summed = {name: self._sum_duplicates(name, rows, g) for name, (rows, g) in sparse_grads.items()}
         if self.grad_cap > 0:
-            scale = self._clip_scale(dense_grads, summed)
-            dense_grads = [g * scale for g in dense_grads]
-            summed = {name: (rows, g * scale) for name, (rows, g) in summed.items()}
+            scale = self._clip_scale(g_dense, summed)
+            g_dense.mul_(scale)
+            for _, g in summed.values():
+                g.mul_(scale)
 
-        for (name, p), g in zip(self.dense.items(), dense_grads):
-            st = self.state[name]
-            d, new = self._direction(g, p, st, None)
-            for key, value in new.items():
-                getattr(st, key).copy_(value)
-            p.copy_(self._apply(p, d, st, None))
+        if self.flat.numel():
+            st = self.state["dense"]
+            self.flat.add_(self._delta(self._direction(g_dense, st, None), self.flat, st, None))
 
         for name, (rows, g) in summed.items():
             p, st = self.sparse[name], self.state[name]
-            d, new = self._direction(g, p, st, rows)
-            for key, value in new.items():
-                getattr(st, key).index_copy_(0, rows, value)
-            p.index_copy_(0, rows, self._apply(p.index_select(0, rows), d, st, rows))
+            delta = self._delta(self._direction(g, st, rows), p, st, rows)
+            if self.unique_rows:
+                p.index_add_(0, rows, delta)
+            else:  # duplicates all compute the same new row: the write order does not matter
+                p.index_copy_(0, rows, p.index_select(0, rows).add_(delta))
 
-    def _clip_scale(self, dense_grads: list[Tensor], summed: dict[str, tuple[Tensor, Tensor]]) -> Tensor:
+    def _sum_duplicates(self, name: str, rows: Tensor, g: Tensor) -> tuple[Tensor, Tensor]:
+        """(rows, gradient rows) with each row's gradients summed.
+
+        On the CPU the rows are made unique (a sort; far fewer rows to update afterwards). On a
+        GPU that would sync with the host (the number of unique rows is data-dependent), so every
+        position keeps its row and receives the row's sum through a zeroed full-size scratch
+        table: duplicates then compute identical new values and the scattered writes agree.
+        """
+        if self.unique_rows:
+            uniq, inverse = torch.unique(rows, return_inverse=True)
+            return uniq, g.new_zeros((uniq.shape[0], *g.shape[1:])).index_add_(0, inverse, g)
+        scratch = self.state[name].scratch
+        assert scratch is not None
+        scratch.index_add_(0, rows, g)
+        total = scratch.index_select(0, rows)
+        scratch.index_fill_(0, rows, 0.0)
+        return rows, total
+
+    def _clip_scale(self, g_dense: Tensor, summed: dict[str, tuple[Tensor, Tensor]]) -> Tensor:
         """min(1, grad_cap / ‖all gradients‖), each unique sparse row counted once."""
-        total = torch.zeros((), device=self.t.device, dtype=self.t.dtype)
-        for g in dense_grads:
-            total = total + (g * g).sum()
+        total = (g_dense * g_dense).sum()
         for rows, g in summed.values():
+            if self.unique_rows:
+                total = total + (g * g).sum()
+                continue
             # A row that appears c times contributes c copies of its summed gradient: divide by c.
             self._count.index_add_(0, rows, torch.ones_like(rows, dtype=self._count.dtype))
             count = self._count.index_select(0, rows)
@@ -182,19 +226,21 @@ class Optimizer:
     # ------------------------------------------------------------------ checkpointing
 
     def state_dict(self) -> dict[str, Tensor]:
+        """``t`` and ``{param}.{acc|dacc|m|vel}`` for every parameter (views, not copies)."""
         out: dict[str, Tensor] = {"t": self.t}
         for name, st in self.state.items():
             for key in ("acc", "dacc", "m", "vel"):
                 value = getattr(st, key)
-                if value is not None:
+                if value is None:
+                    continue
+                if name == "dense":
+                    for pname, (a, b) in self.slices.items():
+                        out[f"{pname}.{key}"] = value[a:b].view_as(self.dense[pname])
+                else:
                     out[f"{name}.{key}"] = value
         return out
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         with torch.no_grad():
-            self.t.copy_(state["t"])
-            for name, st in self.state.items():
-                for key in ("acc", "dacc", "m", "vel"):
-                    value = getattr(st, key)
-                    if value is not None:
-                        value.copy_(state[f"{name}.{key}"])
+            for key, value in self.state_dict().items():
+                value.copy_(state[key])

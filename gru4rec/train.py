@@ -29,7 +29,7 @@ from torch import Tensor
 from .batching import Schedule, build_schedule
 from .config import Config
 from .errors import TrainingDivergedError
-from .losses import make_loss
+from .losses import MASK, make_loss, make_loss_grad
 from .model import GRU4RecNet, gru_cell
 from .optim import Optimizer
 from .sampling import SampleStore
@@ -40,7 +40,7 @@ __all__ = ["Trainer", "EpochStats", "train_epochs"]
 class Trainer:
     """Owns the training state of a network: hidden states, optimiser, samples, dropout RNG."""
 
-    def __init__(self, net: GRU4RecNet, config: Config, item_support: np.ndarray, *, seed: int | None = None) -> None:
+    def __init__(self, net: GRU4RecNet, config: Config, item_support: np.ndarray, *, seed: int | None = None, reference: bool = False) -> None:
         self.net = net
         self.config = config
         seed = config.seed if seed is None else seed
@@ -49,6 +49,10 @@ class Trainer:
         self.batch_size = B = config.batch_size
         self.n_sample = config.n_sample
         self.loss_fn = make_loss(config)
+        self.loss_grad = make_loss_grad(config)
+        #: True: the plain autograd step (the reference the fast step is tested against).
+        self.reference = reference
+        self._mask_in_bias = config.loss in ("cross-entropy", "xe_logit")
         self.optimizer = Optimizer(net.dense_parameters(), net.sparse_parameters(), config)
         self._dense = list(self.optimizer.dense.values())
         self.hidden = net.init_hidden(B)
@@ -90,18 +94,42 @@ class Trainer:
         ``active`` and ``reset`` are float 0/1 vectors (B). ``samples`` (S ids) default to the
         next row of the sample store.
         """
-        net, S = self.net, self.n_sample
         if samples is None:
             samples = self.sampler.next() if self.sampler is not None else self._no_samples
+        # An inactive slot does not exist (§3): it borrows the items of the first active slot,
+        # rows this step uses anyway, so that its zero gradient cannot touch any other row.
+        live = active > 0
+        first = torch.argmax(active)
+        inputs = torch.where(live, inputs, inputs[first])
+        targets = torch.where(live, targets, targets[first])
         keep = (1.0 - reset).unsqueeze(1)
         for h in self.hidden:
             h.mul_(keep)
         cols = torch.cat((targets, samples))
-        table_in = net.input_table
-        x_in = table_in.index_select(0, inputs).requires_grad_()
+        col_valid = torch.cat((active, self._ones_s)) if self.n_sample > 0 else active
+        n_cols = active.sum() + self.n_sample
+        step = self._reference_step if self.reference else self._fast_step
+        return step(inputs, targets, samples, cols, col_valid, active, n_cols)
+
+    def _logq(self, targets: Tensor, samples: Tensor) -> Tensor | None:
+        if self.logq_in is None:
+            return None
+        assert self.logq_sample is not None
+        return torch.cat((self.logq_in.index_select(0, targets), self.logq_sample.index_select(0, samples)))
+
+    def _sparse_grads(self, inputs: Tensor, cols: Tensor, g_in: Tensor, g_wy: Tensor, g_by: Tensor) -> dict[str, tuple[Tensor, Tensor]]:
+        """Row indices and gradient rows of each item table (duplicates are summed by the optimiser)."""
+        mode = self.net.mode
+        if mode == "shared":
+            return {"Wy": (torch.cat((inputs, cols)), torch.cat((g_in, g_wy))), "By": (cols, g_by)}
+        return {"Wy": (cols, g_wy), "By": (cols, g_by), ("E" if mode == "separate" else "layers.0.Wx"): (inputs, g_in)}
+
+    def _reference_step(self, inputs: Tensor, targets: Tensor, samples: Tensor, cols: Tensor, col_valid: Tensor, active: Tensor, n_cols: Tensor) -> Tensor:
+        """The plain path: autograd through the model's forward and :func:`make_loss`."""
+        net = self.net
+        x_in = net.input_table.detach().index_select(0, inputs).requires_grad_()
         wy = net.Wy.detach().index_select(0, cols).requires_grad_()
         by = net.By.detach().index_select(0, cols).requires_grad_()
-
         with torch.enable_grad():
             x = self._dropout(x_in, self._embed_mask, net.dropout_p_embed)
             v = net.layer0_projection(x)
@@ -113,22 +141,80 @@ class Trainer:
                 x = self._dropout(x, None if self._hidden_masks is None else self._hidden_masks[i], net.dropout_p_hidden)
                 new_hidden.append(x)
             raw = torch.addmm(by, x, wy.t())
-            if self.logq_in is not None:
-                assert self.logq_sample is not None
-                raw = raw - torch.cat((self.logq_in.index_select(0, targets), self.logq_sample.index_select(0, samples)))
-            col_valid = torch.cat((active, self._ones_s)) if S > 0 else active
-            loss = self.loss_fn(raw, col_valid, active, active.sum() + S)
+            logq = self._logq(targets, samples)
+            if logq is not None:
+                raw = raw - logq
+            loss = self.loss_fn(raw, col_valid, active, n_cols)
             grads = torch.autograd.grad(loss, [x_in, wy, by, *self._dense])
-
-        g_in, g_wy, g_by = grads[0], grads[1], grads[2]
-        if net.mode == "shared":
-            sparse = {"Wy": (torch.cat((inputs, cols)), torch.cat((g_in, g_wy))), "By": (cols, g_by)}
-        else:
-            sparse = {"Wy": (cols, g_wy), "By": (cols, g_by), ("E" if net.mode == "separate" else "layers.0.Wx"): (inputs, g_in)}
-        self.optimizer.step(list(grads[3:]), sparse)
+        self.optimizer.step(list(grads[3:]), self._sparse_grads(inputs, cols, grads[0], grads[1], grads[2]))
         for h, h_new in zip(self.hidden, new_hidden):
             h.copy_(h_new.detach())
         return loss.detach()
+
+    @torch.no_grad()
+    def _fast_step(self, inputs: Tensor, targets: Tensor, samples: Tensor, cols: Tensor, col_valid: Tensor, active: Tensor, n_cols: Tensor) -> Tensor:
+        """The same step with the backward pass written out (no autograd): fewer, larger
+        operations, gradients of the dense weights written straight into the optimiser's flat
+        buffer. Must agree with :meth:`_reference_step` (tested)."""
+        net, opt = self.net, self.optimizer
+        act = net.hidden_act
+        x_rows = net.input_table.detach().index_select(0, inputs)
+        wy = net.Wy.detach().index_select(0, cols)
+        bias = net.By.detach().index_select(0, cols)
+        logq = self._logq(targets, samples)
+        if logq is not None:
+            bias = bias - logq
+        if self._mask_in_bias:  # cross-entropy: masked columns leave the softmax through the bias
+            bias = bias + (1.0 - col_valid) * MASK
+
+        # Forward, keeping what the backward pass needs.
+        x = x_rows if self._embed_mask is None else self._dropout(x_rows, self._embed_mask, net.dropout_p_embed)
+        saved, outs = [], []
+        for i, layer in enumerate(net.layers):
+            h, n = self.hidden[i], layer.size
+            v = net.layer0_projection(x) if i == 0 else torch.addmm(layer.Bh, x, layer.Wx)
+            rz = torch.sigmoid(torch.addmm(v[:, n:], h, layer.Wrz))
+            hr = h * rz[:, :n]
+            c = act(torch.addmm(v[:, :n], hr, layer.Wh))
+            saved.append((x, hr, rz, c))
+            x = torch.lerp(h, c, rz[:, n:])
+            if self._hidden_masks is not None:
+                x = self._dropout(x, self._hidden_masks[i], net.dropout_p_hidden)
+            outs.append(x)
+        scores = torch.addmm(bias, x, wy.t())
+        loss, g_scores = self.loss_grad(scores, col_valid, active, n_cols)
+
+        # Backward, one step deep (the carried hidden state is a constant).
+        g_wy = torch.mm(g_scores.t(), x)
+        g_by = g_scores.sum(0)
+        d = torch.mm(g_scores, wy)  # dL/d(output of the last layer)
+        for i in range(len(net.layers) - 1, -1, -1):
+            layer, name = net.layers[i], f"layers.{i}"
+            x_i, hr, rz, c = saved[i]
+            h, n = self.hidden[i], layer.size
+            if self._hidden_masks is not None:
+                d = d * self._hidden_masks[i]
+            z = rz[:, n:]
+            d_cand = d * z  # h_new = h + z·(c − h)
+            f_prime = act.derivative(c)
+            if f_prime is not None:
+                d_cand = d_cand * f_prime
+            torch.mm(hr.t(), d_cand, out=opt.grad_view(f"{name}.Wh"))
+            d_r = torch.mm(d_cand, layer.Wh.t()) * h
+            d_rz = torch.cat((d_r, d * (c - h)), dim=1) * (rz * (1.0 - rz))
+            torch.mm(h.t(), d_rz, out=opt.grad_view(f"{name}.Wrz"))
+            d_v = torch.cat((d_cand, d_rz), dim=1)
+            torch.sum(d_v, 0, out=opt.grad_view(f"{name}.Bh"))
+            if i == 0 and net.mode == "none":
+                d = d_v  # the gradient of the Wx_0 rows themselves
+                break
+            torch.mm(x_i.t(), d_v, out=opt.grad_view(f"{name}.Wx"))
+            d = torch.mm(d_v, layer.Wx.t())
+        for h, out in zip(self.hidden, outs):
+            h.copy_(out)
+        g_in = d if self._embed_mask is None else d * self._embed_mask
+        opt.step(opt.flat_grad, self._sparse_grads(inputs, cols, g_in, g_wy, g_by))
+        return loss
 
     # ------------------------------------------------------------------ checkpointing
 

@@ -1,0 +1,30 @@
+# Two commands do all set-up on a fresh machine (see README):
+#   make demo   - install into .venv, generate the synthetic data set, train, evaluate
+#   make test   - install into .venv with the test extras and run the test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: venv demo test test-all bench clean
+
+$(VENV)/.installed: pyproject.toml requirements-test.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-test.txt
+	$(PY) -m pip install -q -e .
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(VENV)/bin/gru4rec demo
+
+# Tests run on the CPU with 1 thread per process; real-data checks marked slow are skipped here.
+test: venv
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow"
+
+test-all: venv
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
