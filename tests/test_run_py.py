@@ -4,6 +4,8 @@ Printed metrics are compared with an independent brute-force evaluator (tests/te
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import runpy
@@ -69,9 +71,6 @@ def trained(data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> 
         mp.setattr(sys, "argv", ["run.py", str(data["train_full"]), "-ps", TINY, "-s", str(model),
                                  "-t", str(data["test"]), str(data["train_valid"]), "-m", "1", "5", "10",
                                  "-e", "conservative", "-lpm", "-pm", "mrr", "-d", "cpu", "--seed", "11"])
-        import contextlib
-        import io
-
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
