@@ -2,9 +2,9 @@
 
 Drawing a few thousand ids per step is cheap on its own, but the call overhead is not, so the
 store pre-draws ``sample_store_size // n_sample`` rows of ``n_sample`` ids at once on the training
-device, hands out one row per step (a view: nothing is allocated) and redraws the whole store
-when it is used up. Draws are inverse-CDF: uniform numbers binary-searched in the cumulative
-distribution. The generator is the store's own, so sampling is reproducible from ``seed`` and its
+device, hands out one row per step and redraws the whole store (in place, so that a captured
+CUDA graph can keep reading it) when it is used up. Draws are inverse-CDF: uniform numbers
+binary-searched in the cumulative distribution. The generator is the store's own, so sampling is reproducible from ``seed`` and its
 state can be checkpointed.
 """
 from __future__ import annotations
@@ -49,25 +49,38 @@ class SampleStore:
         self.generator = generator
         # One row per step; a store smaller than one row means "draw every step".
         self.n_rows = max(1, store_size // n_sample) if n_sample > 0 else 0
-        self._store: Tensor | None = None
-        self._cursor = self.n_rows  # empty: the first next() draws
-        self.n_redraws = 0
+        self._store: Tensor | None = None  # drawn on first use
+        self._cursor = 0
+        self.n_redraws = 0  # full redraws after the first draw
 
     def draw(self, n_rows: int) -> Tensor:
         """``n_rows`` × ``n_sample`` fresh item indices (int64)."""
         u = torch.rand(n_rows, self.n_sample, device=self.device, dtype=self.cdf.dtype, generator=self.generator)
         return torch.searchsorted(self.cdf, u, right=True)
 
-    def next(self) -> Tensor:
-        """The next row of samples (a view into the store); redraws the store when used up."""
-        if self._cursor >= self.n_rows:
+    @property
+    def store(self) -> Tensor:
+        """The store (n_rows × n_sample); redrawn in place, so its storage never moves."""
+        if self._store is None:
             self._store = self.draw(self.n_rows)
             self._cursor = 0
+        return self._store
+
+    def advance(self) -> int:
+        """Index of the store row to use for the next step; redraws the store (in place) when
+        every row has been used."""
+        store = self.store
+        if self._cursor >= self.n_rows:
+            u = torch.rand(store.shape, device=self.device, dtype=self.cdf.dtype, generator=self.generator)
+            torch.searchsorted(self.cdf, u, right=True, out=store)
+            self._cursor = 0
             self.n_redraws += 1
-        assert self._store is not None
-        row = self._store[self._cursor]
         self._cursor += 1
-        return row
+        return self._cursor - 1
+
+    def next(self) -> Tensor:
+        """The next row of samples (a copy: the store is redrawn in place)."""
+        return self.store[self.advance()].clone()
 
     # ------------------------------------------------------------------ checkpointing
 
@@ -83,4 +96,4 @@ class SampleStore:
         self.generator.set_state(state["generator"])
         store = state["store"]
         self._store = store.to(self.device) if store.numel() else None
-        self._cursor = int(state["cursor"]) if self._store is not None else self.n_rows
+        self._cursor = int(state["cursor"]) if self._store is not None else 0

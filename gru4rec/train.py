@@ -29,6 +29,7 @@ from torch import Tensor
 from .batching import Schedule, build_schedule
 from .config import Config
 from .errors import TrainingDivergedError
+from .gpu_ops import cuda_graphs_enabled, graphed_epoch_runner
 from .losses import MASK, make_loss, make_loss_grad
 from .model import GRU4RecNet, gru_cell
 from .optim import Optimizer
@@ -334,14 +335,18 @@ def train_epochs(
 
 
 def _run_epoch(trainer: Trainer, schedule: Schedule, epoch: int, progress: bool) -> EpochStats:
-    device, dtype = trainer.device, trainer.dtype
-    weights = torch.as_tensor(schedule.n_active, device=device, dtype=dtype)
+    device = trainer.device
+    weights = torch.as_tensor(schedule.n_active, device=device, dtype=torch.float64)
     step_ids = torch.arange(schedule.n_steps, device=device)
     total = torch.zeros((), device=device, dtype=torch.float64)
     first_bad = torch.full((), -1, device=device, dtype=torch.int64)
     bar = _Progress(schedule.n_steps, f"Epoch{epoch}", progress)
-    inputs, targets, active, reset = schedule.inputs, schedule.targets, schedule.active, schedule.reset
-    start = time.perf_counter()
+
+    def accumulate(loss: Tensor, t: Tensor) -> None:
+        """Device-side bookkeeping of a step: the epoch loss is the mean of the step losses
+        weighted by their active rows; the first non-finite step is remembered."""
+        total.add_(loss.double() * weights.index_select(0, t.view(1)).squeeze(0))
+        first_bad.copy_(torch.where((first_bad < 0) & ~torch.isfinite(loss), t, first_bad))
 
     def check(done: int) -> float:
         """The mean loss so far; raises if a step's loss was not finite (one host sync)."""
@@ -353,11 +358,16 @@ def _run_epoch(trainer: Trainer, schedule: Schedule, epoch: int, progress: bool)
             )
         return float(total) / max(float(schedule.n_active[:done].sum()), 1.0)
 
+    run = graphed_epoch_runner(trainer, schedule, accumulate) if cuda_graphs_enabled(device) and not trainer.reference else None
+    if run is None:
+        inputs, targets, active, reset = schedule.inputs, schedule.targets, schedule.active, schedule.reset
+
+        def run(t: int) -> None:
+            accumulate(trainer.train_step(inputs[t], targets[t], active[t], reset[t]), step_ids[t])
+
+    start = time.perf_counter()
     for t in range(schedule.n_steps):
-        loss = trainer.train_step(inputs[t], targets[t], active[t], reset[t])
-        # Epoch loss: mean of the step losses weighted by the active rows (device-side).
-        total += loss * weights[t]
-        first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss), step_ids[t], first_bad)
+        run(t)
         if bar.due():  # also bounds how long a diverged run goes on unnoticed
             bar.show(t + 1, check(t + 1))
     mean_loss = check(schedule.n_steps)

@@ -1,0 +1,147 @@
+"""Training speed of GRU4Rec: mini-batches/s, events/s and peak memory, as JSON lines.
+
+Examples (run alone on a quiet machine; two torch processes on 2 cores thrash each other):
+
+    python benchmarks/train_speed.py --config rsc15 --data ../shared/data/rsc15_100k/train_full.tsv
+    python benchmarks/train_speed.py --config diginetica --data ../shared/data/diginetica_srgnn/train_full.tsv
+    python benchmarks/train_speed.py --config rsc15 --compare-reference      # fast vs plain autograd step
+    python benchmarks/train_speed.py --sweep --device cuda                    # batch 32-256 × layers 100-512 × 2 losses
+
+Each measurement trains ``--steps`` steps after ``--warmup`` steps, ``--repeats`` times, and
+reports the median. Without ``--data`` a synthetic data set (gru4rec.datasets.synthetic) is used.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gru4rec.batching import build_schedule  # noqa: E402
+from gru4rec.config import Config  # noqa: E402
+from gru4rec.data import ItemMap, item_support, read_events, sessions_from_events  # noqa: E402
+from gru4rec.model import GRU4RecNet  # noqa: E402
+from gru4rec.recommender import resolve_device  # noqa: E402
+from gru4rec.train import Trainer  # noqa: E402
+
+CONFIGS = {
+    "rsc15": "paramfiles/rsc15_xe_shared_100_best.json",
+    "diginetica": "paramfiles/diginetica_bprmax_shared_512_best.json",
+    "retailrocket": "paramfiles/retailrocket_bprmax_shared_224_best.json",
+}
+
+
+def load_sessions(data: str | None, n_items: int, seed: int):
+    if data:
+        events = read_events(data)
+    else:
+        from gru4rec.datasets.synthetic import generate
+
+        events = generate(n_sessions=60_000, n_items=n_items, seed=seed)
+    item_map = ItemMap.from_ids(events["ItemId"])
+    sessions, _ = sessions_from_events(events, item_map, order="time")
+    return sessions, item_support(sessions.items, len(item_map))
+
+
+def measure(config: Config, sessions, support, device: torch.device, steps: int, warmup: int, repeats: int, reference: bool) -> dict:
+    net = GRU4RecNet(len(support), config, generator=torch.Generator().manual_seed(config.seed)).to(device)
+    trainer = Trainer(net, config, support, reference=reference)
+    schedule = build_schedule(sessions.items, sessions.offsets, config.batch_size, config.n_sample, device)
+    if schedule.n_steps < warmup + steps:
+        raise SystemExit(f"the data gives only {schedule.n_steps} steps; lower --steps/--warmup")
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    def run(first: int, n: int) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        total = torch.zeros((), device=device)
+        for t in range(first, first + n):
+            total += trainer.train_step(schedule.inputs[t], schedule.targets[t], schedule.active[t], schedule.reset[t])
+        float(total)  # one sync at the end
+        return time.perf_counter() - start
+
+    run(0, warmup)
+    seconds = []
+    for r in range(repeats):
+        first = (warmup + r * steps) % max(schedule.n_steps - steps, 1)
+        seconds.append(run(first, steps))
+    med = statistics.median(seconds)
+    events = float(np.mean(schedule.n_active[: warmup + steps]))
+    out = {
+        "loss": config.loss,
+        "layers": list(config.layers),
+        "batch_size": config.batch_size,
+        "n_sample": config.n_sample,
+        "n_items": len(support),
+        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "threads": torch.get_num_threads(),
+        "path": "reference" if reference else "fast",
+        "steps": steps,
+        "repeats": repeats,
+        "ms_per_step": round(1e3 * med / steps, 4),
+        "mb_per_s": round(steps / med, 1),
+        "events_per_s": round(steps * events / med, 0),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+    if device.type == "cuda":
+        out["cuda_max_allocated_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="rsc15", help=f"one of {sorted(CONFIGS)} or a parameter string")
+    parser.add_argument("--params", default="", help="parameter string applied on top, e.g. 'n_sample=512'")
+    parser.add_argument("--data", help="training file (default: synthetic data)")
+    parser.add_argument("--n-items", type=int, default=40_000, help="items of the synthetic data")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--reference", action="store_true", help="measure the plain autograd step only")
+    parser.add_argument("--compare-reference", action="store_true", help="measure both paths and print the ratio")
+    parser.add_argument("--sweep", action="store_true", help="batch 32..256 × layers 100..512 × {cross-entropy, bpr-max}")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    name = args.config
+    base = Config.from_file(ROOT / CONFIGS[name]) if name in CONFIGS else Config.from_string(name)
+    if args.params:
+        base = base.replace_from_string(args.params)
+    sessions, support = load_sessions(args.data, args.n_items, base.seed)
+
+    configs = [base]
+    if args.sweep:
+        configs = []
+        for loss in ("cross-entropy", "bpr-max"):
+            for batch in (32, 64, 128, 256):
+                for size in (100, 256, 512):
+                    extra = dict(logq=1.0, final_act="softmax") if loss == "cross-entropy" else dict(logq=0.0, final_act="elu-0.5")
+                    configs.append(base.replace(loss=loss, batch_size=batch, layers=(size,), **extra))
+    for config in configs:
+        if args.compare_reference:
+            fast = measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, False)
+            plain = measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, True)
+            fast["speedup_vs_reference"] = round(fast["mb_per_s"] / plain["mb_per_s"], 2)
+            print(json.dumps(plain), flush=True)
+            print(json.dumps(fast), flush=True)
+        else:
+            print(json.dumps(measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, args.reference)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,116 @@
+"""GPU fast paths, probed once; importing this module is safe (and cheap) on a CPU-only machine.
+
+CUDA-graph replay of the training step
+--------------------------------------
+A GRU4Rec step is a few dozen small kernels; launched one by one from Python, the GPU waits on
+the host (the official PyTorch port runs ≈320 mb/s whatever the batch or layer size — the mark
+of launch overhead). The training step is written so that it can be captured once and replayed:
+
+* fixed shapes: the batch never shrinks (inactive slots are masked, see ``batching.py``);
+* no host sync: nothing in the step reads a device value on the host; duplicate rows of the
+  item tables are merged through a scratch table (``optim.py``), not ``torch.unique``;
+* inputs by position: the captured step reads its schedule row and its sample-store row through
+  two device counters, filled before each replay (two tiny kernels, no copies);
+* RNG: dropout draws from the trainer's own generator, registered with the graph so that each
+  replay advances it like an eager step would.
+
+The first steps of an epoch run eagerly on a side stream (CUDA libraries initialise their
+workspaces there), then the step is captured; if anything about capture fails, the epoch simply
+continues eagerly with a warning. Set ``GRU4REC_CUDA_GRAPHS=0`` to turn replay off.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import TYPE_CHECKING, Callable
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:  # imports for annotations only: keeps this module import-light
+    from .batching import Schedule
+    from .train import Trainer
+
+__all__ = ["cuda_graphs_enabled", "graphed_epoch_runner"]
+
+WARMUP_STEPS = 3
+
+
+def cuda_graphs_enabled(device: torch.device) -> bool:
+    """Whether training on ``device`` should replay a captured step (CUDA only; opt-out by env)."""
+    return device.type == "cuda" and torch.cuda.is_available() and os.environ.get("GRU4REC_CUDA_GRAPHS", "1") != "0"
+
+
+def graphed_epoch_runner(
+    trainer: "Trainer",
+    schedule: "Schedule",
+    accumulate: Callable[[Tensor, Tensor], None],
+) -> Callable[[int], None] | None:
+    """A function ``run(t)`` doing step ``t`` of the epoch by graph replay, or None when the step
+    cannot be captured here. ``accumulate(loss, t_device)`` (device ops only) is captured too."""
+    if not cuda_graphs_enabled(trainer.device) or schedule.n_steps <= WARMUP_STEPS:
+        return None
+    if trainer._embed_mask is not None or trainer._hidden_masks is not None:
+        if not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
+            return None  # this torch cannot replay draws from the trainer's own dropout generator
+    device = trainer.device
+    step_index = torch.zeros((), dtype=torch.int64, device=device)
+    sample_row = torch.zeros((), dtype=torch.int64, device=device)
+    sampler = trainer.sampler
+
+    def body() -> None:
+        t = step_index.view(1)
+        samples = sampler.store.index_select(0, sample_row.view(1)).squeeze(0) if sampler is not None else None
+        loss = trainer.train_step(
+            schedule.inputs.index_select(0, t).squeeze(0),
+            schedule.targets.index_select(0, t).squeeze(0),
+            schedule.active.index_select(0, t).squeeze(0),
+            schedule.reset.index_select(0, t).squeeze(0),
+            samples,
+        )
+        accumulate(loss, step_index)
+
+    def prepare(t: int) -> None:
+        step_index.fill_(t)
+        if sampler is not None:
+            sample_row.fill_(sampler.advance())
+
+    graph: torch.cuda.CUDAGraph | None = None
+    failed = False
+
+    def run(t: int) -> None:
+        nonlocal graph, failed
+        prepare(t)
+        if graph is not None:
+            graph.replay()
+        elif failed:
+            body()
+        elif t < WARMUP_STEPS:
+            side = torch.cuda.Stream(device)  # warm-up off the capture stream, as CUDA graphs need
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                body()
+            torch.cuda.current_stream(device).wait_stream(side)
+        else:
+            try:
+                graph = _capture(body, trainer)
+            except Exception as exc:  # noqa: BLE001 - any capture failure falls back to eager steps
+                failed = True
+                torch.cuda.synchronize(device)
+                warnings.warn(f"CUDA-graph capture of the training step failed ({exc}); training continues without it", stacklevel=2)
+                body()
+                return
+            graph.replay()  # capture only recorded step t: now run it
+
+    return run
+
+
+def _capture(body: Callable[[], None], trainer: "Trainer") -> torch.cuda.CUDAGraph:
+    """Capture ``body`` (which must not have side effects before replay: capture only records)."""
+    torch.cuda.synchronize(trainer.device)
+    graph = torch.cuda.CUDAGraph()
+    if trainer._embed_mask is not None or trainer._hidden_masks is not None:
+        graph.register_generator_state(trainer.dropout_gen)
+    with torch.cuda.graph(graph):
+        body()
+    return graph
