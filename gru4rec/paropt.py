@@ -51,6 +51,7 @@ import socket
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -451,18 +452,37 @@ def open_storage(url: str | None = None, out_dir: str | os.PathLike[str] = DEFAU
         # Several local workers write to one SQLite file: wait for the lock instead of failing
         # after SQLite's default 5 s (a trial's writes are tiny; waits are short but can stack).
         engine_kwargs["connect_args"] = {"timeout": 120}
-    try:
-        storage = optuna.storages.RDBStorage(
-            resolved,
-            engine_kwargs=engine_kwargs,
-            heartbeat_interval=HEARTBEAT_INTERVAL_S,
-            grace_period=HEARTBEAT_GRACE_S,
-        )
-    except ImportError as exc:  # e.g. the database driver of a postgresql:// URL
-        raise Gru4RecError(f"storage {_redact(resolved)}: {exc}") from exc
-    except Exception as exc:  # SQLAlchemy raises many types for a bad URL or an unreachable server
-        raise Gru4RecError(f"cannot open the Optuna storage {_redact(resolved)}: {type(exc).__name__}: {exc}") from exc
-    return storage, resolved
+    for attempt in range(_STORAGE_ATTEMPTS):
+        try:
+            with warnings.catch_warnings():
+                # Heartbeats are flagged experimental in Optuna; they are what marks a killed
+                # worker's trials FAIL, so use them without the warning on every start.
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                storage = optuna.storages.RDBStorage(
+                    resolved,
+                    engine_kwargs=engine_kwargs,
+                    heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                    grace_period=HEARTBEAT_GRACE_S,
+                )
+            return storage, resolved
+        except ImportError as exc:  # e.g. the database driver of a postgresql:// URL
+            raise Gru4RecError(f"storage {_redact(resolved)}: {exc}") from exc
+        except Exception as exc:  # SQLAlchemy raises many types for a bad URL or an unreachable server
+            # Workers that start together race to create the schema of a new database
+            # ("table ... already exists", "database is locked"): the loser tries again.
+            if attempt + 1 < _STORAGE_ATTEMPTS and _is_transient(exc):
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            raise Gru4RecError(f"cannot open the Optuna storage {_redact(resolved)}: {type(exc).__name__}: {exc}") from exc
+    raise AssertionError("unreachable")
+
+
+_STORAGE_ATTEMPTS = 8
+
+
+def _is_transient(exc: BaseException) -> bool:
+    text = str(exc)
+    return "already exists" in text or "database is locked" in text or "UNIQUE constraint failed" in text
 
 
 def _study_identity(settings: "ParoptSettings", prepared: "_Prepared") -> dict[str, Any]:
@@ -737,7 +757,8 @@ class _Objective:
             config = self.base.replace_from_string(searched)
             reporter = _EpochReporter(trial, self.score, config.n_epochs, self.per_epoch)
             model = GRU4Rec(config, device=self.settings.device)
-            model.fit(self.train, callback=reporter)
+            # Quiet trials: one line per trial comes from _Progress; -v shows the epoch lines.
+            model.fit(self.train, callback=reporter, progress=False, log=print if self.settings.verbose else None)
             trial.set_user_attr("epochs", reporter.epochs)
             value = reporter.value if reporter.value is not None and reporter.epochs == config.n_epochs else self.score(model)
             trial.set_user_attr("seconds", round(time.perf_counter() - start, 3))
@@ -775,7 +796,7 @@ class _Progress:
     """Optuna callback: one line per finished trial; stops the worker when it should."""
 
     def __init__(self, settings: ParoptSettings, prefix: str, stop_at_total: int | None):
-        self.label = f"{'MRR' if settings.primary_metric == 'mrr' else 'Recall'}@{settings.measure}"
+        self.label = _metric_label(settings)
         self.prefix = prefix
         self.stop_at_total = stop_at_total
         self.consecutive_failures = 0
@@ -812,6 +833,10 @@ class _Progress:
         print(self.prefix + line, flush=True)
         if self.stop_at_total is not None and _n_finished(study) >= self.stop_at_total:
             study.stop()
+
+
+def _metric_label(settings: ParoptSettings) -> str:
+    return f"{'MRR' if settings.primary_metric == 'mrr' else 'Recall'}@{settings.measure}"
 
 
 def _n_finished(study: "optuna.Study") -> int:
@@ -1026,7 +1051,12 @@ def _py_param_file(params: dict[str, Any], header: str) -> str:
     return "\n".join(lines)
 
 
-def _trial_records(study: "optuna.Study") -> list[dict[str, Any]]:
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _trial_records(study: "optuna.Study", space: Sequence[ParamSpec]) -> list[dict[str, Any]]:
+    specs = {s.name: s for s in space}
     records = []
     for t in study.get_trials(deepcopy=False):
         duration = t.duration.total_seconds() if t.duration is not None else None
@@ -1035,7 +1065,7 @@ def _trial_records(study: "optuna.Study") -> list[dict[str, Any]]:
                 "number": t.number,
                 "state": t.state.name,
                 "value": t.value,
-                "params": t.params,
+                "params": {k: specs[k].clean(v) if k in specs else v for k, v in t.params.items()},
                 "intermediate_values": {str(k): v for k, v in sorted(t.intermediate_values.items())},
                 "user_attrs": t.user_attrs,
                 "datetime_start": t.datetime_start,
@@ -1114,6 +1144,7 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
     Raises Gru4RecError subclasses for invalid settings, data or storage.
     """
     optuna = _import_optuna()
+    optuna.logging.set_verbosity(optuna.logging.WARNING if settings.verbose else optuna.logging.ERROR)
     prepared = _prepare(settings)
     paths = output_paths(settings.out, prepared.study_name)
     _check_outputs(paths, settings.force)
@@ -1175,8 +1206,13 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
     # Exports: every trial, whatever the outcome.
     paths["trials_json"].parent.mkdir(parents=True, exist_ok=True)
     frame = study.trials_dataframe()
+    for spec in prepared.space:  # stored values are raw floats (0.35000000000000003): write them clean
+        column = f"params_{spec.name}"
+        if column in frame.columns:
+            frame[column] = frame[column].map(lambda v, spec=spec: v if _is_missing(v) else spec.clean(v))
     _write_text(paths["trials_csv"], frame.to_csv(index=False))
-    _write_text(paths["trials_json"], json.dumps(_json_safe(_trial_records(study)), indent=1, allow_nan=False) + "\n")
+    records = _json_safe(_trial_records(study, prepared.space))
+    _write_text(paths["trials_json"], json.dumps(records, indent=1, allow_nan=False) + "\n")
     report.files = {"trials_csv": str(paths["trials_csv"]), "trials_json": str(paths["trials_json"])}
 
     try:
@@ -1192,7 +1228,7 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
         report.best_number, report.best_value = best.number, best.value
         report.best_params = {s.name: s.clean(best.params[s.name]) for s in prepared.space if s.name in best.params}
         report.best_param_string = best_string
-        metric_label = f"{settings.primary_metric}@{settings.measure}"
+        metric_label = _metric_label(settings)
         print(f"Best trial {best.number}: {metric_label}={best.value:.6f}", flush=True)
         print(f"Best parameters: {best_string}", flush=True)
         params = best_param_dict(prepared.base, settings.fixed, prepared.space, searched)
@@ -1342,6 +1378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Tune GRU4Rec hyperparameters with Optuna (resumable, parallel, distributed).",
     )
     add_arguments(parser)
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     return run(parser.parse_args(argv))
 
 
