@@ -33,12 +33,12 @@ def net_to_params(net: GRU4RecNet) -> ref.Params:
         p["E"] = net.E
     for i, layer in enumerate(net.layers):
         p.update({f"Wx_{i}": layer.Wx, f"Wh_{i}": layer.Wh, f"Wrz_{i}": layer.Wrz, f"Bh_{i}": layer.Bh})
-    return {k: v.detach().double().numpy().copy() for k, v in p.items()}
+    return {k: v.detach().double().cpu().numpy().copy() for k, v in p.items()}
 
 
 def load_params(net: GRU4RecNet, params: ref.Params) -> None:
     """Copy reference parameters into the engine (its dtype is kept)."""
-    with torch.no_grad():
+    with torch.no_grad():  # copy_ converts dtype and device
         net.Wy.copy_(torch.from_numpy(params["Wy"]))
         net.By.copy_(torch.from_numpy(params["By"]))
         if "E" in params:

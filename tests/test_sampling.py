@@ -22,7 +22,8 @@ def chi_square(counts: np.ndarray, probs: np.ndarray) -> float:
 
 def draw_counts(alpha: float, seed: int = 123) -> np.ndarray:
     store = SampleStore(SUPPORT, alpha, N_SAMPLE, 50_000, "cpu", generator=torch.Generator().manual_seed(seed))
-    rows = [store.next() for _ in range(N_DRAWS_ROWS)]  # 300 rows, the store holds 50: 6 redraws
+    # clone: a row may be a view into the store, which is redrawn (possibly in place) when used up
+    rows = [store.next().clone() for _ in range(N_DRAWS_ROWS)]  # 300 rows, the store holds 50: 6 redraws
     ids = torch.cat(rows).numpy()
     assert ids.min() >= 0 and ids.max() < len(SUPPORT)
     return np.bincount(ids, minlength=len(SUPPORT))
@@ -70,7 +71,7 @@ def test_seeded_stream_reproducible() -> None:
 def test_zero_support_items_never_drawn_with_positive_alpha() -> None:
     supp = np.array([0, 5, 0, 1, 10], dtype=np.int64)
     store = SampleStore(supp, 1.0, 500, 5000, "cpu", generator=torch.Generator().manual_seed(3))
-    ids = torch.cat([store.next() for _ in range(20)]).numpy()
+    ids = torch.cat([store.next().clone() for _ in range(20)]).numpy()
     counts = np.bincount(ids, minlength=5)
     assert counts[0] == 0 and counts[2] == 0
     assert chi_square(counts[[1, 3, 4]], np.array([5, 1, 10]) / 16) < 60

@@ -100,10 +100,10 @@ def test_build_schedule_items_targets_resets(batch_size: int, n_sample: int) -> 
         np.testing.assert_array_equal(active[t], exp_active)
         assert not reset[t, ~exp_active].any()
         assert sch.n_active[t] == len(step)
-        # inactive slots may only carry items that active rows use in the same role anyway, so
-        # the lazy sparse update touches no row the shrinking batch would not touch
-        assert set(inputs[t, ~exp_active].tolist()) <= {int(items[i]) for _, i, _, _ in step}
-        assert set(targets[t, ~exp_active].tolist()) <= {int(items[j]) for _, _, j, _ in step}
+        # inactive slots carry some valid item (the training step masks them; that they update
+        # no row is checked in test_step_reference.test_inactive_slot_items_are_not_updated)
+        assert set(inputs[t, ~exp_active].tolist()) <= set(items.tolist())
+        assert set(targets[t, ~exp_active].tolist()) <= set(items.tolist())
 
 
 def _dropped_events(off: np.ndarray, batch_size: int) -> int:

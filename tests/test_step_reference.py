@@ -47,10 +47,15 @@ def make_config(mode: str, layers: tuple[int, ...], **kw: object) -> Config:
     return Config(**base)
 
 
-def make_trainer(cfg: Config, params: ref.Params, hidden: list[np.ndarray], dtype: torch.dtype = torch.float64) -> Trainer:
-    net = GRU4RecNet(N_ITEMS, cfg).to(dtype)
+CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")])
+DEVICES = ["cpu", CUDA]
+
+
+def make_trainer(cfg: Config, params: ref.Params, hidden: list[np.ndarray], dtype: torch.dtype = torch.float64,
+                 device: str = "cpu", reference: bool = False) -> Trainer:
+    net = GRU4RecNet(N_ITEMS, cfg).to(device=device, dtype=dtype)
     load_params(net, params)
-    trainer = Trainer(net, cfg, SUPPORT)
+    trainer = Trainer(net, cfg, SUPPORT, reference=reference)
     for h, hn in zip(trainer.hidden, hidden):
         h.copy_(torch.from_numpy(hn))
     return trainer
@@ -68,9 +73,10 @@ def opt_config(cfg: Config) -> ref.OptConfig:
 
 
 def engine_step(trainer: Trainer, step: dict) -> float:
-    f = lambda k: torch.tensor(step[k], dtype=trainer.net.Wy.dtype)  # noqa: E731
-    loss = trainer.train_step(torch.tensor(step["inp"]), torch.tensor(step["tgt"]), f("active"), f("reset"),
-                              torch.tensor(step["samples"]))
+    dev = trainer.net.Wy.device
+    f = lambda k: torch.tensor(step[k], dtype=trainer.net.Wy.dtype, device=dev)  # noqa: E731
+    i = lambda k: torch.tensor(step[k], dtype=torch.int64, device=dev)  # noqa: E731
+    loss = trainer.train_step(i("inp"), i("tgt"), f("active"), f("reset"), i("samples"))
     assert loss.dim() == 0
     return float(loss)
 
@@ -98,7 +104,7 @@ def engine_state(trainer: Trainer) -> dict[str, np.ndarray]:
         if name.startswith("layers."):
             _, i, p = name.split(".")
             name = f"{p}_{i}"
-        out[f"{rename.get(name, name)}.{kind}"] = value.detach().numpy()
+        out[f"{rename.get(name, name)}.{kind}"] = value.detach().cpu().numpy()
     return out
 
 
@@ -189,15 +195,16 @@ def test_loss_function_masked_matches_reference(loss: str, final_act: str, kw: d
 @pytest.mark.parametrize("mode,layers", [("none", (5,)), ("separate", (5,)), ("shared", (5,)),
                                          ("none", (4, 5)), ("separate", (5, 4)), ("shared", (4, 5))])
 @pytest.mark.parametrize("loss,final_act,kw", LOSS_VARIANTS, ids=VARIANT_IDS)
-def test_step_loss_and_hidden(loss: str, final_act: str, kw: dict, mode: str, layers: tuple[int, ...], logq: float) -> None:
+def test_step_loss_and_hidden(loss: str, final_act: str, kw: dict, mode: str, layers: tuple[int, ...], logq: float,
+                              device: str = "cpu") -> None:
     params, hidden = start(mode, layers, seed=len(layers))
     cfg = make_config(mode, layers, loss=loss, final_act=final_act, logq=logq, sample_alpha=0.3, **kw)
-    trainer = make_trainer(cfg, params, hidden)
+    trainer = make_trainer(cfg, params, hidden, device=device)
     res = ref_forward(params, hidden, STEPS[0], ref_config(cfg))
     got = engine_step(trainer, STEPS[0])
     assert got == pytest.approx(res.loss, rel=1e-10, abs=1e-13)
     for h, rh in zip(trainer.hidden, res.hidden):
-        np.testing.assert_allclose(h.numpy()[res.active_idx], rh, rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(h.cpu().numpy()[res.active_idx], rh, rtol=1e-10, atol=1e-13)
 
 
 @pytest.mark.parametrize("loss,final_act", [("cross-entropy", "softmax"), ("bpr-max", "elu-0.5"), ("top1", "linear")])
@@ -226,6 +233,15 @@ def test_step_without_samples(loss: str, final_act: str) -> None:
         got = net_to_params(trainer.net)
         for k in params:
             np.testing.assert_allclose(got[k], params[k], rtol=1e-7, atol=1e-8, err_msg=f"{k} after step {t + 1}")
+
+
+@pytest.mark.parametrize("loss,final_act,kw", LOSS_VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_step_loss_and_hidden_cuda(loss: str, final_act: str, kw: dict) -> None:
+    """The same contract on a GPU (two layers, shared and none modes, logQ on)."""
+    for mode in ("shared", "none"):
+        test_step_loss_and_hidden(loss, final_act, kw, mode, (4, 5), 1.0, device="cuda")
 
 
 def test_logq_split_uses_current_batch() -> None:
@@ -266,13 +282,16 @@ UPDATE_CASES = [
 ]
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("path", ["fast", "autograd"])
 @pytest.mark.parametrize("case", UPDATE_CASES, ids=lambda c: f"{c[0]}-{len(c[1])}L-{c[2]}-{'-'.join(f'{k}{v}' for k, v in c[5].items())}")
-def test_three_steps_update_params_and_state(case: tuple) -> None:
+def test_three_steps_update_params_and_state(case: tuple, path: str, device: str) -> None:
+    """Both training paths of the engine (the hand-written backward and the autograd one)."""
     mode, layers, loss, final_act, loss_kw, opt_kw = case
     params, hidden = start(mode, layers, seed=7)
     cfg = make_config(mode, layers, loss=loss, final_act=final_act, learning_rate=0.1, sample_alpha=0.5,
                       **loss_kw, **opt_kw)
-    trainer = make_trainer(cfg, params, hidden)
+    trainer = make_trainer(cfg, params, hidden, device=device, reference=path == "autograd")
     rcfg, ocfg = ref_config(cfg), opt_config(cfg)
     state = ref.OptState.zeros(params)
     hidden = [h.copy() for h in hidden]
@@ -300,7 +319,7 @@ def test_three_steps_update_params_and_state(case: tuple) -> None:
                                            err_msg=f"accumulator of {k} after step {t + 1}")
         for h, rh in zip(trainer.hidden, hidden):
             # after step 1 the parameters already carry the finite-difference error (~1e-9)
-            np.testing.assert_allclose(h.numpy()[res.active_idx], rh[res.active_idx], rtol=1e-7, atol=1e-8)
+            np.testing.assert_allclose(h.cpu().numpy()[res.active_idx], rh[res.active_idx], rtol=1e-7, atol=1e-8)
     # items never used keep their initial rows exactly (lazy sparse updates)
     untouched = sorted(set(range(N_ITEMS)) - touched)
     assert untouched  # the test data leaves some items unused
