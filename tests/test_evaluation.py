@@ -521,3 +521,13 @@ def test_bad_sessions_arrays() -> None:
 
 def test_tie_modes_constant() -> None:
     assert TIE_MODES == ("standard", "conservative", "median", "tiebreaking")
+
+
+def test_progress_goes_to_stderr(capsys) -> None:
+    rng = np.random.default_rng(0)
+    net = TinyGRUNet(20, seed=0)
+    items, offsets = random_sessions(rng, 30, 20)
+    res = evaluate_sessions(net, items, offsets, n_items=20, beyond_accuracy=False, batch_size=4, progress=True)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and err[-1].startswith("evaluation: step ") and err[-1].endswith("(100%)")
+    assert res.n_predictions > 0
