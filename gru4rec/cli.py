@@ -729,7 +729,12 @@ register(Command("train", "train a model on an event file (optionally save and e
 register(Command("evaluate", "evaluate a saved model on test files (Recall, MRR, NDCG, ...)",
                  _evaluate_add_arguments, _evaluate_run))
 register(Command("recommend", "top-k recommendations for the sessions in a file",
-                 _recommend_add_arguments, _recommend_run))
+                 _recommend_add_arguments, _recommend_run,
+                 description="Top-k next items for every session in SESSIONS, given all its events.\n\n"
+                             "Output columns: the session column, Rank (1..k), the item column, Score\n"
+                             "(the model's raw score) and Fallback. Items the model does not know are\n"
+                             "skipped with a counted warning; a session with no known item gets the\n"
+                             "most popular items (Score = training support, Fallback = True)."))
 register(Command("info", "show a model file's format version, item count and configuration",
                  _info_add_arguments, _info_run))
 register(Command("synth", "write the synthetic data set (train_full, test, train_tr, train_valid)",
