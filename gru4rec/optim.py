@@ -17,9 +17,12 @@ classical momentum and L2 in one rule shared by all methods:
 with ε = 1e-6. Item tables (``Wy``, ``By``, ``E``, ``Wx_0`` in one-hot mode) are updated only at
 the rows a step uses. Their state is full-size but read and written only at those rows, so a
 row's momentum decays only when the row is used. The gradients of duplicate indices are summed per
-row first, and every duplicate then computes the same new row, which makes the scattered write
-order-independent; no ``unique`` (a host sync on CUDA) is needed. ``grad_cap`` clips the global
-norm of all gradients, dense and summed sparse rows together.
+row first, then each row takes one update: on the CPU the rows are made unique (a sort); on a GPU,
+where ``unique`` would sync with the host, every duplicate receives its row's sum through a
+zeroed scratch table and computes the same new row, so the order of the scattered writes does not
+matter. ``grad_cap`` clips the global norm of all gradients, dense and summed sparse rows
+together. The dense parameters live in one flat buffer (they are views into it), so their update
+is a handful of operations however many layers there are.
 """
 from __future__ import annotations
 
