@@ -112,9 +112,11 @@ class Optimizer:
 
     # ------------------------------------------------------------------ the rules
 
-    def _direction(self, g: Tensor, st: _State, rows: Tensor | None) -> Tensor:
-        """ĝ from the gradient ``g`` (a tensor this optimiser owns: it is overwritten), updating
-        the method's state — in place for a whole tensor, at ``rows`` otherwise."""
+    def _direction(self, g: Tensor, st: _State, rows: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """ĝ = g·scale from the gradient ``g`` (a tensor this optimiser owns: it may be
+        overwritten), updating the method's state — in place for a whole tensor, at ``rows``
+        otherwise. ``scale`` None means the first element is ĝ itself. (Returning the factor
+        lets the momentum update fuse the product: one pass less over every row.)"""
 
         def read(t: Tensor | None) -> Tensor:
             assert t is not None
@@ -126,7 +128,7 @@ class Optimizer:
                 t.index_copy_(0, rows, value)
 
         if self.method == "sgd":
-            return g
+            return g, None
         acc = read(st.acc)
         if self.method == "adagrad":
             acc.addcmul_(g, g)
@@ -135,31 +137,39 @@ class Optimizer:
             acc.mul_(decay).addcmul_(g, g, value=1.0 - decay)
         write(st.acc, acc)
         if self.method in ("adagrad", "rmsprop"):
-            return g.mul_(torch.add(acc, EPS).rsqrt_())
+            return g, torch.add(acc, EPS).rsqrt_()
         if self.method == "adadelta":
             dacc = read(st.dacc)
             g.mul_(torch.add(dacc, EPS).sqrt_()).mul_(torch.add(acc, EPS).rsqrt_())
             dacc.mul_(self.rho).addcmul_(g, g, value=1.0 - self.rho)
             write(st.dacc, dacc)
-            return g
+            return g, None
         # adam; self.t already counts this step
         m = read(st.m)
         m.lerp_(g, 1.0 - self.beta1)
         write(st.m, m)
         v_hat = acc / (1.0 - self.beta2**self.t)
-        return torch.div(m, 1.0 - self.beta1**self.t).div_(v_hat.sqrt_().add_(EPS))
+        return torch.div(m, 1.0 - self.beta1**self.t).div_(v_hat.sqrt_().add_(EPS)), None
 
-    def _delta(self, d: Tensor, p: Tensor, st: _State, rows: Tensor | None) -> Tensor:
-        """The change of the parameter (whole, or its ``rows``) for the direction ``d`` (overwritten)."""
-        if self.lmbd > 0:
-            d.add_(p if rows is None else p.index_select(0, rows), alpha=self.lmbd)
-        if self.momentum <= 0:
-            return d.mul_(-self.lr)
+    def _delta(self, direction: tuple[Tensor, Tensor | None], p: Tensor, st: _State, rows: Tensor | None) -> Tensor:
+        """The change of the parameter (whole, or its ``rows``) for ĝ = g·scale (g overwritten)."""
+        g, scale = direction
+        if self.lmbd > 0 or self.momentum <= 0:
+            d = g if scale is None else g.mul_(scale)
+            if self.lmbd > 0:
+                d.add_(p if rows is None else p.index_select(0, rows), alpha=self.lmbd)
+            if self.momentum <= 0:
+                return d.mul_(-self.lr)
+            g, scale = d, None
         assert st.vel is not None
-        if rows is None:
-            return st.vel.mul_(self.momentum).add_(d, alpha=-self.lr)
-        vel = st.vel.index_select(0, rows).mul_(self.momentum).add_(d, alpha=-self.lr)
-        st.vel.index_copy_(0, rows, vel)
+        vel = st.vel if rows is None else st.vel.index_select(0, rows)
+        vel.mul_(self.momentum)
+        if scale is None:
+            vel.add_(g, alpha=-self.lr)
+        else:
+            vel.addcmul_(g, scale, value=-self.lr)
+        if rows is not None:
+            st.vel.index_copy_(0, rows, vel)
         return vel
 
     # ------------------------------------------------------------------ one step
