@@ -4,15 +4,17 @@ A step, for B slots and S shared samples (spec §3–§6):
 
 1. zero the hidden state of slots that start a new session;
 2. gather the rows the step touches — input rows (B×d₀), candidate rows ``Wy[cols]`` (C×L) and
-   ``By[cols]`` (C), cols = [targets (B), samples (S)] — as leaf tensors, so autograd produces
-   gradients for those rows only (never an N-row dense gradient);
+   ``By[cols]`` (C), cols = [targets (B), samples (S)] — so that gradients exist for those rows
+   only (never an N-row dense gradient);
 3. run the GRU layers (dropout in training), score B×C, subtract logQ, compute the loss;
 4. backpropagate one step (the carried hidden state is a constant) and update: dense parameters
    as a whole, item tables at the gathered rows (:mod:`gru4rec.optim`).
 
-Nothing in a step leaves the device or is built from host data: the schedule and the samples are
-device tensors prepared per epoch/store, and the loss is accumulated on the device and read once
-per progress interval.
+Two implementations of the step: the default one writes the backward pass out by hand (closed-form
+dL/dscores per loss, the GRU cell's derivative), the reference one (``reference=True``) lets
+autograd do it; tests hold them equal. Nothing in a step leaves the device or is built from host
+data: the schedule and the samples are device tensors prepared per epoch/store, and the loss is
+accumulated on the device and read twice a second at most (progress, NaN check).
 """
 from __future__ import annotations
 
