@@ -97,18 +97,23 @@ def test_time_split_boundary_and_truncation() -> None:
     # session 0: 1, 9 | session 1: 8, 10, 11 (starts before 10) | session 2: 10, 12 | 3: 9, 10
     ev = events([0, 0, 1, 1, 1, 2, 2, 3, 3], [1, 2, 1, 2, 3, 1, 2, 3, 1], [1, 9, 8, 10, 11, 10, 12, 9, 10])
     train, test = common.time_split(ev, 10, 2)
-    assert test.session.tolist() == [2, 2]  # only the session that starts at/after 10
+    assert ev.session[test].tolist() == [2, 2]  # only the session that starts at/after 10
     # train: events before 10; session 1 and 3 keep one event each and go
-    assert list(zip(train.session.tolist(), train.time.tolist())) == [(0, 1), (0, 9)]
+    assert list(zip(ev.session[train].tolist(), ev.time[train].tolist())) == [(0, 1), (0, 9)]
+    # within a subset (as train_tr / train_valid within train_full): boundary 1 puts session 0
+    # in valid; sessions 2 and 3 also start after 1 but are outside the subset
+    train2, valid = common.time_split(ev, 1, 2, within=train)
+    assert np.flatnonzero(valid).tolist() == [0, 1]
+    assert not train2.any()
 
 
 def test_last_event_split_removes_unknown_items() -> None:
     # session 0 ends at 5 (train); 1 ends at 12 >= 12 - 2 (test); 2 ends at 11 (test)
     ev = events([0, 0, 1, 1, 1, 2, 2], [1, 2, 1, 7, 2, 7, 1], [4, 5, 6, 11, 12, 10, 11])
     train, test = common.last_event_split(ev, 2, 2)
-    assert train.session.tolist() == [0, 0]
+    assert ev.session[train].tolist() == [0, 0]
     # item 7 is unknown: session 1 -> (1, 2), session 2 -> (1) and goes
-    assert list(zip(test.session.tolist(), test.item.tolist())) == [(1, 1), (1, 2)]
+    assert list(zip(ev.session[test].tolist(), ev.item[test].tolist())) == [(1, 1), (1, 2)]
 
 
 # ------------------------------------------------------------------------------------------
@@ -157,7 +162,7 @@ def test_failed_write_leaves_old_file_and_no_temp(tmp_path: Path, monkeypatch) -
     target = tmp_path / "x.tsv"
     target.write_text("old\n")
 
-    def broken(tmp: Path, columns) -> None:
+    def broken(tmp: Path, names, columns) -> None:
         tmp.write_text("partial")
         raise OSError("disk full")
 

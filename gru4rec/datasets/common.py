@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time as _time
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -44,7 +44,7 @@ COLUMNS: tuple[str, str, str] = ("SessionId", "ItemId", "Time")
 DEFAULT_CHUNKSIZE = 1_000_000
 SECONDS_PER_DAY = 86_400
 # Rows per slice when writing: bounds the memory of the text/Arrow buffers of large outputs.
-_WRITE_SLICE = 2_000_000
+_WRITE_SLICE = 1_000_000
 
 PathLike = str | os.PathLike[str]
 
@@ -53,8 +53,19 @@ PathLike = str | os.PathLike[str]
 # progress
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MB (Linux/macOS; 0 where unknown)."""
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (ImportError, OSError):  # pragma: no cover - Windows
+        return 0.0
+    return peak / 1024 / 1024 if sys.platform == "darwin" else peak / 1024
+
+
 class Progress:
-    """Prints one timestamped line per step to stderr (or nothing when disabled)."""
+    """Prints one line per step to stderr (elapsed time, peak memory so far), or nothing."""
 
     def __init__(self, name: str, enabled: bool = True, stream: TextIO | None = None) -> None:
         self.name = name
@@ -65,7 +76,11 @@ class Progress:
     def __call__(self, message: str) -> None:
         if self.enabled:
             elapsed = _time.perf_counter() - self.t0
-            print(f"[{self.name} {elapsed:7.1f}s] {message}", file=self.stream or sys.stderr, flush=True)
+            print(
+                f"[{self.name} {elapsed:7.1f}s {peak_rss_mb():6.0f}MB] {message}",
+                file=self.stream or sys.stderr,
+                flush=True,
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -185,10 +200,16 @@ def _require_pyarrow(what: str) -> Any:
     return pyarrow
 
 
-def _frame_slices(columns: dict[str, np.ndarray]) -> Iterator[pd.DataFrame]:
-    n = len(next(iter(columns.values())))
-    for start in range(0, max(n, 1), _WRITE_SLICE):
-        yield pd.DataFrame({k: v[start : start + _WRITE_SLICE] for k, v in columns.items()})
+Columns = dict[str, np.ndarray]
+
+
+def _frames(columns: Columns | Iterable[Columns]) -> Iterator[pd.DataFrame]:
+    """DataFrames of at most _WRITE_SLICE rows from one column dict or an iterable of them."""
+    parts = [columns] if isinstance(columns, dict) else columns
+    for part in parts:
+        n = len(next(iter(part.values())))
+        for start in range(0, n, _WRITE_SLICE):
+            yield pd.DataFrame({k: v[start : start + _WRITE_SLICE] for k, v in part.items()})
 
 
 def _arrow_csv() -> tuple[Any, Any] | None:
@@ -196,57 +217,70 @@ def _arrow_csv() -> tuple[Any, Any] | None:
     try:
         import pyarrow as pa
         import pyarrow.csv as pacsv
-    except ImportError:
+
+        pacsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
+    except (ImportError, TypeError, ValueError):  # absent, or too old for quoting_style (< 13)
         return None
     return pa, pacsv
 
 
-def _write_tsv(tmp: Path, columns: dict[str, np.ndarray]) -> None:
+def _write_tsv(tmp: Path, names: Sequence[str], columns: Columns | Iterable[Columns]) -> None:
     arrow = _arrow_csv()
-    with open(tmp, "w", encoding="utf-8", newline="") as fh:
-        fh.write("\t".join(columns) + "\n")
-        for frame in _frame_slices(columns):
+    with open(tmp, "wb") as fh:
+        fh.write(("\t".join(names) + "\n").encode("utf-8"))
+        for frame in _frames(columns):
             if arrow is not None:
                 pa, pacsv = arrow
                 # pyarrow's writer is ~10x faster than DataFrame.to_csv; it refuses values that
                 # would need quoting (tabs, quotes, newlines in ids), which pandas then quotes.
                 try:
-                    buf = io.BytesIO()
-                    pacsv.write_csv(
-                        pa.Table.from_pandas(frame, preserve_index=False),
-                        buf,
-                        pacsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none"),
-                    )
-                    fh.write(buf.getvalue().decode("utf-8"))
+                    table = pa.Table.from_pandas(frame, preserve_index=False)
+                    options = pacsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
+                    buf = pa.BufferOutputStream()
+                    pacsv.write_csv(table, buf, options)
+                    fh.write(memoryview(buf.getvalue()))
                     continue
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                     pass
-            frame.to_csv(fh, sep="\t", index=False, header=False, lineterminator="\n")
+            fh.write(frame.to_csv(sep="\t", index=False, header=False, lineterminator="\n").encode("utf-8"))
 
 
-def _write_parquet(tmp: Path, columns: dict[str, np.ndarray]) -> None:
+def _write_parquet(tmp: Path, names: Sequence[str], columns: Columns | Iterable[Columns]) -> None:
     _require_pyarrow("writing Parquet")
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     writer = None
     try:
-        for frame in _frame_slices(columns):
-            table = pa.Table.from_pandas(frame, preserve_index=False)
+        for frame in _frames(columns):
+            table = pa.Table.from_pandas(frame[list(names)], preserve_index=False)
             if writer is None:
                 writer = pq.ParquetWriter(tmp, table.schema)
             writer.write_table(table)
+        if writer is None:  # no rows at all: still a valid file with the columns
+            pq.write_table(pa.table({n: pa.array([], pa.int64()) for n in names}), tmp)
     finally:
         if writer is not None:
             writer.close()
 
 
-def write_events(path: Path, columns: dict[str, np.ndarray], fmt: str = "tsv") -> None:
-    """Atomically write an event table (TSV with header, or Parquet)."""
+def write_events(
+    path: Path, columns: Columns | Iterable[Columns], fmt: str = "tsv", names: Sequence[str] | None = None
+) -> None:
+    """Atomically write an event table (TSV with a header line, or Parquet).
+
+    `columns` is one dict of equal-length arrays, or an iterable of such dicts (slices written
+    one after the other, so a large table never needs to exist in memory at once); `names`
+    gives the column order (default: the dict's keys).
+    """
+    if names is None:
+        if not isinstance(columns, dict):
+            raise TypeError("names are required when columns is an iterable of slices")
+        names = list(columns)
     if fmt == "parquet":
-        _atomic_write(path, lambda tmp: _write_parquet(tmp, columns))
+        _atomic_write(path, lambda tmp: _write_parquet(tmp, names, columns))
     else:
-        _atomic_write(path, lambda tmp: _write_tsv(tmp, columns))
+        _atomic_write(path, lambda tmp: _write_tsv(tmp, names, columns))
 
 
 def write_stats(path: Path, stats: pd.DataFrame) -> None:
@@ -503,6 +537,10 @@ class Accumulator:
 
     def add(self, key: np.ndarray, item: np.ndarray, time: np.ndarray) -> None:
         assert len(key) == len(item) == len(time)
+        if key.dtype == np.int64 and len(key) and key.min() >= -(2**31) and key.max() < 2**31:
+            # session/user ids of the public data sets fit in 32 bits: 4 bytes per event less;
+            # np.concatenate upcasts if a later chunk needs 64 bits
+            key = key.astype(np.int32)
         self.parts["key"].append(key)
         self.parts["item"].append(item)
         self.parts["time"].append(time)
@@ -535,7 +573,7 @@ class Accumulator:
 class Events:
     """Events sorted by (session, time, item).
 
-    session: int64 session codes, non-decreasing (not necessarily dense after filtering).
+    session: int32 (or int64) session codes, non-decreasing (not necessarily dense after filtering).
     item: int32 item codes. time: int64 (or float64) ticks.
     session_ids / item_ids: code -> the id written to the files.
     """
@@ -562,7 +600,7 @@ class Events:
         return len(self.item_ids)
 
 
-def sort_and_sessionise(raw: RawEvents, gap_ticks: int | float | None) -> Events:
+def sort_and_sessionise(raw: RawEvents, gap_ticks: int | float | None, progress: Progress | None = None) -> Events:
     """Sort by (key, time, item); cut sessions at key changes and, if given, at gaps > gap_ticks.
 
     With given sessions (gap None) the written SessionId is the raw key; with a gap, sessions get
@@ -583,7 +621,9 @@ def sort_and_sessionise(raw: RawEvents, gap_ticks: int | float | None) -> Events
         np.not_equal(key[1:], key[:-1], out=new[1:])
         if gap_ticks is not None:
             new[1:] |= (tm[1:] - tm[:-1]) > gap_ticks
-    session = np.cumsum(new, dtype=np.int64) - 1
+    # int32 codes while they fit: 4 bytes per event less in every later step
+    session = np.cumsum(new, dtype=np.int32 if n < 2**31 else np.int64)
+    session -= 1
     if gap_ticks is None:
         session_ids = key[new]
         if session_ids.dtype == np.uint64:
@@ -591,6 +631,8 @@ def sort_and_sessionise(raw: RawEvents, gap_ticks: int | float | None) -> Events
     else:
         session_ids = np.arange(1, int(new.sum()) + 1, dtype=np.int64)
     del key, new
+    if progress is not None:
+        progress(f"sorted; {len(session_ids):,} sessions")
     return Events(session, item, tm, session_ids, raw.item_ids)
 
 
@@ -607,130 +649,167 @@ def drop_consecutive_repeats(ev: Events) -> Events:
     return ev.take(~consecutive_repeat_mask(ev))
 
 
-def _session_lengths(ev: Events) -> np.ndarray:
-    return np.bincount(ev.session, minlength=ev.n_session_codes)
+def _drop_short(ev: Events, mask: np.ndarray, min_length: int) -> np.ndarray:
+    """`mask` without the sessions that have fewer than `min_length` events inside it."""
+    if min_length <= 1:
+        return mask
+    # decide per session, then gather booleans: 1 byte per event instead of an int64 gather
+    ok = np.bincount(ev.session[mask], minlength=ev.n_session_codes) >= min_length
+    return mask & ok[ev.session]
 
 
-def _item_support(ev: Events) -> np.ndarray:
-    return np.bincount(ev.item, minlength=ev.n_item_codes)
+def _drop_rare(ev: Events, mask: np.ndarray, min_support: int) -> np.ndarray:
+    """`mask` without the events whose item has fewer than `min_support` events inside it."""
+    if min_support <= 1:
+        return mask
+    ok = np.bincount(ev.item[mask], minlength=ev.n_item_codes) >= min_support
+    return mask & ok[ev.item]
 
 
 def drop_short_sessions(ev: Events, min_length: int) -> Events:
     """Drop every session with fewer than `min_length` events."""
-    if min_length <= 1:
-        return ev
-    return ev.take(_session_lengths(ev)[ev.session] >= min_length)
+    return ev.take(_drop_short(ev, np.ones(len(ev), dtype=bool), min_length))
 
 
 def drop_rare_items(ev: Events, min_support: int) -> Events:
     """Drop every event whose item occurs in fewer than `min_support` events."""
-    if min_support <= 1:
-        return ev
-    return ev.take(_item_support(ev)[ev.item] >= min_support)
+    return ev.take(_drop_rare(ev, np.ones(len(ev), dtype=bool), min_support))
+
+
+def iterative_filter_mask(
+    ev: Events,
+    keep: np.ndarray,
+    min_support: int,
+    min_length: int,
+    progress: Progress | None = None,
+) -> tuple[np.ndarray, int]:
+    """Alternately drop short sessions and rare items among the events in `keep` until
+    nothing changes; returns the final mask and the number of passes (a pass = one session
+    step + one item step).
+
+    Both removals are monotone, so the result is the unique largest subset in which every
+    session has >= min_length events and every item >= min_support events. Working on a mask
+    (1 byte per event) instead of copying the arrays each pass keeps the peak memory low.
+    """
+    passes = 0
+    n = int(keep.sum())
+    while True:
+        keep = _drop_rare(ev, _drop_short(ev, keep, min_length), min_support)
+        passes += 1
+        before, n = n, int(keep.sum())
+        if progress is not None:
+            progress(f"filter pass {passes}: {before:,} -> {n:,} events")
+        if n == before or n == 0:
+            return keep, passes
 
 
 def iterative_filter(
     ev: Events, min_support: int, min_length: int, progress: Progress | None = None
 ) -> tuple[Events, int]:
-    """Alternately drop short sessions and rare items until nothing changes.
-
-    Both removals are monotone, so the result is the unique largest subset in which every
-    session has >= min_length events and every item >= min_support events. Returns the events
-    and the number of passes (a pass = one session step + one item step).
-    """
-    passes = 0
-    while True:
-        before = len(ev)
-        ev = drop_rare_items(drop_short_sessions(ev, min_length), min_support)
-        passes += 1
-        if progress is not None:
-            progress(f"filter pass {passes}: {before:,} -> {len(ev):,} events")
-        if len(ev) == before or len(ev) == 0:
-            return ev, passes
+    """`iterative_filter_mask` over all events; returns the kept events and the passes."""
+    keep, passes = iterative_filter_mask(ev, np.ones(len(ev), dtype=bool), min_support, min_length, progress)
+    return ev.take(keep), passes
 
 
-def session_start_per_event(ev: Events) -> np.ndarray:
-    """The time of each event's session's first event (events are sorted by session, time)."""
+def _session_first_last(ev: Events) -> tuple[np.ndarray, np.ndarray]:
+    """Per session code: the time of its first and last event (events sorted by session, time);
+    codes without events get the largest / smallest value of the time dtype."""
     n = len(ev)
-    if n == 0:
-        return ev.time.copy()
-    first = np.empty(n, dtype=bool)
-    first[0] = True
-    np.not_equal(ev.session[1:], ev.session[:-1], out=first[1:])
-    idx = np.cumsum(first) - 1
-    return ev.time[first][idx]
+    # keep the time dtype: int64 ticks beyond 2**53 would lose precision as floats
+    info = np.iinfo(ev.time.dtype) if ev.time.dtype.kind in "iu" else np.finfo(ev.time.dtype)
+    first = np.full(ev.n_session_codes, info.max, dtype=ev.time.dtype)
+    last = np.full(ev.n_session_codes, info.min, dtype=ev.time.dtype)
+    if n:
+        change = np.flatnonzero(ev.session[1:] != ev.session[:-1]) + 1
+        starts = np.r_[0, change]
+        ends = np.r_[change - 1, n - 1]
+        first[ev.session[starts]] = ev.time[starts]
+        last[ev.session[ends]] = ev.time[ends]
+    return first, last
 
 
-def session_end_per_event(ev: Events) -> np.ndarray:
-    """The time of each event's session's last event."""
-    n = len(ev)
-    if n == 0:
-        return ev.time.copy()
-    last = np.empty(n, dtype=bool)
-    last[-1] = True
-    np.not_equal(ev.session[1:], ev.session[:-1], out=last[:-1])
-    group = np.cumsum(np.r_[True, last[:-1]]) - 1
-    return ev.time[last][group]
+def time_split(
+    ev: Events, split_time: int | float, min_length: int, within: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """§11 split at `split_time` of the events in `within` (default: all), as boolean masks.
 
-
-def time_split(ev: Events, split_time: int | float, min_length: int) -> tuple[Events, Events]:
-    """§11 split at `split_time`: test = sessions that START at or after it (all their events);
-    train = events strictly before it, then sessions shorter than `min_length` dropped.
-
-    A session that starts before the boundary and continues after it keeps only its earlier
-    events in train; its later events are in neither set.
+    test = the sessions that START at or after it (all their events); train = the events
+    strictly before it, then sessions with fewer than `min_length` events there dropped. A
+    session that starts before the boundary and continues after it keeps only its earlier
+    events in train; its later events are in neither set. Session starts are taken over all of
+    `ev`, which is right for `within` = train_full: train_full keeps every session's first event.
     """
-    test = ev.take(session_start_per_event(ev) >= split_time)
-    train = drop_short_sessions(ev.take(ev.time < split_time), min_length)
+    if within is None:
+        within = np.ones(len(ev), dtype=bool)
+    first, _ = _session_first_last(ev)
+    test = within & (first >= split_time)[ev.session]
+    train = _drop_short(ev, within & (ev.time < split_time), min_length)
     return train, test
 
 
-def last_event_split(ev: Events, window: int | float, min_length: int) -> tuple[Events, Events]:
-    """rsc15 split: test = whole sessions whose LAST event is at or after max(time) - window;
-    train = the other sessions. Test events with items unseen in train are removed, then test
-    sessions shorter than `min_length`."""
-    tmax = ev.time.max()
-    is_test = session_end_per_event(ev) >= tmax - window
-    train = ev.take(~is_test)
-    test = ev.take(is_test)
-    known = _item_support(train) > 0
-    test = drop_short_sessions(test.take(known[test.item]), min_length)
+def last_event_split(
+    ev: Events, window: int | float, min_length: int, within: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """rsc15 split of the (whole) sessions in `within` as boolean masks: test = sessions whose
+    LAST event is at or after (latest event in `within`) - window; train = the other sessions.
+    Test events whose item is not in train are removed, then test sessions shorter than
+    `min_length`."""
+    if within is None:
+        within = np.ones(len(ev), dtype=bool)
+    tmax = ev.time[within].max()
+    _, last = _session_first_last(ev)
+    is_test = (last >= tmax - window)[ev.session]
+    train = within & ~is_test
+    test = within & is_test
+    known = np.bincount(ev.item[train], minlength=ev.n_item_codes) > 0
+    test = _drop_short(ev, test & known[ev.item], min_length)
     return train, test
 
 
-def run_protocol(ev: Events, protocol: Protocol, progress: Progress) -> dict[str, Events]:
-    """Filtering and splitting after sessionisation; returns the four outputs plus 'filtered'."""
+def run_protocol(ev: Events, protocol: Protocol, progress: Progress) -> tuple[Events, dict[str, np.ndarray]]:
+    """Filtering and splitting after sessionisation.
+
+    Returns the filtered events and one boolean mask over them per output file: the four sets
+    share the filtered arrays instead of holding copies (bounded memory on large data).
+    """
     p = protocol
     D = p.ticks(p.days)
     Dv = p.ticks(p.valid_days if p.valid_days is not None else p.days)
+    # callers pass `ev` as a temporary, so rebinding it here frees the unfiltered arrays
     if p.kind == "rsc15":
-        # the 2016 protocol: one pass, in this order
-        ev = drop_short_sessions(ev, p.min_session_length)
-        ev = drop_rare_items(ev, p.min_item_support)
-        ev = drop_short_sessions(ev, p.min_session_length)
+        # the 2016 protocol: one pass, in this order, no de-duplication
+        keep = np.ones(len(ev), dtype=bool)
+        keep = _drop_short(ev, keep, p.min_session_length)
+        keep = _drop_rare(ev, keep, p.min_item_support)
+        keep = _drop_short(ev, keep, p.min_session_length)
+        ev = ev.take(keep)
+        del keep
         progress(f"filtered (one pass): {len(ev):,} events")
-        _require_nonempty(ev, None, p)
+        _require_nonempty(len(ev), None, p)
         train_full, test = last_event_split(ev, D, p.min_session_length)
-        _require_nonempty(train_full, "train_full", p)
-        train_tr, valid = last_event_split(train_full, Dv, p.min_session_length)
+        _require_nonempty(int(train_full.sum()), "train_full", p)
+        train_tr, valid = last_event_split(ev, Dv, p.min_session_length, within=train_full)
     else:
         if p.dedup:
-            before = len(ev)
-            ev = drop_consecutive_repeats(ev)
-            progress(f"dropped {before - len(ev):,} consecutive repeats: {len(ev):,} events")
-        ev, _ = iterative_filter(ev, p.min_item_support, p.min_session_length, progress)
-        _require_nonempty(ev, None, p)
+            keep = ~consecutive_repeat_mask(ev)
+            progress(f"dropped {len(ev) - int(keep.sum()):,} consecutive repeats")
+        else:
+            keep = np.ones(len(ev), dtype=bool)
+        keep, _ = iterative_filter_mask(ev, keep, p.min_item_support, p.min_session_length, progress)
+        ev = ev.take(keep)
+        del keep
+        _require_nonempty(len(ev), None, p)
         T = p.boundary if p.boundary is not None else ev.time.max()
         train_full, test = time_split(ev, T - D, p.min_session_length)
-        train_tr, valid = time_split(train_full, T - D - Dv, p.min_session_length)
-    out = {"filtered": ev, "train_full": train_full, "test": test, "train_tr": train_tr, "train_valid": valid}
+        train_tr, valid = time_split(ev, T - D - Dv, p.min_session_length, within=train_full)
+    masks = {"train_full": train_full, "test": test, "train_tr": train_tr, "train_valid": valid}
     for name in OUTPUT_NAMES:
-        _require_nonempty(out[name], name, p)
-    return out
+        _require_nonempty(int(masks[name].sum()), name, p)
+    return ev, masks
 
 
-def _require_nonempty(ev: Events, what: str | None, p: Protocol) -> None:
-    if len(ev) > 0:
+def _require_nonempty(n: int, what: str | None, p: Protocol) -> None:
+    if n > 0:
         return
     if what is None:
         raise DataError(
@@ -754,18 +833,23 @@ def _fmt_time(value: float, ticks_per_second: float) -> str:
         return ""
 
 
-def stats_row(name: str, ev: Events, protocol: Protocol) -> dict[str, Any]:
-    """events, sessions, items, first/last time (written unit and UTC) of one set."""
-    n = len(ev)
+def stats_row(name: str, ev: Events, protocol: Protocol, mask: np.ndarray | None = None) -> dict[str, Any]:
+    """events, sessions, items, first/last time (written unit and UTC) of a set."""
+    session = ev.session if mask is None else ev.session[mask]
+    n = len(session)
+    sessions = int(np.count_nonzero(np.bincount(session, minlength=1))) if n else 0
+    del session
+    items = int(np.count_nonzero(np.bincount(ev.item if mask is None else ev.item[mask], minlength=1))) if n else 0
+    tm = ev.time if mask is None else ev.time[mask]
+    first = tm.min() if n else np.nan
+    last = tm.max() if n else np.nan
     div = protocol.output_time_divisor
     tps = protocol.ticks_per_second
-    first = ev.time.min() if n else np.nan
-    last = ev.time.max() if n else np.nan
     return {
         "file": name,
         "events": n,
-        "sessions": int(np.count_nonzero(np.bincount(ev.session, minlength=1))) if n else 0,
-        "items": int(np.count_nonzero(np.bincount(ev.item, minlength=1))) if n else 0,
+        "sessions": sessions,
+        "items": items,
         "first_time": first / div if div != 1 else first,
         "last_time": last / div if div != 1 else last,
         "first_utc": _fmt_time(first, tps) if n else "",
@@ -774,26 +858,38 @@ def stats_row(name: str, ev: Events, protocol: Protocol) -> dict[str, Any]:
     }
 
 
-def output_columns(ev: Events, protocol: Protocol) -> dict[str, np.ndarray]:
-    """SessionId, ItemId, Time columns of a set, with original ids and the written time unit."""
-    tm = ev.time / protocol.output_time_divisor if protocol.output_time_divisor != 1 else ev.time
-    return {"SessionId": ev.session_ids[ev.session], "ItemId": ev.item_ids[ev.item], "Time": tm}
+def output_slices(ev: Events, protocol: Protocol, mask: np.ndarray | None = None) -> Iterator[Columns]:
+    """SessionId, ItemId, Time columns of the events in `mask`, slice by slice, with the
+    original ids and the written time unit."""
+    div = protocol.output_time_divisor
+    for lo in range(0, len(ev), _WRITE_SLICE):
+        hi = lo + _WRITE_SLICE
+        m = slice(None) if mask is None else mask[lo:hi]
+        session = ev.session[lo:hi][m]
+        if len(session) == 0:
+            continue
+        tm = ev.time[lo:hi][m]
+        yield {
+            "SessionId": ev.session_ids[session],
+            "ItemId": ev.item_ids[ev.item[lo:hi][m]],
+            "Time": tm / div if div != 1 else tm,
+        }
 
 
 def write_outputs(
-    sets: dict[str, Events],
+    ev: Events,
+    masks: dict[str, np.ndarray],
     paths: dict[str, Path],
     protocol: Protocol,
     fmt: str,
     progress: Progress,
 ) -> pd.DataFrame:
     """Write the four sets and stats.tsv atomically; return the stats table."""
-    rows = [stats_row("filtered", sets["filtered"], protocol)]
+    rows = [stats_row("filtered", ev, protocol)]
     for name in OUTPUT_NAMES:
-        ev = sets[name]
-        write_events(paths[name], output_columns(ev, protocol), fmt)
-        rows.append(stats_row(name, ev, protocol))
-        progress(f"wrote {paths[name]} ({len(ev):,} events)")
+        write_events(paths[name], output_slices(ev, protocol, masks[name]), fmt, names=COLUMNS)
+        rows.append(stats_row(name, ev, protocol, masks[name]))
+        progress(f"wrote {paths[name]} ({rows[-1]['events']:,} events)")
     stats = pd.DataFrame(rows)
     write_stats(paths["stats"], stats)
     return stats
@@ -875,13 +971,12 @@ def run_dataset(
         raise DataError(f"{where}: no events of the kind {info.name} uses (read {raw.n_rows:,} rows)")
     prog(f"read {raw.n_rows:,} rows, kept {len(raw.key):,} events, {len(raw.item_ids):,} items")
     gap = None if protocol.session_gap_s is None else protocol.session_gap_s * protocol.ticks_per_second
-    ev = sort_and_sessionise(raw, gap)
-    prog(f"sorted; {len(ev.session_ids):,} sessions")
     try:
-        sets = run_protocol(ev, protocol, prog)
+        # no name holds the sorted events: run_protocol frees them once filtered
+        ev, masks = run_protocol(sort_and_sessionise(raw, gap, prog), protocol, prog)
     except DataError as exc:
         raise DataError(f"{where}: {exc}") from None
-    return write_outputs(sets, paths, protocol, fmt, prog)
+    return write_outputs(ev, masks, paths, protocol, fmt, prog)
 
 
 def chunk_progress(prog: Progress, path: Path, n_rows: int, n_kept: int) -> None:

@@ -160,19 +160,22 @@ def split_events(
     session, session_ids = pd.factorize(df[session_key], sort=True)
     item, item_ids = pd.factorize(df[item_key], sort=False)
     order = np.lexsort((tm, session))  # stable: equal times keep the input order
-    ev = Events(
-        session=session[order].astype(np.int64),
-        item=item[order].astype(np.int32),
-        time=tm[order],
-        session_ids=np.asarray(session_ids),
-        item_ids=np.asarray(item_ids),
-    )
-    prog(f"{len(ev):,} events, {len(session_ids):,} sessions, {len(item_ids):,} items")
+    prog(f"{len(df):,} events, {len(session_ids):,} sessions, {len(item_ids):,} items")
     try:
-        sets = run_protocol(ev, protocol, prog)
+        ev, masks = run_protocol(
+            Events(
+                session=session[order].astype(np.int64),
+                item=item[order].astype(np.int32),
+                time=tm[order],
+                session_ids=np.asarray(session_ids),
+                item_ids=np.asarray(item_ids),
+            ),
+            protocol,
+            prog,
+        )
     except DataError as exc:
         raise DataError(f"{source}: {exc}") from None
-    return write_outputs(sets, paths, protocol, fmt, prog)
+    return write_outputs(ev, masks, paths, protocol, fmt, prog)
 
 
 def add_split_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
