@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--matmul-reps", type=int, default=5)
     p.add_argument("--max-sessions", type=int, default=0, help="evaluate only the first n test sessions (0 = all)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--score-buffer", action="store_true",
+                   help="give the net a score_all(out, *, buffer=None) that writes into the evaluator's buffer "
+                        "(if GRU4RecNet does not have it yet)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = leave as is)")
     args = p.parse_args(argv)
 
@@ -103,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = Config(layers=tuple(args.layers))
     net = GRU4RecNet(N, cfg, generator=torch.Generator().manual_seed(1)).to(device)
+    if args.score_buffer and "buffer" not in __import__("inspect").signature(net.score_all).parameters:
+
+        def score_all(out: torch.Tensor, *, buffer: torch.Tensor | None = None) -> torch.Tensor:
+            return torch.addmm(net.By, out, net.Wy.t(), out=buffer)
+
+        net.score_all = score_all  # type: ignore[method-assign]
     L = args.layers[-1]
     d = L  # shared embedding: layer 0 reads Wy rows
     gru_flops = 0
@@ -145,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                     "batch_size": B,
                     "mode": args.mode,
                     "beyond_accuracy": not args.no_beyond_accuracy,
+                    "score_buffer": "buffer" in __import__("inspect").signature(net.score_all).parameters,
                     "predictions": result.n_predictions,
                     "dropped_events": int(n_dropped),
                     "seconds": round(sec, 3),

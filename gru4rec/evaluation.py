@@ -52,6 +52,7 @@ rank path (a little faster). Lists of cutoffs c > N are truncated to N items.
 from __future__ import annotations
 
 import heapq
+import inspect
 import math
 import os
 import sys
@@ -396,6 +397,13 @@ def evaluate(
     return result
 
 
+def _accepts_keyword(fn: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _unpack_model(model: Any) -> tuple[Any, Any, Any, torch.device, Any]:
     missing = [a for a in ("config", "item_map", "item_support", "net", "device") if not hasattr(model, a)]
     if missing:
@@ -499,6 +507,10 @@ def evaluate_sessions(
         pop_acc = torch.zeros(K, dtype=acc_dtype, device=device)
 
     block = B if device.type != "cpu" else max(1, min(B, _CPU_BLOCK_BYTES // (4 * N)))
+    # A net whose score_all writes into a given buffer saves a fresh B×N allocation per step
+    # (on the CPU a large one is fresh memory from the OS every time: page faults and zeroing).
+    use_buffer = _accepts_keyword(net.score_all, "buffer")
+    score_buf: Tensor | None = None
     active = sched.active.tolist()
     was_training = bool(getattr(net, "training", False))
     if hasattr(net, "eval"):
@@ -518,7 +530,12 @@ def evaluate_sessions(
                     for h in hidden:
                         h.masked_fill_(r, 0.0)
                 out = net.step(inputs[step, :A], hidden)
-                scores = net.score_all(out)
+                if use_buffer:
+                    if score_buf is None:
+                        score_buf = torch.empty(B, N, dtype=out.dtype, device=device)
+                    scores = net.score_all(out, buffer=score_buf[:A])
+                else:
+                    scores = net.score_all(out)
                 tgt_scores = scores.gather(1, targets[step, :A].unsqueeze(1))
                 if top_vals is not None and top_vals.dtype != scores.dtype:
                     top_vals = top_vals.to(scores.dtype)

@@ -531,3 +531,24 @@ def test_progress_goes_to_stderr(capsys) -> None:
     err = capsys.readouterr().err.strip().splitlines()
     assert err and err[-1].startswith("evaluation: step ") and err[-1].endswith("(100%)")
     assert res.n_predictions > 0
+
+
+def test_score_buffer_is_used_when_the_net_accepts_one() -> None:
+    class BufferNet(TinyGRUNet):
+        def __init__(self, *a, **kw) -> None:
+            super().__init__(*a, **kw)
+            self.buffers_seen: list[torch.Tensor] = []
+
+        def score_all(self, out: torch.Tensor, *, buffer: torch.Tensor | None = None) -> torch.Tensor:
+            self.buffers_seen.append(buffer)
+            return torch.addmm(self.t["By"], out, self.t["Wy"].T, out=buffer)
+
+    rng = np.random.default_rng(3)
+    N = 30
+    items, offsets = random_sessions(rng, 25, N)
+    plain = run(TinyGRUNet(N, seed=4), items, offsets, N, cutoffs=(1, 10), mode="median", batch_size=6)
+    net = BufferNet(N, seed=4)
+    buffered = run(net, items, offsets, N, cutoffs=(1, 10), mode="median", batch_size=6)
+    np.testing.assert_array_equal(plain.ranks, buffered.ranks)
+    assert all(b is not None for b in net.buffers_seen)
+    assert len({b.data_ptr() for b in net.buffers_seen}) == 1  # one buffer, reused
