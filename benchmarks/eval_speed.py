@@ -22,6 +22,7 @@ line per batch size with the medians of ``--runs`` runs:
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import statistics
 import sys
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = Config(layers=tuple(args.layers))
     net = GRU4RecNet(N, cfg, generator=torch.Generator().manual_seed(1)).to(device)
-    if args.score_buffer and "buffer" not in __import__("inspect").signature(net.score_all).parameters:
+    if args.score_buffer and "buffer" not in inspect.signature(net.score_all).parameters:
 
         def score_all(out: torch.Tensor, *, buffer: torch.Tensor | None = None) -> torch.Tensor:
             return torch.addmm(net.By, out, net.Wy.t(), out=buffer)
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                     "batch_size": B,
                     "mode": args.mode,
                     "beyond_accuracy": not args.no_beyond_accuracy,
-                    "score_buffer": "buffer" in __import__("inspect").signature(net.score_all).parameters,
+                    "score_buffer": "buffer" in inspect.signature(net.score_all).parameters,
                     "predictions": result.n_predictions,
                     "dropped_events": int(n_dropped),
                     "seconds": round(sec, 3),
