@@ -41,7 +41,6 @@ past N (Optuna's ``MaxTrialsCallback`` semantics).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import multiprocessing
@@ -777,12 +776,11 @@ class _Objective:
         trial.set_user_attr("fail_reason", reason)
         trial.set_user_attr("seconds", round(time.perf_counter() - start, 3))
         del model
-        _free_memory()
+        _free_cuda_cache()  # optimize(gc_after_trial=True) collects the rest
         raise _TrialFailed(reason)
 
 
-def _free_memory() -> None:
-    gc.collect()
+def _free_cuda_cache() -> None:
     try:
         import torch
 
@@ -926,13 +924,15 @@ def _work(
     n_trials: int | None,
     sampler: Any = None,
     pruner: Any = None,
+    storage: Any = None,
 ) -> str | None:
     """Run one worker's trials in this process; returns why it gave up early, or None."""
     optuna = _import_optuna()
     optuna.logging.set_verbosity(optuna.logging.WARNING if settings.verbose else optuna.logging.ERROR)
     _set_threads(settings)
     default_sampler, default_pruner = _make_sampler_pruner(settings, worker)
-    storage, _ = open_storage(prepared.storage_url, settings.out)
+    if storage is None:
+        storage, _ = open_storage(prepared.storage_url, settings.out)
     study, _ = _open_study(
         storage,
         prepared.study_name,
@@ -967,6 +967,8 @@ def _worker_process(settings: ParoptSettings, worker: int, n_trials: int | None,
     except Gru4RecError as exc:
         print(f"[worker {worker}] error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group; the parent reports it
+        sys.exit(130)
     if gave_up:
         print(f"[worker {worker}] {gave_up}", file=sys.stderr, flush=True)
         sys.exit(3)
@@ -1188,7 +1190,7 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
             processes.append((worker, process))
     try:
         if shares[0] != 0:
-            gave_up = _work(settings, prepared, 0, shares[0], sampler, pruner)
+            gave_up = _work(settings, prepared, 0, shares[0], sampler, pruner, storage)
             if gave_up:
                 problems.append(f"worker 0: {gave_up}")
     finally:

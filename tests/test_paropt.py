@@ -480,6 +480,19 @@ def test_failed_trials_are_recorded_with_their_reason_and_the_study_goes_on(data
     assert by_lr[1e30].user_attrs["fail_reason"].startswith("TrainingDivergedError:")
 
 
+def test_a_space_where_every_trial_fails_stops_early(data: dict[str, Path], tmp_path: Path) -> None:
+    from gru4rec.paropt import MAX_CONSECUTIVE_FAILURES
+
+    space = parse_paramspace('{"name": "loss", "dtype": "categorical", "values": ["bpr-max"]}\n'
+                             '{"name": "smoothing", "dtype": "categorical", "values": [0.1]}')
+    # --total would otherwise never end: failed trials do not count.
+    report = run_study(settings(data, tmp_path, paramspace=space, fixed="n_sample=16,n_epochs=1", n_trials=5, total=True,
+                                study_name="hopeless"))
+    assert report.counts == {"FAIL": MAX_CONSECUTIVE_FAILURES}
+    assert any(f"stopped after {MAX_CONSECUTIVE_FAILURES} failed trials in a row" in p for p in report.problems)
+    assert "no trial completed" in report.problems and report.best_param_string is None
+
+
 def test_pruning(data: dict[str, Path], tmp_path: Path) -> None:
     report = run_study(settings(data, tmp_path, n_trials=2, study_name="pruned"), pruner=AlwaysPrune())
     trials = trials_of(f"sqlite:///{tmp_path / 'out' / 'paropt.db'}", "pruned")
