@@ -673,9 +673,12 @@ def _is_oom(exc: BaseException) -> bool:
     )
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+def _one_line(exc: BaseException, limit: int = 1000) -> str:
+    """``Type: message`` on one line (a ConfigError lists its problems on several)."""
+    text = " ".join(part.strip() for part in str(exc).strip().splitlines())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {text}".rstrip(": ")
 
 
 class _EpochReporter:
@@ -767,11 +770,11 @@ class _Objective:
             trial.set_user_attr("seconds", round(time.perf_counter() - start, 3))
             raise
         except (ConfigError, TrainingDivergedError) as exc:
-            reason = _first_line(exc)
+            reason = _one_line(exc)
         except Exception as exc:  # noqa: BLE001 - only out-of-memory is turned into a FAIL
             if not _is_oom(exc):
                 raise
-            reason = f"out of memory: {_first_line(exc)}"
+            reason = f"out of memory: {_one_line(exc)}"
         # A failed trial: record why, free what it held, let Optuna mark it FAIL.
         trial.set_user_attr("fail_reason", reason)
         trial.set_user_attr("seconds", round(time.perf_counter() - start, 3))
@@ -925,8 +928,12 @@ def _work(
     sampler: Any = None,
     pruner: Any = None,
     storage: Any = None,
+    data: dict[str, Any] | None = None,
 ) -> str | None:
-    """Run one worker's trials in this process; returns why it gave up early, or None."""
+    """Run one worker's trials in this process; returns why it gave up early, or None.
+
+    ``data`` (optional) receives the frames read, so that the caller can reuse them.
+    """
     optuna = _import_optuna()
     optuna.logging.set_verbosity(optuna.logging.WARNING if settings.verbose else optuna.logging.ERROR)
     _set_threads(settings)
@@ -944,6 +951,8 @@ def _work(
     if stop_at is not None and _n_finished(study) >= stop_at:
         return None
     train, valid = _read_data(settings, prepared.keys)  # once per worker, shared by its trials
+    if data is not None:
+        data.update(train=train, valid=valid)
     per_epoch = not isinstance(study.pruner, optuna.pruners.NopPruner)
     objective = _Objective(settings, prepared.space, prepared.base, train, valid, per_epoch)
     prefix = f"[worker {worker}] " if settings.workers > 1 else ""
@@ -1099,8 +1108,13 @@ def _check_outputs(paths: dict[str, Path], force: bool) -> None:
 # ============================================================================================
 
 
-def _final_test(settings: ParoptSettings, config: "Config", keys: dict[str, str]) -> dict[str, Any]:
-    """Train ``config`` on TRAIN+VALID, evaluate on the test file at the -fm cutoffs."""
+def _final_test(
+    settings: ParoptSettings, config: "Config", keys: dict[str, str], frames: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Train ``config`` on TRAIN+VALID, evaluate on the test file at the -fm cutoffs.
+
+    ``frames`` may hold TRAIN and VALID already read (keys ``train``, ``valid``).
+    """
     import pandas as pd
 
     from .data import read_events
@@ -1108,7 +1122,10 @@ def _final_test(settings: ParoptSettings, config: "Config", keys: dict[str, str]
     from .recommender import GRU4Rec
 
     assert settings.final_test is not None
-    train, valid = _read_data(settings, keys)
+    if frames and "train" in frames and "valid" in frames:
+        train, valid = frames["train"], frames["valid"]
+    else:
+        train, valid = _read_data(settings, keys)
     test = read_events(settings.final_test, **keys)
     shared = set(train[keys["session_key"]].unique()) & set(valid[keys["session_key"]].unique())
     if shared:
@@ -1171,10 +1188,11 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
         plan = f"until the study holds {settings.n_trials} finished trials ({_n_finished(study)} now)"
     else:
         plan = f"{settings.n_trials} trial(s)"
-    print(f"Running {plan} with {settings.workers} worker(s); objective {settings.primary_metric}@{settings.measure} "
+    print(f"Running {plan} with {settings.workers} worker(s); objective {_metric_label(settings)} ({settings.eval_mode}) "
           f"on {settings.valid}; pruning {'on' if settings.pruning or pruner is not None else 'off'}", flush=True)
 
     problems: list[str] = []
+    frames: dict[str, Any] = {}  # TRAIN and VALID as worker 0 read them, reused by the final test
     start = time.perf_counter()
     shares: list[int | None] = [None] * settings.workers if settings.total else list(_shares(settings.n_trials, settings.workers))
     processes = []
@@ -1190,7 +1208,7 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
             processes.append((worker, process))
     try:
         if shares[0] != 0:
-            gave_up = _work(settings, prepared, 0, shares[0], sampler, pruner, storage)
+            gave_up = _work(settings, prepared, 0, shares[0], sampler, pruner, storage, frames)
             if gave_up:
                 problems.append(f"worker 0: {gave_up}")
     finally:
@@ -1244,7 +1262,7 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
         if settings.final_test is not None:
             _set_threads(settings)
             config = prepared.base.replace_from_string(searched)
-            report.final = _final_test(settings, config, prepared.keys)
+            report.final = _final_test(settings, config, prepared.keys, frames)
 
     summary = {
         "study_name": report.study_name,
