@@ -56,7 +56,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from .errors import ConfigError, Gru4RecError, TrainingDivergedError
+from .errors import ConfigError, DataError, Gru4RecError, TrainingDivergedError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import optuna
@@ -1167,8 +1167,10 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
     prepared = _prepare(settings)
     paths = output_paths(settings.out, prepared.study_name)
     _check_outputs(paths, settings.force)
-    if settings.final_test is not None and not Path(settings.final_test).is_file():
-        raise Gru4RecError(f"--final-test {settings.final_test}: file not found")
+    # Missing data fails now, before a study is created for it.
+    for label, path in (("TRAIN", settings.train), ("VALID", settings.valid), ("--final-test", settings.final_test)):
+        if path is not None and not Path(path).is_file():
+            raise DataError(f"{label} {path}: file not found")
 
     # Create (or check) the study once here, so that the workers never race to create it.
     storage, url = open_storage(prepared.storage_url, settings.out)

@@ -565,6 +565,9 @@ def test_command_lines(data: dict[str, Path], tmp_path: Path, capsys: pytest.Cap
     assert main([str(data["train"]), str(data["valid"]), "-opf", str(bad), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: invalid paramspace") and "line 1" in err and "Traceback" not in err
+    # Missing data: the same, before any storage is created.
+    assert main([str(tmp_path / "nope.tsv"), str(data["valid"]), "-opf", str(data["space"]), "--out", str(tmp_path / "m")]) == 2
+    assert "nope.tsv: file not found" in capsys.readouterr().err and not (tmp_path / "m").exists()
     # `gru4rec paropt` runs the same command.
     from gru4rec import cli
 
