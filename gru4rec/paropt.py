@@ -37,6 +37,19 @@ size the study should reach: the run stops once the study holds N finished trial
 PRUNED), so a resumed run only runs the missing ones; failed trials do not count. Concurrent
 workers check the count after each trial, so with W workers the study can end up to W-1 trials
 past N (Optuna's ``MaxTrialsCallback`` semantics).
+
+Pruning: after epoch e the validation metric is reported as step e-1; the median pruner
+(``--prune-startup`` completed trials first, default 5; ``--prune-warmup`` epochs exempt, default
+1, so the first check is after epoch 2) stops a trial whose value is below the median of the
+earlier trials at that step. The last epoch is never pruned: its value is the trial's result.
+With ``--no-pruning`` the metric is only measured once, after the last epoch.
+
+Files in ``--out`` (STUDY = the study name): ``STUDY.best.json`` and ``STUDY.best.py`` (the fixed
+and the best searched parameters, readable with ``-pf``), ``STUDY.trials.csv`` and
+``STUDY.trials.json`` (every trial: state, value, parameters, per-epoch values, fail reasons),
+``STUDY.summary.json`` (counts, best trial, final test), and ``paropt.db`` when the storage is
+the default. Existing files are only replaced with ``--force``. Every process that runs
+``paropt`` writes these at its end, so with several machines the last one to finish has them all.
 """
 from __future__ import annotations
 
