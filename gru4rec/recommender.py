@@ -204,8 +204,15 @@ class GRU4Rec:
         tensors, meta = checkpoint.load_file(path)
         if meta.get("kind") != CHECKPOINT_KIND:
             raise ModelFileError(f"{path} is not a gru4rec training checkpoint")
-        if meta["config"] != self.config.to_dict():
-            raise ModelFileError(f"{path} was written with other hyperparameters; resume with the same ones or remove the checkpoint")
+        # n_epochs may differ: a finished run can be resumed to train for more epochs.
+        theirs = {k: v for k, v in meta["config"].items() if k != "n_epochs"}
+        ours = {k: v for k, v in self.config.to_dict().items() if k != "n_epochs"}
+        if theirs != ours:
+            changed = sorted(k for k in ours if theirs.get(k) != ours[k])
+            raise ModelFileError(
+                f"{path} was written with other hyperparameters ({', '.join(changed)}); "
+                "resume with the same ones or remove the checkpoint"
+            )
         if meta["data"] != self._fingerprint(sessions):
             raise ModelFileError(f"{path} was written for other training data ({meta['data']}); resume on the same data or remove it")
         self.net.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("net.")})

@@ -149,9 +149,17 @@ def test_killed_run_resumes_to_the_uninterrupted_model(events: pd.DataFrame, tmp
         assert torch.equal(p, resumed.net.state_dict()[name]), name
 
 
+def test_resume_can_extend_a_finished_run(events: pd.DataFrame, tmp_path) -> None:
+    three = GRU4Rec(small("n_epochs=3"), device="cpu").fit(events, progress=False, log=None)
+    GRU4Rec(small("n_epochs=2"), device="cpu").fit(events, checkpoint_dir=tmp_path, progress=False, log=None)
+    more = GRU4Rec(small("n_epochs=3"), device="cpu").fit(events, checkpoint_dir=tmp_path, resume=True, progress=False, log=None)
+    assert more.epochs_trained == 3 and [s.epoch for s in more.history] == [3]
+    assert torch.equal(more.net.Wy, three.net.Wy)
+
+
 def test_resume_refuses_other_hyperparameters_or_data(events: pd.DataFrame, tmp_path) -> None:
     GRU4Rec(small("n_epochs=1"), device="cpu").fit(events, checkpoint_dir=tmp_path, progress=False, log=None)
-    with pytest.raises(ModelFileError, match="other hyperparameters"):
+    with pytest.raises(ModelFileError, match=r"other hyperparameters \(learning_rate\)"):
         GRU4Rec(small("n_epochs=1,learning_rate=0.1"), device="cpu").fit(events, checkpoint_dir=tmp_path, resume=True, progress=False, log=None)
     with pytest.raises(ModelFileError, match="other training data"):
         GRU4Rec(small("n_epochs=1"), device="cpu").fit(events.iloc[:-50], checkpoint_dir=tmp_path, resume=True, progress=False, log=None)
