@@ -46,6 +46,19 @@ def test_given_sessions_keep_their_ids_and_ties_go_by_item() -> None:
     assert ev.item_ids[ev.item].tolist() == [5, 10, 20, 30]
 
 
+def test_ties_follow_item_ids_not_the_raw_row_order() -> None:
+    # codes 0, 1, 2 were handed out in row order to ids 30, 10, 20; equal times sort by id
+    r = RawEvents(np.array([1, 1, 1]), np.array([0, 1, 2], np.int32), np.array([5, 5, 5]),
+                  np.array([30, 10, 20]), ["x"])
+    ev = common.sort_and_sessionise(r, None)
+    assert ev.item_ids[ev.item].tolist() == [10, 20, 30]
+    # string ids too (coveo)
+    r = RawEvents(np.array([1, 1]), np.array([0, 1], np.int32), np.array([5, 5]),
+                  np.array(["b", "a"], dtype=object), ["x"])
+    ev = common.sort_and_sessionise(r, None)
+    assert ev.item_ids[ev.item].tolist() == ["a", "b"]
+
+
 def test_consecutive_repeats_only_within_a_session() -> None:
     ev = events([0, 0, 0, 0, 1, 1], [1, 1, 2, 1, 1, 1], [0, 1, 2, 3, 4, 5])
     kept = common.drop_consecutive_repeats(ev)

@@ -200,5 +200,8 @@ def test_bad_options(tmp_path: Path) -> None:
         split_events(frame(), tmp_path, days=0, min_session_length=0)
     with pytest.raises(ConfigError, match="valid_days must be > 0"):
         split_events(frame(), tmp_path, valid_days=-1)
+    with pytest.raises(ConfigError, match=r"days must be > 0, got '1'.*min_item_support must be an integer >= 1, "
+                                          r"got 2\.5.*boundary must be a number"):
+        split_events(frame(), tmp_path, days="1", min_item_support=2.5, boundary="noon")
     with pytest.raises(DataError, match=r"nope\.tsv: file not found"):
         split_events(tmp_path / "nope.tsv", tmp_path)

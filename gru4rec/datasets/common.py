@@ -35,7 +35,7 @@ from typing import Any, Literal, TextIO
 import numpy as np
 import pandas as pd
 
-from gru4rec.errors import DataError, Gru4RecError
+from gru4rec.errors import ConfigError, DataError, Gru4RecError
 
 OUTPUT_NAMES: tuple[str, ...] = ("train_full", "test", "train_tr", "train_valid")
 STATS_FILE = "stats.tsv"
@@ -123,20 +123,27 @@ class Protocol:
         return replace(self, **{k: v for k, v in options.items() if v is not None})
 
     def validate(self) -> None:
-        """Raise ConfigError (via Gru4RecError subclass) for meaningless settings."""
-        from gru4rec.errors import ConfigError
+        """Raise ConfigError listing every meaningless setting."""
+
+        def positive(x: Any) -> bool:
+            return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and x > 0
+
+        def count(x: Any) -> bool:
+            return positive(x) and float(x).is_integer()
 
         problems = []
-        if not (self.days > 0):
+        if not positive(self.days):
             problems.append(f"days must be > 0, got {self.days!r}")
-        if self.valid_days is not None and not (self.valid_days > 0):
+        if self.valid_days is not None and not positive(self.valid_days):
             problems.append(f"valid_days must be > 0, got {self.valid_days!r}")
-        if int(self.min_item_support) != self.min_item_support or self.min_item_support < 1:
+        if not count(self.min_item_support):
             problems.append(f"min_item_support must be an integer >= 1, got {self.min_item_support!r}")
-        if int(self.min_session_length) != self.min_session_length or self.min_session_length < 1:
+        if not count(self.min_session_length):
             problems.append(f"min_session_length must be an integer >= 1, got {self.min_session_length!r}")
-        if self.session_gap_s is not None and not (self.session_gap_s > 0):
+        if self.session_gap_s is not None and not positive(self.session_gap_s):
             problems.append(f"session_gap_s must be > 0, got {self.session_gap_s!r}")
+        if self.boundary is not None and not isinstance(self.boundary, (int, float, np.integer, np.floating)):
+            problems.append(f"boundary must be a number, got {self.boundary!r}")
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -148,8 +155,6 @@ class Protocol:
 def output_paths(out_dir: PathLike, fmt: str = "tsv") -> dict[str, Path]:
     """The files a pipeline writes: the four splits in `fmt` plus `stats.tsv`."""
     if fmt not in FORMATS:
-        from gru4rec.errors import ConfigError
-
         raise ConfigError(f"format must be one of {sorted(FORMATS)}, got {fmt!r}")
     out = Path(out_dir)
     paths = {name: out / f"{name}{FORMATS[fmt]}" for name in OUTPUT_NAMES}
@@ -606,6 +611,14 @@ def sort_and_sessionise(raw: RawEvents, gap_ticks: int | float | None, progress:
     With given sessions (gap None) the written SessionId is the raw key; with a gap, sessions get
     new ids 1, 2, ... in (key, time) order.
     """
+    # item codes are in order of first appearance, which depends on the row order of the raw
+    # files; recode them in id order so that the tie-break below is by item id
+    perm = np.argsort(raw.item_ids, kind="stable")
+    rank = np.empty(len(perm), dtype=np.int32)
+    rank[perm] = np.arange(len(perm), dtype=np.int32)
+    raw.item = rank[raw.item]
+    raw.item_ids = raw.item_ids[perm]
+    del perm, rank
     order = np.lexsort((raw.item, raw.time, raw.key))
     key = raw.key[order]
     raw.key = np.empty(0, dtype=key.dtype)  # free the unsorted copies as we go
@@ -958,9 +971,7 @@ def run_dataset(
     """Read, sessionise, filter, split and write one public data set; returns the stats table."""
     protocol = info.protocol.with_options(min_item_support=min_item_support, min_session_length=min_session_length)
     protocol.validate()
-    if int(chunksize) != chunksize or chunksize < 1:
-        from gru4rec.errors import ConfigError
-
+    if not isinstance(chunksize, (int, np.integer)) or isinstance(chunksize, bool) or chunksize < 1:
         raise ConfigError(f"chunksize must be a positive integer, got {chunksize!r}")
     prog = progress if isinstance(progress, Progress) else Progress(info.name, bool(progress))
     paths = prepare_out_dir(out_dir, fmt, force)
