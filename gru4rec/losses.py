@@ -125,8 +125,11 @@ def make_loss_grad(config: Config) -> LossGradFn:
 
         def xe(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
             n_rows = x.shape[0]
-            logp = torch.log_softmax(x, dim=1)
-            p = torch.exp(logp)
+            if logit_form or smoothing > 0:
+                logp = torch.log_softmax(x, dim=1)
+                p = torch.exp(logp)
+            else:  # only the positives' logs are needed: one softmax pass over the matrix
+                p = torch.softmax(x, dim=1)
             p_pos = p[:, :n_rows].diagonal()
             if logit_form:
                 nll_pos = -logp[:, :n_rows].diagonal()

@@ -35,6 +35,9 @@ from .config import Config
 
 __all__ = ["Optimizer", "EPS"]
 
+#: Row indices (K) and the gradient rows (K×…) of one item table.
+SparseGrad = tuple[Tensor, Tensor]
+
 EPS = 1e-6
 
 
@@ -87,7 +90,12 @@ class Optimizer:
         for name, p in sparse.items():
             self.state[name] = self._new_state(p, sparse=True)
         self.t = torch.zeros((), device=device, dtype=dtype)  # adam's step count
-        self._count = torch.zeros(any_param.shape[0], device=device, dtype=dtype)
+        n_rows = any_param.shape[0]
+        self._count = torch.zeros(n_rows, device=device, dtype=dtype)
+        if self.unique_rows:
+            self._mark = torch.zeros(n_rows, device=device, dtype=torch.bool)
+            self._slot = torch.zeros(n_rows, device=device, dtype=torch.int64)
+            self._arange = torch.arange(n_rows, device=device)
 
     def _new_state(self, p: Tensor, *, sparse: bool) -> _State:
         sparse = sparse and not self.unique_rows  # only the scratch method needs a scratch table
@@ -175,16 +183,18 @@ class Optimizer:
     # ------------------------------------------------------------------ one step
 
     @torch.no_grad()
-    def step(self, dense_grads: list[Tensor] | Tensor, sparse_grads: dict[str, tuple[Tensor, Tensor]]) -> None:
+    def step(self, dense_grads: list[Tensor] | Tensor, sparse_grads: dict[str, SparseGrad | list[SparseGrad]]) -> None:
         """One update. ``dense_grads``: one gradient per dense parameter (in order), or the flat
-        gradient (``flat_grad``, which the fast step fills in place; it is overwritten)."""
+        gradient (``flat_grad``, which the fast step fills in place; it is overwritten).
+        ``sparse_grads``: per item table, (row indices, gradient rows) — or a list of such parts,
+        which saves concatenating the gradients. Duplicate rows are allowed."""
         if self.method == "adam":
             self.t += 1
         if isinstance(dense_grads, Tensor):
             g_dense = dense_grads
         else:
             g_dense = torch.cat([g.reshape(-1) for g in dense_grads]) if dense_grads else self.flat_grad.zero_()
-        summed = {name: self._sum_duplicates(name, rows, g) for name, (rows, g) in sparse_grads.items()}
+        summed = {name: self._sum_duplicates(name, parts if isinstance(parts, list) else [parts]) for name, parts in sparse_grads.items()}
         if self.grad_cap > 0:
             scale = self._clip_scale(g_dense, summed)
             g_dense.mul_(scale)
@@ -203,23 +213,41 @@ class Optimizer:
             else:  # duplicates all compute the same new row: the write order does not matter
                 p.index_copy_(0, rows, p.index_select(0, rows).add_(delta))
 
-    def _sum_duplicates(self, name: str, rows: Tensor, g: Tensor) -> tuple[Tensor, Tensor]:
+    def _sum_duplicates(self, name: str, parts: list[SparseGrad]) -> SparseGrad:
         """(rows, gradient rows) with each row's gradients summed.
 
-        On the CPU the rows are made unique (a sort; far fewer rows to update afterwards). On a
-        GPU that would sync with the host (the number of unique rows is data-dependent), so every
-        position keeps its row and receives the row's sum through a zeroed full-size scratch
-        table: duplicates then compute identical new values and the scattered writes agree.
+        On the CPU the rows are made unique (fewer rows to update afterwards). On a GPU that
+        would sync with the host (the number of unique rows is data-dependent), so every position
+        keeps its row and receives the row's sum through a zeroed full-size scratch table:
+        duplicates then compute identical new values and the scattered writes agree.
         """
+        rows = parts[0][0] if len(parts) == 1 else torch.cat([r for r, _ in parts])
         if self.unique_rows:
-            uniq, inverse = torch.unique(rows, return_inverse=True)
-            return uniq, g.new_zeros((uniq.shape[0], *g.shape[1:])).index_add_(0, inverse, g)
+            uniq, inverse = self._unique(rows)
+            first = parts[0][1]
+            total = first.new_zeros((uniq.shape[0], *first.shape[1:]))
+            start = 0
+            for r, g in parts:
+                total.index_add_(0, inverse[start:start + r.shape[0]], g)
+                start += r.shape[0]
+            return uniq, total
         scratch = self.state[name].scratch
         assert scratch is not None
-        scratch.index_add_(0, rows, g)
+        for r, g in parts:
+            scratch.index_add_(0, r, g)
         total = scratch.index_select(0, rows)
         scratch.index_fill_(0, rows, 0.0)
         return rows, total
+
+    def _unique(self, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """Sorted unique rows and each position's index among them (CPU). A mark table over the
+        items is several times faster than ``torch.unique`` for the catalogue sizes of GRU4Rec."""
+        mark, slot = self._mark, self._slot
+        mark.index_fill_(0, rows, True)
+        uniq = mark.nonzero().squeeze(1)
+        mark.index_fill_(0, uniq, False)
+        slot.index_copy_(0, uniq, self._arange[: uniq.shape[0]])
+        return uniq, slot.index_select(0, rows)
 
     def _clip_scale(self, g_dense: Tensor, summed: dict[str, tuple[Tensor, Tensor]]) -> Tensor:
         """min(1, grad_cap / ‖all gradients‖), each unique sparse row counted once."""

@@ -34,7 +34,7 @@ from .errors import TrainingDivergedError
 from .gpu_ops import cuda_graphs_enabled, graphed_epoch_runner
 from .losses import MASK, make_loss, make_loss_grad
 from .model import GRU4RecNet, gru_cell
-from .optim import Optimizer
+from .optim import Optimizer, SparseGrad
 from .sampling import SampleStore
 
 __all__ = ["Trainer", "EpochStats", "train_epochs"]
@@ -120,11 +120,11 @@ class Trainer:
         assert self.logq_sample is not None
         return torch.cat((self.logq_in.index_select(0, targets), self.logq_sample.index_select(0, samples)))
 
-    def _sparse_grads(self, inputs: Tensor, cols: Tensor, g_in: Tensor, g_wy: Tensor, g_by: Tensor) -> dict[str, tuple[Tensor, Tensor]]:
+    def _sparse_grads(self, inputs: Tensor, cols: Tensor, g_in: Tensor, g_wy: Tensor, g_by: Tensor) -> dict[str, SparseGrad | list[SparseGrad]]:
         """Row indices and gradient rows of each item table (duplicates are summed by the optimiser)."""
         mode = self.net.mode
         if mode == "shared":
-            return {"Wy": (torch.cat((inputs, cols)), torch.cat((g_in, g_wy))), "By": (cols, g_by)}
+            return {"Wy": [(inputs, g_in), (cols, g_wy)], "By": (cols, g_by)}
         return {"Wy": (cols, g_wy), "By": (cols, g_by), ("E" if mode == "separate" else "layers.0.Wx"): (inputs, g_in)}
 
     def _reference_step(self, inputs: Tensor, targets: Tensor, samples: Tensor, cols: Tensor, col_valid: Tensor, active: Tensor, n_cols: Tensor) -> Tensor:
