@@ -43,7 +43,18 @@ __all__ = ["Trainer", "EpochStats", "train_epochs"]
 class Trainer:
     """Owns the training state of a network: hidden states, optimiser, samples, dropout RNG."""
 
-    def __init__(self, net: GRU4RecNet, config: Config, item_support: np.ndarray, *, seed: int | None = None, reference: bool = False) -> None:
+    def __init__(
+        self,
+        net: GRU4RecNet,
+        config: Config,
+        item_support: np.ndarray,
+        *,
+        seed: int | None = None,
+        reference: bool = False,
+        unique_rows: bool | None = None,
+    ) -> None:
+        """``reference``: use the plain autograd step. ``unique_rows``: how the optimiser merges
+        duplicate rows (default: by device, see :class:`~gru4rec.optim.Optimizer`)."""
         self.net = net
         self.config = config
         seed = config.seed if seed is None else seed
@@ -56,7 +67,7 @@ class Trainer:
         #: True: the plain autograd step (the reference the fast step is tested against).
         self.reference = reference
         self._mask_in_bias = config.loss in ("cross-entropy", "xe_logit")
-        self.optimizer = Optimizer(net.dense_parameters(), net.sparse_parameters(), config)
+        self.optimizer = Optimizer(net.dense_parameters(), net.sparse_parameters(), config, unique_rows=unique_rows)
         self._dense = list(self.optimizer.dense.values())
         self.hidden = net.init_hidden(B)
         self.sampler = (
@@ -102,9 +113,9 @@ class Trainer:
         # An inactive slot does not exist (§3): it borrows the items of the first active slot,
         # rows this step uses anyway, so that its zero gradient cannot touch any other row.
         live = active > 0
-        first = torch.argmax(active)
-        inputs = torch.where(live, inputs, inputs[first])
-        targets = torch.where(live, targets, targets[first])
+        first = torch.argmax(active).view(1)  # stays on the device (indexing by it would sync)
+        inputs = torch.where(live, inputs, inputs.index_select(0, first))
+        targets = torch.where(live, targets, targets.index_select(0, first))
         keep = (1.0 - reset).unsqueeze(1)
         for h in self.hidden:
             h.mul_(keep)

@@ -65,6 +65,47 @@ def test_fast_step_gives_the_reference_epoch_losses(events: pd.DataFrame, params
     assert fast[1] < fast[0]  # and it learns
 
 
+def test_device_step_never_reads_a_device_value_on_the_host(events: pd.DataFrame) -> None:
+    """The step as it runs on a GPU (scratch-table dedupe) must not sync: no .item(), no
+    data-dependent shapes. Checked on the CPU by recording every operator of a step."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    syncing = {"_local_scalar_dense", "nonzero", "unique", "_unique", "_unique2", "unique_dim", "unique_consecutive", "masked_select"}
+    seen: list[str] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    cfg = small("dropout_p_hidden=0.2,dropout_p_embed=0.1,momentum=0.3,logq=1.0,grad_cap=5.0")
+    item_map = ItemMap.from_ids(events["ItemId"])
+    sessions, _ = sessions_from_events(events, item_map)
+    net = GRU4RecNet(len(item_map), cfg)
+    trainer = Trainer(net, cfg, item_support(sessions.items, len(item_map)), unique_rows=False)
+    sch = build_schedule(sessions.items, sessions.offsets, cfg.batch_size, cfg.n_sample, "cpu")
+    samples = trainer.sampler.next()
+    t = sch.n_steps - 1  # the tail: inactive slots included
+    assert sch.n_active[t] < cfg.batch_size
+    with Record():
+        trainer.train_step(sch.inputs[t], sch.targets[t], sch.active[t], sch.reset[t], samples)
+    assert seen and not syncing.intersection(seen), sorted(syncing.intersection(seen))
+
+
+def test_both_duplicate_row_methods_train_the_same_model(events: pd.DataFrame) -> None:
+    cfg = small("momentum=0.4,lmbd=0.001,grad_cap=2.0")
+    item_map = ItemMap.from_ids(events["ItemId"])
+    sessions, _ = sessions_from_events(events, item_map)
+    support = item_support(sessions.items, len(item_map))
+    nets = []
+    for unique_rows in (True, False):
+        net = GRU4RecNet(len(item_map), cfg, generator=torch.Generator().manual_seed(0)).double()
+        list(train_epochs(Trainer(net, cfg, support, unique_rows=unique_rows), sessions.items, sessions.offsets, progress=False, log=None))
+        nets.append(net)
+    for (name, a), b in zip(nets[0].state_dict().items(), nets[1].state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12, msg=name)
+
+
 def test_epoch_loss_is_the_active_row_weighted_mean_of_step_losses(events: pd.DataFrame) -> None:
     cfg = small("n_epochs=1")
     item_map = ItemMap.from_ids(events["ItemId"])
