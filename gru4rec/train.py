@@ -31,6 +31,7 @@ from torch import Tensor
 from .batching import Schedule, build_schedule
 from .config import Config
 from .errors import TrainingDivergedError
+from .cpu_ops import keep_freed_memory
 from .gpu_ops import cuda_graphs_enabled, graphed_epoch_runner
 from .losses import MASK, make_loss, make_loss_grad
 from .model import GRU4RecNet, gru_cell
@@ -60,6 +61,8 @@ class Trainer:
         seed = config.seed if seed is None else seed
         p = net.Wy
         self.device, self.dtype = p.device, p.dtype
+        if self.device.type == "cpu":
+            keep_freed_memory()  # per-step temporaries of megabytes must not page-fault (cpu_ops)
         self.batch_size = B = config.batch_size
         self.n_sample = config.n_sample
         self.loss_fn = make_loss(config)
@@ -98,8 +101,10 @@ class Trainer:
     def _dropout(self, x: Tensor, mask: Tensor | None, p: float) -> Tensor:
         if mask is None:
             return x
-        keep = 1.0 - p
-        mask.bernoulli_(keep, generator=self.dropout_gen).div_(keep)
+        # Inverted dropout: keep with probability 1 − p (u ≥ p), scale kept values by 1/(1 − p).
+        # uniform + compare is ~5x faster than bernoulli_ on the CPU, and as graph-safe.
+        torch.rand(mask.shape, generator=self.dropout_gen, out=mask)
+        mask.ge_(p).mul_(1.0 / (1.0 - p))
         return x * mask
 
     def train_step(self, inputs: Tensor, targets: Tensor, active: Tensor, reset: Tensor, samples: Tensor | None = None) -> Tensor:

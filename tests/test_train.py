@@ -229,3 +229,15 @@ def test_no_trainable_session_is_a_clear_error() -> None:
     single = pd.DataFrame({"SessionId": [1, 2, 3], "ItemId": [5, 6, 7], "Time": [1.0, 2.0, 3.0]})
     with pytest.raises(Gru4RecError, match="no session of length 2"):
         GRU4Rec(small(), device="cpu").fit(single, progress=False, log=None)
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="glibc's mallopt is Linux-only")
+@pytest.mark.parametrize("env,expected", [("1", "True"), ("0", "False")])
+def test_cpu_allocator_tuning_applies_once_and_can_be_switched_off(env: str, expected: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = "from gru4rec.cpu_ops import keep_freed_memory as k; print(k(), k())"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "GRU4REC_MALLOPT": env}, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [expected, expected]
