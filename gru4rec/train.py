@@ -177,9 +177,9 @@ class Trainer:
         buffer. Must agree with :meth:`_reference_step` (tested)."""
         net, opt = self.net, self.optimizer
         act = net.hidden_act
-        x_rows = net.input_table.detach().index_select(0, inputs)
-        wy = net.Wy.detach().index_select(0, cols)
-        bias = net.By.detach().index_select(0, cols)
+        x_rows = net.input_table.index_select(0, inputs)  # no_grad: plain tensors
+        wy = net.Wy.index_select(0, cols)
+        bias = net.By.index_select(0, cols)
         logq = self._logq(targets, samples)
         if logq is not None:
             bias = bias - logq
@@ -356,25 +356,25 @@ def _run_epoch(trainer: Trainer, schedule: Schedule, epoch: int, progress: bool)
     device = trainer.device
     weights = torch.as_tensor(schedule.n_active, device=device, dtype=torch.float64)
     step_ids = torch.arange(schedule.n_steps, device=device)
-    total = torch.zeros((), device=device, dtype=torch.float64)
-    first_bad = torch.full((), -1, device=device, dtype=torch.int64)
+    step_losses = torch.zeros(schedule.n_steps, device=device, dtype=torch.float64)
     bar = _Progress(schedule.n_steps, f"Epoch{epoch}", progress)
 
     def accumulate(loss: Tensor, t: Tensor) -> None:
-        """Device-side bookkeeping of a step: the epoch loss is the mean of the step losses
-        weighted by their active rows; the first non-finite step is remembered."""
-        total.add_(loss.double() * weights.index_select(0, t.view(1)).squeeze(0))
-        first_bad.copy_(torch.where((first_bad < 0) & ~torch.isfinite(loss), t, first_bad))
+        """Device-side bookkeeping of step ``t``: its loss goes into the epoch's loss vector."""
+        step_losses.index_copy_(0, t.view(1), loss.view(1).to(torch.float64))
 
     def check(done: int) -> float:
-        """The mean loss so far; raises if a step's loss was not finite (one host sync)."""
-        bad = int(first_bad)
-        if bad >= 0:
+        """The epoch loss so far — the mean of the step losses weighted by their active rows —
+        and the NaN check (one host sync)."""
+        losses = step_losses[:done]
+        bad = ~torch.isfinite(losses)
+        if bool(bad.any()):
+            first = int(bad.nonzero()[0, 0])
             raise TrainingDivergedError(
-                f"the loss became NaN or infinite in epoch {epoch} at step {bad + 1} of {schedule.n_steps}; "
+                f"the loss became NaN or infinite in epoch {epoch} at step {first + 1} of {schedule.n_steps}; "
                 "lower learning_rate or momentum (or set grad_cap)"
             )
-        return float(total) / max(float(schedule.n_active[:done].sum()), 1.0)
+        return float((losses * weights[:done]).sum()) / max(float(schedule.n_active[:done].sum()), 1.0)
 
     run = graphed_epoch_runner(trainer, schedule, accumulate) if cuda_graphs_enabled(device) and not trainer.reference else None
     if run is None:
