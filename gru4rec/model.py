@@ -173,6 +173,9 @@ class GRU4RecNet(nn.Module):
             hidden[i].copy_(x)
         return x
 
-    def score_all(self, out: Tensor) -> Tensor:
-        """Raw scores of every item: ``out·Wyᵀ + By`` (B×N)."""
-        return torch.addmm(self.By, out, self.Wy.t())
+    def score_all(self, out: Tensor, buffer: Tensor | None = None) -> Tensor:
+        """Raw scores of every item: ``out·Wyᵀ + By`` (B×N), written into ``buffer`` if given
+        (a B×N tensor reused across steps: no fresh allocation per step)."""
+        if buffer is None:
+            return torch.addmm(self.By, out, self.Wy.t())
+        return torch.addmm(self.By, out, self.Wy.t(), out=buffer)
