@@ -19,9 +19,18 @@ import torch
 
 from gru4rec.data import ItemMap, Sessions
 from gru4rec.errors import ConfigError, DataError, Gru4RecError
+from gru4rec import evaluation
 from gru4rec.evaluation import TIE_MODES, EvalResult, evaluate, evaluate_sessions
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True, params=["cpu-path", "generic-path"])
+def ranking_path(request, monkeypatch):
+    """Run every test with the CPU ranking path (blocked sign sums, two-stage top-k) and with
+    the generic one (comparisons, torch.topk) that other devices use."""
+    monkeypatch.setattr(evaluation, "_CPU_FAST", request.param == "cpu-path")
+    return request.param
 
 # --------------------------------------------------------------------------------------------
 # Fake nets (the evaluator's contract: init_hidden, step, score_all) with NumPy twins
@@ -552,3 +561,27 @@ def test_score_buffer_is_used_when_the_net_accepts_one() -> None:
     np.testing.assert_array_equal(plain.ranks, buffered.ranks)
     assert all(b is not None for b in net.buffers_seen)
     assert len({b.data_ptr() for b in net.buffers_seen}) == 1  # one buffer, reused
+
+
+@pytest.mark.parametrize("mode", ["standard", "median"])
+def test_many_items_two_stage_topk(mode: str) -> None:
+    # Enough items for the CPU path's grouped top-k (N >= 8 * 64 * k), with ties from
+    # duplicated rows that straddle groups.
+    N = 3100
+    dup = {j: j - 1 for j in range(1, N, 97)}
+    net = TinyGRUNet(N, dim=3, seed=31, dup=dup)
+    support = np.random.default_rng(0).integers(1, 1000, size=N)
+    rng = np.random.default_rng(32)
+    items, offsets = random_sessions(rng, 12, N, max_len=5)
+    cutoffs = (1, 5)
+    res = run(net, items, offsets, N, support=support, cutoffs=cutoffs, mode=mode, batch_size=7)
+    ref = brute_ranks(net, items, offsets)
+    np.testing.assert_array_equal(res.ranks, ref[mode])
+    norm = support / support.max()
+    all_scores = [sc for a, b in zip(offsets[:-1], offsets[1:]) if b - a >= 2 for sc in net.np_scores(items[a:b])]
+    for c in cutoffs:
+        lists = [o[:c] for o in ref["order"]]
+        # A tie across the list boundary would make the top-c set ambiguous: the data has none.
+        assert all(sc[o[c - 1]] != sc[o[c]] for sc, o in zip(all_scores, ref["order"]))
+        assert res.coverage[c] == pytest.approx(len(set(np.concatenate(lists).tolist())) / N)
+        assert res.popularity[c] == pytest.approx(np.mean([norm[l].mean() for l in lists]), rel=1e-12)
