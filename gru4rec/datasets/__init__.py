@@ -3,7 +3,7 @@
     preprocess(name, raw_paths, out_dir)   one public data set -> train_full, test, train_tr,
                                            train_valid (+ stats.tsv); returns the stats table
     split_events(data, out_dir, days=...)  the same time split for a user's own event log
-    PIPELINES                              name -> module (each has INFO, read_raw, preprocess)
+    PIPELINES                              name -> module (each has INFO and read_raw)
 
 Command-line glue (registered by gru4rec.cli): this package's `add_arguments` / `run`
 (= `add_preprocess_arguments` / `run_preprocess`) for `gru4rec preprocess`, and
@@ -20,7 +20,7 @@ from types import ModuleType
 import pandas as pd
 
 from gru4rec.datasets import coveo, diginetica, rees46, retailrocket, rsc15, yoochoose
-from gru4rec.datasets.common import DEFAULT_CHUNKSIZE, FORMATS, OUTPUT_NAMES, PathLike
+from gru4rec.datasets.common import DEFAULT_CHUNKSIZE, FORMATS, OUTPUT_NAMES, PathLike, run_dataset
 from gru4rec.datasets.split import add_split_arguments, run_split, split_events
 from gru4rec.errors import ConfigError
 
@@ -66,7 +66,10 @@ def preprocess(
     """
     if name not in PIPELINES:
         raise ConfigError(f"unknown data set {name!r}; choose one of {', '.join(PIPELINES)}")
-    return PIPELINES[name].preprocess(
+    module = PIPELINES[name]
+    return run_dataset(
+        module.INFO,
+        module.read_raw,
         raw_paths,
         out_dir,
         fmt=fmt,

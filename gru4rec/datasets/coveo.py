@@ -12,17 +12,13 @@ the written SessionId is a new integer id.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
-import pandas as pd
 
 from gru4rec.datasets.common import (
-    DEFAULT_CHUNKSIZE,
     Accumulator,
     DatasetInfo,
     ItemCoder,
-    PathLike,
     Progress,
     Protocol,
     RawEvents,
@@ -31,7 +27,6 @@ from gru4rec.datasets.common import (
     hash_keys,
     iter_csv_chunks,
     resolve_header,
-    run_dataset,
 )
 from gru4rec.errors import DataError
 
@@ -89,21 +84,3 @@ def read_raw(paths: list[Path], chunksize: int, prog: Progress) -> RawEvents:
     raw = acc.finish(coder, [str(p) for p in paths])
     raw.notes.append(f"skipped {skipped} detail events without a product hash")
     return raw
-
-
-def preprocess(
-    raw_paths: PathLike | Sequence[PathLike],
-    out_dir: PathLike,
-    *,
-    fmt: str = "tsv",
-    force: bool = False,
-    progress: bool | Progress = True,
-    chunksize: int = DEFAULT_CHUNKSIZE,
-    min_item_support: int | None = None,
-    min_session_length: int | None = None,
-) -> pd.DataFrame:
-    """Preprocess `browsing_train.csv` (or a folder holding it)."""
-    return run_dataset(
-        INFO, read_raw, raw_paths, out_dir, fmt=fmt, force=force, progress=progress, chunksize=chunksize,
-        min_item_support=min_item_support, min_session_length=min_session_length,
-    )

@@ -9,17 +9,14 @@ the last 7 days before the latest event.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from gru4rec.datasets.common import (
-    DEFAULT_CHUNKSIZE,
     DatasetInfo,
     ItemCoder,
-    PathLike,
     Progress,
     Protocol,
     RawEvents,
@@ -28,7 +25,6 @@ from gru4rec.datasets.common import (
     column_timestamp,
     iter_csv_chunks,
     resolve_header,
-    run_dataset,
 )
 
 NAME = "diginetica"
@@ -88,22 +84,4 @@ def read_raw(paths: list[Path], chunksize: int, prog: Progress) -> RawEvents:
         item_ids=coder.ids(),
         sources=[str(p) for p in paths],
         n_rows=n_rows,
-    )
-
-
-def preprocess(
-    raw_paths: PathLike | Sequence[PathLike],
-    out_dir: PathLike,
-    *,
-    fmt: str = "tsv",
-    force: bool = False,
-    progress: bool | Progress = True,
-    chunksize: int = DEFAULT_CHUNKSIZE,
-    min_item_support: int | None = None,
-    min_session_length: int | None = None,
-) -> pd.DataFrame:
-    """Preprocess `train-item-views.csv` (or a folder holding it)."""
-    return run_dataset(
-        INFO, read_raw, raw_paths, out_dir, fmt=fmt, force=force, progress=progress, chunksize=chunksize,
-        min_item_support=min_item_support, min_session_length=min_session_length,
     )

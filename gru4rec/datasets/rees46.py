@@ -8,17 +8,13 @@ fixed boundary T = 2019-12-01 00:00:00 UTC.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
-import pandas as pd
 
 from gru4rec.datasets.common import (
-    DEFAULT_CHUNKSIZE,
     Accumulator,
     DatasetInfo,
     ItemCoder,
-    PathLike,
     Progress,
     Protocol,
     RawEvents,
@@ -27,7 +23,6 @@ from gru4rec.datasets.common import (
     column_timestamp,
     iter_csv_chunks,
     resolve_header,
-    run_dataset,
 )
 
 NAME = "rees46"
@@ -79,21 +74,3 @@ def read_raw(paths: list[Path], chunksize: int, prog: Progress) -> RawEvents:
             acc.add(user, coder.encode(item), tm)
             chunk_progress(prog, path, acc.n_rows, acc.n_kept)
     return acc.finish(coder, [str(p) for p in paths])
-
-
-def preprocess(
-    raw_paths: PathLike | Sequence[PathLike],
-    out_dir: PathLike,
-    *,
-    fmt: str = "tsv",
-    force: bool = False,
-    progress: bool | Progress = True,
-    chunksize: int = DEFAULT_CHUNKSIZE,
-    min_item_support: int | None = None,
-    min_session_length: int | None = None,
-) -> pd.DataFrame:
-    """Preprocess `2019-Oct.csv` + `2019-Nov.csv` (or a folder holding both)."""
-    return run_dataset(
-        INFO, read_raw, raw_paths, out_dir, fmt=fmt, force=force, progress=progress, chunksize=chunksize,
-        min_item_support=min_item_support, min_session_length=min_session_length,
-    )

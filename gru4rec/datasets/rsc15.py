@@ -9,19 +9,14 @@ Time is written in float seconds (millisecond precision).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
-import pandas as pd
 
 from gru4rec.datasets.common import (
-    DEFAULT_CHUNKSIZE,
     DatasetInfo,
-    PathLike,
     Progress,
     Protocol,
     RawEvents,
-    run_dataset,
 )
 from gru4rec.datasets.yoochoose import read_clicks
 
@@ -40,21 +35,3 @@ INFO = DatasetInfo(
 def read_raw(paths: list[Path], chunksize: int, prog: Progress) -> RawEvents:
     """Read `yoochoose-clicks.dat`."""
     return read_clicks(paths, chunksize, prog, NAME)
-
-
-def preprocess(
-    raw_paths: PathLike | Sequence[PathLike],
-    out_dir: PathLike,
-    *,
-    fmt: str = "tsv",
-    force: bool = False,
-    progress: bool | Progress = True,
-    chunksize: int = DEFAULT_CHUNKSIZE,
-    min_item_support: int | None = None,
-    min_session_length: int | None = None,
-) -> pd.DataFrame:
-    """Preprocess `yoochoose-clicks.dat` (or a folder holding it) with the rsc15 protocol."""
-    return run_dataset(
-        INFO, read_raw, raw_paths, out_dir, fmt=fmt, force=force, progress=progress, chunksize=chunksize,
-        min_item_support=min_item_support, min_session_length=min_session_length,
-    )

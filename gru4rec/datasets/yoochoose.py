@@ -8,17 +8,13 @@ the test window is the last day.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
-import pandas as pd
 
 from gru4rec.datasets.common import (
-    DEFAULT_CHUNKSIZE,
     Accumulator,
     DatasetInfo,
     ItemCoder,
-    PathLike,
     Progress,
     Protocol,
     RawEvents,
@@ -27,7 +23,6 @@ from gru4rec.datasets.common import (
     column_int64,
     column_timestamp,
     iter_csv_chunks,
-    run_dataset,
 )
 
 NAME = "yoochoose"
@@ -74,21 +69,3 @@ def read_clicks(paths: list[Path], chunksize: int, prog: Progress, dataset: str 
 def read_raw(paths: list[Path], chunksize: int, prog: Progress) -> RawEvents:
     """Read the clicks and test files."""
     return read_clicks(paths, chunksize, prog, NAME)
-
-
-def preprocess(
-    raw_paths: PathLike | Sequence[PathLike],
-    out_dir: PathLike,
-    *,
-    fmt: str = "tsv",
-    force: bool = False,
-    progress: bool | Progress = True,
-    chunksize: int = DEFAULT_CHUNKSIZE,
-    min_item_support: int | None = None,
-    min_session_length: int | None = None,
-) -> pd.DataFrame:
-    """Preprocess `yoochoose-clicks.dat` + `yoochoose-test.dat` (or a folder holding both)."""
-    return run_dataset(
-        INFO, read_raw, raw_paths, out_dir, fmt=fmt, force=force, progress=progress, chunksize=chunksize,
-        min_item_support=min_item_support, min_session_length=min_session_length,
-    )
