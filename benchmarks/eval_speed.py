@@ -28,9 +28,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,8 +1,6 @@
 """Baselines through the common evaluator, against closed forms and per-event brute force."""
 from __future__ import annotations
 
-import itertools
-import math
 from collections import Counter
 from pathlib import Path
 
