@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # imports for annotations only: keeps this module import-ligh
     from .batching import Schedule
     from .train import Trainer
 
-__all__ = ["cuda_graphs_enabled", "graphed_epoch_runner"]
+__all__ = ["counter_driven_step", "cuda_graphs_enabled", "graphed_epoch_runner"]
 
 WARMUP_STEPS = 3
 
@@ -41,18 +41,15 @@ def cuda_graphs_enabled(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_available() and os.environ.get("GRU4REC_CUDA_GRAPHS", "1") != "0"
 
 
-def graphed_epoch_runner(
+def counter_driven_step(
     trainer: "Trainer",
     schedule: "Schedule",
     accumulate: Callable[[Tensor, Tensor], None],
-) -> Callable[[int], None] | None:
-    """A function ``run(t)`` doing step ``t`` of the epoch by graph replay, or None when the step
-    cannot be captured here. ``accumulate(loss, t_device)`` (device ops only) is captured too."""
-    if not cuda_graphs_enabled(trainer.device) or schedule.n_steps <= WARMUP_STEPS:
-        return None
-    if trainer._embed_mask is not None or trainer._hidden_masks is not None:
-        if not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
-            return None  # this torch cannot replay draws from the trainer's own dropout generator
+) -> tuple[Callable[[int], None], Callable[[], None]]:
+    """The training step in the form a CUDA graph can capture: ``body()`` reads its schedule row
+    and sample-store row through two device counters that ``prepare(t)`` fills (host side,
+    including the sample store's redraws). ``prepare(t); body()`` for every t is an epoch;
+    device-independent, so it is tested on the CPU against the plain loop."""
     device = trainer.device
     step_index = torch.zeros((), dtype=torch.int64, device=device)
     sample_row = torch.zeros((), dtype=torch.int64, device=device)
@@ -74,6 +71,24 @@ def graphed_epoch_runner(
         step_index.fill_(t)
         if sampler is not None:
             sample_row.fill_(sampler.advance())
+
+    return prepare, body
+
+
+def graphed_epoch_runner(
+    trainer: "Trainer",
+    schedule: "Schedule",
+    accumulate: Callable[[Tensor, Tensor], None],
+) -> Callable[[int], None] | None:
+    """A function ``run(t)`` doing step ``t`` of the epoch by graph replay, or None when the step
+    cannot be captured here. ``accumulate(loss, t_device)`` (device ops only) is captured too."""
+    if not cuda_graphs_enabled(trainer.device) or schedule.n_steps <= WARMUP_STEPS:
+        return None
+    if trainer._embed_mask is not None or trainer._hidden_masks is not None:
+        if not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
+            return None  # this torch cannot replay draws from the trainer's own dropout generator
+    device = trainer.device
+    prepare, body = counter_driven_step(trainer, schedule, accumulate)
 
     graph: torch.cuda.CUDAGraph | None = None
     failed = False
