@@ -84,7 +84,7 @@ def graphed_epoch_runner(
     cannot be captured here. ``accumulate(loss, t_device)`` (device ops only) is captured too."""
     if not cuda_graphs_enabled(trainer.device) or schedule.n_steps <= WARMUP_STEPS:
         return None
-    if trainer._embed_mask is not None or trainer._hidden_masks is not None:
+    if trainer.uses_dropout:
         if not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
             return None  # this torch cannot replay draws from the trainer's own dropout generator
     device = trainer.device
@@ -124,7 +124,7 @@ def _capture(body: Callable[[], None], trainer: "Trainer") -> torch.cuda.CUDAGra
     """Capture ``body`` (which must not have side effects before replay: capture only records)."""
     torch.cuda.synchronize(trainer.device)
     graph = torch.cuda.CUDAGraph()
-    if trainer._embed_mask is not None or trainer._hidden_masks is not None:
+    if trainer.uses_dropout:
         graph.register_generator_state(trainer.dropout_gen)
     with torch.cuda.graph(graph):
         body()

@@ -30,6 +30,18 @@ EPS = 1e-24
 LossFn = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
+def _positives(r: Tensor) -> Tensor:
+    """Each row's positive: row i's score of column i (a view of the diagonal)."""
+    return r[:, : r.shape[0]].diagonal()
+
+
+def _negatives_softmax(r: Tensor, col_valid: Tensor) -> Tensor:
+    """Row-wise softmax over each row's negatives only: own positive and masked columns get 0."""
+    logits = r + (1.0 - col_valid) * MASK
+    _positives(logits).fill_(MASK)
+    return torch.softmax(logits, dim=1)
+
+
 def make_loss(config: Config) -> LossFn:
     """Build the loss function the config names, with its final activation and constants bound."""
     batch_size = float(config.batch_size)
@@ -38,15 +50,6 @@ def make_loss(config: Config) -> LossFn:
     final_act = config.final_activation
     loss = config.loss
 
-    def positives(r: Tensor) -> Tensor:
-        return r[:, : r.shape[0]].diagonal()
-
-    def negatives_softmax(r: Tensor, col_valid: Tensor) -> Tensor:
-        """Row-wise softmax over each row's negatives only: own positive and masked columns get 0."""
-        logits = r + (1.0 - col_valid) * MASK
-        logits[:, : r.shape[0]].diagonal().fill_(MASK)
-        return torch.softmax(logits, dim=1)
-
     if loss in ("cross-entropy", "xe_logit"):
         logit_form = loss == "xe_logit"
 
@@ -54,7 +57,7 @@ def make_loss(config: Config) -> LossFn:
             logp = torch.log_softmax(raw + (1.0 - col_valid) * MASK, dim=1)
             # cross-entropy is -log(softmax + 1e-24) as specified; xe_logit is -log_softmax.
             nll = -logp if logit_form else -torch.log(torch.exp(logp) + EPS)
-            per_row = positives(nll)
+            per_row = _positives(nll)
             if smoothing > 0:
                 share = smoothing / (n_cols - 1.0)
                 per_row = (1.0 - share * n_cols) * per_row + share * (nll @ col_valid)
@@ -67,8 +70,8 @@ def make_loss(config: Config) -> LossFn:
 
         def rank_max(raw: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> Tensor:
             r = final_act(raw)
-            s = negatives_softmax(r, col_valid)
-            pos = positives(r).unsqueeze(1)
+            s = _negatives_softmax(r, col_valid)
+            pos = _positives(r).unsqueeze(1)
             if top1:
                 per_row = (s * (torch.sigmoid(r - pos) + torch.sigmoid(r * r))).sum(1)
             else:
@@ -84,7 +87,7 @@ def make_loss(config: Config) -> LossFn:
 
         def pairwise(raw: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> Tensor:
             r = final_act(raw)
-            pos = positives(r)
+            pos = _positives(r)
             if top1:
                 pair = torch.sigmoid(r - pos.unsqueeze(1)) + torch.sigmoid(r * r)
                 per_row = (pair @ col_valid - torch.sigmoid(pos * pos)) / n_cols
@@ -124,15 +127,14 @@ def make_loss_grad(config: Config) -> LossGradFn:
         logit_form = loss == "xe_logit"
 
         def xe(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
-            n_rows = x.shape[0]
             if logit_form or smoothing > 0:
                 logp = torch.log_softmax(x, dim=1)
                 p = torch.exp(logp)
             else:  # only the positives' logs are needed: one softmax pass over the matrix
                 p = torch.softmax(x, dim=1)
-            p_pos = p[:, :n_rows].diagonal()
+            p_pos = _positives(p)
             if logit_form:
-                nll_pos = -logp[:, :n_rows].diagonal()
+                nll_pos = -_positives(logp)
                 a_pos = torch.ones_like(p_pos)
             else:
                 nll_pos = -torch.log(p_pos + EPS)
@@ -142,7 +144,7 @@ def make_loss_grad(config: Config) -> LossGradFn:
                 loss_value = torch.dot(nll_pos, w)
                 coef = a_pos * w
                 grad = p * coef.unsqueeze(1)
-                grad[:, :n_rows].diagonal().sub_(coef)
+                _positives(grad).sub_(coef)
                 return loss_value, grad
             share = smoothing / (n_cols - 1.0)
             t_pos = 1.0 - share * n_cols
@@ -151,7 +153,7 @@ def make_loss_grad(config: Config) -> LossGradFn:
             per_row = t_pos * nll_pos + share * (nll @ col_valid)
             loss_value = torch.dot(per_row, w)
             ta = a * (share * col_valid)  # the smoothing part of t·a
-            ta[:, :n_rows].diagonal().add_(t_pos * a_pos)
+            _positives(ta).add_(t_pos * a_pos)
             grad = (p * ta.sum(1, keepdim=True) - ta) * w.unsqueeze(1)
             return loss_value, grad
 
@@ -165,20 +167,14 @@ def make_loss_grad(config: Config) -> LossGradFn:
             grad = grad * f_prime
         return torch.dot(per_row, w), grad
 
-    def negatives_softmax(r: Tensor, col_valid: Tensor) -> Tensor:
-        logits = r + (1.0 - col_valid) * MASK
-        logits[:, : r.shape[0]].diagonal().fill_(MASK)
-        return torch.softmax(logits, dim=1)
-
     if loss == "bpr-max":
         # S_i = Σ_j s_ij·σ_ij (σ_ij = σ(r_ii − r_ij)), R_i = Σ_j s_ij·r_ij²:
         # dL_i/dr_ik = −s_ik·(σ_ik² − S_i)/(S_i + ε) + bpreg·s_ik·(r_ik² − R_i + 2·r_ik)   (k ≠ i)
         # dL_i/dr_ii = −Σ_j s_ij·σ_ij·(1 − σ_ij)/(S_i + ε)
         def bpr_max(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
-            n_rows = x.shape[0]
             r = act(x)
-            s = negatives_softmax(r, col_valid)
-            pos = r[:, :n_rows].diagonal()
+            s = _negatives_softmax(r, col_valid)
+            pos = _positives(r)
             sig = torch.sigmoid(pos.unsqueeze(1) - r)
             s_sig = s * sig
             big_s = s_sig.sum(1)
@@ -192,7 +188,7 @@ def make_loss_grad(config: Config) -> LossGradFn:
                 per_row = per_row + bpreg * big_r
                 d_r = d_r + bpreg * (s_r2 - s * big_r.unsqueeze(1) + 2.0 * s * r)
             d_pos = -(s_sig - s_sig * sig).sum(1) * inv
-            d_r[:, :n_rows].diagonal().copy_(d_pos)
+            _positives(d_r).copy_(d_pos)
             return finish(x, r, per_row, d_r, row_valid)
 
         return bpr_max
@@ -202,17 +198,16 @@ def make_loss_grad(config: Config) -> LossGradFn:
         # dL_i/dr_ik = s_ik·(t_ik − T_i) + s_ik·(σ'(r_ik − r_ii) + 2·r_ik·σ'(r_ik²))   (k ≠ i)
         # dL_i/dr_ii = −Σ_j s_ij·σ'(r_ij − r_ii)
         def top1_max(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
-            n_rows = x.shape[0]
             r = act(x)
-            s = negatives_softmax(r, col_valid)
-            pos = r[:, :n_rows].diagonal()
+            s = _negatives_softmax(r, col_valid)
+            pos = _positives(r)
             q = torch.sigmoid(r - pos.unsqueeze(1))
             q2 = torch.sigmoid(r * r)
             t = q + q2
             per_row = (s * t).sum(1)
             dq = q * (1.0 - q)
             d_r = s * (t - per_row.unsqueeze(1) + dq + 2.0 * r * q2 * (1.0 - q2))
-            d_r[:, :n_rows].diagonal().copy_(-(s * dq).sum(1))
+            _positives(d_r).copy_(-(s * dq).sum(1))
             return finish(x, r, per_row, d_r, row_valid)
 
         return top1_max
@@ -220,12 +215,11 @@ def make_loss_grad(config: Config) -> LossGradFn:
     if loss == "bpr":
         # L_i = Σ_j v_j·softplus(r_ij − r_ii): dL_i/dr_ik = v_k·q_ik − [k = i]·Σ_j v_j·q_ij.
         def bpr(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
-            n_rows = x.shape[0]
             r = act(x)
-            diff = r - r[:, :n_rows].diagonal().unsqueeze(1)
+            diff = r - _positives(r).unsqueeze(1)
             per_row = F.softplus(diff) @ col_valid
             d_r = torch.sigmoid(diff) * col_valid
-            d_r[:, :n_rows].diagonal().sub_(d_r.sum(1))
+            _positives(d_r).sub_(d_r.sum(1))
             return finish(x, r, per_row, d_r, row_valid)
 
         return bpr
@@ -233,16 +227,15 @@ def make_loss_grad(config: Config) -> LossGradFn:
     if loss == "top1":
         # L_i = (Σ_j v_j·(σ(r_ij − r_ii) + σ(r_ij²)) − σ(r_ii²)) / n
         def top1(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
-            n_rows = x.shape[0]
             r = act(x)
-            pos = r[:, :n_rows].diagonal()
+            pos = _positives(r)
             q = torch.sigmoid(r - pos.unsqueeze(1))
             q2 = torch.sigmoid(r * r)
             q2_pos = torch.sigmoid(pos * pos)
             per_row = ((q + q2) @ col_valid - q2_pos) / n_cols
             dq = q * (1.0 - q) * col_valid
             d_r = dq + 2.0 * r * q2 * (1.0 - q2) * col_valid
-            diag = d_r[:, :n_rows].diagonal()
+            diag = _positives(d_r)
             diag.sub_(dq.sum(1) + 2.0 * pos * q2_pos * (1.0 - q2_pos))
             return finish(x, r, per_row, d_r / n_cols, row_valid)
 

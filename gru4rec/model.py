@@ -157,21 +157,35 @@ class GRU4RecNet(nn.Module):
         device = self.Wy.device if device is None else device
         return [torch.zeros(batch_size, n, device=device, dtype=self.Wy.dtype) for n in self.sizes]
 
-    def step(self, items: Tensor, hidden: list[Tensor]) -> Tensor:
-        """Advance every row by one item: returns the last layer's output (B×L) and overwrites
-        ``hidden`` in place. Dropout applies only in training mode (inverted dropout)."""
-        x = self.input_table.index_select(0, items)
-        if self.training and self.dropout_p_embed > 0:
-            x = nn.functional.dropout(x, self.dropout_p_embed)
+    def run_layers(self, x: Tensor, hidden: list[Tensor], dropout: Callable[[Tensor, int], Tensor] | None = None) -> list[Tensor]:
+        """Every layer's output for the input rows ``x`` (embedding rows, or ``Wx_0`` rows in
+        none mode) from the states ``hidden`` (not modified). ``dropout(out, i)``, if given, is
+        applied to layer i's output, which is both the next layer's input and its new state."""
         v = self.layer0_projection(x)
+        outs = []
         for i, layer in enumerate(self.layers):
             if i > 0:
                 v = torch.addmm(layer.Bh, x, layer.Wx)
             x = gru_cell(v, hidden[i], layer.Wh, layer.Wrz, self.hidden_act)
-            if self.training and self.dropout_p_hidden > 0:
-                x = nn.functional.dropout(x, self.dropout_p_hidden)
-            hidden[i].copy_(x)
-        return x
+            if dropout is not None:
+                x = dropout(x, i)
+            outs.append(x)
+        return outs
+
+    def step(self, items: Tensor, hidden: list[Tensor]) -> Tensor:
+        """Advance every row by one item: returns the last layer's output (B×L) and overwrites
+        ``hidden`` in place. Dropout applies only in training mode (inverted dropout)."""
+        x = self.input_table.index_select(0, items)
+        dropout = None
+        if self.training:
+            if self.dropout_p_embed > 0:
+                x = nn.functional.dropout(x, self.dropout_p_embed)
+            if self.dropout_p_hidden > 0:
+                dropout = lambda out, i: nn.functional.dropout(out, self.dropout_p_hidden)  # noqa: E731
+        outs = self.run_layers(x, hidden, dropout)
+        for h, out in zip(hidden, outs):
+            h.copy_(out)
+        return outs[-1]
 
     def score_all(self, out: Tensor, buffer: Tensor | None = None) -> Tensor:
         """Raw scores of every item: ``out·Wyᵀ + By`` (B×N), written into ``buffer`` if given

@@ -91,8 +91,9 @@ class Optimizer:
             self.state[name] = self._new_state(p, sparse=True)
         self.t = torch.zeros((), device=device, dtype=dtype)  # adam's step count
         n_rows = any_param.shape[0]
-        self._count = torch.zeros(n_rows, device=device, dtype=dtype)
-        if self.unique_rows:
+        if not self.unique_rows:  # counts of duplicate positions, for grad_cap's norm
+            self._count = torch.zeros(n_rows, device=device, dtype=dtype)
+        else:
             self._mark = torch.zeros(n_rows, device=device, dtype=torch.bool)
             self._slot = torch.zeros(n_rows, device=device, dtype=torch.int64)
             self._arange = torch.arange(n_rows, device=device)

@@ -34,7 +34,7 @@ from .errors import TrainingDivergedError
 from .cpu_ops import keep_freed_memory
 from .gpu_ops import cuda_graphs_enabled, graphed_epoch_runner
 from .losses import MASK, make_loss, make_loss_grad
-from .model import GRU4RecNet, gru_cell
+from .model import GRU4RecNet
 from .optim import Optimizer, SparseGrad
 from .sampling import SampleStore
 
@@ -94,6 +94,11 @@ class Trainer:
             [torch.empty(B, n, device=self.device, dtype=self.dtype) for n in net.sizes] if net.dropout_p_hidden > 0 else None
         )
 
+    @property
+    def uses_dropout(self) -> bool:
+        """Whether a step draws dropout masks (from ``dropout_gen``)."""
+        return self._embed_mask is not None or self._hidden_masks is not None
+
     def reset_hidden(self) -> None:
         for h in self.hidden:
             h.zero_()
@@ -151,14 +156,10 @@ class Trainer:
         by = net.By.detach().index_select(0, cols).requires_grad_()
         with torch.enable_grad():
             x = self._dropout(x_in, self._embed_mask, net.dropout_p_embed)
-            v = net.layer0_projection(x)
-            new_hidden = []
-            for i, layer in enumerate(net.layers):
-                if i > 0:
-                    v = torch.addmm(layer.Bh, x, layer.Wx)
-                x = gru_cell(v, self.hidden[i], layer.Wh, layer.Wrz, net.hidden_act)
-                x = self._dropout(x, None if self._hidden_masks is None else self._hidden_masks[i], net.dropout_p_hidden)
-                new_hidden.append(x)
+            masks = self._hidden_masks
+            dropout = None if masks is None else (lambda out, i: self._dropout(out, masks[i], net.dropout_p_hidden))
+            new_hidden = net.run_layers(x, self.hidden, dropout)
+            x = new_hidden[-1]
             raw = torch.addmm(by, x, wy.t())
             logq = self._logq(targets, samples)
             if logq is not None:
