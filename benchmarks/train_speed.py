@@ -52,9 +52,9 @@ def load_sessions(data: str | None, n_items: int, seed: int):
     return sessions, item_support(sessions.items, len(item_map))
 
 
-def measure(config: Config, sessions, support, device: torch.device, steps: int, warmup: int, repeats: int, reference: bool) -> dict:
+def measure(config: Config, sessions, support, device: torch.device, steps: int, warmup: int, repeats: int, reference: bool, precision: str = "float32") -> dict:
     net = GRU4RecNet(len(support), config, generator=torch.Generator().manual_seed(config.seed)).to(device)
-    trainer = Trainer(net, config, support, reference=reference)
+    trainer = Trainer(net, config, support, reference=reference, precision=precision)
     schedule = build_schedule(sessions.items, sessions.offsets, config.batch_size, config.n_sample, device)
     if schedule.n_steps < warmup + steps:
         raise SystemExit(f"the data gives only {schedule.n_steps} steps; lower --steps/--warmup")
@@ -67,7 +67,7 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
         start = time.perf_counter()
         total = torch.zeros((), device=device)
         for t in range(first, first + n):
-            total += trainer.train_step(schedule.inputs[t], schedule.targets[t], schedule.active[t], schedule.reset[t])
+            total += trainer.train_step(schedule.inputs[t], schedule.targets[t], schedule.active[t], schedule.keep[t])
         float(total)  # one sync at the end
         return time.perf_counter() - start
 
@@ -87,6 +87,7 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
         "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
         "threads": torch.get_num_threads(),
         "path": "reference" if reference else "fast",
+        "precision": precision,
         "steps": steps,
         "repeats": repeats,
         "ms_per_step": round(1e3 * med / steps, 4),
@@ -112,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--reference", action="store_true", help="measure the plain autograd step only")
     parser.add_argument("--compare-reference", action="store_true", help="measure both paths and print the ratio")
+    parser.add_argument("--precision", default="float32", help="float32, bfloat16 or float16 (CUDA): the fast step's matrix products")
+    parser.add_argument("--compare-precision", action="store_true", help="measure float32 and --precision side by side")
     parser.add_argument("--sweep", action="store_true", help="batch 32..256 × layers 100..512 × {cross-entropy, bpr-max}")
     args = parser.parse_args(argv)
     if args.threads:
@@ -132,14 +135,20 @@ def main(argv: list[str] | None = None) -> int:
                     extra = dict(logq=1.0, final_act="softmax") if loss == "cross-entropy" else dict(logq=0.0, final_act="elu-0.5")
                     configs.append(base.replace(loss=loss, batch_size=batch, layers=(size,), **extra))
     for config in configs:
-        if args.compare_reference:
+        if args.compare_precision:
+            full = measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, False)
+            mixed = measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, False, args.precision)
+            mixed["speedup_vs_float32"] = round(mixed["mb_per_s"] / full["mb_per_s"], 2)
+            print(json.dumps(full), flush=True)
+            print(json.dumps(mixed), flush=True)
+        elif args.compare_reference:
             fast = measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, False)
             plain = measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, True)
             fast["speedup_vs_reference"] = round(fast["mb_per_s"] / plain["mb_per_s"], 2)
             print(json.dumps(plain), flush=True)
             print(json.dumps(fast), flush=True)
         else:
-            print(json.dumps(measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, args.reference)), flush=True)
+            print(json.dumps(measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, args.reference, args.precision)), flush=True)
     return 0
 
 

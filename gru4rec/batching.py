@@ -8,7 +8,9 @@ become inactive; the epoch ends when none is active, or — with ``n_sample == 0
 than two are (a row needs a negative). Sessions of length 1 take no step.
 
 Instead of shrinking the batch at the tail, the schedule keeps B columns and marks inactive slots
-(the training step masks them out of the loss and of the candidates).
+(the training step masks them out of the loss and of the candidates). An inactive slot carries the
+items of the step's first active slot: rows the step uses anyway, so that its (zero) gradient
+touches no other row of the item tables — the step then needs no per-step fix-up.
 """
 from __future__ import annotations
 
@@ -65,10 +67,10 @@ def schedule_positions(offsets: np.ndarray, batch_size: int, n_sample: int) -> n
 class Schedule:
     """One epoch's steps as device tensors (row t is step t)."""
 
-    inputs: Tensor  # int64 [T, B] item index fed to each slot
-    targets: Tensor  # int64 [T, B] item index to predict
+    inputs: Tensor  # int64 [T, B] item index fed to each slot (inactive: the first active slot's)
+    targets: Tensor  # int64 [T, B] item index to predict (inactive: the first active slot's)
     active: Tensor  # float [T, B] 1 for active slots
-    reset: Tensor  # float [T, B] 1 where the slot starts a new session (hidden state → 0)
+    keep: Tensor  # float [T, B, 1] 0 where the slot starts a new session (its hidden state → 0), else 1
     n_active: np.ndarray  # int64 [T] active slots per step (host copy, for the epoch's statistics)
 
     @property
@@ -94,11 +96,12 @@ def build_schedule(
     positions = schedule_positions(offsets, batch_size, n_sample)
     active = positions >= 0
     n_active = active.sum(1)
-    filled = positions.clip(0)  # any valid event: the training step replaces inactive slots' items
+    first_active = positions[np.arange(len(positions)), active.argmax(1)]  # every step has one
+    filled = np.where(active, positions, first_active[:, None])
     items = np.asarray(items, dtype=np.int64)
     is_start = np.zeros(len(items) + 1, dtype=bool)
     is_start[np.asarray(offsets[:-1], dtype=np.int64)] = True
-    reset = is_start[positions.clip(0)] & active
+    reset = is_start[filled] & active
 
     def put(array: np.ndarray, kind: torch.dtype) -> Tensor:
         return torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=kind)
@@ -107,6 +110,6 @@ def build_schedule(
         inputs=put(items[filled], torch.int64),
         targets=put(items[filled + 1], torch.int64),
         active=put(active, dtype),
-        reset=put(reset, dtype),
+        keep=put(~reset[:, :, None], dtype),
         n_active=n_active.astype(np.int64),
     )

@@ -187,6 +187,13 @@ def _add_device(parser: argparse.ArgumentParser) -> None:
                              "cuda:1, ... (default: auto)")
 
 
+def _add_precision(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="training precision: float32 (default), or bfloat16 / float16 (CUDA only) "
+                             "for 16-bit operands in the matrix products (mixed precision; the loss, "
+                             "the gates and the optimiser stay float32)")
+
+
 def _add_force(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-f", "--force", action="store_true",
                         help="overwrite output files that already exist")
@@ -292,6 +299,7 @@ def _train(
     *,
     device: str,
     streams: _Streams,
+    precision: str = "float32",
     checkpoint_dir: str | None = None,
     resume: bool = False,
 ) -> GRU4Rec:
@@ -299,7 +307,7 @@ def _train(
 
     streams.info(f"Training GRU4Rec on {data}")
     streams.info(f"Parameters: {config.to_param_string()}")
-    model = GRU4Rec(config, device=device)
+    model = GRU4Rec(config, device=device, precision=precision)
     _reset_device_memory_peak(model)
     start = time.perf_counter()
     # fit() prints the original's per-epoch lines through log (and a progress bar on a terminal).
@@ -438,6 +446,7 @@ def _train_add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_force(out)
     _add_eval_flags(parser, test_required=False)
     _add_device(parser)
+    _add_precision(parser)
 
 
 def _train_run(args: argparse.Namespace) -> int:
@@ -452,7 +461,7 @@ def _train_run(args: argparse.Namespace) -> int:
         args.param_file, args.params, seed=args.seed, sample_store_size=args.sample_store_size,
         session_key=args.session_key, item_key=args.item_key, time_key=args.time_key,
     )
-    model = _train(args.data, config, device=args.device, streams=streams,
+    model = _train(args.data, config, device=args.device, streams=streams, precision=args.precision,
                    checkpoint_dir=args.checkpoint_dir, resume=args.resume)
     if args.save:
         model.save(args.save, overwrite=args.force)
@@ -673,6 +682,7 @@ def _demo_add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--measure", metavar="K", type=_positive_int, nargs="+", default=[1, 5, 10, 20],
                         help="cutoffs (default: 1 5 10 20)")
     _add_device(parser)
+    _add_precision(parser)
 
 
 def _demo_run(args: argparse.Namespace) -> int:
@@ -695,7 +705,7 @@ def _demo_run(args: argparse.Namespace) -> int:
         config = _build_config(None, DEMO_PARAMS, seed=args.seed)
         if args.params:
             config = config.replace_from_string(args.params)
-        model = _train(str(train_path), config, device=args.device, streams=streams)
+        model = _train(str(train_path), config, device=args.device, streams=streams, precision=args.precision)
         model_path = workdir / "demo.gru4rec"
         model.save(model_path, overwrite=True)
         if not owned:
@@ -924,6 +934,7 @@ def build_run_py_parser() -> argparse.ArgumentParser:
                              "gru4rec implementation module with it)")
     parser.add_argument("-d", "--device", default="auto",
                         help="torch device: auto, cpu, cuda, cuda:0, ... (default: auto)")
+    _add_precision(parser)
     parser.add_argument("-ik", "--item_key", metavar="IK", default=None,
                         help="item id column (default: ItemId, or the loaded model's)")
     parser.add_argument("-sk", "--session_key", metavar="SK", default=None,
@@ -956,7 +967,7 @@ def _run_py(args: argparse.Namespace) -> int:
         _check_readable([args.path], "training data")
         config = _build_config(args.parameter_file, args.parameter_string, seed=args.seed,
                                sample_store_size=args.sample_store_size, **keys)
-        model = _train(args.path, config, device=args.device, streams=streams)
+        model = _train(args.path, config, device=args.device, streams=streams, precision=args.precision)
         keys = {}  # the model's config carries them now
     if args.save_model:
         model.save(args.save_model, overwrite=args.force)

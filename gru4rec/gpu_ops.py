@@ -62,7 +62,7 @@ def counter_driven_step(
             schedule.inputs.index_select(0, t).squeeze(0),
             schedule.targets.index_select(0, t).squeeze(0),
             schedule.active.index_select(0, t).squeeze(0),
-            schedule.reset.index_select(0, t).squeeze(0),
+            schedule.keep.index_select(0, t).squeeze(0),
             samples,
         )
         accumulate(loss, step_index)

@@ -86,6 +86,8 @@ class Optimizer:
             start += n
         #: Gradient buffer laid out like ``flat``; the fast training step writes into its views.
         self.flat_grad = torch.zeros_like(self.flat)
+        #: Each dense parameter's slice of ``flat_grad``, shaped like the parameter.
+        self.grad_views = {name: self.flat_grad[a:b].view_as(dense[name]) for name, (a, b) in self.slices.items()}
         self.state: dict[str, _State] = {"dense": self._new_state(self.flat, sparse=False)}
         for name, p in sparse.items():
             self.state[name] = self._new_state(p, sparse=True)
@@ -113,11 +115,6 @@ class Optimizer:
         if sparse:
             st.scratch = zeros()
         return st
-
-    def grad_view(self, name: str) -> Tensor:
-        """The slice of ``flat_grad`` that holds dense parameter ``name``'s gradient."""
-        a, b = self.slices[name]
-        return self.flat_grad[a:b].view_as(self.dense[name])
 
     # ------------------------------------------------------------------ the rules
 

@@ -595,6 +595,8 @@ class ParoptSettings:
     item_key: str | None = None
     time_key: str | None = None
     device: str = "auto"
+    precision: str = "float32"
+    """Training precision of every trial (``--precision``; see :class:`gru4rec.GRU4Rec`)."""
     threads: int | None = None
     """torch threads per worker; None: 1 when workers > 1, else torch's default."""
     workers: int = 1
@@ -635,6 +637,13 @@ class ParoptSettings:
             problems.append("--prune-startup and --prune-warmup must be >= 0")
         if self.timeout is not None and self.timeout <= 0:
             problems.append(f"--timeout must be > 0, got {self.timeout}")
+        try:
+            from .recommender import resolve_device
+            from .train import check_precision
+
+            check_precision(self.precision, resolve_device(self.device))
+        except Gru4RecError as exc:
+            problems.append(f"--device/--precision: {exc}")
         if problems:
             _raise_problems("paropt settings", problems)
 
@@ -771,7 +780,7 @@ class _Objective:
         try:
             config = self.base.replace_from_string(searched)
             reporter = _EpochReporter(trial, self.score, config.n_epochs, self.per_epoch)
-            model = GRU4Rec(config, device=self.settings.device)
+            model = GRU4Rec(config, device=self.settings.device, precision=self.settings.precision)
             # Quiet trials: one line per trial comes from _Progress; -v shows the epoch lines.
             model.fit(self.train, callback=reporter, progress=False, log=print if self.settings.verbose else None)
             trial.set_user_attr("epochs", reporter.epochs)
@@ -1147,7 +1156,7 @@ def _final_test(
     full = pd.concat([train, valid], ignore_index=True)
     print(f"Final training on TRAIN+VALID ({len(full)} events) with the best parameters ...", flush=True)
     start = time.perf_counter()
-    model = GRU4Rec(config, device=settings.device).fit(full)
+    model = GRU4Rec(config, device=settings.device, precision=settings.precision).fit(full)
     train_s = time.perf_counter() - start
     cutoffs = tuple(sorted(set(settings.final_measure)))
     result = evaluate(model, test, cutoffs=cutoffs, mode=settings.eval_mode)
@@ -1328,6 +1337,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-sk", "--session_key", metavar="SK", default=None, help="session id column (default SessionId)")
     parser.add_argument("-tk", "--time_key", metavar="TK", default=None, help="time column (default Time)")
     parser.add_argument("-d", "--device", default="auto", help="torch device: auto, cpu, cuda, cuda:1, ... (default auto)")
+    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="training precision of the trials (default float32; see gru4rec train --help)")
     parser.add_argument("--storage", metavar="URL", default=None,
                         help=f"Optuna storage: SQLAlchemy URL, journal:PATH or a file path (default: ${STORAGE_ENV}, "
                              "else sqlite:///OUT/paropt.db)")
@@ -1371,6 +1382,7 @@ def settings_from_args(args: argparse.Namespace) -> ParoptSettings:
         item_key=args.item_key,
         time_key=args.time_key,
         device=args.device,
+        precision=args.precision,
         threads=args.threads,
         workers=args.workers,
         storage=args.storage,

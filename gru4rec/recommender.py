@@ -23,7 +23,7 @@ from .config import Config
 from .data import ItemMap, Sessions, item_support, read_events, sessions_from_events, validate_events
 from .errors import Gru4RecError, ModelFileError
 from .model import GRU4RecNet
-from .train import EpochStats, Trainer, train_epochs
+from .train import EpochStats, Trainer, check_precision, train_epochs
 
 __all__ = ["GRU4Rec", "EpochInfo", "Recommendations", "load", "resolve_device"]
 
@@ -87,12 +87,23 @@ class GRU4Rec:
 
     ``config`` is a :class:`Config`, a parameter string (``"loss=bpr-max,layers=200"``) or a dict;
     keyword arguments override single hyperparameters. ``device``: ``'auto'`` (CUDA if present),
-    ``'cpu'``, ``'cuda'``, ``'cuda:1'``, ...
+    ``'cpu'``, ``'cuda'``, ``'cuda:1'``, ... ``precision``: ``'float32'`` (default), or
+    ``'bfloat16'`` / ``'float16'`` (CUDA only) for mixed-precision training — 16-bit operands in
+    the matrix products, everything else in float32 (see :class:`gru4rec.train.Matmuls`).
     """
 
-    def __init__(self, config: Config | str | Mapping[str, Any] | None = None, *, device: str | torch.device = "auto", **overrides: Any) -> None:
+    def __init__(
+        self,
+        config: Config | str | Mapping[str, Any] | None = None,
+        *,
+        device: str | torch.device = "auto",
+        precision: str = "float32",
+        **overrides: Any,
+    ) -> None:
         self.config = _as_config(config, overrides)
         self.device = resolve_device(device)
+        check_precision(precision, self.device)
+        self.precision = precision
         self.item_map: ItemMap | None = None
         self.item_support: np.ndarray | None = None
         self.net: GRU4RecNet | None = None
@@ -102,7 +113,8 @@ class GRU4Rec:
 
     def __repr__(self) -> str:
         state = f"{len(self.item_map)} items, {self.epochs_trained} epochs" if self.item_map is not None else "not fitted"
-        return f"GRU4Rec({self.config.to_param_string(only_changed=True)!r}, device='{self.device}', {state})"
+        precision = f", precision='{self.precision}'" if self.precision != "float32" else ""
+        return f"GRU4Rec({self.config.to_param_string(only_changed=True)!r}, device='{self.device}'{precision}, {state})"
 
     # ------------------------------------------------------------------ training
 
@@ -147,7 +159,7 @@ class GRU4Rec:
         torch.manual_seed(c.seed)
         init_gen = torch.Generator().manual_seed(c.seed)
         self.net = GRU4RecNet(len(self.item_map), c, generator=init_gen).to(self.device)
-        trainer = Trainer(self.net, c, self.item_support)
+        trainer = Trainer(self.net, c, self.item_support, precision=self.precision)
         rng = np.random.default_rng(c.seed + 3)
         first_epoch = 1
         ckpt_path = Path(checkpoint_dir) / CHECKPOINT_NAME if checkpoint_dir is not None else None

@@ -79,8 +79,9 @@ class SampleStore:
         return self._cursor - 1
 
     def next(self) -> Tensor:
-        """The next row of samples (a copy: the store is redrawn in place)."""
-        return self.store[self.advance()].clone()
+        """The next row of samples: a view of the store, valid until the store is redrawn (in
+        place) — clone it to keep it longer."""
+        return self.store[self.advance()]
 
     # ------------------------------------------------------------------ checkpointing
 

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from .batching import Schedule, build_schedule
 from .config import Config
-from .errors import TrainingDivergedError
+from .errors import ConfigError, TrainingDivergedError
 from .cpu_ops import keep_freed_memory
 from .gpu_ops import cuda_graphs_enabled, graphed_epoch_runner
 from .losses import MASK, make_loss, make_loss_grad
@@ -38,7 +38,58 @@ from .model import GRU4RecNet
 from .optim import Optimizer, SparseGrad
 from .sampling import SampleStore
 
-__all__ = ["Trainer", "EpochStats", "train_epochs"]
+__all__ = ["Trainer", "EpochStats", "Matmuls", "PRECISIONS", "check_precision", "train_epochs"]
+
+
+#: Training precisions: ``float32`` (default) or 16-bit operands for the step's matrix products.
+PRECISIONS = ("float32", "bfloat16", "float16")
+
+
+def check_precision(precision: str, device: torch.device, reference: bool = False) -> torch.dtype | None:
+    """The 16-bit operand type of ``precision`` (None for float32); ConfigError when ``precision``
+    is unknown or does not apply (float16 off CUDA, the reference step)."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "float32":
+        return None
+    if reference:
+        raise ConfigError(f"precision={precision!r} is a mode of the fast training step; the reference step runs in float32 only")
+    if precision == "float16" and device.type != "cuda":
+        raise ConfigError("precision='float16' needs a CUDA device (CPUs multiply float16 slowly); use 'bfloat16' on the CPU")
+    return torch.bfloat16 if precision == "bfloat16" else torch.float16
+
+
+class Matmuls:
+    """The training step's matrix products, in the parameters' type or in mixed precision.
+
+    With ``low`` = None every method is the plain float32 operation and ``cast`` returns its
+    argument. With ``low`` = bfloat16/float16 the step casts each operand once (``cast``) and the
+    products run on the 16-bit copies (with float32 accumulation inside the BLAS); results come
+    back as float32, so the bias, the softmax/log-sum-exp of the loss, the gates and the optimiser
+    work in float32 on float32 master weights. On GPUs this uses the tensor cores; on CPUs with
+    AVX-512 BF16 (or AMX) bfloat16 products are several times faster than float32 ones.
+    """
+
+    def __init__(self, low: torch.dtype | None, dtype: torch.dtype) -> None:
+        self.low, self.dtype = low, dtype
+
+    def cast(self, t: Tensor) -> Tensor:
+        return t if self.low is None else t.to(self.low)
+
+    def mm(self, a: Tensor, b: Tensor) -> Tensor:
+        out = torch.mm(a, b)
+        return out if self.low is None else out.to(self.dtype)
+
+    def addmm(self, bias: Tensor, a: Tensor, b: Tensor) -> Tensor:
+        if self.low is None:
+            return torch.addmm(bias, a, b)
+        return torch.mm(a, b).to(self.dtype).add_(bias)
+
+    def mm_into(self, out: Tensor, a: Tensor, b: Tensor) -> None:
+        if self.low is None:
+            torch.mm(a, b, out=out)
+        else:
+            out.copy_(torch.mm(a, b))
 
 
 class Trainer:
@@ -53,9 +104,11 @@ class Trainer:
         seed: int | None = None,
         reference: bool = False,
         unique_rows: bool | None = None,
+        precision: str = "float32",
     ) -> None:
         """``reference``: use the plain autograd step. ``unique_rows``: how the optimiser merges
-        duplicate rows (default: by device, see :class:`~gru4rec.optim.Optimizer`)."""
+        duplicate rows (default: by device, see :class:`~gru4rec.optim.Optimizer`).
+        ``precision``: see :data:`PRECISIONS`."""
         self.net = net
         self.config = config
         seed = config.seed if seed is None else seed
@@ -93,6 +146,8 @@ class Trainer:
         self._hidden_masks = (
             [torch.empty(B, n, device=self.device, dtype=self.dtype) for n in net.sizes] if net.dropout_p_hidden > 0 else None
         )
+        #: The matrix products' operand type: None (the parameters' own) or a 16-bit float type.
+        self.matmuls = Matmuls(check_precision(precision, self.device, reference), self.dtype)
 
     @property
     def uses_dropout(self) -> bool:
@@ -112,21 +167,17 @@ class Trainer:
         mask.ge_(p).mul_(1.0 / (1.0 - p))
         return x * mask
 
-    def train_step(self, inputs: Tensor, targets: Tensor, active: Tensor, reset: Tensor, samples: Tensor | None = None) -> Tensor:
-        """One step over the B slots; returns the loss (0-dim device tensor, sum over active rows / B).
+    def train_step(self, inputs: Tensor, targets: Tensor, active: Tensor, keep: Tensor, samples: Tensor | None = None) -> Tensor:
+        """One step over the B slots (one row of a :class:`~gru4rec.batching.Schedule`); returns
+        the loss (0-dim device tensor, sum over active rows / B).
 
-        ``active`` and ``reset`` are float 0/1 vectors (B). ``samples`` (S ids) default to the
-        next row of the sample store.
+        ``active``: float 0/1 (B); ``keep``: float 0/1 (B×1), 0 where a slot starts a new session.
+        An inactive slot does not exist (§3): it must carry items of an active slot (the schedule
+        gives it the first active slot's), so that its zero gradient touches no other row.
+        ``samples`` (S ids) default to the next row of the sample store.
         """
         if samples is None:
             samples = self.sampler.next() if self.sampler is not None else self._no_samples
-        # An inactive slot does not exist (§3): it borrows the items of the first active slot,
-        # rows this step uses anyway, so that its zero gradient cannot touch any other row.
-        live = active > 0
-        first = torch.argmax(active).view(1)  # stays on the device (indexing by it would sync)
-        inputs = torch.where(live, inputs, inputs.index_select(0, first))
-        targets = torch.where(live, targets, targets.index_select(0, first))
-        keep = (1.0 - reset).unsqueeze(1)
         for h in self.hidden:
             h.mul_(keep)
         cols = torch.cat((targets, samples))
@@ -175,11 +226,13 @@ class Trainer:
     def _fast_step(self, inputs: Tensor, targets: Tensor, samples: Tensor, cols: Tensor, col_valid: Tensor, active: Tensor, n_cols: Tensor) -> Tensor:
         """The same step with the backward pass written out (no autograd): fewer, larger
         operations, gradients of the dense weights written straight into the optimiser's flat
-        buffer. Must agree with :meth:`_reference_step` (tested)."""
-        net, opt = self.net, self.optimizer
+        buffer. Must agree with :meth:`_reference_step` (tested). With a 16-bit ``precision`` the
+        matrix products take 16-bit copies of their operands (see :class:`Matmuls`); everything
+        else — the loss and its softmax, the GRU's gates, the optimiser — stays in float32."""
+        net, opt, mm = self.net, self.optimizer, self.matmuls
         act = net.hidden_act
         x_rows = net.input_table.index_select(0, inputs)  # no_grad: plain tensors
-        wy = net.Wy.index_select(0, cols)
+        wy = mm.cast(net.Wy.index_select(0, cols))
         bias = net.By.index_select(0, cols)
         logq = self._logq(targets, samples)
         if logq is not None:
@@ -187,30 +240,37 @@ class Trainer:
         if self._mask_in_bias:  # cross-entropy: masked columns leave the softmax through the bias
             bias = bias + (1.0 - col_valid) * MASK
 
-        # Forward, keeping what the backward pass needs.
+        # Forward, keeping what the backward pass needs (the products' operands as cast).
         x = x_rows if self._embed_mask is None else self._dropout(x_rows, self._embed_mask, net.dropout_p_embed)
         saved, outs = [], []
         for i, layer in enumerate(net.layers):
             h, n = self.hidden[i], layer.size
-            v = net.layer0_projection(x) if i == 0 else torch.addmm(layer.Bh, x, layer.Wx)
-            rz = torch.sigmoid(torch.addmm(v[:, n:], h, layer.Wrz))
-            hr = h * rz[:, :n]
-            c = act(torch.addmm(v[:, :n], hr, layer.Wh))
-            saved.append((x, hr, rz, c))
+            projects = i > 0 or net.mode != "none"  # layer 0 in none mode adds its Wx_0 rows
+            x_c = mm.cast(x)
+            wx = mm.cast(layer.Wx) if projects else None
+            v = mm.addmm(layer.Bh, x_c, wx) if wx is not None else x + layer.Bh
+            h_c, wrz, wh = mm.cast(h), mm.cast(layer.Wrz), mm.cast(layer.Wh)
+            rz = torch.sigmoid(mm.addmm(v[:, n:], h_c, wrz))
+            hr = mm.cast(h * rz[:, :n])
+            c = act(mm.addmm(v[:, :n], hr, wh))
+            saved.append((x_c, wx, h_c, wrz, hr, wh, rz, c))
             x = torch.lerp(h, c, rz[:, n:])
             if self._hidden_masks is not None:
                 x = self._dropout(x, self._hidden_masks[i], net.dropout_p_hidden)
             outs.append(x)
-        scores = torch.addmm(bias, x, wy.t())
+        x_c = mm.cast(x)
+        scores = mm.addmm(bias, x_c, wy.t())
         loss, g_scores = self.loss_grad(scores, col_valid, active, n_cols)
 
         # Backward, one step deep (the carried hidden state is a constant).
-        g_wy = torch.mm(g_scores.t(), x)
+        g_c = mm.cast(g_scores)
+        g_wy = mm.mm(g_c.t(), x_c)
         g_by = g_scores.sum(0)
-        d = torch.mm(g_scores, wy)  # dL/d(output of the last layer)
+        d = mm.mm(g_c, wy)  # dL/d(output of the last layer)
+        grads = opt.grad_views
         for i in range(len(net.layers) - 1, -1, -1):
             layer, name = net.layers[i], f"layers.{i}"
-            x_i, hr, rz, c = saved[i]
+            x_c, wx, h_c, wrz, hr, wh, rz, c = saved[i]
             h, n = self.hidden[i], layer.size
             if self._hidden_masks is not None:
                 d = d * self._hidden_masks[i]
@@ -219,17 +279,19 @@ class Trainer:
             f_prime = act.derivative(c)
             if f_prime is not None:
                 d_cand = d_cand * f_prime
-            torch.mm(hr.t(), d_cand, out=opt.grad_view(f"{name}.Wh"))
-            d_r = torch.mm(d_cand, layer.Wh.t()) * h
+            d_cand_c = mm.cast(d_cand)
+            mm.mm_into(grads[f"{name}.Wh"], hr.t(), d_cand_c)
+            d_r = mm.mm(d_cand_c, wh.t()) * h
             d_rz = torch.cat((d_r, d * (c - h)), dim=1) * (rz * (1.0 - rz))
-            torch.mm(h.t(), d_rz, out=opt.grad_view(f"{name}.Wrz"))
+            mm.mm_into(grads[f"{name}.Wrz"], h_c.t(), mm.cast(d_rz))
             d_v = torch.cat((d_cand, d_rz), dim=1)
-            torch.sum(d_v, 0, out=opt.grad_view(f"{name}.Bh"))
-            if i == 0 and net.mode == "none":
-                d = d_v  # the gradient of the Wx_0 rows themselves
+            torch.sum(d_v, 0, out=grads[f"{name}.Bh"])
+            if wx is None:
+                d = d_v  # layer 0 in none mode: the gradient of the Wx_0 rows themselves
                 break
-            torch.mm(x_i.t(), d_v, out=opt.grad_view(f"{name}.Wx"))
-            d = torch.mm(d_v, layer.Wx.t())
+            d_v_c = mm.cast(d_v)
+            mm.mm_into(grads[f"{name}.Wx"], x_c.t(), d_v_c)
+            d = mm.mm(d_v_c, wx.t())
         for h, out in zip(self.hidden, outs):
             h.copy_(out)
         g_in = d if self._embed_mask is None else d * self._embed_mask
@@ -379,10 +441,10 @@ def _run_epoch(trainer: Trainer, schedule: Schedule, epoch: int, progress: bool)
 
     run = graphed_epoch_runner(trainer, schedule, accumulate) if cuda_graphs_enabled(device) and not trainer.reference else None
     if run is None:
-        inputs, targets, active, reset = schedule.inputs, schedule.targets, schedule.active, schedule.reset
+        inputs, targets, active, keep = schedule.inputs, schedule.targets, schedule.active, schedule.keep
 
         def run(t: int) -> None:
-            accumulate(trainer.train_step(inputs[t], targets[t], active[t], reset[t]), step_ids[t])
+            accumulate(trainer.train_step(inputs[t], targets[t], active[t], keep[t]), step_ids[t])
 
     start = time.perf_counter()
     for t in range(schedule.n_steps):

@@ -321,7 +321,8 @@ def _dropout_trainer(mode: str, layers: tuple[int, ...], p_embed: float, p_hidde
 
 def _run(trainer, inp: np.ndarray, tgt: np.ndarray, samples: np.ndarray) -> float:
     ones = torch.ones(len(inp), dtype=torch.float64)
-    return float(trainer.train_step(torch.from_numpy(inp), torch.from_numpy(tgt), ones, ones, torch.from_numpy(samples)))
+    reset_all = torch.zeros(len(inp), 1, dtype=torch.float64)  # keep = 0: every slot starts afresh
+    return float(trainer.train_step(torch.from_numpy(inp), torch.from_numpy(tgt), ones, reset_all, torch.from_numpy(samples)))
 
 
 def _ref_loss(params: ref.Params, out: np.ndarray, tgt: np.ndarray, samples: np.ndarray, batch: int) -> float:

@@ -88,7 +88,7 @@ def test_build_schedule_items_targets_resets(batch_size: int, n_sample: int) -> 
     sch = build_schedule(items, off, batch_size, n_sample, "cpu")
     assert sch.n_steps == len(steps)
     inputs, targets = sch.inputs.numpy(), sch.targets.numpy()
-    active, reset = sch.active.numpy() > 0, sch.reset.numpy() > 0
+    active, reset = sch.active.numpy() > 0, sch.keep.numpy()[:, :, 0] == 0
     assert sch.n_events == sum(len(s) for s in steps) == sum(n - 1 for n in lengths if n >= 2) - (
         0 if n_sample > 0 else _dropped_events(off, batch_size))
     for t, step in enumerate(steps):
@@ -98,6 +98,10 @@ def test_build_schedule_items_targets_resets(batch_size: int, n_sample: int) -> 
             assert inputs[t, slot] == items[i] and targets[t, slot] == items[j]
             assert reset[t, slot] == rs, (t, slot)
         np.testing.assert_array_equal(active[t], exp_active)
+        # Inactive slots carry the first active slot's items and never reset (§3: they do not exist).
+        first = int(np.argmax(exp_active))
+        assert (inputs[t, ~exp_active] == inputs[t, first]).all() and (targets[t, ~exp_active] == targets[t, first]).all()
+        assert not reset[t, ~exp_active].any()
         assert not reset[t, ~exp_active].any()
         assert sch.n_active[t] == len(step)
         # inactive slots carry some valid item (the training step masks them; that they update

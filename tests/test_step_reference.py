@@ -72,11 +72,16 @@ def opt_config(cfg: Config) -> ref.OptConfig:
                          grad_cap=cfg.grad_cap, adapt_params=cfg.resolved_adapt_params, adam_eps=1e-6)
 
 
+def keep_of(reset: torch.Tensor) -> torch.Tensor:
+    """The step's ``keep`` column (B×1) of a 0/1 reset vector."""
+    return (1.0 - reset).unsqueeze(1)
+
+
 def engine_step(trainer: Trainer, step: dict) -> float:
     dev = trainer.net.Wy.device
     f = lambda k: torch.tensor(step[k], dtype=trainer.net.Wy.dtype, device=dev)  # noqa: E731
     i = lambda k: torch.tensor(step[k], dtype=torch.int64, device=dev)  # noqa: E731
-    loss = trainer.train_step(i("inp"), i("tgt"), f("active"), f("reset"), i("samples"))
+    loss = trainer.train_step(i("inp"), i("tgt"), f("active"), keep_of(f("reset")), i("samples"))
     assert loss.dim() == 0
     return float(loss)
 
@@ -231,7 +236,7 @@ def test_step_without_samples(loss: str, final_act: str) -> None:
             h[res.active_idx] = rh
         loss_value = trainer.train_step(torch.tensor(step["inp"]), torch.tensor(step["tgt"]),
                                         torch.tensor(step["active"], dtype=torch.float64),
-                                        torch.tensor(step["reset"], dtype=torch.float64), None)
+                                        keep_of(torch.tensor(step["reset"], dtype=torch.float64)), None)
         assert float(loss_value) == pytest.approx(res.loss, rel=1e-9), f"loss at step {t + 1}"
         got = net_to_params(trainer.net)
         for k in params:
@@ -360,16 +365,17 @@ def test_float32_engine_two_steps(loss: str, final_act: str, kw: dict) -> None:
 # ------------------------------------------------------------------ inactive slots carrying foreign items
 
 @pytest.mark.parametrize("lmbd", [0.0, 0.05])
-def test_inactive_slot_items_are_not_updated(lmbd: float) -> None:
-    """Shrinking semantics (§3): an inactive slot does not exist, so the items it happens to carry
-    are not 'used' by the step and their rows (and momentum) must not change. Here the inactive
-    slot carries item 11 (used actively in step 1) and target 6, which no active row uses."""
+def test_inactive_slot_touches_no_row_of_its_own(lmbd: float) -> None:
+    """Shrinking semantics (§3): an inactive slot does not exist, so no row beyond those of the
+    active slots and the samples may change (nor its momentum). The schedule gives the inactive
+    slot the first active slot's items (tested in test_schedule); here the slot's former items,
+    11 and 6 (both used in step 1, so with momentum to decay), must stay as they were."""
     mode, layers = "separate", (5,)
     params, hidden = start(mode, layers, seed=4)
     cfg = make_config(mode, layers, loss="cross-entropy", momentum=0.5, lmbd=lmbd, learning_rate=0.1)
     trainer = make_trainer(cfg, params, hidden)
     step1 = dict(inp=[11, 6, 2, 1], tgt=[4, 11, 1, 2], active=[1, 1, 1, 1], reset=[0, 0, 0, 0], samples=[6, 0, 8])
-    step2 = dict(inp=[3, 5, 7, 11], tgt=[5, 3, 9, 6], active=[1, 1, 1, 0], reset=[0, 0, 0, 0], samples=[0, 8, 8])
+    step2 = dict(inp=[3, 5, 7, 3], tgt=[5, 3, 9, 5], active=[1, 1, 1, 0], reset=[0, 0, 0, 0], samples=[0, 8, 8])
     engine_step(trainer, step1)
     before = net_to_params(trainer.net)
     engine_step(trainer, step2)

@@ -88,7 +88,7 @@ def test_device_step_never_reads_a_device_value_on_the_host(events: pd.DataFrame
     t = sch.n_steps - 1  # the tail: inactive slots included
     assert sch.n_active[t] < cfg.batch_size
     with Record():
-        trainer.train_step(sch.inputs[t], sch.targets[t], sch.active[t], sch.reset[t], samples)
+        trainer.train_step(sch.inputs[t], sch.targets[t], sch.active[t], sch.keep[t], samples)
     assert seen and not syncing.intersection(seen), sorted(syncing.intersection(seen))
 
 
@@ -120,7 +120,7 @@ def test_epoch_loss_is_the_active_row_weighted_mean_of_step_losses(events: pd.Da
     trainer = fresh()
     trainer.net.train()
     sch = build_schedule(sessions.items, sessions.offsets, cfg.batch_size, cfg.n_sample, "cpu", torch.float64)
-    losses = np.array([float(trainer.train_step(sch.inputs[t], sch.targets[t], sch.active[t], sch.reset[t])) for t in range(sch.n_steps)])
+    losses = np.array([float(trainer.train_step(sch.inputs[t], sch.targets[t], sch.active[t], sch.keep[t])) for t in range(sch.n_steps)])
     assert stats.n_steps == sch.n_steps and stats.n_events == sch.n_active.sum()
     assert stats.loss == pytest.approx(float((losses * sch.n_active).sum() / sch.n_active.sum()), rel=1e-12)
 
@@ -270,7 +270,7 @@ def test_counter_driven_step_of_the_cuda_graph_path_trains_like_the_plain_loop(e
                 body()
         else:
             for t in range(sch.n_steps):
-                accumulate(trainer.train_step(sch.inputs[t], sch.targets[t], sch.active[t], sch.reset[t]), torch.tensor(t))
+                accumulate(trainer.train_step(sch.inputs[t], sch.targets[t], sch.active[t], sch.keep[t]), torch.tensor(t))
         assert trainer.sampler.n_redraws > 10
         runs.append((losses, net.Wy.detach().clone()))
     assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
