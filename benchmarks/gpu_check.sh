@@ -6,7 +6,7 @@
 #
 # What it answers (issue 4): do the fast path and CUDA-graph replay give the reference losses on
 # CUDA; mini-batches/s of the retailrocket configuration (target >= 10,000 mb/s); how speed falls
-# with batch and layer size (compute-bound, not flat); evaluation FLOP/s.
+# with batch and layer size (compute-bound, not flat); what mixed precision gains; evaluation FLOP/s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -17,7 +17,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; $PY -c "import torch; print(torch.__version__, torch.version.cuda)"; } > "$OUT/gpu.txt" 2>&1
 
 # 1. Contract tests on CUDA (the CPU suite runs in CI; here only what has a CUDA parameter).
-timeout 240 $PY -m pytest -q -x -k "cuda" tests/test_train.py tests/test_step_reference.py tests/test_cli.py \
+timeout 240 $PY -m pytest -q -x -k "cuda" tests/test_train.py tests/test_step_reference.py tests/test_cli.py tests/test_precision.py \
     > "$OUT/cuda_tests.txt" 2>&1
 echo "cuda tests exit $?" >> "$OUT/cuda_tests.txt"
 
@@ -29,7 +29,13 @@ GRU4REC_CUDA_GRAPHS=0 timeout 120 $PY benchmarks/train_speed.py $RR --n-items 50
 # 3. Sweep: batch 32..256 x layers 100..512 x {cross-entropy, bpr-max}.
 timeout 180 $PY benchmarks/train_speed.py --config retailrocket --device cuda --sweep --steps 500 --warmup 100 --repeats 3 \
     --n-items 50000 > "$OUT/train_sweep.jsonl" 2>>"$OUT/errors.txt"
-# 4. Evaluation on DIGINETICA (if the shared data is there).
+# 4. Mixed precision against float32: retailrocket (224 units) and the 512-unit diginetica configuration.
+for P in float16 bfloat16; do
+  timeout 90 $PY benchmarks/train_speed.py $RR --n-items 50000 --precision $P --compare-precision > "$OUT/train_retailrocket_$P.jsonl" 2>>"$OUT/errors.txt"
+done
+timeout 90 $PY benchmarks/train_speed.py --config diginetica --device cuda --steps 1000 --warmup 100 --repeats 3 \
+    --n-items 43097 --precision float16 --compare-precision > "$OUT/train_diginetica_float16.jsonl" 2>>"$OUT/errors.txt"
+# 5. Evaluation on DIGINETICA (if the shared data is there).
 if [ -d "$DATA/diginetica_srgnn" ]; then
   timeout 120 $PY benchmarks/eval_speed.py --device cuda --batch-size 512 2048 4096 > "$OUT/eval_speed.jsonl" 2>>"$OUT/errors.txt"
 fi

@@ -1,4 +1,5 @@
-"""CPU fast path: keep freed tensor memory for reuse instead of handing it back to the system.
+"""CPU fast paths: keep freed tensor memory for reuse instead of handing it back to the system;
+know whether the CPU multiplies bfloat16 matrices natively (for ``precision='bfloat16'``).
 
 PyTorch's CPU allocator calls ``malloc``/``free`` directly. glibc serves large requests (over a
 dynamic threshold of 128 KiB to 32 MiB) with fresh ``mmap`` regions and unmaps them on ``free``, so
@@ -18,7 +19,7 @@ import ctypes
 import os
 import sys
 
-__all__ = ["keep_freed_memory"]
+__all__ = ["keep_freed_memory", "cpu_has_bf16_matmul"]
 
 _M_TRIM_THRESHOLD = -1
 _M_TOP_PAD = -2
@@ -49,3 +50,18 @@ def keep_freed_memory() -> bool:
         and mallopt(_M_TOP_PAD, 64 << 20)
     )
     return _done
+
+
+def cpu_has_bf16_matmul() -> bool | None:
+    """Whether the CPU has bfloat16 matrix instructions (AVX-512 BF16 or AMX-BF16), which make
+    bfloat16 products several times faster than float32 ones; without them bfloat16 products are
+    emulated and slower. None where it cannot be told (not Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        return None
+    return None

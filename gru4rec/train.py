@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -31,7 +32,7 @@ from torch import Tensor
 from .batching import Schedule, build_schedule
 from .config import Config
 from .errors import ConfigError, TrainingDivergedError
-from .cpu_ops import keep_freed_memory
+from .cpu_ops import cpu_has_bf16_matmul, keep_freed_memory
 from .gpu_ops import cuda_graphs_enabled, graphed_epoch_runner
 from .losses import MASK, make_loss, make_loss_grad
 from .model import GRU4RecNet
@@ -56,6 +57,12 @@ def check_precision(precision: str, device: torch.device, reference: bool = Fals
         raise ConfigError(f"precision={precision!r} is a mode of the fast training step; the reference step runs in float32 only")
     if precision == "float16" and device.type != "cuda":
         raise ConfigError("precision='float16' needs a CUDA device (CPUs multiply float16 slowly); use 'bfloat16' on the CPU")
+    if precision == "bfloat16" and device.type == "cpu" and cpu_has_bf16_matmul() is False:
+        warnings.warn(
+            "precision='bfloat16': this CPU has no bfloat16 matrix instructions (AVX-512 BF16 or AMX), "
+            "so the products are emulated and training will be slower than in float32",
+            stacklevel=3,
+        )
     return torch.bfloat16 if precision == "bfloat16" else torch.float16
 
 

@@ -6,6 +6,8 @@ within a stated tolerance of the float32 step, and (c) train a model as good as 
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -180,3 +182,28 @@ def test_mixed_precision_step_on_cuda(precision: str) -> None:
         data = [t.to("cuda") for t in _step_data(32, 128)]
         losses[p] = float(trainer.train_step(*data))
     assert losses[precision] == pytest.approx(losses["float32"], rel=1e-2)
+
+
+def test_bfloat16_on_a_cpu_without_bf16_instructions_warns(monkeypatch) -> None:
+    import gru4rec.train as train_mod
+
+    monkeypatch.setattr(train_mod, "cpu_has_bf16_matmul", lambda: False)
+    with pytest.warns(UserWarning, match="no bfloat16 matrix instructions"):
+        check_precision("bfloat16", torch.device("cpu"))
+    monkeypatch.setattr(train_mod, "cpu_has_bf16_matmul", lambda: True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert check_precision("bfloat16", torch.device("cpu")) is torch.bfloat16
+
+
+def test_cpu_bf16_probe_reads_the_cpu_flags(monkeypatch, tmp_path) -> None:
+    import builtins
+
+    from gru4rec import cpu_ops
+
+    real_open = builtins.open
+    for flags, expected in (("fpu avx2 avx512f avx512_bf16", True), ("fpu avx2 amx_bf16 amx_tile", True), ("fpu avx2 avx512f", False)):
+        fake = tmp_path / "cpuinfo"
+        fake.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(fake if path == "/proc/cpuinfo" else path, *a, **k))
+        assert cpu_ops.cpu_has_bf16_matmul() is expected, flags
