@@ -8,7 +8,11 @@ Examples (run alone on a quiet machine; two torch processes on 2 cores thrash ea
     python benchmarks/train_speed.py --sweep --device cuda                    # batch 32-256 × layers 100-512 × 2 losses
 
 Each measurement trains ``--steps`` steps after ``--warmup`` steps, ``--repeats`` times, and
-reports the median (and the best repeat, the least disturbed on a shared host). Without ``--data`` a synthetic data set (gru4rec.datasets.synthetic) is used.
+reports the median (and the best repeat, the least disturbed on a shared host). The comparisons
+build one trainer per variant in the same process and interleave their repeats, so a noisy host
+disturbs both alike; ``speed_vs_first`` is the median of the per-repeat speed ratios (peak memory
+is then the process's, all variants together). Without ``--data`` a synthetic data set
+(gru4rec.datasets.synthetic) is used.
 """
 from __future__ import annotations
 
@@ -52,16 +56,23 @@ def load_sessions(data: str | None, n_items: int, seed: int):
     return sessions, item_support(sessions.items, len(item_map))
 
 
-def measure(config: Config, sessions, support, device: torch.device, steps: int, warmup: int, repeats: int, reference: bool, precision: str = "float32") -> dict:
-    net = GRU4RecNet(len(support), config, generator=torch.Generator().manual_seed(config.seed)).to(device)
-    trainer = Trainer(net, config, support, reference=reference, precision=precision)
+def measure(config: Config, sessions, support, device: torch.device, steps: int, warmup: int, repeats: int,
+            variants: list[tuple[bool, str]]) -> list[dict]:
+    """One JSON-ready dict per variant (reference?, precision). The variants' repeats are
+    interleaved — repeat r of every variant runs before repeat r + 1 of any — so that a noisy
+    host disturbs them alike and their ratio (``ratio_to_first``, median of per-repeat ratios)
+    stays meaningful even when the absolute figures move."""
     schedule = build_schedule(sessions.items, sessions.offsets, config.batch_size, config.n_sample, device)
     if schedule.n_steps < warmup + steps:
         raise SystemExit(f"the data gives only {schedule.n_steps} steps; lower --steps/--warmup")
+    trainers = []
+    for reference, precision in variants:
+        net = GRU4RecNet(len(support), config, generator=torch.Generator().manual_seed(config.seed)).to(device)
+        trainers.append(Trainer(net, config, support, reference=reference, precision=precision))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
-    def run(first: int, n: int) -> float:
+    def run(trainer: Trainer, first: int, n: int) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()
@@ -71,34 +82,42 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
         float(total)  # one sync at the end
         return time.perf_counter() - start
 
-    run(0, warmup)
-    seconds = []
+    for trainer in trainers:
+        run(trainer, 0, warmup)
+    seconds: list[list[float]] = [[] for _ in trainers]
     for r in range(repeats):
         first = (warmup + r * steps) % max(schedule.n_steps - steps, 1)
-        seconds.append(run(first, steps))
-    med = statistics.median(seconds)
+        order = range(len(trainers)) if r % 2 == 0 else reversed(range(len(trainers)))
+        for i in order:
+            seconds[i].append(run(trainers[i], first, steps))
     events = float(np.mean(schedule.n_active[: warmup + steps]))
-    out = {
-        "loss": config.loss,
-        "layers": list(config.layers),
-        "batch_size": config.batch_size,
-        "n_sample": config.n_sample,
-        "n_items": len(support),
-        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
-        "threads": torch.get_num_threads(),
-        "path": "reference" if reference else "fast",
-        "precision": precision,
-        "steps": steps,
-        "repeats": repeats,
-        "ms_per_step": round(1e3 * med / steps, 4),
-        "best_ms_per_step": round(1e3 * min(seconds) / steps, 4),  # least disturbed repeat (noisy hosts)
-        "mb_per_s": round(steps / med, 1),
-        "events_per_s": round(steps * events / med, 0),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-    }
-    if device.type == "cuda":
-        out["cuda_max_allocated_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
-    return out
+    results = []
+    for (reference, precision), secs in zip(variants, seconds):
+        med = statistics.median(secs)
+        out = {
+            "loss": config.loss,
+            "layers": list(config.layers),
+            "batch_size": config.batch_size,
+            "n_sample": config.n_sample,
+            "n_items": len(support),
+            "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+            "threads": torch.get_num_threads(),
+            "path": "reference" if reference else "fast",
+            "precision": precision,
+            "steps": steps,
+            "repeats": repeats,
+            "ms_per_step": round(1e3 * med / steps, 4),
+            "best_ms_per_step": round(1e3 * min(secs) / steps, 4),  # least disturbed repeat (noisy hosts)
+            "mb_per_s": round(steps / med, 1),
+            "events_per_s": round(steps * events / med, 0),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        }
+        if len(variants) > 1:  # speed relative to the first variant, repeat by repeat
+            out["speed_vs_first"] = round(statistics.median(a / b for a, b in zip(seconds[0], secs)), 3)
+        if device.type == "cuda":
+            out["cuda_max_allocated_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+        results.append(out)
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--reference", action="store_true", help="measure the plain autograd step only")
-    parser.add_argument("--compare-reference", action="store_true", help="measure both paths and print the ratio")
+    parser.add_argument("--compare-reference", action="store_true", help="measure both paths, interleaved, and print the ratio")
     parser.add_argument("--precision", default="float32", help="float32, bfloat16 or float16 (CUDA): the fast step's matrix products")
-    parser.add_argument("--compare-precision", action="store_true", help="measure float32 and --precision side by side")
+    parser.add_argument("--compare-precision", action="store_true", help="measure float32 and --precision, interleaved, and print the ratio")
     parser.add_argument("--sweep", action="store_true", help="batch 32..256 × layers 100..512 × {cross-entropy, bpr-max}")
     args = parser.parse_args(argv)
     if args.threads:
@@ -135,21 +154,15 @@ def main(argv: list[str] | None = None) -> int:
                 for size in (100, 256, 512):
                     extra = dict(logq=1.0, final_act="softmax") if loss == "cross-entropy" else dict(logq=0.0, final_act="elu-0.5")
                     configs.append(base.replace(loss=loss, batch_size=batch, layers=(size,), **extra))
+    if args.compare_reference:
+        variants = [(True, "float32"), (False, "float32")]  # reference first: ratios = speed-up of the fast step
+    elif args.compare_precision:
+        variants = [(False, "float32"), (False, args.precision)]
+    else:
+        variants = [(args.reference, args.precision)]
     for config in configs:
-        if args.compare_precision:
-            full = measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, False)
-            mixed = measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, False, args.precision)
-            mixed["speedup_vs_float32"] = round(mixed["mb_per_s"] / full["mb_per_s"], 2)
-            print(json.dumps(full), flush=True)
-            print(json.dumps(mixed), flush=True)
-        elif args.compare_reference:
-            fast = measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, False)
-            plain = measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, True)
-            fast["speedup_vs_reference"] = round(fast["mb_per_s"] / plain["mb_per_s"], 2)
-            print(json.dumps(plain), flush=True)
-            print(json.dumps(fast), flush=True)
-        else:
-            print(json.dumps(measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, args.reference, args.precision)), flush=True)
+        for result in measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, variants):
+            print(json.dumps(result), flush=True)
     return 0
 
 
