@@ -188,9 +188,9 @@ def _add_device(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_precision(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16", "float16"),
-                        help="training precision: float32 (default), or bfloat16 / float16 (CUDA only) "
-                             "for 16-bit operands in the matrix products (mixed precision; the loss, "
+    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
+                        help="training precision: float32 (default), or bfloat16 for 16-bit operands "
+                             "in the matrix products (mixed precision; the loss, "
                              "the gates and the optimiser stay float32)")
 
 

@@ -1337,7 +1337,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-sk", "--session_key", metavar="SK", default=None, help="session id column (default SessionId)")
     parser.add_argument("-tk", "--time_key", metavar="TK", default=None, help="time column (default Time)")
     parser.add_argument("-d", "--device", default="auto", help="torch device: auto, cpu, cuda, cuda:1, ... (default auto)")
-    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16", "float16"),
+    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
                         help="training precision of the trials (default float32; see gru4rec train --help)")
     parser.add_argument("--storage", metavar="URL", default=None,
                         help=f"Optuna storage: SQLAlchemy URL, journal:PATH or a file path (default: ${STORAGE_ENV}, "

@@ -88,7 +88,7 @@ class GRU4Rec:
     ``config`` is a :class:`Config`, a parameter string (``"loss=bpr-max,layers=200"``) or a dict;
     keyword arguments override single hyperparameters. ``device``: ``'auto'`` (CUDA if present),
     ``'cpu'``, ``'cuda'``, ``'cuda:1'``, ... ``precision``: ``'float32'`` (default), or
-    ``'bfloat16'`` / ``'float16'`` (CUDA only) for mixed-precision training — 16-bit operands in
+    ``'bfloat16'`` for mixed-precision training — bfloat16 operands in
     the matrix products, everything else in float32 (see :class:`gru4rec.train.Matmuls`).
     """
 

@@ -42,35 +42,35 @@ from .sampling import SampleStore
 __all__ = ["Trainer", "EpochStats", "Matmuls", "PRECISIONS", "check_precision", "train_epochs"]
 
 
-#: Training precisions: ``float32`` (default) or 16-bit operands for the step's matrix products.
-PRECISIONS = ("float32", "bfloat16", "float16")
+#: Training precisions: ``float32`` (default) or ``bfloat16`` operands for the step's matrix
+#: products. (No float16: its 5-bit exponent would need loss scaling for the small gradients of
+#: the score matrix; bfloat16 keeps float32's range, and GPUs multiply both at the same speed.)
+PRECISIONS = ("float32", "bfloat16")
 
 
 def check_precision(precision: str, device: torch.device, reference: bool = False) -> torch.dtype | None:
     """The 16-bit operand type of ``precision`` (None for float32); ConfigError when ``precision``
-    is unknown or does not apply (float16 off CUDA, the reference step)."""
+    is unknown or does not apply (the reference step); a warning where it would be slow."""
     if precision not in PRECISIONS:
         raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "float32":
         return None
     if reference:
         raise ConfigError(f"precision={precision!r} is a mode of the fast training step; the reference step runs in float32 only")
-    if precision == "float16" and device.type != "cuda":
-        raise ConfigError("precision='float16' needs a CUDA device (CPUs multiply float16 slowly); use 'bfloat16' on the CPU")
     if precision == "bfloat16" and device.type == "cpu" and cpu_has_bf16_matmul() is False:
         warnings.warn(
             "precision='bfloat16': this CPU has no bfloat16 matrix instructions (AVX-512 BF16 or AMX), "
             "so the products are emulated and training will be slower than in float32",
             stacklevel=3,
         )
-    return torch.bfloat16 if precision == "bfloat16" else torch.float16
+    return torch.bfloat16
 
 
 class Matmuls:
     """The training step's matrix products, in the parameters' type or in mixed precision.
 
     With ``low`` = None every method is the plain float32 operation and ``cast`` returns its
-    argument. With ``low`` = bfloat16/float16 the step casts each operand once (``cast``) and the
+    argument. With ``low`` = bfloat16 the step casts each operand once (``cast``) and the
     products run on the 16-bit copies (with float32 accumulation inside the BLAS); results come
     back as float32, so the bias, the softmax/log-sum-exp of the loss, the gates and the optimiser
     work in float32 on float32 master weights. On GPUs this uses the tensor cores; on CPUs with
@@ -153,7 +153,6 @@ class Trainer:
         self._hidden_masks = (
             [torch.empty(B, n, device=self.device, dtype=self.dtype) for n in net.sizes] if net.dropout_p_hidden > 0 else None
         )
-        #: The matrix products' operand type: None (the parameters' own) or a 16-bit float type.
         self.matmuls = Matmuls(check_precision(precision, self.device, reference), self.dtype)
 
     @property
@@ -233,8 +232,8 @@ class Trainer:
     def _fast_step(self, inputs: Tensor, targets: Tensor, samples: Tensor, cols: Tensor, col_valid: Tensor, active: Tensor, n_cols: Tensor) -> Tensor:
         """The same step with the backward pass written out (no autograd): fewer, larger
         operations, gradients of the dense weights written straight into the optimiser's flat
-        buffer. Must agree with :meth:`_reference_step` (tested). With a 16-bit ``precision`` the
-        matrix products take 16-bit copies of their operands (see :class:`Matmuls`); everything
+        buffer. Must agree with :meth:`_reference_step` (tested). With ``precision='bfloat16'`` the
+        matrix products take bfloat16 copies of their operands (see :class:`Matmuls`); everything
         else — the loss and its softmax, the GRU's gates, the optimiser — stays in float32."""
         net, opt, mm = self.net, self.optimizer, self.matmuls
         act = net.hidden_act
