@@ -27,16 +27,24 @@ is a handful of operations however many layers there are.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from .config import Config
 
-__all__ = ["Optimizer", "EPS"]
+__all__ = ["Optimizer", "UniqueGrad", "EPS"]
 
-#: Row indices (K) and the gradient rows (K×…) of one item table.
+#: Row indices (K) and the gradient rows (K×…) of one item table; duplicate rows allowed.
 SparseGrad = tuple[Tensor, Tensor]
+
+
+class UniqueGrad(NamedTuple):
+    """Gradient rows already summed per row: every index in ``rows`` appears once (CPU path)."""
+
+    rows: Tensor
+    grad: Tensor
 
 EPS = 1e-6
 
@@ -181,18 +189,22 @@ class Optimizer:
     # ------------------------------------------------------------------ one step
 
     @torch.no_grad()
-    def step(self, dense_grads: list[Tensor] | Tensor, sparse_grads: dict[str, SparseGrad | list[SparseGrad]]) -> None:
+    def step(self, dense_grads: list[Tensor] | Tensor, sparse_grads: dict[str, UniqueGrad | SparseGrad | list[SparseGrad]]) -> None:
         """One update. ``dense_grads``: one gradient per dense parameter (in order), or the flat
         gradient (``flat_grad``, which the fast step fills in place; it is overwritten).
         ``sparse_grads``: per item table, (row indices, gradient rows) — or a list of such parts,
-        which saves concatenating the gradients. Duplicate rows are allowed."""
+        which saves concatenating the gradients — with duplicate rows allowed; or a
+        :class:`UniqueGrad` whose rows are already unique (only where ``unique_rows``)."""
         if self.method == "adam":
             self.t += 1
         if isinstance(dense_grads, Tensor):
             g_dense = dense_grads
         else:
             g_dense = torch.cat([g.reshape(-1) for g in dense_grads]) if dense_grads else self.flat_grad.zero_()
-        summed = {name: self._sum_duplicates(name, parts if isinstance(parts, list) else [parts]) for name, parts in sparse_grads.items()}
+        summed = {
+            name: parts if isinstance(parts, UniqueGrad) else self._sum_duplicates(name, parts if isinstance(parts, list) else [parts])
+            for name, parts in sparse_grads.items()
+        }
         if self.grad_cap > 0:
             scale = self._clip_scale(g_dense, summed)
             g_dense.mul_(scale)
@@ -221,7 +233,7 @@ class Optimizer:
         """
         rows = parts[0][0] if len(parts) == 1 else torch.cat([r for r, _ in parts])
         if self.unique_rows:
-            uniq, inverse = self._unique(rows)
+            uniq, inverse = self.unique(rows)
             first = parts[0][1]
             total = first.new_zeros((uniq.shape[0], *first.shape[1:]))
             start = 0
@@ -237,9 +249,10 @@ class Optimizer:
         scratch.index_fill_(0, rows, 0.0)
         return rows, total
 
-    def _unique(self, rows: Tensor) -> tuple[Tensor, Tensor]:
-        """Sorted unique rows and each position's index among them (CPU). A mark table over the
-        items is several times faster than ``torch.unique`` for the catalogue sizes of GRU4Rec."""
+    def unique(self, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """Sorted unique rows and each position's index among them (``unique_rows`` only: it
+        syncs on a GPU). A mark table over the items is several times faster than
+        ``torch.unique`` for the catalogue sizes of GRU4Rec."""
         mark, slot = self._mark, self._slot
         mark.index_fill_(0, rows, True)
         uniq = mark.nonzero().squeeze(1)

@@ -36,7 +36,7 @@ from .cpu_ops import cpu_has_bf16_matmul, keep_freed_memory
 from .gpu_ops import cuda_graphs_enabled, graphed_epoch_runner
 from .losses import MASK, make_loss, make_loss_grad
 from .model import GRU4RecNet
-from .optim import Optimizer, SparseGrad
+from .optim import Optimizer, SparseGrad, UniqueGrad
 from .sampling import SampleStore
 
 __all__ = ["Trainer", "EpochStats", "Matmuls", "PRECISIONS", "check_precision", "train_epochs"]
@@ -269,10 +269,8 @@ class Trainer:
         loss, g_scores = self.loss_grad(scores, col_valid, active, n_cols)
 
         # Backward, one step deep (the carried hidden state is a constant).
-        g_c = mm.cast(g_scores)
-        g_wy = mm.mm(g_c.t(), x_c)
-        g_by = g_scores.sum(0)
-        d = mm.mm(g_c, wy)  # dL/d(output of the last layer)
+        x_last = x_c
+        d = mm.mm(mm.cast(g_scores), wy)  # dL/d(output of the last layer)
         grads = opt.grad_views
         for i in range(len(net.layers) - 1, -1, -1):
             layer, name = net.layers[i], f"layers.{i}"
@@ -301,8 +299,35 @@ class Trainer:
         for h, out in zip(self.hidden, outs):
             h.copy_(out)
         g_in = d if self._embed_mask is None else d * self._embed_mask
-        opt.step(opt.flat_grad, self._sparse_grads(inputs, cols, g_in, g_wy, g_by))
+        opt.step(opt.flat_grad, self._item_grads(inputs, cols, g_scores, x_last, g_in))
         return loss
+
+    def _item_grads(self, inputs: Tensor, cols: Tensor, g_scores: Tensor, x_c: Tensor, g_in: Tensor) -> dict[str, UniqueGrad | SparseGrad | list[SparseGrad]]:
+        """The item tables' gradient rows of the fast step, from dL/dscores (B×C), the last
+        layer's output ``x_c`` (as cast for the products) and the input rows' gradient ``g_in``.
+
+        Where the optimiser makes rows unique (CPU), the score columns of one item are summed
+        first — a pass over B×C numbers instead of C×L — so that one product gives each Wy row's
+        gradient exactly once, over the K ≤ C distinct items instead of all C columns."""
+        opt, mm = self.optimizer, self.matmuls
+        if not opt.unique_rows:
+            g_wy = mm.mm(mm.cast(g_scores).t(), x_c)
+            return self._sparse_grads(inputs, cols, g_in, g_wy, g_scores.sum(0))
+        shared = self.net.mode == "shared"
+        n_in = inputs.shape[0]
+        uniq, inverse = opt.unique(torch.cat((inputs, cols)) if shared else cols)
+        inv_cols = inverse[n_in:] if shared else inverse
+        g_items = g_scores.new_zeros((g_scores.shape[0], uniq.shape[0])).index_add_(1, inv_cols, g_scores)
+        g_wy = mm.mm(mm.cast(g_items).t(), x_c)
+        g_by = g_items.sum(0)
+        if not shared:
+            name = "E" if self.net.mode == "separate" else "layers.0.Wx"
+            return {"Wy": UniqueGrad(uniq, g_wy), "By": UniqueGrad(uniq, g_by), name: (inputs, g_in)}
+        g_wy.index_add_(0, inverse[:n_in], g_in)
+        # By belongs to the scored columns only: an item that is just an input keeps its bias
+        # (and the bias's momentum) untouched.
+        scored = torch.zeros(uniq.shape[0], dtype=torch.bool, device=uniq.device).index_fill_(0, inv_cols, True)
+        return {"Wy": UniqueGrad(uniq, g_wy), "By": UniqueGrad(uniq.masked_select(scored), g_by.masked_select(scored))}
 
     # ------------------------------------------------------------------ checkpointing
 
