@@ -21,7 +21,29 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["Schedule", "build_schedule", "schedule_positions"]
+__all__ = ["Schedule", "assign_slots", "build_schedule", "schedule_positions"]
+
+
+def assign_slots(steps: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Slot and first step of each session, taken in the given order, for sessions occupying
+    their slot for ``steps[k]`` consecutive steps: the first ``batch_size`` sessions start at
+    step 0 in slots 0, 1, …; each next one takes the slot that frees first, ties in slot order
+    (exactly the order in which the original refills the slots freed at one step)."""
+    n = len(steps)
+    slot = np.empty(n, dtype=np.int64)
+    begin = np.zeros(n, dtype=np.int64)
+    first = min(batch_size, n)
+    slot[:first] = np.arange(first)
+    # Event-driven: a heap of (step at which the slot is free, slot).
+    heap = [(int(steps[k]), k) for k in range(first)]
+    heapq.heapify(heap)
+    steps_list = np.asarray(steps).tolist()
+    for k in range(first, n):
+        free_at, b = heap[0]
+        slot[k] = b
+        begin[k] = free_at
+        heapq.heapreplace(heap, (free_at + steps_list[k], b))
+    return slot, begin
 
 
 def schedule_positions(offsets: np.ndarray, batch_size: int, n_sample: int) -> np.ndarray:
@@ -34,24 +56,9 @@ def schedule_positions(offsets: np.ndarray, batch_size: int, n_sample: int) -> n
     lengths = np.diff(offsets)
     keep = np.flatnonzero(lengths >= 2)
     starts, steps = offsets[keep], lengths[keep] - 1
-    n = len(keep)
-    if n == 0:
+    if len(keep) == 0:
         return np.empty((0, batch_size), dtype=np.int64)
-    # Event-driven assignment: a heap of (step at which the slot is free, slot). Ties pop in slot
-    # order, exactly the order in which the original refills the slots freed at one step.
-    slot_of = np.empty(n, dtype=np.int64)
-    begin = np.empty(n, dtype=np.int64)
-    first = min(batch_size, n)
-    slot_of[:first] = np.arange(first)
-    begin[:first] = 0
-    heap = [(int(steps[k]), k) for k in range(first)]
-    heapq.heapify(heap)
-    steps_list = steps.tolist()
-    for k in range(first, n):
-        free_at, slot = heapq.heappop(heap)
-        slot_of[k] = slot
-        begin[k] = free_at
-        heapq.heappush(heap, (free_at + steps_list[k], slot))
+    slot_of, begin = assign_slots(steps, batch_size)
     n_steps = int((begin + steps).max())
     positions = np.full((n_steps, batch_size), -1, dtype=np.int64)
     ramp = np.arange(int(steps.sum())) - np.repeat(np.cumsum(steps) - steps, steps)

@@ -51,7 +51,6 @@ rank path (a little faster). Lists of cutoffs c > N are truncated to N items.
 """
 from __future__ import annotations
 
-import heapq
 import inspect
 import math
 import os
@@ -66,6 +65,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from .batching import assign_slots
 from .errors import ConfigError, DataError, Gru4RecError
 
 __all__ = ["EvalResult", "evaluate", "evaluate_sessions", "TIE_MODES", "DEFAULT_BATCH_SIZE"]
@@ -219,18 +219,7 @@ def _schedule(items: np.ndarray, offsets: np.ndarray, batch_size: int) -> _Sched
     order = np.argsort(-n_steps, kind="stable")
     slot = np.empty(n_sess, dtype=np.int64)
     start = np.empty(n_sess, dtype=np.int64)
-    k = min(B, n_sess)
-    slot[order[:k]] = np.arange(k)
-    start[order[:k]] = 0
-    if n_sess > k:
-        heap = [(int(n_steps[s]), b) for b, s in enumerate(order[:k])]
-        heapq.heapify(heap)
-        steps_list = n_steps.tolist()
-        for s in order[k:].tolist():
-            free, b = heap[0]
-            slot[s] = b
-            start[s] = free
-            heapq.heapreplace(heap, (free + steps_list[s], b))
+    slot[order], start[order] = assign_slots(n_steps[order], B)
     T = int((start + n_steps).max()) if n_sess else 0
     # A slot is busy without a gap from step 0 until its last session ends (the next session
     # takes it at once). Numbering the slots by decreasing end step makes the busy slots of
