@@ -126,15 +126,20 @@ def split() -> tuple[pd.DataFrame, pd.DataFrame]:
     return time_split(events, 86400.0)
 
 
-def test_bfloat16_training_matches_float32_losses_and_accuracy(split) -> None:
+CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")])
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_bfloat16_training_matches_float32_losses_and_accuracy(split, device: str) -> None:
     """Same seed, same data: epoch losses within 0.1 % and Recall/MRR@20 within 0.01 of float32
-    (measured: losses 0.58569/0.50059/0.47130 vs 0.58568/0.50057/0.47128; R@20 0.6027 vs 0.6008,
-    MRR@20 0.3534 vs 0.3553 on 1,027 predictions)."""
+    (measured on the CPU: losses 0.58569/0.50059/0.47130 vs 0.58568/0.50057/0.47128; R@20 0.6027
+    vs 0.6008, MRR@20 0.3534 vs 0.3553 on 1,027 predictions). On CUDA the step is replayed from a
+    CUDA graph."""
     train, test = split
     params = "loss=bpr-max,final_act=elu-1,bpreg=0.5,layers=96,batch_size=32,n_sample=256,n_epochs=3,learning_rate=0.1,momentum=0.2"
     results = {}
     for precision in ("float32", "bfloat16"):
-        model = GRU4Rec(params, device="cpu", precision=precision).fit(train, progress=False, log=None)
+        model = GRU4Rec(params, device=device, precision=precision).fit(train, progress=False, log=None)
         res = evaluate(model, test, cutoffs=(20,), mode="conservative")
         results[precision] = ([h.loss for h in model.history], res.recall[20], res.mrr[20])
     (loss32, r32, m32), (loss16, r16, m16) = results["float32"], results["bfloat16"]
@@ -167,22 +172,6 @@ def test_cli_rejects_an_unknown_precision(tmp_path, capsys) -> None:
     assert code == 2
     assert "--precision" in err and "float16" in err and "Traceback" not in err
     assert not (tmp_path / "model").exists()
-
-
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_bfloat16_training_on_cuda_with_graph_replay(split) -> None:
-    """The same contract on a GPU, where the step is replayed from a CUDA graph."""
-    train, test = split
-    params = "loss=bpr-max,final_act=elu-1,bpreg=0.5,layers=96,batch_size=32,n_sample=256,n_epochs=3,learning_rate=0.1,momentum=0.2"
-    results = {}
-    for precision in ("float32", "bfloat16"):
-        model = GRU4Rec(params, device="cuda", precision=precision).fit(train, progress=False, log=None)
-        res = evaluate(model, test, cutoffs=(20,), mode="conservative")
-        results[precision] = ([h.loss for h in model.history], res.recall[20], res.mrr[20])
-    (loss32, r32, m32), (loss16, r16, m16) = results["float32"], results["bfloat16"]
-    np.testing.assert_allclose(loss16, loss32, rtol=1e-3)
-    assert r32 > 0.3 and abs(r16 - r32) <= 0.01 and abs(m16 - m32) <= 0.01, results
 
 
 def test_bfloat16_on_a_cpu_without_bf16_instructions_warns(monkeypatch) -> None:

@@ -91,6 +91,19 @@ def ref_forward(params: ref.Params, hidden: list[np.ndarray], step: dict, rcfg: 
                             np.array(step["reset"], bool), np.array(step["samples"]), rcfg, SUPPORT)
 
 
+def ref_train_step(params: ref.Params, hidden: list[np.ndarray], state: ref.OptState, step: dict,
+                   rcfg: ref.RefConfig, ocfg: ref.OptConfig):
+    """One step of the NumPy reference: (result, new params, new state, touched rows); the
+    active rows of ``hidden`` are updated in place."""
+    res, grads, rows = ref.step_gradients(params, hidden, np.array(step["inp"]), np.array(step["tgt"]),
+                                          np.array(step["active"], bool), np.array(step["reset"], bool),
+                                          np.array(step["samples"], dtype=np.int64), rcfg, SUPPORT)
+    params, state = ref.optimizer_step(params, grads, state, rows, ocfg)
+    for h, rh in zip(hidden, res.hidden):
+        h[res.active_idx] = rh
+    return res, params, state, rows
+
+
 def start(mode: str, layers: tuple[int, ...], seed: int = 0) -> tuple[ref.Params, list[np.ndarray]]:
     rng = np.random.default_rng(seed)
     params = ref.init_params(N_ITEMS, layers, mode, embedding=EMB, rng=rng, scale=0.6, bias_scale=0.2)
@@ -227,13 +240,8 @@ def test_step_without_samples(loss: str, final_act: str) -> None:
     hidden = [h.copy() for h in hidden]
     for t, base in enumerate(STEPS):
         step = dict(base, samples=[])
-        res, grads, rows = ref.step_gradients(params, hidden, np.array(step["inp"]), np.array(step["tgt"]),
-                                              np.array(step["active"], bool), np.array(step["reset"], bool),
-                                              np.array(step["samples"], dtype=np.int64), rcfg, SUPPORT)
+        res, params, state, rows = ref_train_step(params, hidden, state, step, rcfg, ocfg)
         assert res.scores.shape == (len(res.active_idx),) * 2
-        params, state = ref.optimizer_step(params, grads, state, rows, ocfg)
-        for h, rh in zip(hidden, res.hidden):
-            h[res.active_idx] = rh
         loss_value = trainer.train_step(torch.tensor(step["inp"]), torch.tensor(step["tgt"]),
                                         torch.tensor(step["active"], dtype=torch.float64),
                                         keep_of(torch.tensor(step["reset"], dtype=torch.float64)), None)
@@ -305,12 +313,7 @@ def test_three_steps_update_params_and_state(case: tuple, path: str, device: str
     hidden = [h.copy() for h in hidden]
     touched: set[int] = set()
     for t, step in enumerate(STEPS):
-        res, grads, rows = ref.step_gradients(params, hidden, np.array(step["inp"]), np.array(step["tgt"]),
-                                              np.array(step["active"], bool), np.array(step["reset"], bool),
-                                              np.array(step["samples"]), rcfg, SUPPORT)
-        params, state = ref.optimizer_step(params, grads, state, rows, ocfg)
-        for h, rh in zip(hidden, res.hidden):
-            h[res.active_idx] = rh
+        res, params, state, rows = ref_train_step(params, hidden, state, step, rcfg, ocfg)
         touched |= set(rows["Wy"].tolist())
         got_loss = engine_step(trainer, step)
         assert got_loss == pytest.approx(res.loss, rel=1e-9), f"loss at step {t + 1}"
@@ -349,12 +352,7 @@ def test_float32_engine_two_steps(loss: str, final_act: str, kw: dict) -> None:
     state = ref.OptState.zeros(params)
     hidden = [h.copy() for h in hidden]
     for t, step in enumerate(STEPS[:2]):
-        res, grads, rows = ref.step_gradients(params, hidden, np.array(step["inp"]), np.array(step["tgt"]),
-                                              np.array(step["active"], bool), np.array(step["reset"], bool),
-                                              np.array(step["samples"]), rcfg, SUPPORT)
-        params, state = ref.optimizer_step(params, grads, state, rows, ocfg)
-        for h, rh in zip(hidden, res.hidden):
-            h[res.active_idx] = rh
+        res, params, state, rows = ref_train_step(params, hidden, state, step, rcfg, ocfg)
         # params were rounded to float32 on loading: compare loosely
         assert engine_step(trainer, step) == pytest.approx(res.loss, rel=1e-5)
         got = net_to_params(trainer.net)
