@@ -197,6 +197,29 @@ def test_parquet_and_tsv_hold_the_same_rows(tmp_path: Path) -> None:
         pd.testing.assert_frame_equal(a, b, check_dtype=False)
 
 
+def test_diginetica_time_and_key_across_chunks(tmp_path: Path) -> None:
+    """The earliest date of a session anchors all its rows even when they lie in other chunks;
+    keys and the written SessionId stay int64 although the ids fit in 32 bits."""
+    pytest.importorskip("pyarrow")
+    from gru4rec.datasets import diginetica
+
+    path = tmp_path / "train-item-views.csv"
+    # session 7: rows in chunks 1 and 3; its second row is dated a day later than the first
+    path.write_text(DIGI + "7;NA;1;0;2016-05-02\n8;NA;2;5;2016-05-01\n"
+                    "8;NA;3;9;2016-05-01\n7;NA;4;60;2016-05-03\n")
+    raw = diginetica.read_raw([path], 2, common.Progress("t", False))
+    day = 86_400_000
+    may1 = pd.Timestamp("2016-05-01", tz="UTC").value // 1_000_000
+    assert raw.key.dtype == np.int64 and raw.key.tolist() == [7, 8, 8, 7]
+    assert raw.time.tolist() == [may1 + day, may1 + 5, may1 + 9, may1 + day + 60]
+    assert raw.item_ids[raw.item].tolist() == [1, 2, 3, 4]
+    assert raw.n_rows == 4 and raw.sources == [str(path)]
+    src = digi_file(tmp_path)
+    preprocess("diginetica", src, tmp_path / "pq", progress=False, fmt="parquet", chunksize=7)
+    for name in common.OUTPUT_NAMES:
+        assert pd.read_parquet(tmp_path / "pq" / f"{name}.parquet")["SessionId"].dtype == np.int64
+
+
 def test_tsv_without_pyarrow_is_the_same(tmp_path: Path, monkeypatch) -> None:
     cols = {
         "SessionId": np.array([3, 3, 10]),

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from gru4rec.datasets.common import (
+    Accumulator,
     DatasetInfo,
     ItemCoder,
     Progress,
@@ -51,37 +52,27 @@ DATE_EXAMPLE = "2016-05-09"
 def read_raw(paths: list[Path], chunksize: int, prog: Progress) -> RawEvents:
     """Read `train-item-views.csv`: key = sessionId, time = session date (ms) + timeframe."""
     coder = ItemCoder()
-    sessions: list[np.ndarray] = []
-    items: list[np.ndarray] = []
-    dates: list[np.ndarray] = []
+    acc = Accumulator()  # time: the row's eventdate (ms) until every chunk is read
     frames: list[np.ndarray] = []
-    n_rows = 0
     for path in paths:
         cols = resolve_header(path, ";", REQUIRED, NAME)
         rename = {v: k for k, v in cols.items()}
         for chunk in iter_csv_chunks(
             path, sep=";", usecols=list(cols.values()), dtype={cols["eventdate"]: str}, chunksize=chunksize
         ):
-            n_rows += len(chunk)
+            acc.n_rows += len(chunk)
             chunk = chunk.rename(columns=rename)
-            sessions.append(column_int64(chunk["session"], path, cols["session"], 1, "an integer session id"))
-            items.append(coder.encode(column_int64(chunk["item"], path, cols["item"], 1, "an integer item id")))
+            session = column_int64(chunk["session"], path, cols["session"], 1, "an integer session id")
+            item = coder.encode(column_int64(chunk["item"], path, cols["item"], 1, "an integer item id"))
             frames.append(column_int64(chunk["timeframe"], path, cols["timeframe"], 1, "integer milliseconds"))
-            dates.append(
-                column_timestamp(chunk["eventdate"], path, cols["eventdate"], 1, unit="ms", example=DATE_EXAMPLE)
-            )
-            chunk_progress(prog, path, n_rows, n_rows)
-    key = np.concatenate(sessions) if sessions else np.empty(0, np.int64)
-    date = np.concatenate(dates) if dates else np.empty(0, np.int64)
+            date = column_timestamp(chunk["eventdate"], path, cols["eventdate"], 1, unit="ms", example=DATE_EXAMPLE)
+            acc.add(session, item, date)
+            chunk_progress(prog, path, acc.n_rows, acc.n_kept)
+    raw = acc.finish(coder, [str(p) for p in paths])
     # a session's events normally share one date; should they not, the earliest date anchors
     # all of them, so that timeframe keeps ordering the session's events
-    session_date = pd.Series(date).groupby(key).transform("min").to_numpy(dtype=np.int64)
-    tm = session_date + (np.concatenate(frames) if frames else np.empty(0, np.int64))
-    return RawEvents(
-        key=key,
-        item=np.concatenate(items) if items else np.empty(0, np.int32),
-        time=tm,
-        item_ids=coder.ids(),
-        sources=[str(p) for p in paths],
-        n_rows=n_rows,
-    )
+    session_date = pd.Series(raw.time).groupby(raw.key).transform("min").to_numpy(dtype=np.int64)
+    raw.time = session_date + (np.concatenate(frames) if frames else np.empty(0, np.int64))
+    # Accumulator keeps 32-bit keys; the written SessionId stays int64 (the Parquet schema)
+    raw.key = raw.key.astype(np.int64, copy=False)
+    return raw
