@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import tempfile
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -39,6 +38,7 @@ from typing import Any
 import torch
 
 from gru4rec.errors import ModelFileError
+from gru4rec.files import atomic_write
 
 __all__ = [
     "FORMAT_NAME",
@@ -99,18 +99,6 @@ def _raw_bytes(t: torch.Tensor) -> memoryview:
 
 def _crc(t: torch.Tensor) -> int:
     return zlib.crc32(_raw_bytes(t))
-
-
-def _current_umask() -> int:
-    """The process umask without changing it (reading /proc avoids the racy set-and-restore)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
 
 
 def _prepare_tensors(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -177,45 +165,27 @@ def save_file(
     if not directory.is_dir():
         raise ModelFileError(f"cannot write model file {path}: directory {directory} does not exist")
 
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise ModelFileError(
-            f"cannot write model file {path}: directory {directory} is not writable ({exc.strerror})"
-        ) from exc
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as fh:
+    started = False
+
+    def write(tmp: Path) -> None:
+        nonlocal started
+        started = True
+        with open(tmp, "wb") as fh:
             torch.save(envelope, fh)
             fh.flush()
             os.fsync(fh.fileno())
-        # mkstemp creates 0600; give the file the permissions a plain open() would have.
-        os.chmod(tmp, 0o666 & ~_current_umask())
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            # link() fails if the target appeared since the check above, so a file created
-            # concurrently is never clobbered; fall back to replace() where links are unsupported.
-            try:
-                os.link(tmp, path)
-            except FileExistsError as exc:
-                raise ModelFileError(
-                    f"refusing to overwrite existing file {path} (use overwrite/--force)"
-                ) from exc
-            except OSError:
-                os.replace(tmp, path)
-            else:
-                tmp.unlink()
+
+    try:
+        atomic_write(path, write, overwrite=overwrite)
         _fsync_directory(directory)
-    except ModelFileError:
-        tmp.unlink(missing_ok=True)
-        raise
+    except FileExistsError as exc:  # the file appeared since the check above
+        raise ModelFileError(f"refusing to overwrite existing file {path} (use overwrite/--force)") from exc
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        if not started:
+            raise ModelFileError(
+                f"cannot write model file {path}: directory {directory} is not writable ({exc.strerror})"
+            ) from exc
         raise ModelFileError(f"cannot write model file {path}: {exc.strerror or exc}") from exc
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return path
 
 

@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import importlib
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from gru4rec.errors import ConfigError, Gru4RecError
+from gru4rec.files import atomic_write
 
 if TYPE_CHECKING:  # the heavy imports (torch, pandas) happen inside the commands
     from gru4rec.config import Config
@@ -405,15 +405,7 @@ def _write_json(path: str, payload: Any, *, force: bool) -> None:
     p = Path(path)
     if p.exists() and not force:
         raise Gru4RecError(f"{p} already exists; use --force to overwrite it")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(p, lambda tmp: tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8"))
 
 
 # ---------------------------------------------------------------------------------------- train

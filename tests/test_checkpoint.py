@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from gru4rec import checkpoint
+from gru4rec import checkpoint, files
 from gru4rec.checkpoint import FORMAT_VERSION, file_info, load_file, save_file
 from gru4rec.errors import ModelFileError
 
@@ -134,7 +134,7 @@ def test_unwritable_directory_simulated(tmp_path: Path, monkeypatch: pytest.Monk
     def deny(*args: object, **kwargs: object) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(checkpoint.tempfile, "mkstemp", deny)
+    monkeypatch.setattr(files.tempfile, "mkstemp", deny)
     with pytest.raises(ModelFileError, match=rf"directory {tmp_path} is not writable"):
         save_file(tmp_path / "m", {"a": torch.zeros(1)}, {})
 
