@@ -120,6 +120,41 @@ def test_time_split_matches_brute_force() -> None:
     assert len(test) > 0 and len(train) > 0
 
 
+def test_time_split_is_the_pipeline_rule_plus_unknown_item_removal(tmp_path: Path) -> None:
+    """`time_split` applies, to a DataFrame, the §11 rule that `gru4rec split` (split_events, via
+    datasets.common.time_split) applies to event codes. The two must agree: the same train and
+    test as split_events without filtering, except that time_split also removes test events
+    whose item is not in train and then test sessions left shorter than 2."""
+    from gru4rec.datasets.split import split_events
+
+    df = generate(n_sessions=800, n_items=3_000, seed=5, n_days=10)
+    # boundary on the 2nd event of a 2-event session: its 1st event alone is dropped from train,
+    # and it starts before the boundary, so it is in neither set
+    T = int(df["Time"].max())
+    lengths = df.groupby("SessionId")["Time"].transform("size")
+    cut = df[(lengths == 2) & (df["Time"] < T - 2 * DAY)].iloc[-1]
+    seconds = T - int(cut["Time"])
+    df = df.sample(frac=1.0, random_state=0)  # the row order must not matter
+    train, test = time_split(df, seconds)
+    split_events(df, tmp_path, days=seconds / DAY, min_item_support=1, min_session_length=2)
+    pipe_train = pd.read_csv(tmp_path / "train_full.tsv", sep="\t")
+    pipe_test = pd.read_csv(tmp_path / "test.tsv", sep="\t")
+
+    def rows(frame: pd.DataFrame) -> pd.DataFrame:
+        cols = ["SessionId", "ItemId", "Time"]
+        return frame[cols].sort_values(cols).reset_index(drop=True).astype("int64")
+
+    assert cut["SessionId"] not in set(train["SessionId"]) | set(test["SessionId"])
+    pd.testing.assert_frame_equal(rows(train), rows(pipe_train))
+    known = pipe_test[pipe_test["ItemId"].isin(pipe_train["ItemId"])]
+    known = known[known.groupby("SessionId")["ItemId"].transform("size") >= 2]
+    pd.testing.assert_frame_equal(rows(test), rows(known))
+    # the difference is exercised: unknown items removed, and sessions left too short dropped
+    assert len(known) < len(pipe_test)
+    assert known["SessionId"].nunique() < pipe_test["SessionId"].nunique()
+    assert len(test) > 0
+
+
 def test_write_synthetic_files(tmp_path: Path) -> None:
     paths = write_synthetic(tmp_path / "synth", n_sessions=1_500, n_items=300, seed=2)
     assert sorted(p.name for p in paths.values()) == sorted(SPLIT_FILES)
