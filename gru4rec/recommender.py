@@ -289,11 +289,7 @@ class GRU4Rec:
         out = torch.zeros(len(sequences), net.sizes[-1], device=self.device)
         for t in range(width):
             live = (lengths > t).unsqueeze(1)
-            before = [h.clone() for h in hidden]
-            step_out = net.step(items[:, t], hidden)
-            for h, h_old in zip(hidden, before):
-                h.copy_(torch.where(live, h, h_old))
-            out = torch.where(live, step_out, out)
+            out = torch.where(live, _step_rows(net, items[:, t], hidden, live), out)
         return out
 
     def recommend_batch(self, sessions: Sequence[Iterable[Any]], k: int = 20, *, exclude_seen: bool = False) -> list[Recommendations]:
@@ -364,10 +360,7 @@ class GRU4Rec:
         known = torch.from_numpy(idx >= 0).to(self.device).unsqueeze(1)
         if not bool(known.all()):
             warnings.warn(f"{int((idx < 0).sum())} unknown input item id(s): their positions keep their state", stacklevel=2)
-        before = [h.clone() for h in hidden]
-        out = net.step(torch.from_numpy(np.maximum(idx, 0)).to(self.device), hidden)
-        for h, h_old in zip(hidden, before):
-            h.copy_(torch.where(known, h, h_old))
+        out = _step_rows(net, torch.from_numpy(np.maximum(idx, 0)).to(self.device), hidden, known)
         self._live = (session_ids.astype(object), hidden)
         scores = net.score_all(out)
         columns = item_map.ids
@@ -378,6 +371,16 @@ class GRU4Rec:
             scores = scores[:, torch.from_numpy(cols).to(self.device)]
             columns = np.asarray(predict_for_item_ids)
         return pd.DataFrame(scores.t().cpu().numpy(), index=columns)
+
+
+def _step_rows(net: GRU4RecNet, items: torch.Tensor, hidden: list[torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+    """``net.step`` for the rows where ``rows`` (B×1 bool) is true; the other rows keep their
+    hidden state. Returns the step's output for all rows."""
+    before = [h.clone() for h in hidden]
+    out = net.step(items, hidden)
+    for h, h_old in zip(hidden, before):
+        h.copy_(torch.where(rows, h, h_old))
+    return out
 
 
 def _check_writable_dir(directory: Path) -> None:
