@@ -15,7 +15,6 @@ import csv
 import gzip
 import io
 import os
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import DataError, Gru4RecError
+from .files import atomic_write
 
 __all__ = [
     "ItemMap",
@@ -408,10 +408,10 @@ def write_events(
         raise DataError(f"{p}: file exists; pass force=True (--force) to overwrite it")
     p.parent.mkdir(parents=True, exist_ok=True)
     suffix, gz = _split_suffix(p)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    if sep is None:
+        sep = "," if suffix in _CSV_SUFFIXES else "\t"
+
+    def write(tmp: Path) -> None:
         if suffix in _PARQUET_SUFFIXES:
             try:
                 import pyarrow  # noqa: F401
@@ -425,14 +425,9 @@ def write_events(
             else:
                 df.to_parquet(tmp, index=False)
         else:
-            if sep is None:
-                sep = "," if suffix in _CSV_SUFFIXES else "\t"
             df.to_csv(tmp, sep=sep, index=False, compression="gzip" if gz else None)
-        os.replace(tmp, p)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return p
+
+    return atomic_write(p, write)
 
 
 # --------------------------------------------------------------------------------------------

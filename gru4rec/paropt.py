@@ -61,7 +61,6 @@ import os
 import re
 import socket
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -70,6 +69,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .errors import ConfigError, DataError, Gru4RecError, TrainingDivergedError
+from .files import atomic_write
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import optuna
@@ -1033,14 +1033,7 @@ def output_paths(out: str | os.PathLike[str], study_name: str) -> dict[str, Path
 def _write_text(path: Path, text: str) -> None:
     """Atomic write: a temp file in the same folder, then rename over the target."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def _json_safe(value: Any) -> Any:

@@ -24,7 +24,6 @@ import io
 import lzma
 import os
 import sys
-import tempfile
 import time as _time
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -36,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from gru4rec.errors import ConfigError, DataError, Gru4RecError
+from gru4rec.files import atomic_write
 
 OUTPUT_NAMES: tuple[str, ...] = ("train_full", "test", "train_tr", "train_valid")
 STATS_FILE = "stats.tsv"
@@ -179,24 +179,6 @@ def prepare_out_dir(out_dir: PathLike, fmt: str, force: bool) -> dict[str, Path]
     return paths
 
 
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through a temporary file in the same folder, then rename over `path`.
-
-    A crash or an error leaves either the old file or none, never a truncated one.
-    """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def _require_pyarrow(what: str) -> Any:
     try:
         import pyarrow  # noqa: F401
@@ -283,14 +265,14 @@ def write_events(
             raise TypeError("names are required when columns is an iterable of slices")
         names = list(columns)
     if fmt == "parquet":
-        _atomic_write(path, lambda tmp: _write_parquet(tmp, names, columns))
+        atomic_write(path, lambda tmp: _write_parquet(tmp, names, columns))
     else:
-        _atomic_write(path, lambda tmp: _write_tsv(tmp, names, columns))
+        atomic_write(path, lambda tmp: _write_tsv(tmp, names, columns))
 
 
 def write_stats(path: Path, stats: pd.DataFrame) -> None:
     """Atomically write the stats table as TSV."""
-    _atomic_write(path, lambda tmp: stats.to_csv(tmp, sep="\t", index=False))
+    atomic_write(path, lambda tmp: stats.to_csv(tmp, sep="\t", index=False))
 
 
 # --------------------------------------------------------------------------------------------
