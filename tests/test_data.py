@@ -476,46 +476,40 @@ def test_read_directory(tmp_path: Path) -> None:
         read_events(tmp_path)
 
 
-def test_read_empty_file(tmp_path: Path) -> None:
-    p = tmp_path / "e.tsv"
-    p.write_text("")
-    with pytest.raises(DataError, match=r"e.tsv: empty file"):
+# Bad event files: one clear DataError naming the file and, where there is one, the line.
+BAD_FILES = [
+    pytest.param("e.tsv", "",
+                 r"e.tsv: empty file", id="empty_file"),
+    pytest.param("e.tsv", "SessionId\tItemId\tTime\n",
+                 r"e.tsv: no events \(0 rows\)", id="header_only"),
+    pytest.param("e.tsv", "SessionId\tItem\tTime\n1\t2\t3\n",
+                 r"e.tsv: missing column 'ItemId'; the columns found are \['SessionId', 'Item', 'Time'\]", id="missing_column_lists_header"),
+    pytest.param("e.tsv", "SessionId\tItemId\tTime\n1\t214821371\t1\n1\t\t2\n2\t\t3\n",
+                 r"e.tsv: column 'ItemId' has 2 missing value.*first at line 3", id="nan_item_id_gives_line"),
+    pytest.param("e.csv", 'SessionId,ItemId,Time\n"",a,1\n',
+                 r"e.csv: column 'SessionId' has 1 missing.*line 2", id="empty_quoted_session_id"),
+    pytest.param("e.tsv", "SessionId\tItemId\tTime\n1\t1\t2014-04-07\n1\t2\tnot-a-date\n",
+                 r"e.tsv: column 'Time' has 1 unparsable.*'not-a-date' at line 3", id="unparsable_time_gives_value_and_line"),
+    pytest.param("e.tsv.gz", "SessionId\tItemId\tTime\n1\t1\t1\n",
+                 r"e.tsv.gz: cannot read the file", id="not_gzipped"),
+    pytest.param("e.tsv", "SessionId\tItemId\tTime\n1\t1\t1\n1\t2\n",
+                 r"e.tsv: column 'Time' has 1 missing or non-finite time.*line 3", id="short_row"),
+    pytest.param("e.csv", 'SessionId,ItemId,Time\n1,"abc,1\n2,x,3\n',
+                 r"e.csv: cannot parse the file", id="unterminated_quote"),
+]
+
+
+@pytest.mark.parametrize("name,text,message", BAD_FILES)
+def test_read_bad_file_names_the_problem(tmp_path: Path, name: str, text: str, message: str) -> None:
+    p = tmp_path / name
+    p.write_text(text)
+    with pytest.raises(DataError, match=message):
         read_events(p)
 
 
-def test_read_header_only(tmp_path: Path) -> None:
-    p = tmp_path / "e.tsv"
-    p.write_text("SessionId\tItemId\tTime\n")
-    with pytest.raises(DataError, match=r"e.tsv: no events \(0 rows\)"):
-        read_events(p)
 
 
-def test_read_missing_column_lists_header(tmp_path: Path) -> None:
-    p = tmp_path / "e.tsv"
-    p.write_text("SessionId\tItem\tTime\n1\t2\t3\n")
-    with pytest.raises(DataError, match=r"e.tsv: missing column 'ItemId'; the columns found are \['SessionId', 'Item', 'Time'\]"):
-        read_events(p)
 
-
-def test_read_nan_item_id_gives_line(tmp_path: Path) -> None:
-    p = tmp_path / "e.tsv"
-    p.write_text("SessionId\tItemId\tTime\n1\t214821371\t1\n1\t\t2\n2\t\t3\n")
-    with pytest.raises(DataError, match=r"e.tsv: column 'ItemId' has 2 missing value.*first at line 3"):
-        read_events(p)
-
-
-def test_read_empty_quoted_session_id(tmp_path: Path) -> None:
-    p = tmp_path / "e.csv"
-    p.write_text('SessionId,ItemId,Time\n"",a,1\n')
-    with pytest.raises(DataError, match=r"e.csv: column 'SessionId' has 1 missing.*line 2"):
-        read_events(p)
-
-
-def test_read_unparsable_time_gives_value_and_line(tmp_path: Path) -> None:
-    p = tmp_path / "e.tsv"
-    p.write_text("SessionId\tItemId\tTime\n1\t1\t2014-04-07\n1\t2\tnot-a-date\n")
-    with pytest.raises(DataError, match=r"e.tsv: column 'Time' has 1 unparsable.*'not-a-date' at line 3"):
-        read_events(p)
 
 
 def test_read_parquet_null_item_id(tmp_path: Path) -> None:
@@ -559,25 +553,7 @@ def test_read_parquet_without_pyarrow(tmp_path: Path, monkeypatch: pytest.Monkey
         read_events(p)
 
 
-def test_read_not_gzipped(tmp_path: Path) -> None:
-    p = tmp_path / "e.tsv.gz"
-    p.write_text("SessionId\tItemId\tTime\n1\t1\t1\n")
-    with pytest.raises(DataError, match=r"e.tsv.gz: cannot read the file"):
-        read_events(p)
 
-
-def test_read_short_row(tmp_path: Path) -> None:
-    p = tmp_path / "e.tsv"
-    p.write_text("SessionId\tItemId\tTime\n1\t1\t1\n1\t2\n")
-    with pytest.raises(DataError, match=r"e.tsv: column 'Time' has 1 missing or non-finite time.*line 3"):
-        read_events(p)
-
-
-def test_read_unterminated_quote(tmp_path: Path) -> None:
-    p = tmp_path / "e.csv"
-    p.write_text('SessionId,ItemId,Time\n1,"abc,1\n2,x,3\n')
-    with pytest.raises(DataError, match=r"e.csv: cannot parse the file"):
-        read_events(p)
 
 
 def test_unknown_item_message_shows_plain_value() -> None:
