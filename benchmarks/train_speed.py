@@ -13,6 +13,12 @@ build one trainer per variant in the same process and interleave their repeats, 
 disturbs both alike; ``speed_vs_first`` is the median of the per-repeat speed ratios (peak memory
 is then the process's, all variants together). Without ``--data`` a synthetic data set
 (gru4rec.datasets.synthetic) is used.
+
+For the fast step it also reports the step's matrix products on their own: their GFLOP per step
+and ``matmul_floor_ms``, the time they take back to back on random operands of the same shapes
+and layouts — what a step cannot go below on this machine — and ``matmul_share`` = floor / step
+time. Hosts differ (the rsc15 step takes 1.0 ms on one of this project's 2-core machines and
+3–4 ms on another); the share says how much of a step is overhead on the host at hand.
 """
 from __future__ import annotations
 
@@ -56,6 +62,43 @@ def load_sessions(data: str | None, n_items: int, seed: int):
     return sessions, item_support(sessions.items, len(item_map))
 
 
+def step_products(config: Config, n_distinct: float, device: torch.device, dtype: torch.dtype) -> tuple[list, float]:
+    """The fast step's matrix products (shared-embedding layout) as callables on random operands
+    with the step's shapes and operand layouts, and their GFLOP per step. ``n_distinct``: the
+    mean number of distinct scored items, the rows of the CPU path's Wy-gradient product."""
+    B, L, C = config.batch_size, config.layers[-1], config.batch_size + config.n_sample
+    K = int(round(n_distinct))
+    mk = lambda *shape: torch.randn(*shape, device=device).to(dtype)  # noqa: E731
+    shapes = []  # (left operand, right operand): transposed views where the step uses them
+    d_in = L
+    for n in config.layers:
+        shapes += [(mk(B, d_in), mk(d_in, 3 * n)), (mk(B, n), mk(n, 2 * n)), (mk(B, n), mk(n, n)),  # forward
+                   (mk(B, n).t(), mk(B, n)), (mk(B, n), mk(n, n).t()), (mk(B, n).t(), mk(B, 2 * n)),  # Wh, d_r, Wrz
+                   (mk(B, d_in).t(), mk(B, 3 * n)), (mk(B, 3 * n), mk(d_in, 3 * n).t())]  # Wx, d_x
+        d_in = n
+    shapes += [(mk(B, L), mk(C, L).t()), (mk(B, C), mk(C, L)), (mk(B, K).t(), mk(B, L))]  # scores, d, Wy rows
+    gflop = sum(2 * a.shape[0] * a.shape[1] * b.shape[1] for a, b in shapes) / 1e9
+    return [lambda a=a, b=b: torch.mm(a, b) for a, b in shapes], gflop
+
+
+def matmul_floor_ms(config: Config, n_distinct: float, device: torch.device, dtype: torch.dtype, repeats: int = 30) -> tuple[float, float]:
+    """(median ms, GFLOP) of the step's matrix products run back to back on their own: the time a
+    step cannot go below on this machine with these BLAS kernels."""
+    products, gflop = step_products(config, n_distinct, device, dtype)
+    times = []
+    for r in range(repeats + 3):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        for f in products:
+            f()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if r >= 3:
+            times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times), gflop
+
+
 def measure(config: Config, sessions, support, device: torch.device, steps: int, warmup: int, repeats: int,
             variants: list[tuple[bool, str]]) -> list[dict]:
     """One JSON-ready dict per variant (reference?, precision). The variants' repeats are
@@ -71,6 +114,13 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
         trainers.append(Trainer(net, config, support, reference=reference, precision=precision))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    # Rows of the Wy-gradient product: the distinct scored items where the optimiser merges
+    # duplicate rows first (CPU), all C columns otherwise. (Draws from the first trainer's store.)
+    first = trainers[0]
+    n_distinct = float(np.mean([
+        torch.unique(torch.cat((schedule.targets[t], first.sampler.next() if first.sampler else schedule.targets[t]))).numel()
+        for t in range(min(20, schedule.n_steps))
+    ])) if first.optimizer.unique_rows else float(config.batch_size + config.n_sample)
 
     def run(trainer: Trainer, first: int, n: int) -> float:
         if device.type == "cuda":
@@ -112,6 +162,11 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
             "events_per_s": round(steps * events / med, 0),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         }
+        if not reference:
+            floor_ms, gflop = matmul_floor_ms(config, n_distinct, device, torch.bfloat16 if precision == "bfloat16" else torch.float32)
+            out["matmul_gflop_per_step"] = round(gflop, 4)
+            out["matmul_floor_ms"] = round(floor_ms, 4)  # the step's products alone, back to back
+            out["matmul_share"] = round(floor_ms / out["ms_per_step"], 3)
         if len(variants) > 1:  # speed relative to the first variant, repeat by repeat
             out["speed_vs_first"] = round(statistics.median(a / b for a, b in zip(seconds[0], secs)), 3)
         if device.type == "cuda":
@@ -133,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--reference", action="store_true", help="measure the plain autograd step only")
     parser.add_argument("--compare-reference", action="store_true", help="measure both paths, interleaved, and print the ratio")
-    parser.add_argument("--precision", default="float32", help="float32, bfloat16 or float16 (CUDA): the fast step's matrix products")
+    parser.add_argument("--precision", default="float32", help="float32 or bfloat16: operand type of the fast step's matrix products")
     parser.add_argument("--compare-precision", action="store_true", help="measure float32 and --precision, interleaved, and print the ratio")
     parser.add_argument("--sweep", action="store_true", help="batch 32..256 × layers 100..512 × {cross-entropy, bpr-max}")
     args = parser.parse_args(argv)

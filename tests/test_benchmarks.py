@@ -1,0 +1,74 @@
+"""The benchmark scripts' arithmetic and parsing (their timings are not tested)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gru4rec.config import Config
+from gru4rec.train import EpochStats
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+train_speed = load("train_speed")
+port_compare = load("port_compare")
+
+
+def hand_count_gflop(batch: int, layers: list[int], n_sample: int, n_distinct: int) -> float:
+    """The fast step's multiply-adds, counted by hand: per layer 3 forward and 5 backward products
+    (input rows d_in wide), then scores, their backward and the Wy-row gradient."""
+    total, d_in = 0, layers[-1]
+    for n in layers:
+        total += d_in * 3 * n + n * 2 * n + n * n  # forward: Wx, Wrz, Wh
+        total += n * n + n * n + n * 2 * n + d_in * 3 * n + 3 * n * d_in  # backward: Wh, d_r, Wrz, Wx, d_x
+        d_in = n
+    total += layers[-1] * (2 * (batch + n_sample) + n_distinct)  # scores, d, Wy rows
+    return 2 * batch * total / 1e9
+
+
+@pytest.mark.parametrize("layers", [[512], [100], [64, 32]])
+def test_step_products_count_the_steps_flops(layers: list[int]) -> None:
+    config = Config(batch_size=16, layers=tuple(layers), n_sample=40)
+    products, gflop = train_speed.step_products(config, 37.4, torch.device("cpu"), torch.float32)
+    assert gflop == pytest.approx(hand_count_gflop(16, layers, 40, 37))
+    assert len(products) == 8 * len(layers) + 3
+
+
+def test_diginetica_step_is_1_92_gflop() -> None:
+    config = Config.from_file(ROOT / train_speed.CONFIGS["diginetica"])
+    _, gflop = train_speed.step_products(config, 2113, torch.device("cpu"), torch.float32)
+    assert gflop == pytest.approx(1.9211, abs=1e-4)
+
+
+def test_epoch_lines_of_both_implementations_parse() -> None:
+    ours = EpochStats(epoch=2, loss=8.894735, seconds=6.03, n_steps=1651, n_events=52_484).line()
+    port = "Epoch3 --> loss: 7.625124 \t(20.25s) \t[81.49 mb/s | 2592 e/s]"
+    assert port_compare.epochs_of(f"noise\n{ours}\nmore noise\n{port}\n") == [pytest.approx(52_484 / 6.03, abs=0.5), 2592.0]
+    assert port_compare.epochs_of("Epoch1 --> loss: nan") == []
+
+
+def test_port_params_follow_the_parameter_file() -> None:
+    digi = port_compare.port_params(Config.from_file(ROOT / port_compare.CONFIGS["diginetica"]), epochs=1)
+    assert digi["loss"] == "bpr-max" and digi["elu_param"] == 1.0 and digi["layers"] == [512]
+    assert digi["n_epochs"] == 1 and digi["batch_size"] == 128 and digi["bpreg"] == 0.9
+    rsc15 = port_compare.port_params(Config.from_file(ROOT / port_compare.CONFIGS["rsc15"]), epochs=3)
+    assert rsc15["loss"] == "cross-entropy" and rsc15["logq"] == 1.0 and rsc15["sample_alpha"] == 0.5
+    assert "elu_param" not in rsc15  # the port's cross-entropy has no final activation
+
+
+@pytest.mark.parametrize("change", [dict(loss="top1-max"), dict(adapt="rmsprop"), dict(loss="bpr-max", final_act="tanh")])
+def test_port_params_refuse_what_the_port_cannot_train(change: dict) -> None:
+    with pytest.raises(SystemExit, match="port"):
+        port_compare.port_params(Config(**change), epochs=1)
