@@ -3,6 +3,7 @@
 # Installs nothing heavy (the GPU machine brings its own CUDA torch); every result lands in $OUT.
 #
 #   OUT=/tmp/out bash benchmarks/gpu_check.sh            # ~6-8 minutes on an H200
+#   OUT=/tmp/out PORT=.port bash benchmarks/gpu_check.sh   # + the official port (a copy in .port/), same GPU
 #
 # What it answers (issue 4): do the fast path and CUDA-graph replay give the reference losses on
 # CUDA; mini-batches/s of the retailrocket configuration (target >= 10,000 mb/s); how speed falls
@@ -36,5 +37,13 @@ timeout 90 $PY benchmarks/train_speed.py --config diginetica --device cuda --ste
 # 5. Evaluation on DIGINETICA (if the shared data is there).
 if [ -d "$DATA/diginetica_srgnn" ]; then
   timeout 120 $PY benchmarks/eval_speed.py --device cuda --batch-size 512 2048 4096 > "$OUT/eval_speed.jsonl" 2>>"$OUT/errors.txt"
+fi
+# 6. Against the official PyTorch port on this GPU, if a copy is given (PORT=folder with its
+#    gru4rec_pytorch.py; not part of this project): retailrocket configuration, synthetic data.
+if [ -n "${PORT:-}" ] && [ -f "$PORT/gru4rec_pytorch.py" ]; then
+  $PY -m gru4rec.cli synth "$OUT/synth" --n-sessions 60000 --n-items 50000 -f > /dev/null 2>>"$OUT/errors.txt"
+  timeout 240 $PY benchmarks/port_compare.py --port "$PORT" --device cuda --config retailrocket \
+      --data "$OUT/synth/train_full.tsv" --epochs 2 --rounds 1 > "$OUT/port_compare.jsonl" 2>>"$OUT/errors.txt"
+  rm -rf "$OUT/synth"
 fi
 ls -la "$OUT"

@@ -3,8 +3,8 @@
 The port is not part of this project (its licence is non-commercial and its code stays out of
 ours): fetch it yourself and pass its folder, e.g.
 
-    git clone https://github.com/hidasib/GRU4Rec_PyTorch_Official /tmp/port
-    python benchmarks/port_compare.py --port /tmp/port --config rsc15 \\
+    git clone https://github.com/hidasib/GRU4Rec_PyTorch_Official .port     # .port/ is git-ignored
+    python benchmarks/port_compare.py --port .port --config rsc15 \\
         --data ../shared/data/rsc15_100k/train_full.tsv --epochs 3 --rounds 2
 
 Each round trains ``--epochs`` epochs with this package (``run.py``) and then with the port, each
@@ -53,7 +53,7 @@ sys.path.insert(0, sys.argv[1])
 from gru4rec_pytorch import GRU4Rec
 params = json.loads(sys.argv[3])
 data = pd.read_csv(sys.argv[2], sep='\\t', dtype={'ItemId': 'int64'})
-GRU4Rec(device=torch.device('cpu'), **params).fit(data)
+GRU4Rec(device=torch.device(sys.argv[4]), **params).fit(data)
 """
 
 
@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (both implementations train there)")
     args = parser.parse_args(argv)
     if not (args.port / "gru4rec_pytorch.py").is_file():
         raise SystemExit(f"--port {args.port}: no gru4rec_pytorch.py there")
@@ -116,11 +117,11 @@ def main(argv: list[str] | None = None) -> int:
         paramfile = Path(tmp) / "params.json"
         paramfile.write_text(json.dumps(config.to_dict()))
         for _ in range(args.rounds):
-            ours += run([sys.executable, "run.py", data, "-pf", str(paramfile)], args.threads, "this package")
-            port += run([sys.executable, "-c", PORT_PROGRAM, str(args.port.resolve()), data, json.dumps(port_params(config, args.epochs))],
+            ours += run([sys.executable, "run.py", data, "-pf", str(paramfile), "-d", args.device], args.threads, "this package")
+            port += run([sys.executable, "-c", PORT_PROGRAM, str(args.port.resolve()), data, json.dumps(port_params(config, args.epochs)), args.device],
                         args.threads, "port")
     result = {
-        "config": args.config, "data": args.data, "threads": args.threads, "epochs": args.epochs, "rounds": args.rounds,
+        "config": args.config, "data": args.data, "device": args.device, "threads": args.threads, "epochs": args.epochs, "rounds": args.rounds,
         "ours_events_per_s": ours, "port_events_per_s": port,
         "ours_median": statistics.median(ours), "port_median": statistics.median(port),
         "ratio": round(statistics.median(ours) / statistics.median(port), 3),
