@@ -35,14 +35,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gru4rec.config import Config  # noqa: E402
-
-CONFIGS = {
-    "rsc15": "paramfiles/rsc15_xe_shared_100_best.json",
-    "diginetica": "paramfiles/diginetica_bprmax_shared_512_best.json",
-    "retailrocket": "paramfiles/retailrocket_bprmax_shared_224_best.json",
-}
+from train_speed import CONFIGS  # noqa: E402  (the named configurations of both benchmarks)
 
 EPOCH_LINE = re.compile(r"Epoch(\d+) --> loss: (\S+)\s+\(([\d.]+)s\)\s+\[([\d.]+) mb/s \| (\d+) e/s\]")
 
