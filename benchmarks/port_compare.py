@@ -14,8 +14,8 @@ the two keeps a noisy host from favouring one of them. Prints one JSON line: eve
 for both, their medians and the ratio. Run it alone: two torch processes on 2 cores thrash each
 other.
 
-The port's epochs include its sample-store redraws (every 4,882 steps, on the CPU), ours include
-ours; its one-off initial draw is outside its epoch timer, as our store's is.
+The port's epochs include its sample-store redraws (every 4,882 steps), ours include ours; its
+one-off initial draw is outside its epoch timer, as our store's is.
 
 With NumPy ≥ 2 and pandas ≥ 3 the port (commit 4e7d236) needs two one-line fixes before it runs:
 ``torch.tensor(pop[…].values, …)`` where it builds ``P0`` (logq > 0), and
@@ -48,7 +48,7 @@ import sys, json, torch, pandas as pd
 sys.path.insert(0, sys.argv[1])
 from gru4rec_pytorch import GRU4Rec
 params = json.loads(sys.argv[3])
-data = pd.read_csv(sys.argv[2], sep='\\t', dtype={'ItemId': 'int64'})
+data = pd.read_csv(sys.argv[2], sep='\\t', dtype={'ItemId': str})  # as the port's run.py reads it
 GRU4Rec(device=torch.device(sys.argv[4]), **params).fit(data)
 """
 
