@@ -115,14 +115,14 @@ class GRU4RecNet(nn.Module):
     # ------------------------------------------------------------------ structure
 
     @property
+    def input_table_name(self) -> str:
+        """The :meth:`sparse_parameters` name of the table whose rows feed layer 0."""
+        return {"shared": "Wy", "separate": "E", "none": "layers.0.Wx"}[self.mode]
+
+    @property
     def input_table(self) -> nn.Parameter:
         """The table whose rows feed layer 0: ``Wy`` (shared), ``E`` (separate) or ``Wx_0`` (none)."""
-        if self.mode == "shared":
-            return self.Wy
-        if self.mode == "separate":
-            assert self.E is not None
-            return self.E
-        return self.layers[0].Wx
+        return self.sparse_parameters()[self.input_table_name]
 
     def sparse_parameters(self) -> dict[str, nn.Parameter]:
         """Item-indexed tables, updated only at the rows a step uses (spec §6)."""
