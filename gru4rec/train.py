@@ -201,10 +201,9 @@ class Trainer:
 
     def _sparse_grads(self, inputs: Tensor, cols: Tensor, g_in: Tensor, g_wy: Tensor, g_by: Tensor) -> dict[str, SparseGrad | list[SparseGrad]]:
         """Row indices and gradient rows of each item table (duplicates are summed by the optimiser)."""
-        mode = self.net.mode
-        if mode == "shared":
+        if self.net.mode == "shared":
             return {"Wy": [(inputs, g_in), (cols, g_wy)], "By": (cols, g_by)}
-        return {"Wy": (cols, g_wy), "By": (cols, g_by), ("E" if mode == "separate" else "layers.0.Wx"): (inputs, g_in)}
+        return {"Wy": (cols, g_wy), "By": (cols, g_by), self.net.input_table_name: (inputs, g_in)}
 
     def _reference_step(self, inputs: Tensor, targets: Tensor, samples: Tensor, cols: Tensor, col_valid: Tensor, active: Tensor, n_cols: Tensor) -> Tensor:
         """The plain path: autograd through the model's forward and :func:`make_loss`."""
@@ -322,8 +321,7 @@ class Trainer:
         g_wy = mm.mm(mm.cast(g_items).t(), x_c)
         g_by = g_items.sum(0)
         if not shared:
-            name = "E" if self.net.mode == "separate" else "layers.0.Wx"
-            return {"Wy": UniqueGrad(uniq, g_wy), "By": UniqueGrad(uniq, g_by), name: (inputs, g_in)}
+            return {"Wy": UniqueGrad(uniq, g_wy), "By": UniqueGrad(uniq, g_by), self.net.input_table_name: (inputs, g_in)}
         g_wy.index_add_(0, inverse[:n_in], g_in)
         # By belongs to the scored columns only: an item that is just an input keeps its bias
         # (and the bias's momentum) untouched.
