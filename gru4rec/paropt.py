@@ -641,7 +641,7 @@ class ParoptSettings:
             from .recommender import resolve_device
             from .train import check_precision
 
-            check_precision(self.precision, resolve_device(self.device))
+            check_precision(self.precision, resolve_device(self.device), warn=False)  # the trials' Trainers warn
         except Gru4RecError as exc:
             problems.append(f"--device/--precision: {exc}")
         if problems:

@@ -102,7 +102,7 @@ class GRU4Rec:
     ) -> None:
         self.config = _as_config(config, overrides)
         self.device = resolve_device(device)
-        check_precision(precision, self.device)
+        check_precision(precision, self.device, warn=False)  # a bad name fails here; fit's Trainer warns
         self.precision = precision
         self.item_map: ItemMap | None = None
         self.item_support: np.ndarray | None = None

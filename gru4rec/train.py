@@ -48,16 +48,17 @@ __all__ = ["Trainer", "EpochStats", "Matmuls", "PRECISIONS", "check_precision", 
 PRECISIONS = ("float32", "bfloat16")
 
 
-def check_precision(precision: str, device: torch.device, reference: bool = False) -> torch.dtype | None:
+def check_precision(precision: str, device: torch.device, reference: bool = False, *, warn: bool = True) -> torch.dtype | None:
     """The 16-bit operand type of ``precision`` (None for float32); ConfigError when ``precision``
-    is unknown or does not apply (the reference step); a warning where it would be slow."""
+    is unknown or does not apply (the reference step); with ``warn``, a warning where it would be
+    slow (the :class:`Trainer` warns; an early check of the name passes ``warn=False``)."""
     if precision not in PRECISIONS:
         raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "float32":
         return None
     if reference:
         raise ConfigError(f"precision={precision!r} is a mode of the fast training step; the reference step runs in float32 only")
-    if precision == "bfloat16" and device.type == "cpu" and cpu_has_bf16_matmul() is False:
+    if warn and precision == "bfloat16" and device.type == "cpu" and cpu_has_bf16_matmul() is False:
         warnings.warn(
             "precision='bfloat16': this CPU has no bfloat16 matrix instructions (AVX-512 BF16 or AMX), "
             "so the products are emulated and training is many times slower than in float32 "
