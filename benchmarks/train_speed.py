@@ -114,14 +114,6 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
         trainers.append(Trainer(net, config, support, reference=reference, precision=precision))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    # Rows of the Wy-gradient product: the distinct scored items where the optimiser merges
-    # duplicate rows first (CPU), all C columns otherwise. (Draws from the first trainer's store.)
-    first = trainers[0]
-    n_distinct = float(np.mean([
-        torch.unique(torch.cat((schedule.targets[t], first.sampler.next() if first.sampler else schedule.targets[t]))).numel()
-        for t in range(min(20, schedule.n_steps))
-    ])) if first.optimizer.unique_rows else float(config.batch_size + config.n_sample)
-
     def run(trainer: Trainer, first: int, n: int) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -140,6 +132,15 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
         order = range(len(trainers)) if r % 2 == 0 else reversed(range(len(trainers)))
         for i in order:
             seconds[i].append(run(trainers[i], first, steps))
+    # Rows of the Wy-gradient product: the distinct scored items where the optimiser merges
+    # duplicate rows first (CPU), all C columns otherwise. Drawn after the timed runs (from the
+    # first trainer's store), so that the variants' sample streams stay as they were.
+    lead = trainers[0]
+    n_distinct = float(np.mean([
+        torch.unique(torch.cat((schedule.targets[t], lead.sampler.next() if lead.sampler else schedule.targets[t]))).numel()
+        for t in range(min(20, schedule.n_steps))
+    ])) if lead.optimizer.unique_rows else float(config.batch_size + config.n_sample)
+
     events = float(np.mean(schedule.n_active[: warmup + steps]))
     results = []
     for (reference, precision), secs in zip(variants, seconds):
