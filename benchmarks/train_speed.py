@@ -100,8 +100,8 @@ def matmul_floor_ms(config: Config, n_distinct: float, device: torch.device, dty
 
 
 def measure(config: Config, sessions, support, device: torch.device, steps: int, warmup: int, repeats: int,
-            variants: list[tuple[bool, str]]) -> list[dict]:
-    """One JSON-ready dict per variant (reference?, precision). The variants' repeats are
+            variants: list[tuple[bool, str, bool | None]]) -> list[dict]:
+    """One JSON-ready dict per variant (reference?, precision, fused CPU kernels?). The variants' repeats are
     interleaved — repeat r of every variant runs before repeat r + 1 of any — so that a noisy
     host disturbs them alike and their ratio (``ratio_to_first``, median of per-repeat ratios)
     stays meaningful even when the absolute figures move."""
@@ -109,9 +109,9 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
     if schedule.n_steps < warmup + steps:
         raise SystemExit(f"the data gives only {schedule.n_steps} steps; lower --steps/--warmup")
     trainers = []
-    for reference, precision in variants:
+    for reference, precision, kernels in variants:
         net = GRU4RecNet(len(support), config, generator=torch.Generator().manual_seed(config.seed)).to(device)
-        trainers.append(Trainer(net, config, support, reference=reference, precision=precision))
+        trainers.append(Trainer(net, config, support, reference=reference, precision=precision, cpu_kernels=kernels))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     def run(trainer: Trainer, first: int, n: int) -> float:
@@ -143,7 +143,7 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
 
     events = float(np.mean(schedule.n_active[: warmup + steps]))
     results = []
-    for (reference, precision), secs in zip(variants, seconds):
+    for (reference, precision, _), trainer, secs in zip(variants, trainers, seconds):
         med = statistics.median(secs)
         out = {
             "loss": config.loss,
@@ -155,6 +155,7 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
             "threads": torch.get_num_threads(),
             "path": "reference" if reference else "fast",
             "precision": precision,
+            "cpu_kernels": trainer.optimizer.kernels is not None,
             "steps": steps,
             "repeats": repeats,
             "ms_per_step": round(1e3 * med / steps, 4),
@@ -191,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare-reference", action="store_true", help="measure both paths, interleaved, and print the ratio")
     parser.add_argument("--precision", default="float32", help="float32 or bfloat16: operand type of the fast step's matrix products")
     parser.add_argument("--compare-precision", action="store_true", help="measure float32 and --precision, interleaved, and print the ratio")
+    parser.add_argument("--compare-kernels", action="store_true", help="measure the fast step with the optimiser in PyTorch and in the fused CPU kernels, interleaved")
     parser.add_argument("--sweep", action="store_true", help="batch 32..256 × layers 100..512 × {cross-entropy, bpr-max}")
     args = parser.parse_args(argv)
     if args.threads:
@@ -211,11 +213,13 @@ def main(argv: list[str] | None = None) -> int:
                     extra = dict(logq=1.0, final_act="softmax") if loss == "cross-entropy" else dict(logq=0.0, final_act="elu-0.5")
                     configs.append(base.replace(loss=loss, batch_size=batch, layers=(size,), **extra))
     if args.compare_reference:
-        variants = [(True, "float32"), (False, "float32")]  # reference first: ratios = speed-up of the fast step
+        variants = [(True, "float32", None), (False, "float32", None)]  # reference first: ratios = speed-up of the fast step
     elif args.compare_precision:
-        variants = [(False, "float32"), (False, args.precision)]
+        variants = [(False, "float32", None), (False, args.precision, None)]
+    elif args.compare_kernels:
+        variants = [(False, "float32", False), (False, "float32", None)]  # PyTorch first: ratio = the kernels' speed-up
     else:
-        variants = [(args.reference, args.precision)]
+        variants = [(args.reference, args.precision, None)]
     for config in configs:
         for result in measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, variants):
             print(json.dumps(result), flush=True)

@@ -1,6 +1,21 @@
-"""CPU fast paths: keep freed tensor memory for reuse instead of handing it back to the system;
-know whether the CPU multiplies bfloat16 matrices natively (for ``precision='bfloat16'``).
+"""CPU fast paths: fused kernels for the optimiser's row updates (:func:`cpu_kernels`); keep
+freed tensor memory for reuse instead of handing it back to the system; know whether the CPU
+multiplies bfloat16 matrices natively (for ``precision='bfloat16'``).
 
+Fused kernels
+-------------
+Eager PyTorch updates the rows of an item table as a chain of whole-tensor operations (gather
+each state table, five or six passes, scatter each back): a dozen passes over memory and as many
+operator calls per table and step, where one pass suffices. ``cpu_kernels.c`` does that one pass
+(and makes rows unique, and sums score columns per item) in plain C with OpenMP. It is compiled
+on first use with the system's C compiler (``$CC``, else ``cc``; well under a second) into a cache
+(``$GRU4REC_CACHE_DIR``, else ``$XDG_CACHE_HOME/gru4rec`` or ``~/.cache/gru4rec``), keyed by the
+source, the flags, the compiler and the CPU, and loaded with ctypes. Where no compiler works, training warns
+once and runs the PyTorch path, which gives the same results more slowly;
+``GRU4REC_CPU_KERNELS=0`` turns the kernels off.
+
+Freed memory
+------------
 PyTorch's CPU allocator calls ``malloc``/``free`` directly. glibc serves large requests (over a
 dynamic threshold of 128 KiB to 32 MiB) with fresh ``mmap`` regions and unmaps them on ``free``, so
 a temporary of a few megabytes — a step's score matrix, its gathered item rows, the optimiser's
@@ -16,10 +31,20 @@ only to glibc on Linux, and is skipped with ``GRU4REC_MALLOPT=0``.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
+import platform
+import shutil
+import subprocess
 import sys
+import tempfile
+import warnings
+from pathlib import Path
 
-__all__ = ["keep_freed_memory", "cpu_has_bf16_matmul"]
+import torch
+from torch import Tensor
+
+__all__ = ["CpuKernels", "cpu_kernels", "keep_freed_memory", "cpu_has_bf16_matmul"]
 
 _M_TRIM_THRESHOLD = -1
 _M_TOP_PAD = -2
@@ -65,3 +90,264 @@ def cpu_has_bf16_matmul() -> bool | None:
     except OSError:
         return None
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused kernels (cpu_kernels.c)
+
+_SOURCE = Path(__file__).with_name("cpu_kernels.c")
+#: Compiler flag sets tried in order: the first that builds is used (a compiler without OpenMP,
+#: such as Apple clang, still builds the single-threaded kernels).
+_FLAG_SETS = (
+    ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"],
+    ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"],
+    ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd"],
+    ["-O3", "-fno-math-errno", "-fno-trapping-math"],
+)
+#: Optimiser methods as cpu_kernels.c numbers them.
+METHODS = {"sgd": 0, "adagrad": 1, "rmsprop": 2, "adadelta": 3, "adam": 4}
+
+_p = ctypes.c_void_p
+_i64 = ctypes.c_int64
+_f32 = ctypes.c_float
+
+
+class _Rule(ctypes.Structure):
+    """``rule_t`` of cpu_kernels.c."""
+
+    _fields_ = [("p", _p), ("acc", _p), ("dacc", _p), ("m", _p), ("vel", _p), ("width", _i64), ("method", _i64)] + [
+        (name, _f32) for name in ("lr", "momentum", "lmbd", "decay", "gain", "beta1_gain", "bias1", "bias2", "eps")
+    ]
+
+
+class TableUpdate:
+    """The optimiser's update of one float32 table and its state, bound once (layouts checked
+    here); each call checks only what changes — the row indices and the gradient."""
+
+    def __init__(self, fn: ctypes._CFuncPtr, p: Tensor, state: dict[str, Tensor | None], method: str, **constants: float) -> None:
+        self._fn = fn
+        self.width = p.shape[1] if p.dim() == 2 else 1
+        self.n_rows = p.numel() // max(self.width, 1)
+        self._tensors = [p] + [state.get(k) for k in ("acc", "dacc", "m", "vel")]  # kept alive with the addresses
+        need = {"acc": method != "sgd", "dacc": method == "adadelta", "m": method == "adam", "vel": constants.get("momentum", 0.0) > 0}
+        for key, t in zip(("p", "acc", "dacc", "m", "vel"), self._tensors):
+            if t is not None:
+                _check_float(t, key, p.numel())
+            elif need.get(key, True):
+                raise ValueError(f"the {method} update needs the state table {key!r}")
+        self._ptrs = [t.data_ptr() if t is not None else None for t in self._tensors]
+        self.rule = _Rule(*self._ptrs, self.width, METHODS[method])
+        for name, value in constants.items():
+            setattr(self.rule, name, value)
+        self._rule_ref = ctypes.byref(self.rule)
+
+    def __call__(self, rows: Tensor | None, g: Tensor, bias1: float | None = None, bias2: float | None = None) -> None:
+        """Update the table at ``rows`` (unique; gradient row k belongs to ``rows[k]``), or all of
+        it when ``rows`` is None, from ``g`` (overwritten). ``bias1``/``bias2``: Adam's
+        corrections 1 − β^t of this step."""
+        if any(t is not None and t.data_ptr() != ptr for t, ptr in zip(self._tensors, self._ptrs)):
+            raise RuntimeError("a table of the fused update has moved in memory since the optimiser was built")
+        n = self.n_rows if rows is None else _check_index(rows, "rows", self.n_rows)
+        _check_float(g, "g", n * self.width)
+        if bias1 is not None:
+            self.rule.bias1, self.rule.bias2 = bias1, bias2
+        self._fn(self._rule_ref, n, None if rows is None else rows.data_ptr(), g.data_ptr())
+
+
+class CpuKernels:
+    """The kernels of ``cpu_kernels.c`` on tensors. Every argument is checked (type, layout,
+    size) before its address is handed to C: a wrong one is a ValueError, never a stray write."""
+
+    def __init__(self, lib: ctypes.CDLL, path: Path) -> None:
+        self.path = path
+        self._update = lib.g4r_update
+        self._update.argtypes = [_p, _i64, _p, _p]
+        self._update.restype = None
+        self._unique = lib.g4r_unique
+        self._unique.argtypes = [_i64, _p, _i64, _p, _p, _p, _p]
+        self._unique.restype = _i64
+        self._sum_columns = lib.g4r_sum_columns
+        self._sum_columns.argtypes = [_i64, _i64, _i64, _p, _p, _p]
+        self._sum_columns.restype = None
+        self._cross_entropy = lib.g4r_cross_entropy
+        self._cross_entropy.argtypes = [_i64, _i64, _p, _p, _i64, _p]
+        self._cross_entropy.restype = None
+        self._bpr_max = lib.g4r_bpr_max
+        self._bpr_max.argtypes = [_i64, _i64, _p, _p, _p, _f32, _p, _p]
+        self._bpr_max.restype = None
+
+    def table_update(self, p: Tensor, state: dict[str, Tensor | None], *, method: str, lr: float, momentum: float, lmbd: float,
+                     decay: float = 0.0, beta1: float = 0.0, eps: float = 1e-6) -> TableUpdate:
+        """The update (the rule of :mod:`gru4rec.optim`) of ``p`` and its ``state`` (``acc``,
+        ``dacc``, ``m``, ``vel``: full-size tables, None where the method keeps none)."""
+        # 1 − decay and 1 − β1 rounded from double, as PyTorch rounds the Python floats it is given
+        return TableUpdate(self._update, p, state, method, lr=lr, momentum=momentum, lmbd=lmbd, decay=decay, gain=1.0 - decay,
+                           beta1_gain=1.0 - beta1, bias1=1.0, bias2=1.0, eps=eps)
+
+    def unique(self, rows: Tensor, mark: Tensor, slot: Tensor, uniq: Tensor, inverse: Tensor) -> int:
+        """Sorted distinct values of ``rows`` into ``uniq`` and each position's index among them
+        into ``inverse``; returns their number. ``mark`` (uint8, all zero, left so) and ``slot``
+        (int64) are scratch tables over the ids; ``uniq`` and ``inverse`` hold ``len(rows)``."""
+        n_items = mark.numel()
+        n = _check_index(rows, "rows", n_items)
+        if mark.dtype not in (torch.uint8, torch.bool) or not mark.is_contiguous() or mark.device.type != "cpu":
+            raise ValueError("mark must be a contiguous uint8 (or bool) CPU tensor")
+        for t, name, size in ((slot, "slot", n_items), (uniq, "uniq", n), (inverse, "inverse", n)):
+            if t.dtype != torch.int64 or not t.is_contiguous() or t.device.type != "cpu" or t.numel() < size:
+                raise ValueError(f"{name} must be a contiguous int64 CPU tensor of at least {size} elements")
+        return int(self._unique(n, rows.data_ptr(), n_items, mark.data_ptr(), slot.data_ptr(), uniq.data_ptr(), inverse.data_ptr()))
+
+    def sum_columns(self, g: Tensor, group: Tensor, n_groups: int) -> Tensor:
+        """``out[b, group[j]] = Σ_j g[b, j]`` (B × n_groups): the columns of ``g`` summed by group."""
+        if g.dim() != 2:
+            raise ValueError("g must be a matrix")
+        n_rows, n_cols = g.shape
+        _check_float(g, "g", n_rows * n_cols)
+        if _check_index(group, "group", n_groups) != n_cols:
+            raise ValueError(f"group must have one entry per column of g ({n_cols})")
+        out = torch.empty(n_rows, n_groups, dtype=torch.float32)
+        self._sum_columns(n_rows, n_cols, n_groups, g.data_ptr(), group.data_ptr(), out.data_ptr())
+        return out
+
+
+    def cross_entropy(self, x: Tensor, w: Tensor, logit_form: bool) -> Tensor:
+        """Cross-entropy of each row's positive (column i of row i) under the softmax of the
+        scores ``x`` (B×C, masked columns already at −1e30), rows weighted by ``w`` (B): returns
+        the loss (0-dim) and overwrites ``x`` with dL/dx. ``logit_form``: −log p instead of
+        −log(p + 1e-24)."""
+        n_rows, n_cols = _check_scores(x, "x")
+        _check_float(w, "w", n_rows)
+        loss = torch.empty((), dtype=torch.float32)
+        self._cross_entropy(n_rows, n_cols, x.data_ptr(), w.data_ptr(), int(logit_form), loss.data_ptr())
+        return loss
+
+    def bpr_max(self, r: Tensor, valid: Tensor, w: Tensor, bpreg: float) -> tuple[Tensor, Tensor]:
+        """BPR-max with score regularisation ``bpreg`` of the activated scores ``r`` (B×C), over
+        each row's negatives (the other columns whose ``valid`` is 1), rows weighted by ``w``:
+        the loss (0-dim) and dL/dr."""
+        n_rows, n_cols = _check_scores(r, "r")
+        _check_float(valid, "valid", n_cols)
+        _check_float(w, "w", n_rows)
+        grad = torch.empty_like(r)
+        loss = torch.empty((), dtype=torch.float32)
+        self._bpr_max(n_rows, n_cols, r.data_ptr(), valid.data_ptr(), w.data_ptr(), bpreg, grad.data_ptr(), loss.data_ptr())
+        return loss, grad
+
+
+def _check_scores(x: Tensor, name: str) -> tuple[int, int]:
+    """(B, C) of a score matrix with each row's positive in its own column (B ≤ C)."""
+    if x.dim() != 2 or x.shape[0] > x.shape[1]:
+        raise ValueError(f"{name} must be a B×C score matrix with B ≤ C, got {tuple(x.shape)}")
+    _check_float(x, name, x.numel())
+    return x.shape[0], x.shape[1]
+
+
+def _check_float(t: Tensor, name: str, numel: int) -> int:
+    if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() or t.numel() != numel:
+        raise ValueError(f"{name} must be a contiguous float32 CPU tensor of {numel} elements, got {t.dtype} {tuple(t.shape)} on {t.device}")
+    return t.data_ptr()
+
+
+def _check_index(t: Tensor, name: str, bound: int) -> int:
+    """Number of indices in ``t`` (contiguous int64 on the CPU). Their range is the caller's
+    contract (they come from the step's own tables): checking it would cost a pass per call."""
+    if t.dtype != torch.int64 or t.device.type != "cpu" or not t.is_contiguous() or t.dim() != 1:
+        raise ValueError(f"{name} must be a contiguous 1-D int64 CPU tensor (indices below {bound})")
+    return t.shape[0]
+
+
+_kernels: CpuKernels | None = None
+_loaded = False
+
+
+def cpu_kernels() -> CpuKernels | None:
+    """The fused CPU kernels, built and loaded once per process; None when they are turned off
+    (``GRU4REC_CPU_KERNELS=0``) or cannot be built here (then a warning says why, once)."""
+    global _kernels, _loaded
+    if not _loaded:
+        _loaded = True
+        if os.environ.get("GRU4REC_CPU_KERNELS", "1") != "0":
+            try:
+                _kernels = load_kernels()
+            except KernelBuildError as exc:
+                warnings.warn(
+                    f"gru4rec: the fused CPU kernels could not be built ({exc}); training on the CPU uses the PyTorch "
+                    "path, which gives the same results more slowly. Set CC to a working C compiler, or "
+                    "GRU4REC_CPU_KERNELS=0 to silence this.",
+                    stacklevel=2,
+                )
+    return _kernels
+
+
+class KernelBuildError(RuntimeError):
+    """The kernels could not be compiled or loaded."""
+
+
+def kernel_cache_dir() -> Path:
+    """Where built kernels are kept: ``$GRU4REC_CACHE_DIR``, else ``$XDG_CACHE_HOME/gru4rec``
+    or ``~/.cache/gru4rec``."""
+    if os.environ.get("GRU4REC_CACHE_DIR"):
+        return Path(os.environ["GRU4REC_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gru4rec"
+
+
+def load_kernels(cache_dir: Path | None = None, compiler: str | None = None) -> CpuKernels:
+    """Build ``cpu_kernels.c`` (unless the cache has this build) and load it. Raises
+    :class:`KernelBuildError` saying why when it cannot."""
+    cc = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        raise KernelBuildError("no C compiler found: set CC")
+    cache = Path(cache_dir) if cache_dir is not None else kernel_cache_dir()
+    source = _SOURCE.read_bytes()
+    parts = [source, repr(_FLAG_SETS).encode(), cc.encode(), platform.machine().encode(), _cpu_flags().encode()]
+    key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
+    target = cache / f"cpu_kernels-{key}.so"
+    if not target.exists():
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise KernelBuildError(f"cannot create the kernel cache {cache}: {exc.strerror}") from None
+        _compile(cc, cache, target)
+    try:
+        return CpuKernels(ctypes.CDLL(str(target)), target)
+    except (OSError, AttributeError) as exc:
+        raise KernelBuildError(f"cannot load {target}: {exc}") from None
+
+
+def _compile(cc: str, cache: Path, target: Path) -> None:
+    """Compile into a private file next to ``target``, then rename it into place (atomic: a
+    concurrent process sees either no file or a whole one)."""
+    errors = []
+    for flags in _FLAG_SETS:
+        try:
+            fd, tmp = tempfile.mkstemp(dir=cache, prefix=".build-", suffix=".so")
+        except OSError as exc:
+            raise KernelBuildError(f"cannot write to the kernel cache {cache}: {exc.strerror}") from None
+        os.close(fd)
+        try:
+            done = subprocess.run(
+                [cc, *flags, "-fPIC", "-shared", str(_SOURCE), "-o", tmp, "-lm"],
+                capture_output=True, text=True, timeout=300,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            os.unlink(tmp)
+            raise KernelBuildError(f"cannot run the C compiler {cc!r}: {exc}") from None
+        if done.returncode == 0:
+            os.replace(tmp, target)
+            return
+        os.unlink(tmp)
+        errors.append(f"{cc} {' '.join(flags)}: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
+    raise KernelBuildError("; ".join(errors))
+
+
+def _cpu_flags() -> str:
+    """The CPU's feature flags (``-march=native`` builds for them), or '' where unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()

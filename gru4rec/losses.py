@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .config import Config
+from .cpu_ops import CpuKernels
 
 __all__ = ["MASK", "make_loss", "LossFn"]
 
@@ -113,13 +114,35 @@ def make_loss(config: Config) -> LossFn:
 LossGradFn = Callable[[Tensor, Tensor, Tensor, Tensor], "tuple[Tensor, Tensor]"]
 
 
-def make_loss_grad(config: Config) -> LossGradFn:
-    """The loss and dL/dx for the config's loss, matching :func:`make_loss`."""
+def make_loss_grad(config: Config, kernels: CpuKernels | None = None) -> LossGradFn:
+    """The loss and dL/dx for the config's loss, matching :func:`make_loss`. With ``kernels``
+    (float32 scores on the CPU), cross-entropy without smoothing and BPR-max run as fused
+    kernels; the fused cross-entropy overwrites its scores ``x`` with the gradient."""
     inv_b = 1.0 / float(config.batch_size)
     smoothing = float(config.smoothing)
     bpreg = float(config.bpreg)
     loss = config.loss
     act = config.final_activation
+
+    if kernels is not None and loss in ("cross-entropy", "xe_logit") and smoothing <= 0:
+        logit_form = loss == "xe_logit"
+
+        def xe_fused(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
+            return kernels.cross_entropy(x, row_valid * inv_b, logit_form), x
+
+        return xe_fused
+
+    if kernels is not None and loss == "bpr-max":
+
+        def bpr_max_fused(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
+            r = act(x)
+            loss_value, grad = kernels.bpr_max(r, col_valid, row_valid * inv_b, bpreg)
+            f_prime = act.derivative(r)
+            if f_prime is not None:
+                grad.mul_(f_prime)
+            return loss_value, grad
+
+        return bpr_max_fused
 
     if loss in ("cross-entropy", "xe_logit"):
         # L_i = Σ_j t_ij·(−log(p_ij + ε)) with t = (1 − e·n/(n−1))·[j = i] + e/(n−1)·valid_j;

@@ -23,6 +23,10 @@ zeroed scratch table and computes the same new row, so the order of the scattere
 matter. ``grad_cap`` clips the global norm of all gradients, dense and summed sparse rows
 together. The dense parameters live in one flat buffer (they are views into it), so their update
 is a handful of operations however many layers there are.
+
+On the CPU (float32, unique rows) the rules run as fused kernels (:mod:`gru4rec.cpu_ops`): one
+pass over each updated row or over the flat buffer instead of a dozen operations; the PyTorch
+code below is the same rule, used where the kernels do not apply and held equal to them by tests.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from .config import Config
+from .cpu_ops import CpuKernels, TableUpdate, cpu_kernels
 
 __all__ = ["Optimizer", "UniqueGrad", "EPS"]
 
@@ -67,7 +72,18 @@ class Optimizer:
     ``sparse_grads`` maps a table's name to (row indices K, gradient rows K×…), duplicates allowed.
     """
 
-    def __init__(self, dense: dict[str, nn.Parameter], sparse: dict[str, nn.Parameter], config: Config, *, unique_rows: bool | None = None) -> None:
+    def __init__(
+        self,
+        dense: dict[str, nn.Parameter],
+        sparse: dict[str, nn.Parameter],
+        config: Config,
+        *,
+        unique_rows: bool | None = None,
+        kernels: bool | None = None,
+    ) -> None:
+        """``unique_rows``: how duplicate rows are summed (default: unique on the CPU).
+        ``kernels``: run the rules as fused CPU kernels — by default wherever they apply (CPU,
+        float32, unique rows) and could be built; False forces the PyTorch code."""
         self.method = config.adapt
         params = config.resolved_adapt_params
         self.rho = params[0] if self.method in ("rmsprop", "adadelta") else 0.0
@@ -82,6 +98,15 @@ class Optimizer:
         device, dtype = any_param.device, any_param.dtype
         #: How duplicate rows are summed (see _sum_duplicates): unique rows on the CPU by default.
         self.unique_rows = device.type == "cpu" if unique_rows is None else unique_rows
+        applies = device.type == "cpu" and dtype == torch.float32 and self.unique_rows
+        if kernels and not applies:
+            raise ValueError("the fused kernels apply to float32 tables on the CPU with unique rows only")
+        #: The fused CPU kernels, or None: the PyTorch code.
+        self.kernels: CpuKernels | None = cpu_kernels() if applies and kernels is not False else None
+        if kernels and self.kernels is None:
+            raise ValueError("the fused CPU kernels are not available here (see the warning, or GRU4REC_CPU_KERNELS)")
+        #: Each table's fused update ("dense": the flat buffer), bound once the state exists.
+        self._fused: dict[str, TableUpdate] = {}
         # The dense parameters become views into one flat buffer, so that their whole update is
         # a handful of operations on one tensor instead of a handful per parameter.
         sizes = [p.numel() for p in dense.values()]
@@ -100,11 +125,18 @@ class Optimizer:
         for name, p in sparse.items():
             self.state[name] = self._new_state(p, sparse=True)
         self.t = torch.zeros((), device=device, dtype=dtype)  # adam's step count
+        if self.kernels is not None:
+            # decay: rho (rmsprop, adadelta) or beta2 (adam); the bias corrections come per step
+            rule = dict(method=self.method, lr=self.lr, momentum=self.momentum, lmbd=self.lmbd,
+                        decay=self.beta2 if self.method == "adam" else self.rho, beta1=self.beta1, eps=EPS)
+            self._fused["dense"] = self.kernels.table_update(self.flat, vars(self.state["dense"]), **rule)
+            for name, p in sparse.items():
+                self._fused[name] = self.kernels.table_update(p, vars(self.state[name]), **rule)
         n_rows = any_param.shape[0]
         if not self.unique_rows:  # counts of duplicate positions, for grad_cap's norm
             self._count = torch.zeros(n_rows, device=device, dtype=dtype)
         else:
-            self._mark = torch.zeros(n_rows, device=device, dtype=torch.bool)
+            self._mark = torch.zeros(n_rows, device=device, dtype=torch.uint8)
             self._slot = torch.zeros(n_rows, device=device, dtype=torch.int64)
             self._arange = torch.arange(n_rows, device=device)
 
@@ -211,6 +243,14 @@ class Optimizer:
             for _, g in summed.values():
                 g.mul_(scale)
 
+        if self._fused:
+            bias = (float(1.0 - self.beta1**self.t), float(1.0 - self.beta2**self.t)) if self.method == "adam" else (None, None)
+            if self.flat.numel():
+                self._fused["dense"](None, g_dense, *bias)
+            for name, (rows, g) in summed.items():
+                self._fused[name](rows, g, *bias)
+            return
+
         if self.flat.numel():
             st = self.state["dense"]
             self.flat.add_(self._delta(self._direction(g_dense, st, None), self.flat, st, None))
@@ -254,9 +294,14 @@ class Optimizer:
         syncs on a GPU). A mark table over the items is several times faster than
         ``torch.unique`` for the catalogue sizes of GRU4Rec."""
         mark, slot = self._mark, self._slot
-        mark.index_fill_(0, rows, True)
+        if self.kernels is not None:
+            n = rows.shape[0]
+            uniq, inverse = torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
+            k = self.kernels.unique(rows, mark, slot, uniq, inverse)
+            return uniq[:k], inverse
+        mark.index_fill_(0, rows, 1)
         uniq = mark.nonzero().squeeze(1)
-        mark.index_fill_(0, uniq, False)
+        mark.index_fill_(0, uniq, 0)
         slot.index_copy_(0, uniq, self._arange[: uniq.shape[0]])
         return uniq, slot.index_select(0, rows)
 

@@ -114,10 +114,12 @@ class Trainer:
         reference: bool = False,
         unique_rows: bool | None = None,
         precision: str = "float32",
+        cpu_kernels: bool | None = None,
     ) -> None:
         """``reference``: use the plain autograd step. ``unique_rows``: how the optimiser merges
         duplicate rows (default: by device, see :class:`~gru4rec.optim.Optimizer`).
-        ``precision``: see :data:`PRECISIONS`."""
+        ``precision``: see :data:`PRECISIONS`. ``cpu_kernels``: False runs the optimiser and the
+        per-item gradient sums as PyTorch code even where the fused CPU kernels apply."""
         self.net = net
         self.config = config
         seed = config.seed if seed is None else seed
@@ -128,11 +130,12 @@ class Trainer:
         self.batch_size = B = config.batch_size
         self.n_sample = config.n_sample
         self.loss_fn = make_loss(config)
-        self.loss_grad = make_loss_grad(config)
         #: True: the plain autograd step (the reference the fast step is tested against).
         self.reference = reference
         self._mask_in_bias = config.loss in ("cross-entropy", "xe_logit")
-        self.optimizer = Optimizer(net.dense_parameters(), net.sparse_parameters(), config, unique_rows=unique_rows)
+        self.optimizer = Optimizer(net.dense_parameters(), net.sparse_parameters(), config, unique_rows=unique_rows, kernels=cpu_kernels)
+        # the fused CPU kernels (where the optimiser has them) also compute the fast step's loss
+        self.loss_grad = make_loss_grad(config, None if reference else self.optimizer.kernels)
         self._dense = list(self.optimizer.dense.values())
         self.hidden = net.init_hidden(B)
         self.sampler = (
@@ -318,7 +321,10 @@ class Trainer:
         n_in = inputs.shape[0]
         uniq, inverse = opt.unique(torch.cat((inputs, cols)) if shared else cols)
         inv_cols = inverse[n_in:] if shared else inverse
-        g_items = g_scores.new_zeros((g_scores.shape[0], uniq.shape[0])).index_add_(1, inv_cols, g_scores)
+        if opt.kernels is not None:
+            g_items = opt.kernels.sum_columns(g_scores, inv_cols, uniq.shape[0])
+        else:
+            g_items = g_scores.new_zeros((g_scores.shape[0], uniq.shape[0])).index_add_(1, inv_cols, g_scores)
         g_wy = mm.mm(mm.cast(g_items).t(), x_c)
         g_by = g_items.sum(0)
         if not shared:

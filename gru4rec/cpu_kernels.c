@@ -1,0 +1,292 @@
+/* Fused CPU kernels of the training step (see cpu_ops.py, which compiles and loads this file).
+ *
+ * Eager PyTorch runs the optimiser's rules as a chain of whole-tensor operations: at the rows of
+ * an item table that is a gather of each state table, five or six passes over the gathered rows
+ * and a scatter back of each — about a dozen passes over memory and as many operator calls per
+ * table and step. Here each row is read and written once. The arithmetic is the same as
+ * gru4rec/optim.py (the PyTorch path, which the tests hold these kernels to); only rounding may
+ * differ (the compiler may fuse a multiply and an add).
+ *
+ * float32 tables, int64 indices, C-contiguous buffers: the Python wrappers check all of this.
+ * Sums over a row are vectorised (`omp simd reduction`), so they add in a different order from
+ * PyTorch's: results agree to float32 round-off, not bit for bit.
+ * OpenMP threads come from the runtime PyTorch already loaded (same libgomp), so
+ * torch.set_num_threads governs them too.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+enum { SGD = 0, ADAGRAD = 1, RMSPROP = 2, ADADELTA = 3, ADAM = 4 };
+
+/* One table's update: the rule's constants and the table's buffers (NULL where the method keeps
+ * no such state). Filled once per table by the Python side; bias1/bias2 change every step. */
+typedef struct {
+    float *p, *acc, *dacc, *m, *vel;
+    int64_t width;    /* elements per row */
+    int64_t method;
+    float lr, momentum, lmbd;
+    float decay;      /* rmsprop/adadelta: rho; adam: beta2 */
+    float gain;       /* 1 - decay, rounded from double as PyTorch rounds it */
+    float beta1_gain; /* adam: 1 - beta1, likewise */
+    float bias1;      /* adam: 1 - beta1^t */
+    float bias2;      /* adam: 1 - beta2^t */
+    float eps;
+} rule_t;
+
+/* One span of `len` elements: gradient g (overwritten), parameter p and the state that exists
+ * for the method (NULL otherwise). Mirrors Optimizer._direction and Optimizer._delta. Always
+ * inlined with a constant `method`, so that each method gets its own vectorised loop. */
+static inline __attribute__((always_inline)) void
+update_span(const int method, const rule_t *r, int64_t len, float *restrict g, float *restrict p,
+            float *restrict acc, float *restrict dacc, float *restrict m, float *restrict vel)
+{
+    const float decay = r->decay, one_minus_decay = r->gain;
+    const float one_minus_beta1 = r->beta1_gain, eps = r->eps;
+    const float lr = r->lr, momentum = r->momentum, lmbd = r->lmbd;
+    const float bias1 = r->bias1, bias2 = r->bias2;
+    for (int64_t j = 0; j < len; ++j) {
+        float gj = g[j], step;  /* step = the direction ĝ */
+        if (method == ADAGRAD) {
+            float a = acc[j] + gj * gj;
+            acc[j] = a;
+            step = gj * (1.0f / sqrtf(a + eps));
+        } else if (method == RMSPROP) {
+            float a = acc[j] * decay + one_minus_decay * gj * gj;
+            acc[j] = a;
+            step = gj * (1.0f / sqrtf(a + eps));
+        } else if (method == ADADELTA) {
+            float a = acc[j] * decay + one_minus_decay * gj * gj;
+            acc[j] = a;
+            step = gj * sqrtf(dacc[j] + eps) * (1.0f / sqrtf(a + eps));
+            dacc[j] = dacc[j] * decay + one_minus_decay * step * step;
+        } else if (method == ADAM) {
+            float a = acc[j] * decay + one_minus_decay * gj * gj;
+            acc[j] = a;
+            float mj = m[j] + one_minus_beta1 * (gj - m[j]);
+            m[j] = mj;
+            step = (mj / bias1) / (sqrtf(a / bias2) + eps);
+        } else {
+            step = gj;
+        }
+        step += lmbd * p[j];  /* lmbd = 0: adds 0 */
+        if (momentum > 0.0f) {
+            float v = vel[j] * momentum - lr * step;
+            vel[j] = v;
+            p[j] += v;
+        } else {
+            p[j] += -lr * step;
+        }
+    }
+}
+
+static inline float *at(float *base, int64_t offset) { return base ? base + offset : NULL; }
+
+/* Rows [k0, k1) of the update (rows NULL: spans [k0, k1) of `chunk` elements of the whole
+ * table), with a constant method: inlined once per method, each its own vectorised loop. */
+static inline __attribute__((always_inline)) void
+update_range(const int method, const rule_t *r, int64_t k0, int64_t k1, int64_t n_rows,
+             const int64_t *rows, float *g, int64_t chunk)
+{
+    const int64_t width = r->width;
+    for (int64_t k = k0; k < k1; ++k) {
+        int64_t o, len, go;
+        if (rows == NULL) {
+            o = go = k * chunk;
+            len = (n_rows * width - o < chunk) ? n_rows * width - o : chunk;
+        } else {
+            o = rows[k] * width, go = k * width, len = width;
+        }
+        update_span(method, r, len, g + go, r->p + o, at(r->acc, o), at(r->dacc, o), at(r->m, o), at(r->vel, o));
+    }
+}
+
+static void update_part(const rule_t *r, int64_t k0, int64_t k1, int64_t n_rows, const int64_t *rows,
+                        float *g, int64_t chunk)
+{
+    switch (r->method) {
+    case ADAGRAD: update_range(ADAGRAD, r, k0, k1, n_rows, rows, g, chunk); break;
+    case RMSPROP: update_range(RMSPROP, r, k0, k1, n_rows, rows, g, chunk); break;
+    case ADADELTA: update_range(ADADELTA, r, k0, k1, n_rows, rows, g, chunk); break;
+    case ADAM: update_range(ADAM, r, k0, k1, n_rows, rows, g, chunk); break;
+    default: update_range(SGD, r, k0, k1, n_rows, rows, g, chunk);
+    }
+}
+
+/* Update rows[k] of the table from gradient row k (k < n_rows; rows unique), or — with rows
+ * NULL — the whole table (n_rows × width elements, contiguous). The parts are split evenly
+ * between the threads, each of which runs the method's loop over its share. */
+void g4r_update(const rule_t *r, int64_t n_rows, const int64_t *rows, float *g)
+{
+    const int64_t chunk = 4096, n = n_rows * r->width;
+    const int64_t n_parts = rows == NULL ? (n + chunk - 1) / chunk : n_rows;
+#pragma omp parallel if (n > 16384)
+    {
+        int64_t n_threads = 1, thread = 0;
+#ifdef _OPENMP
+        n_threads = omp_get_num_threads(), thread = omp_get_thread_num();
+#endif
+        update_part(r, n_parts * thread / n_threads, n_parts * (thread + 1) / n_threads, n_rows, rows, g, chunk);
+    }
+}
+
+/* The distinct values of rows[0..n) in ascending order (written to uniq; their number is
+ * returned) and, for each position, the index of its value among them (inverse). mark (uint8)
+ * and slot (int64) are tables over the n_items ids; mark must be all zero and is left so. */
+int64_t g4r_unique(int64_t n, const int64_t *rows, int64_t n_items, uint8_t *mark, int64_t *slot,
+                   int64_t *uniq, int64_t *inverse)
+{
+    for (int64_t i = 0; i < n; ++i)
+        mark[rows[i]] = 1;
+    int64_t k = 0;
+    for (int64_t v = 0; v < n_items; ++v) {
+        if (mark[v]) {
+            mark[v] = 0;
+            slot[v] = k;
+            uniq[k++] = v;
+        }
+    }
+    for (int64_t i = 0; i < n; ++i)
+        inverse[i] = slot[rows[i]];
+    return k;
+}
+
+/* out (n_rows × n_out) = the columns of g (n_rows × n_cols) summed by group:
+ * out[b, group[j]] = sum over j of g[b, j]. */
+void g4r_sum_columns(int64_t n_rows, int64_t n_cols, int64_t n_out, const float *g,
+                     const int64_t *group, float *out)
+{
+#pragma omp parallel for schedule(static) if (n_rows * n_cols > 32768)
+    for (int64_t b = 0; b < n_rows; ++b) {
+        float *o = out + b * n_out;
+        const float *gb = g + b * n_cols;
+        memset(o, 0, (size_t)n_out * sizeof(float));
+        for (int64_t j = 0; j < n_cols; ++j)
+            o[group[j]] += gb[j];
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Losses: the value and dL/dscores in two or three passes over each row of the score matrix
+ * (PyTorch's loss code makes one pass per operation, ~10-30 of them). Rows are independent and
+ * split between the threads; each row's positive is its own column (column i of row i).
+ */
+
+#define MASK (-1e30f)
+
+/* exp(x) for float32, vectorisable (no library call): Cody-Waite range reduction and the
+ * Cephes minimax polynomial, within 2 ulp of expf; 0 below -87.3 (where expf underflows). */
+static inline float exp_f32(float x)
+{
+    const float lo = -87.33654f, hi = 88.37626f;
+    float c = x < lo ? lo : (x > hi ? hi : x);
+    float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest (1.5·2^23) */
+    float r = c - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return x < lo ? 0.0f : p * scale;
+}
+
+/* Cross-entropy over the C columns of each of the B rows of x (scores with the bias, masked
+ * columns already at MASK), written over x as dL/dx: with p = softmax(x_i·), the row's loss is
+ * -log(p_ii + 1e-24) (logit_form: -log p_ii) and dL/dx_ik = w_i·a_i·(p_ik - [k = i]),
+ * a_i = p_ii / (p_ii + 1e-24) (logit_form: 1). w_i weighs row i (active / batch size).
+ * The weighted sum of the row losses goes to loss[0]. */
+void g4r_cross_entropy(int64_t B, int64_t C, float *x, const float *w, int64_t logit_form, float *loss)
+{
+    double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total) if (B * C > 32768)
+    for (int64_t i = 0; i < B; ++i) {
+        float *xi = x + i * C;
+        float m = xi[0];
+#pragma omp simd reduction(max : m)
+        for (int64_t j = 1; j < C; ++j)
+            m = xi[j] > m ? xi[j] : m;
+        const float x_pos = xi[i];
+        float z = 0.0f;
+#pragma omp simd reduction(+ : z)
+        for (int64_t j = 0; j < C; ++j) {
+            float e = exp_f32(xi[j] - m);
+            xi[j] = e;
+            z += e;
+        }
+        const float p_pos = xi[i] / z;
+        float nll, a;
+        if (logit_form) {
+            nll = -(x_pos - m - logf(z));
+            a = 1.0f;
+        } else {
+            nll = -logf(p_pos + 1e-24f);
+            a = p_pos / (p_pos + 1e-24f);
+        }
+        const float coef = a * w[i], scale = coef / z;
+        for (int64_t j = 0; j < C; ++j)
+            xi[j] *= scale;
+        xi[i] -= coef;
+        total += (double)nll * w[i];
+    }
+    loss[0] = (float)total;
+}
+
+/* BPR-max (with its score regularisation bpreg) of the activated scores r (B × C), dL/dr·w_i
+ * written to grad. Row i: softmax s over its negatives (columns j != i with valid_j = 1),
+ * σ_j = σ(r_ii - r_ij), S = Σ s_j·σ_j, R = Σ s_j·r_ij²;
+ * loss_i = -log(S + 1e-24) + bpreg·R;
+ * dL/dr_ik = s_k·(S - σ_k²)/(S + 1e-24) + bpreg·s_k·(r_ik·(r_ik + 2) - R)   (k != i),
+ * dL/dr_ii = (Σ s_j·σ_j² - S)/(S + 1e-24).
+ * The weighted sum of the row losses goes to loss[0]. */
+void g4r_bpr_max(int64_t B, int64_t C, const float *r, const float *valid, const float *w,
+                 float bpreg, float *grad, float *loss)
+{
+    double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total) if (B * C > 32768)
+    for (int64_t i = 0; i < B; ++i) {
+        const float *ri = r + i * C;
+        float *gi = grad + i * C;
+        const float pos = ri[i];
+        float m = MASK;
+#pragma omp simd reduction(max : m)
+        for (int64_t j = 0; j < C; ++j) {
+            float l = ri[j] + (1.0f - valid[j]) * MASK;
+            m = (j != i && l > m) ? l : m;
+        }
+        /* e_j = exp(logit_j - m) (0 at the positive); σ_j is recomputed in the last pass */
+        float z = 0.0f, s_sig = 0.0f, s_sig2 = 0.0f, s_r2 = 0.0f;
+#pragma omp simd reduction(+ : z, s_sig, s_sig2, s_r2)
+        for (int64_t j = 0; j < C; ++j) {
+            float l = ri[j] + (1.0f - valid[j]) * MASK;
+            float e = j == i ? 0.0f : exp_f32(l - m);
+            float sig = 1.0f / (1.0f + exp_f32(ri[j] - pos));
+            gi[j] = e;
+            z += e;
+            s_sig += e * sig;
+            s_sig2 += e * sig * sig;
+            s_r2 += e * ri[j] * ri[j];
+        }
+        const float inv_z = 1.0f / z;
+        const float S = s_sig * inv_z, R = s_r2 * inv_z, inv = 1.0f / (S + 1e-24f), wi = w[i];
+        for (int64_t j = 0; j < C; ++j) {
+            float sig = 1.0f / (1.0f + exp_f32(ri[j] - pos));
+            float s = gi[j] * inv_z;
+            float d = s * (S - sig * sig) * inv;
+            if (bpreg > 0.0f)
+                d += bpreg * s * (ri[j] * (ri[j] + 2.0f) - R);
+            gi[j] = d * wi;
+        }
+        gi[i] = (s_sig2 * inv_z - S) * inv * wi;
+        float loss = -logf(S + 1e-24f) + (bpreg > 0.0f ? bpreg * R : 0.0f);
+        total += (double)loss * wi;
+    }
+    loss[0] = (float)total;
+}

@@ -1,0 +1,304 @@
+"""The fused CPU kernels (gru4rec/cpu_kernels.c) against the PyTorch code they replace: every
+optimiser method's update, making rows unique, summing score columns per item, whole training
+epochs; their argument checks; building, caching and falling back when they cannot be built."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from gru4rec import cpu_ops
+from gru4rec.config import Config
+from gru4rec.optim import Optimizer
+from test_optim import METHODS
+
+torch.set_num_threads(1)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def kernels() -> cpu_ops.CpuKernels:
+    k = cpu_ops.cpu_kernels()
+    if k is None:
+        pytest.skip("the fused CPU kernels cannot be built here (no working C compiler, or GRU4REC_CPU_KERNELS=0)")
+    return k
+
+
+def _tables(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"A": rng.normal(size=(7, 5)), "b": rng.normal(size=9), "W": rng.normal(size=(40, 6)), "By": rng.normal(size=40)}
+
+
+@pytest.mark.parametrize("kw", METHODS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_fused_update_equals_pytorch_update(kernels, kw: dict) -> None:
+    """Three steps of every method (momentum, L2, grad_cap) on float32 tables, rows repeated
+    within a step and some never used: parameters and state as the PyTorch code leaves them."""
+    cfg = Config(learning_rate=0.07, **kw)
+    start = _tables(5)
+    runs = {}
+    for fused in (True, False):
+        tp = {k: nn.Parameter(torch.tensor(v, dtype=torch.float32)) for k, v in start.items()}
+        opt = Optimizer({"A": tp["A"], "b": tp["b"]}, {"W": tp["W"], "By": tp["By"]}, cfg, kernels=fused)
+        assert (opt.kernels is not None) == fused
+        rng = np.random.default_rng(6)
+        for rows in ([3, 17, 3, 3, 0, 39], [17, 25], list(range(0, 40, 3)) * 2):
+            dense = [torch.tensor(rng.normal(size=start[k].shape), dtype=torch.float32) for k in ("A", "b")]
+            idx = torch.tensor(rows)
+            sparse = {k: (idx, torch.tensor(rng.normal(size=(len(rows),) + start[k].shape[1:]), dtype=torch.float32)) for k in ("W", "By")}
+            with torch.no_grad():
+                opt.step(dense, sparse)
+        runs[fused] = ({k: p.detach().clone() for k, p in tp.items()}, {k: v.clone() for k, v in opt.state_dict().items()})
+    (p_fused, s_fused), (p_torch, s_torch) = runs[True], runs[False]
+    for k in p_torch:
+        assert not torch.equal(p_torch[k], torch.tensor(start[k], dtype=torch.float32)), f"{k} never changed: the test would not see an error"
+        torch.testing.assert_close(p_fused[k], p_torch[k], rtol=2e-6, atol=1e-7, msg=lambda m: f"{k}: {m}")
+    assert s_fused.keys() == s_torch.keys()
+    for k in s_torch:
+        torch.testing.assert_close(s_fused[k], s_torch[k], rtol=2e-6, atol=1e-7, msg=lambda m: f"state {k}: {m}")
+    untouched = [r for r in range(40) if r not in {3, 17, 0, 39, 25, *range(0, 40, 3)}]
+    assert torch.equal(p_fused["W"][untouched], torch.tensor(start["W"], dtype=torch.float32)[untouched])
+
+
+def test_dense_update_by_hand(kernels) -> None:
+    """Adagrad with momentum on a whole table, one element worked out by hand."""
+    p, acc, vel = torch.tensor([1.0, -2.0]), torch.tensor([0.5, 0.0]), torch.tensor([0.1, 0.0])
+    update = kernels.table_update(p, {"acc": acc, "vel": vel}, method="adagrad", lr=0.2, momentum=0.5, lmbd=0.0)
+    update(None, torch.tensor([1.0, 0.0]))
+    # acc = 0.5 + 1 = 1.5; vel = 0.5·0.1 − 0.2·1/sqrt(1.5 + 1e-6); p = 1 + vel
+    v = 0.05 - 0.2 / np.sqrt(1.5 + 1e-6)
+    np.testing.assert_allclose(acc.numpy(), [1.5, 0.0])
+    np.testing.assert_allclose(vel.numpy(), [v, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(p.numpy(), [1.0 + v, -2.0], rtol=1e-6)
+
+
+def test_large_update_uses_threads_and_agrees(kernels) -> None:
+    """Tables large enough for the threaded loops (when torch has more than one thread)."""
+    rng = np.random.default_rng(0)
+    cfg = Config(learning_rate=0.1, momentum=0.3, adapt="adagrad")
+    w0 = torch.tensor(rng.normal(size=(3000, 64)), dtype=torch.float32)
+    rows = torch.tensor(rng.choice(3000, size=1500, replace=False))
+    g_rows = torch.tensor(rng.normal(size=(1500, 64)), dtype=torch.float32)
+    g_dense = torch.tensor(rng.normal(size=50_000), dtype=torch.float32)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        out = []
+        for fused in (True, False):
+            W, D = nn.Parameter(w0.clone()), nn.Parameter(torch.zeros(50_000))
+            opt = Optimizer({"D": D}, {"W": W}, cfg, kernels=fused)
+            with torch.no_grad():
+                opt.step([g_dense.clone()], {"W": (rows, g_rows.clone())})
+            out.append((W.detach(), D.detach()))
+    finally:
+        torch.set_num_threads(before)
+    assert not torch.equal(out[0][0], w0)
+    torch.testing.assert_close(out[0][0], out[1][0], rtol=2e-6, atol=1e-7)
+    torch.testing.assert_close(out[0][1], out[1][1], rtol=2e-6, atol=1e-7)
+
+
+def test_unique_equals_torch_unique(kernels) -> None:
+    rng = np.random.default_rng(2)
+    n_items = 500
+    mark = torch.zeros(n_items, dtype=torch.uint8)
+    slot = torch.zeros(n_items, dtype=torch.int64)
+    for n in (1, 7, 300, 2000):
+        rows = torch.tensor(rng.integers(0, n_items, size=n))
+        uniq, inverse = torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
+        k = kernels.unique(rows, mark, slot, uniq, inverse)
+        want, want_inverse = torch.unique(rows, return_inverse=True)
+        assert k == want.numel()
+        assert torch.equal(uniq[:k], want) and torch.equal(inverse, want_inverse)
+        assert int(mark.sum()) == 0
+
+
+def test_sum_columns_equals_index_add(kernels) -> None:
+    rng = np.random.default_rng(3)
+    g = torch.tensor(rng.normal(size=(33, 250)), dtype=torch.float32)
+    group = torch.tensor(rng.integers(0, 90, size=250))
+    want = torch.zeros(33, 90).index_add_(1, group, g)
+    got = kernels.sum_columns(g, group, 90)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert torch.equal(got[:, 89] == 0, want[:, 89] == 0)
+
+
+LOSSES = [
+    dict(loss="cross-entropy", final_act="softmax"),
+    dict(loss="xe_logit", final_act="softmax_logit"),
+    dict(loss="bpr-max", final_act="elu-1", bpreg=0.9),
+    dict(loss="bpr-max", final_act="elu-0.5", bpreg=1.95),
+    dict(loss="bpr-max", final_act="linear", bpreg=0.0),
+    dict(loss="bpr-max", final_act="tanh", bpreg=0.3),
+]
+
+
+@pytest.mark.parametrize("n_sample", [0, 700])
+@pytest.mark.parametrize("kw", LOSSES, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_fused_loss_equals_pytorch_loss(kernels, kw: dict, n_sample: int) -> None:
+    """Loss and dL/dscores of the fused kernels against the PyTorch code (itself tested against
+    autograd), with two inactive slots masked and scores spread enough to saturate softmaxes."""
+    from gru4rec.losses import MASK, make_loss_grad
+
+    B = 40
+    cfg = Config(batch_size=B, n_sample=n_sample, **kw)
+    rng = np.random.default_rng(7)
+    x = torch.tensor(rng.normal(scale=4.0, size=(B, B + n_sample)), dtype=torch.float32)
+    active = torch.ones(B)
+    active[[5, 17]] = 0.0
+    col_valid = torch.cat((active, torch.ones(n_sample)))
+    n_cols = active.sum() + n_sample
+    if cfg.loss != "bpr-max":  # cross-entropy: masked columns come in through the bias
+        x = x + (1.0 - col_valid) * MASK
+    fused, plain = make_loss_grad(cfg, kernels), make_loss_grad(cfg)
+    assert fused is not plain and fused.__name__.endswith("_fused")
+    loss_f, grad_f = fused(x.clone(), col_valid, active, n_cols)
+    loss_p, grad_p = plain(x.clone(), col_valid, active, n_cols)
+    torch.testing.assert_close(loss_f, loss_p, rtol=2e-6, atol=0.0)
+    torch.testing.assert_close(grad_f, grad_p, rtol=1e-4, atol=2e-7 * float(grad_p.abs().max()))
+    assert float(grad_f[[5, 17]].abs().max()) == 0.0  # inactive rows: no gradient
+    assert float(grad_f[:, [5, 17]].abs().max()) == 0.0  # masked columns: none either
+
+
+def test_fused_cross_entropy_by_hand(kernels) -> None:
+    """Two rows, three columns: softmax by hand, p_ii and the gradient p − onehot (weights ½)."""
+    x = torch.tensor([[0.0, 1.0, 2.0], [1.0, 1.0, -1e30]])
+    loss = kernels.cross_entropy(x, torch.tensor([0.5, 0.5]), False)
+    e = np.exp([0.0, 1.0, 2.0])
+    p0 = e / e.sum()
+    want_loss = 0.5 * (-np.log(p0[0] + 1e-24)) + 0.5 * (-np.log(0.5 + 1e-24))
+    np.testing.assert_allclose(float(loss), want_loss, rtol=1e-6)
+    np.testing.assert_allclose(x.numpy(), [[0.5 * (p0[0] - 1), 0.5 * p0[1], 0.5 * p0[2]], [0.25, -0.25, 0.0]], rtol=1e-6, atol=1e-9)
+
+
+def test_bad_arguments_are_refused(kernels) -> None:
+    p = torch.zeros(10, 4)
+    state = {"acc": torch.zeros(10, 4), "vel": torch.zeros(10, 4)}
+    rule = dict(method="adagrad", lr=0.1, momentum=0.2, lmbd=0.0)
+    with pytest.raises(ValueError, match="float32"):
+        kernels.table_update(p.double(), state, **rule)
+    with pytest.raises(ValueError, match="'vel'"):
+        kernels.table_update(p, {"acc": state["acc"]}, **rule)
+    with pytest.raises(ValueError, match="acc"):
+        kernels.table_update(p, {"acc": torch.zeros(10, 5), "vel": state["vel"]}, **rule)
+    update = kernels.table_update(p, state, **rule)
+    rows = torch.tensor([1, 2])
+    with pytest.raises(ValueError, match="g must be"):
+        update(rows, torch.zeros(3, 4))  # one gradient row too many
+    with pytest.raises(ValueError, match="g must be"):
+        update(rows, torch.zeros(4, 2).t())  # not contiguous
+    with pytest.raises(ValueError, match="rows must be"):
+        update(rows.int(), torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="group must"):
+        kernels.sum_columns(torch.zeros(2, 3), torch.tensor([0, 1]), 2)
+    with pytest.raises(ValueError, match="B ≤ C"):
+        kernels.cross_entropy(torch.zeros(3, 2), torch.ones(3), False)
+    with pytest.raises(ValueError, match="valid must be"):
+        kernels.bpr_max(torch.zeros(2, 3), torch.ones(2), torch.ones(2), 0.0)
+    assert float(p.abs().sum()) == 0.0  # nothing was written
+
+
+def test_moved_table_is_refused(kernels) -> None:
+    W = nn.Parameter(torch.zeros(10, 4))
+    opt = Optimizer({}, {"W": W}, Config(momentum=0.1), kernels=True)
+    W.data = torch.zeros(10, 4)  # a new storage: the bound addresses are stale
+    with pytest.raises(RuntimeError, match="moved"):
+        opt.step([], {"W": (torch.tensor([1]), torch.ones(1, 4))})
+
+
+def test_kernels_only_where_they_apply() -> None:
+    W = nn.Parameter(torch.zeros(10, 4, dtype=torch.float64))
+    assert Optimizer({}, {"W": W}, Config()).kernels is None  # float64: the PyTorch code
+    with pytest.raises(ValueError, match="apply"):
+        Optimizer({}, {"W": W}, Config(), kernels=True)
+    W32 = nn.Parameter(torch.zeros(10, 4))
+    assert Optimizer({}, {"W": W32}, Config(), unique_rows=False).kernels is None
+
+
+def test_training_with_and_without_kernels_gives_the_same_losses(kernels) -> None:
+    """Two epochs of the fast step on synthetic sessions, optimiser fused or not: the same
+    epoch losses and weights to float32 round-off."""
+    from gru4rec.data import ItemMap, item_support, sessions_from_events
+    from gru4rec.datasets.synthetic import generate
+    from gru4rec.model import GRU4RecNet
+    from gru4rec.train import Trainer, train_epochs
+
+    events = generate(n_sessions=300, n_items=120, seed=4)
+    item_map = ItemMap.from_ids(events["ItemId"])
+    sessions, _ = sessions_from_events(events, item_map, order="time")
+    support = item_support(sessions.items, len(item_map))
+    for loss in ("cross-entropy", "bpr-max"):
+        cfg = Config(loss=loss, layers=(16,), batch_size=8, n_sample=16, n_epochs=2, momentum=0.2, dropout_p_hidden=0.2,
+                     learning_rate=0.05, final_act="softmax" if loss == "cross-entropy" else "elu-0.5")
+        results = []
+        for fused in (True, False):
+            net = GRU4RecNet(len(support), cfg, generator=torch.Generator().manual_seed(1))
+            trainer = Trainer(net, cfg, support, seed=3, cpu_kernels=fused)
+            losses = [s.loss for s in train_epochs(trainer, sessions.items, sessions.offsets, progress=False, log=None)]
+            results.append((losses, net.Wy.detach().clone()))
+        np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-5, err_msg=loss)
+        torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ building and loading
+
+def test_build_caches_by_source_and_reuses(tmp_path: Path) -> None:
+    if cpu_ops.cpu_kernels() is None:
+        pytest.skip("no working C compiler here")
+    first = cpu_ops.load_kernels(cache_dir=tmp_path)
+    built = list(tmp_path.glob("cpu_kernels-*.so"))
+    assert [first.path] == built
+    stamp = first.path.stat().st_mtime_ns
+    again = cpu_ops.load_kernels(cache_dir=tmp_path)
+    assert again.path == first.path and again.path.stat().st_mtime_ns == stamp  # not rebuilt
+    assert not list(tmp_path.glob(".build-*"))  # no half-written file left behind
+
+
+def test_missing_compiler_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(cpu_ops.KernelBuildError, match="cannot run the C compiler"):
+        cpu_ops.load_kernels(cache_dir=tmp_path, compiler=str(tmp_path / "no-such-cc"))
+    assert not list(tmp_path.iterdir())
+
+
+def test_failing_compiler_names_the_flags(tmp_path: Path) -> None:
+    fake = tmp_path / "fake-cc"
+    fake.write_text("#!/bin/sh\necho 'fake-cc: error: no luck' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    cache = tmp_path / "cache"
+    with pytest.raises(cpu_ops.KernelBuildError, match="no luck") as info:
+        cpu_ops.load_kernels(cache_dir=cache, compiler=str(fake))
+    assert "-march=native" in str(info.value) and str(info.value).count("no luck") == len(cpu_ops._FLAG_SETS)
+    assert not list(cache.iterdir())
+
+
+def test_without_kernels_training_warns_once_and_uses_pytorch(tmp_path: Path) -> None:
+    """A machine where the kernels cannot be built (CC names no compiler, empty cache): one
+    warning, and the optimiser runs the PyTorch code."""
+    code = (
+        "import warnings, torch\n"
+        "from torch import nn\n"
+        "from gru4rec.config import Config\n"
+        "from gru4rec.optim import Optimizer\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    opts = [Optimizer({}, {'W': nn.Parameter(torch.zeros(3, 2))}, Config()) for _ in range(2)]\n"
+        "print(len(w), opts[0].kernels, opts[1].kernels)\n"
+        "print(w[0].message if w else '')\n"
+    )
+    env = dict(os.environ, CC=str(tmp_path / "no-such-cc"), GRU4REC_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.splitlines()
+    assert out[0] == "1 None None"
+    assert "could not be built" in out[1] and "no-such-cc" in out[1] and "same results" in out[1]
+
+
+def test_kernels_can_be_turned_off() -> None:
+    code = "from gru4rec.cpu_ops import cpu_kernels; print(cpu_kernels())"
+    env = dict(os.environ, GRU4REC_CPU_KERNELS="0", PYTHONPATH=str(ROOT))
+    with warnings.catch_warnings():
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "None" and "could not be built" not in out.stderr
