@@ -133,18 +133,30 @@ void g4r_update(const rule_t *r, int64_t n_rows, const int64_t *rows, float *g)
     }
 }
 
-/* The distinct values of rows[0..n) in ascending order (written to uniq; their number is
- * returned) and, for each position, the index of its value among them (inverse). mark (uint8)
- * and slot (int64) are tables over the n_items ids; mark must be all zero and is left so. */
-int64_t g4r_unique(int64_t n, const int64_t *rows, int64_t n_items, uint8_t *mark, int64_t *slot,
-                   int64_t *uniq, int64_t *inverse)
+/* The distinct values of rows[0..n) (written to uniq; their number is returned) and, for each
+ * position, the index of its value among them (inverse). Those of the first n_first positions
+ * come first, in ascending order (their number goes to n_uniq_first); the values found only in
+ * the remaining positions follow in order of first appearance. mark (uint8) and slot (int64)
+ * are tables over the n_items ids; mark must be all zero and is left so. */
+int64_t g4r_unique(int64_t n, const int64_t *rows, int64_t n_first, int64_t n_items, uint8_t *mark,
+                   int64_t *slot, int64_t *uniq, int64_t *inverse, int64_t *n_uniq_first)
 {
-    for (int64_t i = 0; i < n; ++i)
+    for (int64_t i = 0; i < n_first; ++i)
         mark[rows[i]] = 1;
     int64_t k = 0;
     for (int64_t v = 0; v < n_items; ++v) {
         if (mark[v]) {
             mark[v] = 0;
+            slot[v] = k;
+            uniq[k++] = v;
+        }
+    }
+    *n_uniq_first = k;
+    /* the rest: a value is new if its slot does not point back to it from the first group */
+    for (int64_t i = n_first; i < n; ++i) {
+        const int64_t v = rows[i];
+        const int64_t s = slot[v];
+        if (!(s >= 0 && s < k && uniq[s] == v)) {
             slot[v] = k;
             uniq[k++] = v;
         }
@@ -166,6 +178,21 @@ void g4r_sum_columns(int64_t n_rows, int64_t n_cols, int64_t n_out, const float 
         memset(o, 0, (size_t)n_out * sizeof(float));
         for (int64_t j = 0; j < n_cols; ++j)
             o[group[j]] += gb[j];
+    }
+}
+
+/* out (n_rows × n_cols) = the columns of s (n_rows × n_src) picked by group, plus bias:
+ * out[b, j] = s[b, group[j]] + bias[j] (the scores of the C columns from those of their distinct
+ * items: the reverse of g4r_sum_columns). */
+void g4r_gather_columns(int64_t n_rows, int64_t n_src, int64_t n_cols, const float *s,
+                        const int64_t *group, const float *bias, float *out)
+{
+#pragma omp parallel for schedule(static) if (n_rows * n_cols > 32768)
+    for (int64_t b = 0; b < n_rows; ++b) {
+        float *o = out + b * n_cols;
+        const float *sb = s + b * n_src;
+        for (int64_t j = 0; j < n_cols; ++j)
+            o[j] = sb[group[j]] + bias[j];
     }
 }
 
@@ -289,4 +316,124 @@ void g4r_bpr_max(int64_t B, int64_t C, const float *r, const float *valid, const
         total += (double)loss * wi;
     }
     loss[0] = (float)total;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * The GRU cell's elementwise work (tanh candidate activation), between its matrix products:
+ * PyTorch spends an operator call and a pass over memory on each of the ~20 operations of a
+ * layer's forward and backward pass; here they are four passes. Layouts as in train.py: the
+ * layer's pre-activations v = [candidate | reset | update] (B × 3n), rz = [r | z] (B × 2n).
+ */
+
+/* sigmoid and tanh for float32, vectorisable. tanh: Cephes' odd polynomial below 0.625 (where
+ * 1 - 2/(e^2x + 1) would lose relative accuracy), that form above. */
+static inline float sigmoid_f32(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
+
+static inline float tanh_f32(float x)
+{
+    const float a = fabsf(x), s = x * x;
+    float small = ((((-5.70498872745e-3f * s + 2.06390887954e-2f) * s - 5.37397155531e-2f) * s
+                    + 1.33314422036e-1f) * s - 3.33332819422e-1f) * s * x + x;
+    float large = 1.0f - 2.0f / (exp_f32(2.0f * a) + 1.0f);
+    large = x < 0.0f ? -large : large;
+    return a < 0.625f ? small : large;
+}
+
+/* torch.lerp(a, b, w): a + w(b - a) for |w| < 0.5, b - (b - a)(1 - w) otherwise */
+static inline float lerp_f32(float a, float b, float w)
+{
+    const float diff = b - a;
+    return fabsf(w) < 0.5f ? a + w * diff : b - diff * (1.0f - w);
+}
+
+/* Gates: a (B × 2n, the reset and update pre-activations) becomes rz = sigmoid(a) in place;
+ * hr = h·r (B × n). */
+void g4r_gru_gates(int64_t B, int64_t n, float *a, const float *h, float *hr)
+{
+#pragma omp parallel for schedule(static) if (B * n > 32768)
+    for (int64_t b = 0; b < B; ++b) {
+        float *ab = a + b * 2 * n;
+        const float *hb = h + b * n;
+        float *hrb = hr + b * n;
+#pragma omp simd
+        for (int64_t j = 0; j < 2 * n; ++j)
+            ab[j] = sigmoid_f32(ab[j]);
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j)
+            hrb[j] = hb[j] * ab[j];
+    }
+}
+
+/* Output: u (B × n, the candidate pre-activation) becomes c = tanh(u) in place; the layer's
+ * output out = lerp(h, c, z), times the dropout mask where mask is not NULL. */
+void g4r_gru_output(int64_t B, int64_t n, float *u, const float *h, const float *rz,
+                    const float *mask, float *out)
+{
+#pragma omp parallel for schedule(static) if (B * n > 32768)
+    for (int64_t b = 0; b < B; ++b) {
+        float *ub = u + b * n, *ob = out + b * n;
+        const float *hb = h + b * n, *zb = rz + b * 2 * n + n;
+        const float *mb = mask ? mask + b * n : NULL;
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) {
+            float c = tanh_f32(ub[j]);
+            ub[j] = c;
+            ob[j] = lerp_f32(hb[j], c, zb[j]);
+        }
+        if (mb) {
+#pragma omp simd
+            for (int64_t j = 0; j < n; ++j)
+                ob[j] *= mb[j];
+        }
+    }
+}
+
+/* Backward from d = dL/d(output) (B × n; times the dropout mask where mask is not NULL): the
+ * candidate and update parts of dv = dL/dv (B × 3n):
+ * dv[:, :n] = d·z·(1 - c²), dv[:, 2n:] = d·(c - h)·z(1 - z). dv[:, n:2n] is left to
+ * g4r_gru_backward_reset, which needs the product of the first part with Wh. */
+void g4r_gru_backward_out(int64_t B, int64_t n, const float *d, const float *mask, const float *rz,
+                          const float *c, const float *h, float *dv)
+{
+#pragma omp parallel for schedule(static) if (B * n > 32768)
+    for (int64_t b = 0; b < B; ++b) {
+        const float *db = d + b * n, *zb = rz + b * 2 * n + n, *cb = c + b * n, *hb = h + b * n;
+        const float *mb = mask ? mask + b * n : NULL;
+        float *vb = dv + b * 3 * n;
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) {
+            float dj = mb ? db[j] * mb[j] : db[j];
+            float z = zb[j], cj = cb[j];
+            vb[j] = dj * z * (1.0f - cj * cj);
+            vb[2 * n + j] = dj * (cj - hb[j]) * (z * (1.0f - z));
+        }
+    }
+}
+
+/* The reset part of dv from t = dv[:, :n]·Whᵀ (B × n): dv[:, n:2n] = t·h·r(1 - r); then the
+ * bias gradient g_bias = the column sums of dv (3n). */
+void g4r_gru_backward_reset(int64_t B, int64_t n, const float *t, const float *h, const float *rz,
+                            float *dv, float *g_bias)
+{
+#pragma omp parallel for schedule(static) if (B * n > 32768)
+    for (int64_t b = 0; b < B; ++b) {
+        const float *tb = t + b * n, *hb = h + b * n, *rb = rz + b * 2 * n;
+        float *vb = dv + b * 3 * n + n;
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j)
+            vb[j] = tb[j] * hb[j] * (rb[j] * (1.0f - rb[j]));
+    }
+    const int64_t width = 3 * n;
+#pragma omp parallel for schedule(static) if (B * n > 32768)
+    for (int64_t j0 = 0; j0 < width; j0 += 64) {
+        const int64_t j1 = j0 + 64 < width ? j0 + 64 : width;
+        float acc[64] = {0};
+        for (int64_t b = 0; b < B; ++b) {
+            const float *vb = dv + b * width;
+#pragma omp simd
+            for (int64_t j = j0; j < j1; ++j)
+                acc[j - j0] += vb[j];
+        }
+        memcpy(g_bias + j0, acc, (size_t)(j1 - j0) * sizeof(float));
+    }
 }

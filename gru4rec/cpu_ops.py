@@ -164,11 +164,24 @@ class CpuKernels:
         self._update.argtypes = [_p, _i64, _p, _p]
         self._update.restype = None
         self._unique = lib.g4r_unique
-        self._unique.argtypes = [_i64, _p, _i64, _p, _p, _p, _p]
+        self._unique.argtypes = [_i64, _p, _i64, _i64, _p, _p, _p, _p, _p]
         self._unique.restype = _i64
         self._sum_columns = lib.g4r_sum_columns
         self._sum_columns.argtypes = [_i64, _i64, _i64, _p, _p, _p]
         self._sum_columns.restype = None
+        self._gather_columns = lib.g4r_gather_columns
+        self._gather_columns.argtypes = [_i64, _i64, _i64, _p, _p, _p, _p]
+        self._gather_columns.restype = None
+        self._gru_gates = lib.g4r_gru_gates
+        self._gru_gates.argtypes = [_i64, _i64, _p, _p, _p]
+        self._gru_output = lib.g4r_gru_output
+        self._gru_output.argtypes = [_i64, _i64, _p, _p, _p, _p, _p]
+        self._gru_backward_out = lib.g4r_gru_backward_out
+        self._gru_backward_out.argtypes = [_i64, _i64, _p, _p, _p, _p, _p, _p]
+        self._gru_backward_reset = lib.g4r_gru_backward_reset
+        self._gru_backward_reset.argtypes = [_i64, _i64, _p, _p, _p, _p, _p]
+        for fn in (self._gru_gates, self._gru_output, self._gru_backward_out, self._gru_backward_reset):
+            fn.restype = None
         self._cross_entropy = lib.g4r_cross_entropy
         self._cross_entropy.argtypes = [_i64, _i64, _p, _p, _i64, _p]
         self._cross_entropy.restype = None
@@ -184,18 +197,27 @@ class CpuKernels:
         return TableUpdate(self._update, p, state, method, lr=lr, momentum=momentum, lmbd=lmbd, decay=decay, gain=1.0 - decay,
                            beta1_gain=1.0 - beta1, bias1=1.0, bias2=1.0, eps=eps)
 
-    def unique(self, rows: Tensor, mark: Tensor, slot: Tensor, uniq: Tensor, inverse: Tensor) -> int:
-        """Sorted distinct values of ``rows`` into ``uniq`` and each position's index among them
-        into ``inverse``; returns their number. ``mark`` (uint8, all zero, left so) and ``slot``
-        (int64) are scratch tables over the ids; ``uniq`` and ``inverse`` hold ``len(rows)``."""
+    def unique(self, rows: Tensor, mark: Tensor, slot: Tensor, uniq: Tensor, inverse: Tensor, n_first: int | None = None) -> tuple[int, int]:
+        """The distinct values of ``rows`` into ``uniq`` and each position's index among them
+        into ``inverse``; returns their number and how many of them occur in the first
+        ``n_first`` positions (default: all). Those come first, in ascending order; values found
+        only after position ``n_first`` follow in order of appearance. ``mark`` (uint8, all zero,
+        left so) and ``slot`` (int64) are scratch tables over the ids; ``uniq`` and ``inverse``
+        hold ``len(rows)``."""
         n_items = mark.numel()
         n = _check_index(rows, "rows", n_items)
+        n_first = n if n_first is None else n_first
+        if not 0 <= n_first <= n:
+            raise ValueError(f"n_first must be between 0 and {n}, got {n_first}")
         if mark.dtype not in (torch.uint8, torch.bool) or not mark.is_contiguous() or mark.device.type != "cpu":
             raise ValueError("mark must be a contiguous uint8 (or bool) CPU tensor")
         for t, name, size in ((slot, "slot", n_items), (uniq, "uniq", n), (inverse, "inverse", n)):
             if t.dtype != torch.int64 or not t.is_contiguous() or t.device.type != "cpu" or t.numel() < size:
                 raise ValueError(f"{name} must be a contiguous int64 CPU tensor of at least {size} elements")
-        return int(self._unique(n, rows.data_ptr(), n_items, mark.data_ptr(), slot.data_ptr(), uniq.data_ptr(), inverse.data_ptr()))
+        k_first = ctypes.c_int64()
+        k = self._unique(n, rows.data_ptr(), n_first, n_items, mark.data_ptr(), slot.data_ptr(), uniq.data_ptr(), inverse.data_ptr(),
+                         ctypes.byref(k_first))
+        return int(k), k_first.value
 
     def sum_columns(self, g: Tensor, group: Tensor, n_groups: int) -> Tensor:
         """``out[b, group[j]] = Σ_j g[b, j]`` (B × n_groups): the columns of ``g`` summed by group."""
@@ -209,6 +231,61 @@ class CpuKernels:
         self._sum_columns(n_rows, n_cols, n_groups, g.data_ptr(), group.data_ptr(), out.data_ptr())
         return out
 
+    def gather_columns(self, s: Tensor, group: Tensor, bias: Tensor) -> Tensor:
+        """``out[b, j] = s[b, group[j]] + bias[j]`` (B × len(group)): the reverse of
+        :meth:`sum_columns`."""
+        if s.dim() != 2:
+            raise ValueError("s must be a matrix")
+        n_rows, n_src = s.shape
+        _check_float(s, "s", n_rows * n_src)
+        n_cols = _check_index(group, "group", n_src)
+        _check_float(bias, "bias", n_cols)
+        out = torch.empty(n_rows, n_cols, dtype=torch.float32)
+        self._gather_columns(n_rows, n_src, n_cols, s.data_ptr(), group.data_ptr(), bias.data_ptr(), out.data_ptr())
+        return out
+
+    # The GRU cell with a tanh candidate (layouts of train.py: rz = [r | z], dv = [cand | r | z]).
+
+    def gru_gates(self, a: Tensor, h: Tensor) -> Tensor:
+        """``a`` (B × 2n reset and update pre-activations) becomes ``rz = sigmoid(a)`` in place;
+        returns ``h·r`` (B × n)."""
+        B, n = _check_matrix(h, "h")
+        _check_float(a, "a", B * 2 * n)
+        hr = torch.empty(B, n, dtype=torch.float32)
+        self._gru_gates(B, n, a.data_ptr(), h.data_ptr(), hr.data_ptr())
+        return hr
+
+    def gru_output(self, u: Tensor, h: Tensor, rz: Tensor, mask: Tensor | None) -> Tensor:
+        """``u`` (B × n candidate pre-activation) becomes ``c = tanh(u)`` in place; returns the
+        layer's output ``lerp(h, c, z)`` (times the dropout ``mask`` unless None)."""
+        B, n = _check_matrix(h, "h")
+        _check_float(u, "u", B * n)
+        _check_float(rz, "rz", B * 2 * n)
+        out = torch.empty(B, n, dtype=torch.float32)
+        self._gru_output(B, n, u.data_ptr(), h.data_ptr(), rz.data_ptr(), _optional(mask, "mask", B * n), out.data_ptr())
+        return out
+
+    def gru_backward_out(self, d: Tensor, mask: Tensor | None, rz: Tensor, c: Tensor, h: Tensor) -> Tensor:
+        """dL/dv (B × 3n) from ``d`` = dL/d(layer output): its candidate part ``d·z·(1 − c²)`` and
+        update part ``d·(c − h)·z(1 − z)`` (``d`` times the dropout ``mask`` unless None); the
+        reset part is left for :meth:`gru_backward_reset`."""
+        B, n = _check_matrix(h, "h")
+        _check_float(d, "d", B * n)
+        _check_float(rz, "rz", B * 2 * n)
+        _check_float(c, "c", B * n)
+        dv = torch.empty(B, 3 * n, dtype=torch.float32)
+        self._gru_backward_out(B, n, d.data_ptr(), _optional(mask, "mask", B * n), rz.data_ptr(), c.data_ptr(), h.data_ptr(), dv.data_ptr())
+        return dv
+
+    def gru_backward_reset(self, t: Tensor, h: Tensor, rz: Tensor, dv: Tensor, g_bias: Tensor) -> None:
+        """The reset part of ``dv`` from ``t`` = (candidate part of dv)·Whᵀ: ``t·h·r(1 − r)``;
+        then the column sums of ``dv`` (the bias gradient, 3n) into ``g_bias``."""
+        B, n = _check_matrix(h, "h")
+        _check_float(t, "t", B * n)
+        _check_float(rz, "rz", B * 2 * n)
+        _check_float(dv, "dv", B * 3 * n)
+        _check_float(g_bias, "g_bias", 3 * n)
+        self._gru_backward_reset(B, n, t.data_ptr(), h.data_ptr(), rz.data_ptr(), dv.data_ptr(), g_bias.data_ptr())
 
     def cross_entropy(self, x: Tensor, w: Tensor, logit_form: bool) -> Tensor:
         """Cross-entropy of each row's positive (column i of row i) under the softmax of the
@@ -240,6 +317,18 @@ def _check_scores(x: Tensor, name: str) -> tuple[int, int]:
         raise ValueError(f"{name} must be a B×C score matrix with B ≤ C, got {tuple(x.shape)}")
     _check_float(x, name, x.numel())
     return x.shape[0], x.shape[1]
+
+
+def _check_matrix(t: Tensor, name: str) -> tuple[int, int]:
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be a matrix, got shape {tuple(t.shape)}")
+    _check_float(t, name, t.numel())
+    return t.shape[0], t.shape[1]
+
+
+def _optional(t: Tensor | None, name: str, numel: int) -> int | None:
+    """The address of an optional float32 buffer (None: NULL)."""
+    return None if t is None else _check_float(t, name, numel)
 
 
 def _check_float(t: Tensor, name: str, numel: int) -> int:

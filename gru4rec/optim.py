@@ -273,7 +273,7 @@ class Optimizer:
         """
         rows = parts[0][0] if len(parts) == 1 else torch.cat([r for r, _ in parts])
         if self.unique_rows:
-            uniq, inverse = self.unique(rows)
+            uniq, inverse, _ = self.unique(rows)
             first = parts[0][1]
             total = first.new_zeros((uniq.shape[0], *first.shape[1:]))
             start = 0
@@ -289,21 +289,27 @@ class Optimizer:
         scratch.index_fill_(0, rows, 0.0)
         return rows, total
 
-    def unique(self, rows: Tensor) -> tuple[Tensor, Tensor]:
-        """Sorted unique rows and each position's index among them (``unique_rows`` only: it
-        syncs on a GPU). A mark table over the items is several times faster than
-        ``torch.unique`` for the catalogue sizes of GRU4Rec."""
+    def unique(self, rows: Tensor, n_first: int | None = None) -> tuple[Tensor, Tensor, int]:
+        """The distinct rows, each position's index among them, and how many of them occur in
+        the first ``n_first`` positions (default: all); those come first, in ascending order.
+        ``unique_rows`` only: it syncs on a GPU. A mark table over the items is several times
+        faster than ``torch.unique`` for the catalogue sizes of GRU4Rec."""
         mark, slot = self._mark, self._slot
+        n = rows.shape[0]
         if self.kernels is not None:
-            n = rows.shape[0]
             uniq, inverse = torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
-            k = self.kernels.unique(rows, mark, slot, uniq, inverse)
-            return uniq[:k], inverse
-        mark.index_fill_(0, rows, 1)
-        uniq = mark.nonzero().squeeze(1)
-        mark.index_fill_(0, uniq, 0)
+            k, k_first = self.kernels.unique(rows, mark, slot, uniq, inverse, n_first)
+            return uniq[:k], inverse, k_first
+        n_first = n if n_first is None else n_first
+        mark.index_fill_(0, rows[:n_first], 1)
+        first = mark.nonzero().squeeze(1)
+        mark.index_fill_(0, rows[n_first:], 1)
+        mark.index_fill_(0, first, 0)
+        rest = mark.nonzero().squeeze(1)  # ascending here; the kernel keeps order of appearance
+        mark.index_fill_(0, rest, 0)
+        uniq = torch.cat((first, rest))
         slot.index_copy_(0, uniq, self._arange[: uniq.shape[0]])
-        return uniq, slot.index_select(0, rows)
+        return uniq, slot.index_select(0, rows), first.shape[0]
 
     def _clip_scale(self, g_dense: Tensor, summed: dict[str, tuple[Tensor, Tensor]]) -> Tensor:
         """min(1, grad_cap / ‖all gradients‖), each unique sparse row counted once."""

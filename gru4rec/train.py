@@ -23,7 +23,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 import torch
@@ -101,6 +101,18 @@ class Matmuls:
             out.copy_(torch.mm(a, b))
 
 
+class ScoreRows(NamedTuple):
+    """The Wy rows of a step's products where they are its distinct items (see
+    :meth:`Trainer._score_rows`): ``uniq[:n_scored]`` are the items of the C score columns,
+    ``col_rows`` (C) the row of each column; in shared mode ``uniq[n_scored:]`` are the items
+    that are only inputs and ``input_rows`` (B) the row of each input (None otherwise)."""
+
+    uniq: Tensor
+    n_scored: int
+    col_rows: Tensor
+    input_rows: Tensor | None
+
+
 class Trainer:
     """Owns the training state of a network: hidden states, optimiser, samples, dropout RNG."""
 
@@ -159,6 +171,11 @@ class Trainer:
             [torch.empty(B, n, device=self.device, dtype=self.dtype) for n in net.sizes] if net.dropout_p_hidden > 0 else None
         )
         self.matmuls = Matmuls(check_precision(precision, self.device, reference), self.dtype)
+        # The fused CPU kernels also run the fast step's GRU cells (float32, tanh candidate).
+        kernels = self.optimizer.kernels
+        self._cell_kernels = (
+            kernels if kernels is not None and net.hidden_act.name == "tanh" and self.matmuls.low is None else None
+        )
 
     @property
     def uses_dropout(self) -> bool:
@@ -169,14 +186,17 @@ class Trainer:
         for h in self.hidden:
             h.zero_()
 
+    def _draw_mask(self, mask: Tensor | None, p: float) -> Tensor | None:
+        """Draw a new dropout mask into ``mask`` (None: no dropout here)."""
+        if mask is not None:
+            # Inverted dropout: keep with probability 1 − p (u ≥ p), scale kept values by 1/(1 − p).
+            # uniform + compare is ~5x faster than bernoulli_ on the CPU, and as graph-safe.
+            torch.rand(mask.shape, generator=self.dropout_gen, out=mask)
+            mask.ge_(p).mul_(1.0 / (1.0 - p))
+        return mask
+
     def _dropout(self, x: Tensor, mask: Tensor | None, p: float) -> Tensor:
-        if mask is None:
-            return x
-        # Inverted dropout: keep with probability 1 − p (u ≥ p), scale kept values by 1/(1 − p).
-        # uniform + compare is ~5x faster than bernoulli_ on the CPU, and as graph-safe.
-        torch.rand(mask.shape, generator=self.dropout_gen, out=mask)
-        mask.ge_(p).mul_(1.0 / (1.0 - p))
-        return x * mask
+        return x if self._draw_mask(mask, p) is None else x * mask
 
     def train_step(self, inputs: Tensor, targets: Tensor, active: Tensor, keep: Tensor, samples: Tensor | None = None) -> Tensor:
         """One step over the B slots (one row of a :class:`~gru4rec.batching.Schedule`); returns
@@ -239,10 +259,11 @@ class Trainer:
         buffer. Must agree with :meth:`_reference_step` (tested). With ``precision='bfloat16'`` the
         matrix products take bfloat16 copies of their operands (see :class:`Matmuls`); everything
         else — the loss and its softmax, the GRU's gates, the optimiser — stays in float32."""
-        net, opt, mm = self.net, self.optimizer, self.matmuls
+        net, opt, mm, cell = self.net, self.optimizer, self.matmuls, self._cell_kernels
         act = net.hidden_act
         x_rows = net.input_table.index_select(0, inputs)  # no_grad: plain tensors
-        wy = mm.cast(net.Wy.index_select(0, cols))
+        rows = self._score_rows(inputs, cols)
+        wy = mm.cast(net.Wy.index_select(0, cols if rows is None else rows.uniq[: rows.n_scored]))
         bias = net.By.index_select(0, cols)
         logq = self._logq(targets, samples)
         if logq is not None:
@@ -260,40 +281,57 @@ class Trainer:
             wx = mm.cast(layer.Wx) if projects else None
             v = mm.addmm(layer.Bh, x_c, wx) if wx is not None else x + layer.Bh
             h_c, wrz, wh = mm.cast(h), mm.cast(layer.Wrz), mm.cast(layer.Wh)
-            rz = torch.sigmoid(mm.addmm(v[:, n:], h_c, wrz))
-            hr = mm.cast(h * rz[:, :n])
-            c = act(mm.addmm(v[:, :n], hr, wh))
+            mask = None if self._hidden_masks is None else self._hidden_masks[i]
+            if cell is not None:  # the same operations, fused (cpu_kernels.c)
+                rz = mm.addmm(v[:, n:], h_c, wrz)
+                hr = cell.gru_gates(rz, h)
+                c = mm.addmm(v[:, :n], hr, wh)
+                x = cell.gru_output(c, h, rz, self._draw_mask(mask, net.dropout_p_hidden))
+            else:
+                rz = torch.sigmoid(mm.addmm(v[:, n:], h_c, wrz))
+                hr = mm.cast(h * rz[:, :n])
+                c = act(mm.addmm(v[:, :n], hr, wh))
+                x = self._dropout(torch.lerp(h, c, rz[:, n:]), mask, net.dropout_p_hidden)
             saved.append((x_c, wx, h_c, wrz, hr, wh, rz, c))
-            x = torch.lerp(h, c, rz[:, n:])
-            if self._hidden_masks is not None:
-                x = self._dropout(x, self._hidden_masks[i], net.dropout_p_hidden)
             outs.append(x)
         x_c = mm.cast(x)
-        scores = mm.addmm(bias, x_c, wy.t())
+        if rows is None:
+            scores = mm.addmm(bias, x_c, wy.t())
+        else:  # one product row per distinct item, spread to the C columns
+            scores = self._spread_columns(mm.mm(x_c, wy.t()), rows.col_rows, bias)
         loss, g_scores = self.loss_grad(scores, col_valid, active, n_cols)
+        # dL/d(rows of wy): the columns of one item summed where rows are distinct items
+        g_rows = g_scores if rows is None else self._merge_columns(g_scores, rows.col_rows, rows.n_scored)
 
         # Backward, one step deep (the carried hidden state is a constant).
         x_last = x_c
-        d = mm.mm(mm.cast(g_scores), wy)  # dL/d(output of the last layer)
+        d = mm.mm(mm.cast(g_rows), wy)  # dL/d(output of the last layer)
         grads = opt.grad_views
         for i in range(len(net.layers) - 1, -1, -1):
             layer, name = net.layers[i], f"layers.{i}"
             x_c, wx, h_c, wrz, hr, wh, rz, c = saved[i]
             h, n = self.hidden[i], layer.size
-            if self._hidden_masks is not None:
-                d = d * self._hidden_masks[i]
-            z = rz[:, n:]
-            d_cand = d * z  # h_new = h + z·(c − h)
-            f_prime = act.derivative(c)
-            if f_prime is not None:
-                d_cand = d_cand * f_prime
-            d_cand_c = mm.cast(d_cand)
-            mm.mm_into(grads[f"{name}.Wh"], hr.t(), d_cand_c)
-            d_r = mm.mm(d_cand_c, wh.t()) * h
-            d_rz = torch.cat((d_r, d * (c - h)), dim=1) * (rz * (1.0 - rz))
-            mm.mm_into(grads[f"{name}.Wrz"], h_c.t(), mm.cast(d_rz))
-            d_v = torch.cat((d_cand, d_rz), dim=1)
-            torch.sum(d_v, 0, out=grads[f"{name}.Bh"])
+            mask = None if self._hidden_masks is None else self._hidden_masks[i]
+            if cell is not None:  # the same operations, fused (cpu_kernels.c)
+                d_v = cell.gru_backward_out(d, mask, rz, c, h)
+                mm.mm_into(grads[f"{name}.Wh"], hr.t(), d_v[:, :n])
+                cell.gru_backward_reset(mm.mm(d_v[:, :n], wh.t()), h, rz, d_v, grads[f"{name}.Bh"])
+                mm.mm_into(grads[f"{name}.Wrz"], h_c.t(), d_v[:, n:])
+            else:
+                if mask is not None:
+                    d = d * mask
+                z = rz[:, n:]
+                d_cand = d * z  # h_new = h + z·(c − h)
+                f_prime = act.derivative(c)
+                if f_prime is not None:
+                    d_cand = d_cand * f_prime
+                d_cand_c = mm.cast(d_cand)
+                mm.mm_into(grads[f"{name}.Wh"], hr.t(), d_cand_c)
+                d_r = mm.mm(d_cand_c, wh.t()) * h
+                d_rz = torch.cat((d_r, d * (c - h)), dim=1) * (rz * (1.0 - rz))
+                mm.mm_into(grads[f"{name}.Wrz"], h_c.t(), mm.cast(d_rz))
+                d_v = torch.cat((d_cand, d_rz), dim=1)
+                torch.sum(d_v, 0, out=grads[f"{name}.Bh"])
             if wx is None:
                 d = d_v  # layer 0 in none mode: the gradient of the Wx_0 rows themselves
                 break
@@ -303,37 +341,62 @@ class Trainer:
         for h, out in zip(self.hidden, outs):
             h.copy_(out)
         g_in = d if self._embed_mask is None else d * self._embed_mask
-        opt.step(opt.flat_grad, self._item_grads(inputs, cols, g_scores, x_last, g_in))
+        opt.step(opt.flat_grad, self._item_grads(inputs, cols, rows, g_rows, x_last, g_in))
         return loss
 
-    def _item_grads(self, inputs: Tensor, cols: Tensor, g_scores: Tensor, x_c: Tensor, g_in: Tensor) -> dict[str, UniqueGrad | SparseGrad | list[SparseGrad]]:
-        """The item tables' gradient rows of the fast step, from dL/dscores (B×C), the last
-        layer's output ``x_c`` (as cast for the products) and the input rows' gradient ``g_in``.
+    def _score_rows(self, inputs: Tensor, cols: Tensor) -> ScoreRows | None:
+        """Which Wy rows the fast step's products use (None: the C columns themselves).
 
-        Where the optimiser makes rows unique (CPU), the score columns of one item are summed
-        first — a pass over B×C numbers instead of C×L — so that one product gives each Wy row's
-        gradient exactly once, over the K ≤ C distinct items instead of all C columns."""
-        opt, mm = self.optimizer, self.matmuls
+        Where the optimiser makes rows unique (CPU), the rows are the K ≤ C distinct items of the
+        columns: the score, dL/dx and Wy-gradient products then take one row per distinct item
+        instead of one per column (with 2,048 popularity samples of a small catalogue, K is a
+        third below C). In shared mode the inputs' items, whose rows share the table, follow
+        them. On a GPU finding distinct rows would sync, so there the rows are the C columns."""
+        opt = self.optimizer
         if not opt.unique_rows:
-            g_wy = mm.mm(mm.cast(g_scores).t(), x_c)
-            return self._sparse_grads(inputs, cols, g_in, g_wy, g_scores.sum(0))
-        shared = self.net.mode == "shared"
-        n_in = inputs.shape[0]
-        uniq, inverse = opt.unique(torch.cat((inputs, cols)) if shared else cols)
-        inv_cols = inverse[n_in:] if shared else inverse
-        if opt.kernels is not None:
-            g_items = opt.kernels.sum_columns(g_scores, inv_cols, uniq.shape[0])
-        else:
-            g_items = g_scores.new_zeros((g_scores.shape[0], uniq.shape[0])).index_add_(1, inv_cols, g_scores)
-        g_wy = mm.mm(mm.cast(g_items).t(), x_c)
-        g_by = g_items.sum(0)
-        if not shared:
-            return {"Wy": UniqueGrad(uniq, g_wy), "By": UniqueGrad(uniq, g_by), self.net.input_table_name: (inputs, g_in)}
-        g_wy.index_add_(0, inverse[:n_in], g_in)
-        # By belongs to the scored columns only: an item that is just an input keeps its bias
-        # (and the bias's momentum) untouched.
-        scored = torch.zeros(uniq.shape[0], dtype=torch.bool, device=uniq.device).index_fill_(0, inv_cols, True)
-        return {"Wy": UniqueGrad(uniq, g_wy), "By": UniqueGrad(uniq.masked_select(scored), g_by.masked_select(scored))}
+            return None
+        n_cols = cols.shape[0]
+        if self.net.mode != "shared":
+            uniq, inverse, k = opt.unique(cols)
+            return ScoreRows(uniq, k, inverse, None)
+        uniq, inverse, k = opt.unique(torch.cat((cols, inputs)), n_first=n_cols)
+        return ScoreRows(uniq, k, inverse[:n_cols], inverse[n_cols:])
+
+    def _spread_columns(self, s: Tensor, col_rows: Tensor, bias: Tensor) -> Tensor:
+        """The B×C scores from the B×K scores of the distinct rows: ``s[:, col_rows] + bias``."""
+        kernels = self.optimizer.kernels
+        if kernels is not None:
+            return kernels.gather_columns(s, col_rows, bias)
+        return s.index_select(1, col_rows).add_(bias)
+
+    def _merge_columns(self, g: Tensor, col_rows: Tensor, n_rows: int) -> Tensor:
+        """The B×K gradient of the distinct rows' scores: the B×C columns summed by row."""
+        kernels = self.optimizer.kernels
+        if kernels is not None:
+            return kernels.sum_columns(g, col_rows, n_rows)
+        return g.new_zeros((g.shape[0], n_rows)).index_add_(1, col_rows, g)
+
+    def _item_grads(self, inputs: Tensor, cols: Tensor, rows: ScoreRows | None, g_rows: Tensor, x_c: Tensor,
+                    g_in: Tensor) -> dict[str, UniqueGrad | SparseGrad | list[SparseGrad]]:
+        """The item tables' gradient rows of the fast step, from dL/d(scores of the rows of
+        :meth:`_score_rows`) ``g_rows`` (B×C, or B×K for distinct rows), the last layer's output
+        ``x_c`` (as cast for the products) and the input rows' gradient ``g_in``. With distinct
+        rows, one product gives each Wy row's gradient exactly once."""
+        mm = self.matmuls
+        g_by = g_rows.sum(0)
+        if rows is None:
+            return self._sparse_grads(inputs, cols, g_in, mm.mm(mm.cast(g_rows).t(), x_c), g_by)
+        scored = rows.uniq[: rows.n_scored]
+        if rows.input_rows is None:
+            g_wy = mm.mm(mm.cast(g_rows).t(), x_c)
+            return {"Wy": UniqueGrad(scored, g_wy), "By": UniqueGrad(scored, g_by), self.net.input_table_name: (inputs, g_in)}
+        # shared: the scored rows' gradient, then the input rows' (items that are only inputs
+        # follow the scored ones and keep their bias, and the bias's momentum, untouched)
+        g_wy = torch.empty(rows.uniq.shape[0], x_c.shape[1], dtype=self.dtype)
+        mm.mm_into(g_wy[: rows.n_scored], mm.cast(g_rows).t(), x_c)
+        g_wy[rows.n_scored:].zero_()
+        g_wy.index_add_(0, rows.input_rows, g_in)
+        return {"Wy": UniqueGrad(rows.uniq, g_wy), "By": UniqueGrad(scored, g_by)}
 
     # ------------------------------------------------------------------ checkpointing
 

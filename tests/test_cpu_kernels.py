@@ -111,11 +111,33 @@ def test_unique_equals_torch_unique(kernels) -> None:
     for n in (1, 7, 300, 2000):
         rows = torch.tensor(rng.integers(0, n_items, size=n))
         uniq, inverse = torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
-        k = kernels.unique(rows, mark, slot, uniq, inverse)
+        k, k_first = kernels.unique(rows, mark, slot, uniq, inverse)
         want, want_inverse = torch.unique(rows, return_inverse=True)
-        assert k == want.numel()
+        assert k == k_first == want.numel()
         assert torch.equal(uniq[:k], want) and torch.equal(inverse, want_inverse)
         assert int(mark.sum()) == 0
+        # grouped: the first n_first positions' values first (ascending), then the others' in
+        # order of appearance; slot holds stale entries from the calls before
+        n_first = n // 2
+        k, k_first = kernels.unique(rows, mark, slot, uniq, inverse, n_first)
+        head = torch.unique(rows[:n_first])
+        seen, tail = set(head.tolist()), []
+        for v in rows[n_first:].tolist():
+            if v not in seen:
+                seen.add(v)
+                tail.append(v)
+        assert k_first == head.numel() and uniq[:k].tolist() == head.tolist() + tail
+        assert torch.equal(uniq[inverse], rows) and int(mark.sum()) == 0
+
+
+def test_grouped_unique_by_hand(kernels) -> None:
+    mark, slot = torch.zeros(10, dtype=torch.uint8), torch.zeros(10, dtype=torch.int64)
+    rows = torch.tensor([7, 2, 7, 9, 2, 0, 9, 5, 0])
+    uniq, inverse = torch.empty(9, dtype=torch.int64), torch.empty(9, dtype=torch.int64)
+    assert kernels.unique(rows, mark, slot, uniq, inverse, 4) == (5, 3)
+    assert uniq[:5].tolist() == [2, 7, 9, 0, 5] and inverse.tolist() == [1, 0, 1, 2, 0, 3, 2, 4, 3]
+    with pytest.raises(ValueError, match="n_first"):
+        kernels.unique(rows, mark, slot, uniq, inverse, 10)
 
 
 def test_sum_columns_equals_index_add(kernels) -> None:
@@ -126,6 +148,82 @@ def test_sum_columns_equals_index_add(kernels) -> None:
     got = kernels.sum_columns(g, group, 90)
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
     assert torch.equal(got[:, 89] == 0, want[:, 89] == 0)
+
+
+def test_gather_columns_equals_index_select(kernels) -> None:
+    g = torch.Generator().manual_seed(6)
+    s = torch.randn(5, 9, generator=g)
+    group = torch.randint(0, 9, (23,), generator=g)
+    bias = torch.randn(23, generator=g)
+    assert torch.equal(kernels.gather_columns(s, group, bias), s[:, group] + bias)
+    # by hand: out[b, j] = s[b, group[j]] + bias[j]
+    out = kernels.gather_columns(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([1, 1, 0]), torch.tensor([0.5, 0.0, -1.0]))
+    assert out.tolist() == [[2.5, 2.0, 0.0], [4.5, 4.0, 2.0]]
+
+
+# ------------------------------------------------------------------ the GRU cell
+
+def _cell_inputs(B: int, n: int, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    # pre-activations across the ranges that matter: tiny (tanh's polynomial), moderate, saturated
+    scale = torch.tensor([1e-6, 1e-3, 0.3, 0.6, 0.7, 2.0, 9.0, 40.0, 100.0])
+    pick = lambda *shape: torch.randn(*shape, generator=g) * scale[torch.randint(0, len(scale), shape, generator=g)]  # noqa: E731
+    mask = (torch.rand(B, n, generator=g) >= 0.3).float() / 0.7
+    return {"a": pick(B, 2 * n), "u": pick(B, n), "h": torch.rand(B, n, generator=g) * 2 - 1, "d": torch.randn(B, n, generator=g),
+            "t": torch.randn(B, n, generator=g), "mask": mask}
+
+
+@pytest.mark.parametrize("B,n", [(3, 7), (64, 600)])  # the second is large enough for the threads
+def test_gru_forward_kernels_equal_pytorch(kernels, B: int, n: int) -> None:
+    x = _cell_inputs(B, n, seed=B)
+    rz = x["a"].clone()
+    hr = kernels.gru_gates(rz, x["h"])
+    want_rz = torch.sigmoid(x["a"].double())
+    # sigmoid and tanh to a few float32 ulp of the exact (float64) values, tiny inputs included
+    torch.testing.assert_close(rz.double(), want_rz, rtol=4e-7, atol=1e-30)
+    torch.testing.assert_close(hr, x["h"] * rz[:, :n], rtol=0, atol=0)
+    for mask in (None, x["mask"]):
+        c = x["u"].clone()
+        out = kernels.gru_output(c, x["h"], rz, mask)
+        torch.testing.assert_close(c.double(), torch.tanh(x["u"].double()), rtol=4e-7, atol=1e-30)
+        want = torch.lerp(x["h"], c, rz[:, n:])
+        torch.testing.assert_close(out, want if mask is None else want * mask, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("B,n", [(3, 7), (64, 600)])
+def test_gru_backward_kernels_equal_pytorch(kernels, B: int, n: int) -> None:
+    """The formulas of the PyTorch path of train.py (its fallback), element by element, computed
+    in float64 from the same float32 inputs: the kernels may fuse a multiply and an add (more
+    exact than PyTorch's float32 where 1 − c² cancels), so float64 is the fair reference."""
+    x = {k: v.double() for k, v in _cell_inputs(B, n, seed=B + 1).items()}
+    rz, c, h = torch.sigmoid(x["a"]).float().double(), torch.tanh(x["u"]).float().double(), x["h"]
+    f32 = lambda t: None if t is None else t.float()  # noqa: E731
+    for mask in (None, x["mask"]):
+        d = x["d"] if mask is None else x["d"] * mask
+        dv = kernels.gru_backward_out(f32(x["d"]), f32(mask), f32(rz), f32(c), f32(h))
+        z = rz[:, n:]
+        torch.testing.assert_close(dv[:, :n].double(), d * z * (1.0 - c * c), rtol=5e-7, atol=1e-30)
+        torch.testing.assert_close(dv[:, 2 * n:].double(), d * (c - h) * (z * (1.0 - z)), rtol=5e-7, atol=1e-30)
+        g_bias = torch.full((3 * n,), float("nan"))
+        kernels.gru_backward_reset(f32(x["t"]), f32(h), f32(rz), dv, g_bias)
+        r = rz[:, :n]
+        torch.testing.assert_close(dv[:, n:2 * n].double(), x["t"] * h * (r * (1.0 - r)), rtol=5e-7, atol=1e-30)
+        torch.testing.assert_close(g_bias.double(), dv.double().sum(0), rtol=1e-5, atol=1e-6 * B)
+
+
+def test_gru_kernels_by_hand(kernels) -> None:
+    h = torch.tensor([[0.5]])
+    rz = torch.tensor([[0.0, 0.0]])  # sigmoid(0) = 1/2 for r and z
+    hr = kernels.gru_gates(rz, h)
+    assert rz.tolist() == [[0.5, 0.5]] and hr.tolist() == [[0.25]]
+    c = torch.tensor([[0.0]])
+    out = kernels.gru_output(c, h, rz, torch.tensor([[2.0]]))
+    assert c.tolist() == [[0.0]] and out.tolist() == [[0.5]]  # (0.5 + 0.5·(0 − 0.5))·2
+    dv = kernels.gru_backward_out(torch.tensor([[1.0]]), None, rz, c, h)
+    assert dv[0, 0] == 0.5 and dv[0, 2] == -0.125  # z·(1 − 0²); (0 − 0.5)·0.5·0.5
+    g_bias = torch.empty(3)
+    kernels.gru_backward_reset(torch.tensor([[2.0]]), h, rz, dv, g_bias)
+    assert dv[0, 1] == 0.25 and g_bias.tolist() == [0.5, 0.25, -0.125]  # 2·0.5·0.25
 
 
 LOSSES = [
@@ -220,9 +318,12 @@ def test_kernels_only_where_they_apply() -> None:
     assert Optimizer({}, {"W": W32}, Config(), unique_rows=False).kernels is None
 
 
-def test_training_with_and_without_kernels_gives_the_same_losses(kernels) -> None:
-    """Two epochs of the fast step on synthetic sessions, optimiser fused or not: the same
-    epoch losses and weights to float32 round-off."""
+@pytest.mark.parametrize("model", ["layers=16", "layers=12/10,dropout_p_embed=0.2", "constrained_embedding=False,embedding=0",
+                                   "constrained_embedding=False,embedding=8,layers=12/10", "hidden_act=relu"])
+def test_training_with_and_without_kernels_gives_the_same_losses(kernels, model: str) -> None:
+    """Two epochs of the fast step on synthetic sessions, with the fused kernels (optimiser,
+    distinct score rows, losses, GRU cells) or the PyTorch code: the same epoch losses and
+    weights to float32 round-off, in every embedding mode and with two layers."""
     from gru4rec.data import ItemMap, item_support, sessions_from_events
     from gru4rec.datasets.synthetic import generate
     from gru4rec.model import GRU4RecNet
@@ -233,12 +334,13 @@ def test_training_with_and_without_kernels_gives_the_same_losses(kernels) -> Non
     sessions, _ = sessions_from_events(events, item_map, order="time")
     support = item_support(sessions.items, len(item_map))
     for loss in ("cross-entropy", "bpr-max"):
-        cfg = Config(loss=loss, layers=(16,), batch_size=8, n_sample=16, n_epochs=2, momentum=0.2, dropout_p_hidden=0.2,
-                     learning_rate=0.05, final_act="softmax" if loss == "cross-entropy" else "elu-0.5")
+        cfg = Config(loss=loss, batch_size=8, n_sample=16, n_epochs=2, momentum=0.2, dropout_p_hidden=0.2,
+                     learning_rate=0.05, final_act="softmax" if loss == "cross-entropy" else "elu-0.5").replace_from_string(model)
         results = []
         for fused in (True, False):
             net = GRU4RecNet(len(support), cfg, generator=torch.Generator().manual_seed(1))
             trainer = Trainer(net, cfg, support, seed=3, cpu_kernels=fused)
+            assert (trainer._cell_kernels is not None) == (fused and cfg.hidden_act == "tanh")
             losses = [s.loss for s in train_epochs(trainer, sessions.items, sessions.offsets, progress=False, log=None)]
             results.append((losses, net.Wy.detach().clone()))
         np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-5, err_msg=loss)

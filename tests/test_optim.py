@@ -166,3 +166,20 @@ def test_method_vs_reference(kw: dict) -> None:
     np.testing.assert_array_equal(tp["W"].detach().numpy()[3], params["W"][3])
     if cfg.adapt != "sgd":
         assert float(sd["W.acc"][3].abs().sum()) == 0.0
+
+
+@pytest.mark.parametrize("kernels", [False, None], ids=["pytorch", "kernels-if-built"])
+def test_unique_rows_grouped_by_position(kernels: bool | None) -> None:
+    """Optimizer.unique: the distinct values of the first n_first positions first (ascending),
+    then those found only after them; inverse maps every position to its value's row."""
+    W = nn.Parameter(torch.zeros(50, 3))
+    opt = Optimizer({}, {"W": W}, Config(), kernels=kernels)
+    rng = np.random.default_rng(9)
+    for n, n_first in ((1, 1), (40, 40), (40, 25), (40, 0), (200, 120)):
+        rows = torch.tensor(rng.integers(0, 50, size=n))
+        uniq, inverse, k = opt.unique(rows, n_first)
+        head = np.unique(rows[:n_first].numpy())
+        assert k == len(head) and uniq[:k].tolist() == head.tolist()
+        assert sorted(uniq[k:].tolist()) == sorted(set(rows[n_first:].tolist()) - set(head.tolist()))
+        assert torch.equal(uniq[inverse], rows)
+        assert int(opt._mark.sum()) == 0  # the scratch table is left clean
