@@ -181,6 +181,25 @@ void g4r_sum_columns(int64_t n_rows, int64_t n_cols, int64_t n_out, const float 
     }
 }
 
+/* The bias of the C score columns (cols = [B targets, S samples]):
+ * out[c] = by[cols[c]] - logq[cols[c]] + (1 - valid[c])·MASK, where logq is logq_in for the
+ * first n_in columns and logq_sample for the others (both NULL: no logQ correction) and the
+ * MASK term applies only where valid is not NULL (the cross-entropy losses mask columns there). */
+#define MASK (-1e30f)
+void g4r_column_bias(int64_t C, int64_t n_in, const int64_t *cols, const float *by, const float *logq_in,
+                     const float *logq_sample, const float *valid, float *out)
+{
+    for (int64_t c = 0; c < C; ++c) {
+        const int64_t v = cols[c];
+        float b = by[v];
+        if (logq_in)
+            b = b - (c < n_in ? logq_in[v] : logq_sample[v]);
+        if (valid)
+            b = b + (1.0f - valid[c]) * MASK;
+        out[c] = b;
+    }
+}
+
 /* out (n_rows × n_cols) = the columns of s (n_rows × n_src) picked by group, plus bias:
  * out[b, j] = s[b, group[j]] + bias[j] (the scores of the C columns from those of their distinct
  * items: the reverse of g4r_sum_columns). */
@@ -201,8 +220,6 @@ void g4r_gather_columns(int64_t n_rows, int64_t n_src, int64_t n_cols, const flo
  * (PyTorch's loss code makes one pass per operation, ~10-30 of them). Rows are independent and
  * split between the threads; each row's positive is its own column (column i of row i).
  */
-
-#define MASK (-1e30f)
 
 /* exp(x) for float32, vectorisable (no library call): Cody-Waite range reduction and the
  * Cephes minimax polynomial, within 2 ulp of expf; 0 below -87.3 (where expf underflows). */

@@ -169,6 +169,9 @@ class CpuKernels:
         self._sum_columns = lib.g4r_sum_columns
         self._sum_columns.argtypes = [_i64, _i64, _i64, _p, _p, _p]
         self._sum_columns.restype = None
+        self._column_bias = lib.g4r_column_bias
+        self._column_bias.argtypes = [_i64, _i64, _p, _p, _p, _p, _p, _p]
+        self._column_bias.restype = None
         self._gather_columns = lib.g4r_gather_columns
         self._gather_columns.argtypes = [_i64, _i64, _i64, _p, _p, _p, _p]
         self._gather_columns.restype = None
@@ -229,6 +232,21 @@ class CpuKernels:
             raise ValueError(f"group must have one entry per column of g ({n_cols})")
         out = torch.empty(n_rows, n_groups, dtype=torch.float32)
         self._sum_columns(n_rows, n_cols, n_groups, g.data_ptr(), group.data_ptr(), out.data_ptr())
+        return out
+
+    def column_bias(self, cols: Tensor, n_in: int, by: Tensor, logq_in: Tensor | None, logq_sample: Tensor | None,
+                    valid: Tensor | None) -> Tensor:
+        """The bias of the score columns ``cols``: ``by[cols] − logq[cols] + (1 − valid)·MASK``,
+        logq being ``logq_in`` for the first ``n_in`` columns and ``logq_sample`` for the rest
+        (both None: no logQ); the mask term only where ``valid`` is given."""
+        n_items = by.numel()
+        _check_float(by, "by", n_items)
+        C = _check_index(cols, "cols", n_items)
+        if (logq_in is None) != (logq_sample is None) or not 0 <= n_in <= C:
+            raise ValueError("logq_in and logq_sample go together, and n_in must be between 0 and len(cols)")
+        out = torch.empty(C, dtype=torch.float32)
+        self._column_bias(C, n_in, cols.data_ptr(), by.data_ptr(), _optional(logq_in, "logq_in", n_items),
+                          _optional(logq_sample, "logq_sample", n_items), _optional(valid, "valid", C), out.data_ptr())
         return out
 
     def gather_columns(self, s: Tensor, group: Tensor, bias: Tensor) -> Tensor:

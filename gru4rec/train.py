@@ -264,12 +264,7 @@ class Trainer:
         x_rows = net.input_table.index_select(0, inputs)  # no_grad: plain tensors
         rows = self._score_rows(inputs, cols)
         wy = mm.cast(net.Wy.index_select(0, cols if rows is None else rows.uniq[: rows.n_scored]))
-        bias = net.By.index_select(0, cols)
-        logq = self._logq(targets, samples)
-        if logq is not None:
-            bias = bias - logq
-        if self._mask_in_bias:  # cross-entropy: masked columns leave the softmax through the bias
-            bias = bias + (1.0 - col_valid) * MASK
+        bias = self._column_bias(targets, samples, cols, col_valid)
 
         # Forward, keeping what the backward pass needs (the products' operands as cast).
         x = x_rows if self._embed_mask is None else self._dropout(x_rows, self._embed_mask, net.dropout_p_embed)
@@ -343,6 +338,21 @@ class Trainer:
         g_in = d if self._embed_mask is None else d * self._embed_mask
         opt.step(opt.flat_grad, self._item_grads(inputs, cols, rows, g_rows, x_last, g_in))
         return loss
+
+    def _column_bias(self, targets: Tensor, samples: Tensor, cols: Tensor, col_valid: Tensor) -> Tensor:
+        """The score columns' bias: ``By[cols]`` minus logQ, and for the cross-entropy losses
+        MASK where a column is not valid (masked columns leave the softmax through the bias)."""
+        kernels = self.optimizer.kernels
+        if kernels is not None:
+            valid = col_valid if self._mask_in_bias else None
+            return kernels.column_bias(cols, targets.shape[0], self.net.By.detach(), self.logq_in, self.logq_sample, valid)
+        bias = self.net.By.index_select(0, cols)
+        logq = self._logq(targets, samples)
+        if logq is not None:
+            bias = bias - logq
+        if self._mask_in_bias:
+            bias = bias + (1.0 - col_valid) * MASK
+        return bias
 
     def _score_rows(self, inputs: Tensor, cols: Tensor) -> ScoreRows | None:
         """Which Wy rows the fast step's products use (None: the C columns themselves).

@@ -150,6 +150,23 @@ def test_sum_columns_equals_index_add(kernels) -> None:
     assert torch.equal(got[:, 89] == 0, want[:, 89] == 0)
 
 
+def test_column_bias_equals_pytorch(kernels) -> None:
+    g = torch.Generator().manual_seed(8)
+    by, lq_in, lq_s = torch.randn(30, generator=g), torch.randn(30, generator=g), torch.randn(30, generator=g)
+    targets, samples = torch.randint(0, 30, (6,), generator=g), torch.randint(0, 30, (11,), generator=g)
+    cols = torch.cat((targets, samples))
+    valid = torch.cat((torch.tensor([1.0, 1, 0, 1, 0, 1]), torch.ones(11)))
+    logq = torch.cat((lq_in[targets], lq_s[samples]))
+    assert torch.equal(kernels.column_bias(cols, 6, by, lq_in, lq_s, valid), by[cols] - logq + (1.0 - valid) * -1e30)
+    assert torch.equal(kernels.column_bias(cols, 6, by, lq_in, lq_s, None), by[cols] - logq)
+    assert torch.equal(kernels.column_bias(cols, 6, by, None, None, None), by[cols])
+    out = kernels.column_bias(torch.tensor([2, 0, 2]), 1, torch.tensor([0.5, 1.0, 2.0]), torch.tensor([1.0, 0.0, 0.25]),
+                              torch.tensor([0.0, 3.0, 0.5]), torch.tensor([1.0, 0.0, 1.0]))
+    assert out.tolist() == torch.tensor([1.75, -1e30, 1.5]).tolist()  # 2 − 0.25 (in-batch logq); masked; 2 − 0.5 (sample logq)
+    with pytest.raises(ValueError, match="go together"):
+        kernels.column_bias(cols, 6, by, lq_in, None, None)
+
+
 def test_gather_columns_equals_index_select(kernels) -> None:
     g = torch.Generator().manual_seed(6)
     s = torch.randn(5, 9, generator=g)
