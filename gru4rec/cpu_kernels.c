@@ -166,6 +166,18 @@ int64_t g4r_unique(int64_t n, const int64_t *rows, int64_t n_first, int64_t n_it
     return k;
 }
 
+/* Rows added into a table: table[rows[i]] += src[i] (n × width; repeated rows add up, in order). */
+void g4r_add_rows(int64_t n, const int64_t *rows, int64_t width, const float *src, float *table)
+{
+    for (int64_t i = 0; i < n; ++i) {
+        float *t = table + rows[i] * width;
+        const float *s = src + i * width;
+#pragma omp simd
+        for (int64_t j = 0; j < width; ++j)
+            t[j] += s[j];
+    }
+}
+
 /* out (n_rows × n_out) = the columns of g (n_rows × n_cols) summed by group:
  * out[b, group[j]] = sum over j of g[b, j]. */
 void g4r_sum_columns(int64_t n_rows, int64_t n_cols, int64_t n_out, const float *g,

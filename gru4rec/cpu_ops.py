@@ -169,6 +169,9 @@ class CpuKernels:
         self._sum_columns = lib.g4r_sum_columns
         self._sum_columns.argtypes = [_i64, _i64, _i64, _p, _p, _p]
         self._sum_columns.restype = None
+        self._add_rows = lib.g4r_add_rows
+        self._add_rows.argtypes = [_i64, _p, _i64, _p, _p]
+        self._add_rows.restype = None
         self._column_bias = lib.g4r_column_bias
         self._column_bias.argtypes = [_i64, _i64, _p, _p, _p, _p, _p, _p]
         self._column_bias.restype = None
@@ -233,6 +236,13 @@ class CpuKernels:
         out = torch.empty(n_rows, n_groups, dtype=torch.float32)
         self._sum_columns(n_rows, n_cols, n_groups, g.data_ptr(), group.data_ptr(), out.data_ptr())
         return out
+
+    def add_rows(self, table: Tensor, rows: Tensor, src: Tensor) -> None:
+        """``table[rows[i]] += src[i]`` in place (repeated rows add up), as ``index_add_``."""
+        n_rows, width = _check_matrix(table, "table")
+        n = _check_index(rows, "rows", n_rows)
+        _check_float(src, "src", n * width)
+        self._add_rows(n, rows.data_ptr(), width, src.data_ptr(), table.data_ptr())
 
     def column_bias(self, cols: Tensor, n_in: int, by: Tensor, logq_in: Tensor | None, logq_sample: Tensor | None,
                     valid: Tensor | None) -> Tensor:

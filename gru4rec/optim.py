@@ -278,7 +278,11 @@ class Optimizer:
             total = first.new_zeros((uniq.shape[0], *first.shape[1:]))
             start = 0
             for r, g in parts:
-                total.index_add_(0, inverse[start:start + r.shape[0]], g)
+                part = inverse[start:start + r.shape[0]]
+                if self.kernels is not None and total.dim() == 2:
+                    self.kernels.add_rows(total, part, g)
+                else:
+                    total.index_add_(0, part, g)
                 start += r.shape[0]
             return uniq, total
         scratch = self.state[name].scratch

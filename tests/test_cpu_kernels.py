@@ -150,6 +150,21 @@ def test_sum_columns_equals_index_add(kernels) -> None:
     assert torch.equal(got[:, 89] == 0, want[:, 89] == 0)
 
 
+def test_add_rows_equals_index_add(kernels) -> None:
+    g = torch.Generator().manual_seed(10)
+    table = torch.randn(12, 5, generator=g)
+    rows = torch.tensor([3, 0, 3, 11, 3])  # repeated rows add up
+    src = torch.randn(5, 5, generator=g)
+    want = table.clone().index_add_(0, rows, src)
+    kernels.add_rows(table, rows, src)
+    torch.testing.assert_close(table, want, rtol=1e-6, atol=1e-6)
+    one = torch.zeros(2, 2)
+    kernels.add_rows(one, torch.tensor([1, 1]), torch.tensor([[1.0, 2.0], [0.5, 0.25]]))
+    assert one.tolist() == [[0.0, 0.0], [1.5, 2.25]]
+    with pytest.raises(ValueError, match="src must be"):
+        kernels.add_rows(one, torch.tensor([1]), torch.ones(3))
+
+
 def test_column_bias_equals_pytorch(kernels) -> None:
     g = torch.Generator().manual_seed(8)
     by, lq_in, lq_s = torch.randn(30, generator=g), torch.randn(30, generator=g), torch.randn(30, generator=g)
