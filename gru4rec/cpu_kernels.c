@@ -301,9 +301,10 @@ void g4r_cross_entropy(int64_t B, int64_t C, float *x, const float *w, int64_t l
  * loss_i = -log(S + 1e-24) + bpreg·R;
  * dL/dr_ik = s_k·(S - σ_k²)/(S + 1e-24) + bpreg·s_k·(r_ik·(r_ik + 2) - R)   (k != i),
  * dL/dr_ii = (Σ s_j·σ_j² - S)/(S + 1e-24).
+ * With has_elu, r = elu-A(x) (A = elu_alpha) and grad is dL/dx: dL/dr times (r > 0 ? 1 : r + A).
  * The weighted sum of the row losses goes to loss[0]. */
 void g4r_bpr_max(int64_t B, int64_t C, const float *r, const float *valid, const float *w,
-                 float bpreg, float *grad, float *loss)
+                 float bpreg, int64_t has_elu, float elu_alpha, float *grad, float *loss)
 {
     double total = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : total) if (B * C > 32768)
@@ -341,6 +342,11 @@ void g4r_bpr_max(int64_t B, int64_t C, const float *r, const float *valid, const
             gi[j] = d * wi;
         }
         gi[i] = (s_sig2 * inv_z - S) * inv * wi;
+        if (has_elu) {
+#pragma omp simd
+            for (int64_t j = 0; j < C; ++j)
+                gi[j] *= ri[j] > 0.0f ? 1.0f : ri[j] + elu_alpha;
+        }
         float loss = -logf(S + 1e-24f) + (bpreg > 0.0f ? bpreg * R : 0.0f);
         total += (double)loss * wi;
     }

@@ -192,7 +192,7 @@ class CpuKernels:
         self._cross_entropy.argtypes = [_i64, _i64, _p, _p, _i64, _p]
         self._cross_entropy.restype = None
         self._bpr_max = lib.g4r_bpr_max
-        self._bpr_max.argtypes = [_i64, _i64, _p, _p, _p, _f32, _p, _p]
+        self._bpr_max.argtypes = [_i64, _i64, _p, _p, _p, _f32, _i64, _f32, _p, _p]
         self._bpr_max.restype = None
 
     def table_update(self, p: Tensor, state: dict[str, Tensor | None], *, method: str, lr: float, momentum: float, lmbd: float,
@@ -326,16 +326,18 @@ class CpuKernels:
         self._cross_entropy(n_rows, n_cols, x.data_ptr(), w.data_ptr(), int(logit_form), loss.data_ptr())
         return loss
 
-    def bpr_max(self, r: Tensor, valid: Tensor, w: Tensor, bpreg: float) -> tuple[Tensor, Tensor]:
+    def bpr_max(self, r: Tensor, valid: Tensor, w: Tensor, bpreg: float, elu_alpha: float | None = None) -> tuple[Tensor, Tensor]:
         """BPR-max with score regularisation ``bpreg`` of the activated scores ``r`` (B×C), over
         each row's negatives (the other columns whose ``valid`` is 1), rows weighted by ``w``:
-        the loss (0-dim) and dL/dr."""
+        the loss (0-dim) and dL/dr. With ``elu_alpha`` = A, ``r`` is elu-A of the raw scores x
+        and the gradient returned is dL/dx."""
         n_rows, n_cols = _check_scores(r, "r")
         _check_float(valid, "valid", n_cols)
         _check_float(w, "w", n_rows)
         grad = torch.empty_like(r)
         loss = torch.empty((), dtype=torch.float32)
-        self._bpr_max(n_rows, n_cols, r.data_ptr(), valid.data_ptr(), w.data_ptr(), bpreg, grad.data_ptr(), loss.data_ptr())
+        self._bpr_max(n_rows, n_cols, r.data_ptr(), valid.data_ptr(), w.data_ptr(), bpreg, int(elu_alpha is not None),
+                      0.0 if elu_alpha is None else elu_alpha, grad.data_ptr(), loss.data_ptr())
         return loss, grad
 
 

@@ -134,10 +134,12 @@ def make_loss_grad(config: Config, kernels: CpuKernels | None = None) -> LossGra
 
     if kernels is not None and loss == "bpr-max":
 
+        elu_alpha = act.params[0] if act.name == "elu" else None  # elu's derivative goes into the kernel
+
         def bpr_max_fused(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
             r = act(x)
-            loss_value, grad = kernels.bpr_max(r, col_valid, row_valid * inv_b, bpreg)
-            f_prime = act.derivative(r)
+            loss_value, grad = kernels.bpr_max(r, col_valid, row_valid * inv_b, bpreg, elu_alpha)
+            f_prime = None if elu_alpha is not None else act.derivative(r)
             if f_prime is not None:
                 grad.mul_(f_prime)
             return loss_value, grad
