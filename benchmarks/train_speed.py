@@ -65,8 +65,9 @@ def load_sessions(data: str | None, n_items: int, seed: int):
 def step_products(config: Config, n_distinct: float, device: torch.device, dtype: torch.dtype) -> tuple[list, float]:
     """The fast step's matrix products (shared-embedding layout) as callables on random operands
     with the step's shapes and operand layouts, and their GFLOP per step. ``n_distinct``: the
-    mean number of distinct scored items, the rows of the CPU path's Wy-gradient product."""
-    B, L, C = config.batch_size, config.layers[-1], config.batch_size + config.n_sample
+    rows of the score, dL/dx and Wy-gradient products — the mean number of distinct scored items
+    on the CPU path, all C = B + n_sample columns elsewhere."""
+    B, L = config.batch_size, config.layers[-1]
     K = int(round(n_distinct))
     mk = lambda *shape: torch.randn(*shape, device=device).to(dtype)  # noqa: E731
     shapes = []  # (left operand, right operand): transposed views where the step uses them
@@ -76,7 +77,7 @@ def step_products(config: Config, n_distinct: float, device: torch.device, dtype
                    (mk(B, n).t(), mk(B, n)), (mk(B, n), mk(n, n).t()), (mk(B, n).t(), mk(B, 2 * n)),  # Wh, d_r, Wrz
                    (mk(B, d_in).t(), mk(B, 3 * n)), (mk(B, 3 * n), mk(d_in, 3 * n).t())]  # Wx, d_x
         d_in = n
-    shapes += [(mk(B, L), mk(C, L).t()), (mk(B, C), mk(C, L)), (mk(B, K).t(), mk(B, L))]  # scores, d, Wy rows
+    shapes += [(mk(B, L), mk(K, L).t()), (mk(B, K), mk(K, L)), (mk(B, K).t(), mk(B, L))]  # scores, d, Wy rows
     gflop = sum(2 * a.shape[0] * a.shape[1] * b.shape[1] for a, b in shapes) / 1e9
     return [lambda a=a, b=b: torch.mm(a, b) for a, b in shapes], gflop
 
@@ -132,8 +133,8 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
         order = range(len(trainers)) if r % 2 == 0 else reversed(range(len(trainers)))
         for i in order:
             seconds[i].append(run(trainers[i], first, steps))
-    # Rows of the Wy-gradient product: the distinct scored items where the optimiser merges
-    # duplicate rows first (CPU), all C columns otherwise. Drawn after the timed runs (from the
+    # Rows of the score, dL/dx and Wy-gradient products: the distinct scored items where the
+    # optimiser merges duplicate rows (CPU), all C columns otherwise. Drawn after the timed runs (from the
     # first trainer's store), so that the variants' sample streams stay as they were.
     lead = trainers[0]
     n_distinct = float(np.mean([
