@@ -227,10 +227,7 @@ class CpuKernels:
 
     def sum_columns(self, g: Tensor, group: Tensor, n_groups: int) -> Tensor:
         """``out[b, group[j]] = Σ_j g[b, j]`` (B × n_groups): the columns of ``g`` summed by group."""
-        if g.dim() != 2:
-            raise ValueError("g must be a matrix")
-        n_rows, n_cols = g.shape
-        _check_float(g, "g", n_rows * n_cols)
+        n_rows, n_cols = _check_matrix(g, "g")
         if _check_index(group, "group", n_groups) != n_cols:
             raise ValueError(f"group must have one entry per column of g ({n_cols})")
         out = torch.empty(n_rows, n_groups, dtype=torch.float32)
@@ -262,10 +259,7 @@ class CpuKernels:
     def gather_columns(self, s: Tensor, group: Tensor, bias: Tensor) -> Tensor:
         """``out[b, j] = s[b, group[j]] + bias[j]`` (B × len(group)): the reverse of
         :meth:`sum_columns`."""
-        if s.dim() != 2:
-            raise ValueError("s must be a matrix")
-        n_rows, n_src = s.shape
-        _check_float(s, "s", n_rows * n_src)
+        n_rows, n_src = _check_matrix(s, "s")
         n_cols = _check_index(group, "group", n_src)
         _check_float(bias, "bias", n_cols)
         out = torch.empty(n_rows, n_cols, dtype=torch.float32)

@@ -278,11 +278,7 @@ class Optimizer:
             total = first.new_zeros((uniq.shape[0], *first.shape[1:]))
             start = 0
             for r, g in parts:
-                part = inverse[start:start + r.shape[0]]
-                if self.kernels is not None and total.dim() == 2:
-                    self.kernels.add_rows(total, part, g)
-                else:
-                    total.index_add_(0, part, g)
+                self.add_rows(total, inverse[start:start + r.shape[0]], g)
                 start += r.shape[0]
             return uniq, total
         scratch = self.state[name].scratch
@@ -292,6 +288,13 @@ class Optimizer:
         total = scratch.index_select(0, rows)
         scratch.index_fill_(0, rows, 0.0)
         return rows, total
+
+    def add_rows(self, table: Tensor, rows: Tensor, src: Tensor) -> None:
+        """``table.index_add_(0, rows, src)``, by the fused kernel where it applies."""
+        if self.kernels is not None and table.dim() == 2:
+            self.kernels.add_rows(table, rows, src)
+        else:
+            table.index_add_(0, rows, src)
 
     def unique(self, rows: Tensor, n_first: int | None = None) -> tuple[Tensor, Tensor, int]:
         """The distinct rows, each position's index among them, and how many of them occur in

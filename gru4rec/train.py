@@ -405,10 +405,7 @@ class Trainer:
         g_wy = torch.empty(rows.uniq.shape[0], x_c.shape[1], dtype=self.dtype)
         mm.mm_into(g_wy[: rows.n_scored], mm.cast(g_rows).t(), x_c)
         g_wy[rows.n_scored:].zero_()
-        if self.optimizer.kernels is not None:
-            self.optimizer.kernels.add_rows(g_wy, rows.input_rows, g_in)
-        else:
-            g_wy.index_add_(0, rows.input_rows, g_in)
+        self.optimizer.add_rows(g_wy, rows.input_rows, g_in)
         return {"Wy": UniqueGrad(rows.uniq, g_wy), "By": UniqueGrad(scored, g_by)}
 
     # ------------------------------------------------------------------ checkpointing
