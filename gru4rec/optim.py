@@ -290,9 +290,10 @@ class Optimizer:
         return rows, total
 
     def add_rows(self, table: Tensor, rows: Tensor, src: Tensor) -> None:
-        """``table.index_add_(0, rows, src)``, by the fused kernel where it applies."""
+        """``table.index_add_(0, rows, src)``, by the fused kernel where it applies (any layout
+        of ``src``: the kernel reads it contiguous)."""
         if self.kernels is not None and table.dim() == 2:
-            self.kernels.add_rows(table, rows, src)
+            self.kernels.add_rows(table, rows, src.contiguous())
         else:
             table.index_add_(0, rows, src)
 

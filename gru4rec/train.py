@@ -345,7 +345,7 @@ class Trainer:
         kernels = self.optimizer.kernels
         if kernels is not None:
             valid = col_valid if self._mask_in_bias else None
-            return kernels.column_bias(cols, targets.shape[0], self.net.By.detach(), self.logq_in, self.logq_sample, valid)
+            return kernels.column_bias(cols, targets.shape[0], self.net.By, self.logq_in, self.logq_sample, valid)
         bias = self.net.By.index_select(0, cols)
         logq = self._logq(targets, samples)
         if logq is not None:
@@ -402,7 +402,7 @@ class Trainer:
             return {"Wy": UniqueGrad(scored, g_wy), "By": UniqueGrad(scored, g_by), self.net.input_table_name: (inputs, g_in)}
         # shared: the scored rows' gradient, then the input rows' (items that are only inputs
         # follow the scored ones and keep their bias, and the bias's momentum, untouched)
-        g_wy = torch.empty(rows.uniq.shape[0], x_c.shape[1], dtype=self.dtype)
+        g_wy = g_in.new_empty((rows.uniq.shape[0], x_c.shape[1]))
         mm.mm_into(g_wy[: rows.n_scored], mm.cast(g_rows).t(), x_c)
         g_wy[rows.n_scored:].zero_()
         self.optimizer.add_rows(g_wy, rows.input_rows, g_in)

@@ -183,3 +183,17 @@ def test_unique_rows_grouped_by_position(kernels: bool | None) -> None:
         assert sorted(uniq[k:].tolist()) == sorted(set(rows[n_first:].tolist()) - set(head.tolist()))
         assert torch.equal(uniq[inverse], rows)
         assert int(opt._mark.sum()) == 0  # the scratch table is left clean
+
+
+def test_duplicate_rows_with_a_non_contiguous_gradient_update_like_a_contiguous_one() -> None:
+    """Summing duplicate rows (fused where the kernels apply) takes gradients of any layout."""
+    rows = torch.tensor([2, 0, 2, 5])
+    g = torch.arange(24, dtype=torch.float32).reshape(3, 8).t()[:, :3]  # 8×3 view, not contiguous
+    tables = []
+    for grad in (g[:4], g[:4].contiguous()):
+        W = nn.Parameter(torch.ones(6, 3))
+        Optimizer({}, {"W": W}, Config(momentum=0.1)).step([], {"W": (rows, grad)})
+        tables.append(W.detach().clone())
+    assert not g[:4].is_contiguous()
+    torch.testing.assert_close(tables[0], tables[1], rtol=0, atol=0)
+    assert not torch.equal(tables[0], torch.ones(6, 3))
