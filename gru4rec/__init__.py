@@ -16,8 +16,8 @@ _LAZY = {
     "GRU4Rec": ("gru4rec.recommender", "GRU4Rec"),
     "EpochInfo": ("gru4rec.recommender", "EpochInfo"),
     "Config": ("gru4rec.config", "Config"),
-    "evaluate": ("gru4rec.evaluation", "evaluate"),
-    "EvalResult": ("gru4rec.evaluation", "EvalResult"),
+    "evaluate": ("gru4rec.evaluation.evaluator", "evaluate"),
+    "EvalResult": ("gru4rec.evaluation.evaluator", "EvalResult"),
     "load": ("gru4rec.recommender", "load"),
 }
 

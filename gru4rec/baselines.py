@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from .errors import ConfigError, DataError
+from gru4rec.errors import ConfigError, DataError
 
 __all__ = ["BaselineConfig", "Pop", "SessionPop", "ItemKNN"]
 
@@ -74,7 +74,7 @@ class _Baseline:
 
     def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> "_Baseline":
         """Fit on training events (a DataFrame or a path to an event file). Returns self."""
-        from . import data as _data
+        from gru4rec.data import events as _data
 
         keys = dict(session_key=self.config.session_key, item_key=self.config.item_key, time_key=self.config.time_key)
         if isinstance(data, (str, os.PathLike)):

@@ -43,8 +43,8 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .activations import ELEMENTWISE_ACTIVATIONS, Activation, parse_activation
-from .errors import ConfigError
+from gru4rec.activations import ELEMENTWISE_ACTIVATIONS, Activation, parse_activation
+from gru4rec.errors import ConfigError
 
 __all__ = ["Config", "LOSSES", "ADAPTS", "DEFAULT_FINAL_ACT"]
 

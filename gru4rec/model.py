@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from .config import Config
+from gru4rec.config import Config
 
 __all__ = ["GRU4RecNet", "GRULayer", "gru_cell"]
 

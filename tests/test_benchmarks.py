@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gru4rec.config import Config
-from gru4rec.train import EpochStats
+from gru4rec.training.loop import EpochStats
 
 ROOT = Path(__file__).resolve().parents[1]
 

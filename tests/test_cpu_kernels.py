@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch import nn
 
-from gru4rec import cpu_ops
+from gru4rec.kernels import cpu as cpu_ops
 from gru4rec.config import Config
-from gru4rec.optim import Optimizer
+from gru4rec.training.optim import Optimizer
 from test_optim import METHODS
 
 torch.set_num_threads(1)
@@ -273,7 +273,7 @@ LOSSES = [
 def test_fused_loss_equals_pytorch_loss(kernels, kw: dict, n_sample: int) -> None:
     """Loss and dL/dscores of the fused kernels against the PyTorch code (itself tested against
     autograd), with two inactive slots masked and scores spread enough to saturate softmaxes."""
-    from gru4rec.losses import MASK, make_loss_grad
+    from gru4rec.training.losses import MASK, make_loss_grad
 
     B = 40
     cfg = Config(batch_size=B, n_sample=n_sample, **kw)
@@ -356,10 +356,10 @@ def test_training_with_and_without_kernels_gives_the_same_losses(kernels, model:
     """Two epochs of the fast step on synthetic sessions, with the fused kernels (optimiser,
     distinct score rows, losses, GRU cells) or the PyTorch code: the same epoch losses and
     weights to float32 round-off, in every embedding mode and with two layers."""
-    from gru4rec.data import ItemMap, item_support, sessions_from_events
+    from gru4rec.data.events import ItemMap, item_support, sessions_from_events
     from gru4rec.datasets.synthetic import generate
     from gru4rec.model import GRU4RecNet
-    from gru4rec.train import Trainer, train_epochs
+    from gru4rec.training.loop import Trainer, train_epochs
 
     events = generate(n_sessions=300, n_items=120, seed=4)
     item_map = ItemMap.from_ids(events["ItemId"])
@@ -417,7 +417,7 @@ def test_without_kernels_training_warns_once_and_uses_pytorch(tmp_path: Path) ->
         "import warnings, torch\n"
         "from torch import nn\n"
         "from gru4rec.config import Config\n"
-        "from gru4rec.optim import Optimizer\n"
+        "from gru4rec.training.optim import Optimizer\n"
         "with warnings.catch_warnings(record=True) as w:\n"
         "    warnings.simplefilter('always')\n"
         "    opts = [Optimizer({}, {'W': nn.Parameter(torch.zeros(3, 2))}, Config()) for _ in range(2)]\n"
@@ -431,7 +431,7 @@ def test_without_kernels_training_warns_once_and_uses_pytorch(tmp_path: Path) ->
 
 
 def test_kernels_can_be_turned_off() -> None:
-    code = "from gru4rec.cpu_ops import cpu_kernels; print(cpu_kernels())"
+    code = "from gru4rec.kernels.cpu import cpu_kernels; print(cpu_kernels())"
     env = dict(os.environ, GRU4REC_CPU_KERNELS="0", PYTHONPATH=str(ROOT))
     with warnings.catch_warnings():
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

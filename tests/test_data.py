@@ -1,4 +1,4 @@
-"""Tests of gru4rec.data: readers, validation, ItemMap, sessions as arrays, item support."""
+"""Tests of gru4rec.data.events: readers, validation, ItemMap, sessions as arrays, item support."""
 from __future__ import annotations
 
 import gzip
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gru4rec.data import (
+from gru4rec.data.events import (
     ItemMap,
     Sessions,
     item_support,

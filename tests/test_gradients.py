@@ -12,7 +12,7 @@ import torch
 
 import numpy_reference as ref
 from gru4rec.config import Config
-from gru4rec.losses import make_loss
+from gru4rec.training.losses import make_loss
 from test_model import net_to_params
 from test_step_reference import (LOSS_VARIANTS, SUPPORT, STEPS, VARIANT_IDS, make_config, make_trainer, engine_step,
                                  ref_config, start)

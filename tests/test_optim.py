@@ -11,7 +11,7 @@ from torch import nn
 
 import numpy_reference as ref
 from gru4rec.config import Config
-from gru4rec.optim import Optimizer
+from gru4rec.training.optim import Optimizer
 
 torch.set_num_threads(1)
 EPS = 1e-6

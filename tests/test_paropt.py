@@ -1,4 +1,4 @@
-"""Tests of gru4rec.paropt: paramspace parsing, studies on synthetic data (best-parameter file,
+"""Tests of gru4rec.tune.study: paramspace parsing, studies on synthetic data (best-parameter file,
 resume after a kill, several workers on one storage, failed and pruned trials), storage URLs and
 the command line.
 
@@ -23,10 +23,10 @@ optuna = pytest.importorskip("optuna")
 
 from gru4rec import GRU4Rec, evaluate  # noqa: E402
 from gru4rec.config import Config  # noqa: E402
-from gru4rec.data import read_events, write_events  # noqa: E402
+from gru4rec.data.events import read_events, write_events  # noqa: E402
 from gru4rec.datasets.synthetic import generate, time_split  # noqa: E402
 from gru4rec.errors import ConfigError, Gru4RecError  # noqa: E402
-from gru4rec.paropt import (  # noqa: E402
+from gru4rec.tune.study import (  # noqa: E402
     STORAGE_ENV,
     ParamSpec,
     ParoptSettings,
@@ -481,7 +481,7 @@ def test_failed_trials_are_recorded_with_their_reason_and_the_study_goes_on(data
 
 
 def test_a_space_where_every_trial_fails_stops_early(data: dict[str, Path], tmp_path: Path) -> None:
-    from gru4rec.paropt import MAX_CONSECUTIVE_FAILURES
+    from gru4rec.tune.study import MAX_CONSECUTIVE_FAILURES
 
     space = parse_paramspace('{"name": "loss", "dtype": "categorical", "values": ["bpr-max"]}\n'
                              '{"name": "smoothing", "dtype": "categorical", "values": [0.1]}')

@@ -19,7 +19,7 @@ from gru4rec.config import Config
 from gru4rec.datasets.synthetic import generate, time_split
 from gru4rec.errors import ConfigError
 from gru4rec.model import GRU4RecNet
-from gru4rec.train import Matmuls, Trainer, check_precision
+from gru4rec.training.loop import Matmuls, Trainer, check_precision
 
 torch.set_num_threads(1)
 
@@ -175,7 +175,7 @@ def test_cli_rejects_an_unknown_precision(tmp_path, capsys) -> None:
 
 
 def test_bfloat16_on_a_cpu_without_bf16_instructions_warns(monkeypatch) -> None:
-    import gru4rec.train as train_mod
+    import gru4rec.training.loop as train_mod
 
     monkeypatch.setattr(train_mod, "cpu_has_bf16_matmul", lambda: False)
     with pytest.warns(UserWarning, match="no bfloat16 matrix instructions"):
@@ -189,7 +189,7 @@ def test_bfloat16_on_a_cpu_without_bf16_instructions_warns(monkeypatch) -> None:
 def test_cpu_bf16_probe_reads_the_cpu_flags(monkeypatch, tmp_path) -> None:
     import builtins
 
-    from gru4rec import cpu_ops
+    from gru4rec.kernels import cpu as cpu_ops
 
     real_open = builtins.open
     for flags, expected in (("fpu avx2 avx512f avx512_bf16", True), ("fpu avx2 amx_bf16 amx_tile", True), ("fpu avx2 avx512f", False)):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import numpy_reference as ref
-from gru4rec.sampling import SampleStore
+from gru4rec.training.sampling import SampleStore
 
 torch.set_num_threads(1)
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import numpy_reference as ref
-from gru4rec.batching import build_schedule, schedule_positions
+from gru4rec.training.batching import build_schedule, schedule_positions
 
 torch.set_num_threads(1)
 

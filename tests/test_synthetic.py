@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gru4rec.data import read_events
+from gru4rec.data.events import read_events
 from gru4rec.datasets.synthetic import SPLIT_FILES, generate, time_split, write_synthetic
 from gru4rec.errors import ConfigError, DataError
 

@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from gru4rec import GRU4Rec
-from gru4rec.batching import build_schedule
+from gru4rec.training.batching import build_schedule
 from gru4rec.config import Config
-from gru4rec.data import ItemMap, item_support, sessions_from_events
+from gru4rec.data.events import ItemMap, item_support, sessions_from_events
 from gru4rec.datasets.synthetic import generate
 from gru4rec.errors import Gru4RecError, ModelFileError, TrainingDivergedError
 from gru4rec.model import GRU4RecNet
-from gru4rec.train import Trainer, reorder, train_epochs
+from gru4rec.training.loop import Trainer, reorder, train_epochs
 
 torch.set_num_threads(1)
 
@@ -246,7 +246,7 @@ def test_cpu_allocator_tuning_applies_once_and_can_be_switched_off(env: str, exp
     import subprocess
     import sys
 
-    code = "from gru4rec.cpu_ops import keep_freed_memory as k; print(k(), k())"
+    code = "from gru4rec.kernels.cpu import keep_freed_memory as k; print(k(), k())"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "GRU4REC_MALLOPT": env}, capture_output=True, text=True, check=True)
     assert out.stdout.split() == [expected, expected]
 
@@ -255,7 +255,7 @@ def test_counter_driven_step_of_the_cuda_graph_path_trains_like_the_plain_loop(e
     """gpu_ops captures a step that reads its inputs through device counters; run uncaptured on
     the CPU, that form must give exactly the plain loop's step losses — sample-store redraws
     (store of 3 rows) and dropout included."""
-    from gru4rec.gpu_ops import counter_driven_step
+    from gru4rec.kernels.gpu import counter_driven_step
 
     cfg = small("n_epochs=1,sample_store_size=96,dropout_p_hidden=0.3,momentum=0.2")
     item_map = ItemMap.from_ids(events["ItemId"])

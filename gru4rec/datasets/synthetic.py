@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..data import write_events
-from ..errors import ConfigError, DataError
+from gru4rec.data.events import write_events
+from gru4rec.errors import ConfigError, DataError
 
 __all__ = ["generate", "write_synthetic", "time_split", "SPLIT_FILES"]
 

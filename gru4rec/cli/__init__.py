@@ -353,8 +353,8 @@ def _evaluate_all(
     keys: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Evaluate on each test file, print the original's result lines; returns JSON-able metrics."""
-    from gru4rec.data import read_events
-    from gru4rec.evaluation import evaluate
+    from gru4rec.data.events import read_events
+    from gru4rec.evaluation.evaluator import evaluate
 
     config = model.config
     keys = keys or {}
@@ -515,7 +515,7 @@ def _recommend_run(args: argparse.Namespace) -> int:
     import numpy as np
     import pandas as pd
 
-    from gru4rec.data import read_events, write_events
+    from gru4rec.data.events import read_events, write_events
 
     _check_writable_target(args.output, args.force, "output file")
     _check_readable([args.input], "input file")
@@ -747,7 +747,7 @@ register(_hook_command("preprocess", "preprocess a public data set's raw files i
                        "gru4rec.datasets", add="add_preprocess_arguments", run="run_preprocess"))
 register(_hook_command("split", "split your own event file by time into train/test files",
                        "gru4rec.datasets.split", add="add_split_arguments", run="run_split"))
-register(_hook_command("paropt", "hyperparameter optimisation with Optuna", "gru4rec.paropt"))
+register(_hook_command("paropt", "hyperparameter optimisation with Optuna", "gru4rec.tune.study"))
 
 
 # ----------------------------------------------------------------------------------------- main

@@ -24,7 +24,7 @@ matter. ``grad_cap`` clips the global norm of all gradients, dense and summed sp
 together. The dense parameters live in one flat buffer (they are views into it), so their update
 is a handful of operations however many layers there are.
 
-On the CPU (float32, unique rows) the rules run as fused kernels (:mod:`gru4rec.cpu_ops`): one
+On the CPU (float32, unique rows) the rules run as fused kernels (:mod:`gru4rec.kernels.cpu`): one
 pass over each updated row or over the flat buffer instead of a dozen operations; the PyTorch
 code below is the same rule, used where the kernels do not apply and held equal to them by tests.
 """
@@ -36,8 +36,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .config import Config
-from .cpu_ops import CpuKernels, TableUpdate, cpu_kernels
+from gru4rec.config import Config
+from gru4rec.kernels.cpu import CpuKernels, TableUpdate, cpu_kernels
 
 __all__ = ["Optimizer", "UniqueGrad", "EPS"]
 

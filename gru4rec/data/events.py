@@ -23,8 +23,8 @@ from typing import Any, Iterable, Literal
 import numpy as np
 import pandas as pd
 
-from .errors import DataError, Gru4RecError
-from .files import atomic_write
+from gru4rec.errors import DataError, Gru4RecError
+from gru4rec.files import atomic_write
 
 __all__ = [
     "ItemMap",

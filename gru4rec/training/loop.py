@@ -8,7 +8,7 @@ A step, for B slots and S shared samples (spec §3–§6):
    only (never an N-row dense gradient);
 3. run the GRU layers (dropout in training), score B×C, subtract logQ, compute the loss;
 4. backpropagate one step (the carried hidden state is a constant) and update: dense parameters
-   as a whole, item tables at the gathered rows (:mod:`gru4rec.optim`).
+   as a whole, item tables at the gathered rows (:mod:`gru4rec.training.optim`).
 
 Two implementations of the step: the default one writes the backward pass out by hand (closed-form
 dL/dscores per loss, the GRU cell's derivative), the reference one (``reference=True``) lets
@@ -29,15 +29,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .batching import Schedule, build_schedule
-from .config import Config
-from .errors import ConfigError, TrainingDivergedError
-from .cpu_ops import cpu_has_bf16_matmul, keep_freed_memory
-from .gpu_ops import cuda_graphs_enabled, graphed_epoch_runner
-from .losses import MASK, make_loss, make_loss_grad
-from .model import GRU4RecNet
-from .optim import Optimizer, SparseGrad, UniqueGrad
-from .sampling import SampleStore
+from gru4rec.training.batching import Schedule, build_schedule
+from gru4rec.config import Config
+from gru4rec.errors import ConfigError, TrainingDivergedError
+from gru4rec.kernels.cpu import cpu_has_bf16_matmul, keep_freed_memory
+from gru4rec.kernels.gpu import cuda_graphs_enabled, graphed_epoch_runner
+from gru4rec.training.losses import MASK, make_loss, make_loss_grad
+from gru4rec.model import GRU4RecNet
+from gru4rec.training.optim import Optimizer, SparseGrad, UniqueGrad
+from gru4rec.training.sampling import SampleStore
 
 __all__ = ["Trainer", "EpochStats", "Matmuls", "PRECISIONS", "check_precision", "train_epochs"]
 
@@ -129,7 +129,7 @@ class Trainer:
         cpu_kernels: bool | None = None,
     ) -> None:
         """``reference``: use the plain autograd step. ``unique_rows``: how the optimiser merges
-        duplicate rows (default: by device, see :class:`~gru4rec.optim.Optimizer`).
+        duplicate rows (default: by device, see :class:`~gru4rec.training.optim.Optimizer`).
         ``precision``: see :data:`PRECISIONS`. ``cpu_kernels``: False runs the optimiser and the
         per-item gradient sums as PyTorch code even where the fused CPU kernels apply."""
         self.net = net
@@ -199,7 +199,7 @@ class Trainer:
         return x if self._draw_mask(mask, p) is None else x * mask
 
     def train_step(self, inputs: Tensor, targets: Tensor, active: Tensor, keep: Tensor, samples: Tensor | None = None) -> Tensor:
-        """One step over the B slots (one row of a :class:`~gru4rec.batching.Schedule`); returns
+        """One step over the B slots (one row of a :class:`~gru4rec.training.batching.Schedule`); returns
         the loss (0-dim device tensor, sum over active rows / B).
 
         ``active``: float 0/1 (B); ``keep``: float 0/1 (B×1), 0 where a slot starts a new session.

@@ -68,14 +68,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from .errors import ConfigError, DataError, Gru4RecError, TrainingDivergedError
-from .files import atomic_write
+from gru4rec.errors import ConfigError, DataError, Gru4RecError, TrainingDivergedError
+from gru4rec.files import atomic_write
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import optuna
     import pandas as pd
 
-    from .config import Config
+    from gru4rec.config import Config
 
 __all__ = [
     "ParamSpec",
@@ -638,8 +638,8 @@ class ParoptSettings:
         if self.timeout is not None and self.timeout <= 0:
             problems.append(f"--timeout must be > 0, got {self.timeout}")
         try:
-            from .recommender import resolve_device
-            from .train import check_precision
+            from gru4rec.recommender import resolve_device
+            from gru4rec.training.loop import check_precision
 
             check_precision(self.precision, resolve_device(self.device), warn=False)  # the trials' Trainers warn
         except Gru4RecError as exc:
@@ -752,7 +752,7 @@ class _Objective:
 
     def score(self, model: Any) -> float:
         """The objective metric of ``model`` on VALID."""
-        from .evaluation import evaluate
+        from gru4rec.evaluation.evaluator import evaluate
 
         net = getattr(model, "net", None)
         was_training = bool(getattr(net, "training", False))
@@ -768,7 +768,7 @@ class _Objective:
 
     def __call__(self, trial: "optuna.trial.Trial") -> float:
         optuna = _import_optuna()
-        from .recommender import GRU4Rec
+        from gru4rec.recommender import GRU4Rec
 
         params = {spec.name: spec.suggest(trial) for spec in self.space}
         searched = trial_param_string(self.space, params)
@@ -886,7 +886,7 @@ class _Prepared:
 
 def _prepare(settings: ParoptSettings) -> _Prepared:
     """Validate the settings, parse the space and the fixed parameters (no data read yet)."""
-    from .config import Config
+    from gru4rec.config import Config
 
     settings.check()
     if isinstance(settings.paramspace, (str, os.PathLike)):
@@ -937,7 +937,7 @@ def _set_threads(settings: ParoptSettings) -> None:
 
 
 def _read_data(settings: ParoptSettings, keys: dict[str, str]) -> tuple["pd.DataFrame", "pd.DataFrame"]:
-    from .data import read_events
+    from gru4rec.data.events import read_events
 
     return read_events(settings.train, **keys), read_events(settings.valid, **keys)
 
@@ -1055,7 +1055,7 @@ def best_param_dict(base: "Config", fixed: str, space: Sequence[ParamSpec], best
     column keys when they differ from the defaults; the values come from the validated config,
     so the file reads back (``Config.from_file``) to exactly the configuration that was trained.
     """
-    from .config import Config
+    from gru4rec.config import Config
 
     config = base.replace_from_string(best_string)
     values = config.to_dict()
@@ -1132,9 +1132,9 @@ def _final_test(
     """
     import pandas as pd
 
-    from .data import read_events
-    from .evaluation import evaluate
-    from .recommender import GRU4Rec
+    from gru4rec.data.events import read_events
+    from gru4rec.evaluation.evaluator import evaluate
+    from gru4rec.recommender import GRU4Rec
 
     assert settings.final_test is not None
     if frames and "train" in frames and "valid" in frames:
@@ -1412,7 +1412,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``paropt.py`` / ``python -m gru4rec.paropt``: parse ``argv`` and :func:`run`."""
+    """``paropt.py`` / ``python -m gru4rec.tune.study``: parse ``argv`` and :func:`run`."""
     parser = argparse.ArgumentParser(
         prog="paropt.py",
         description="Tune GRU4Rec hyperparameters with Optuna (resumable, parallel, distributed).",

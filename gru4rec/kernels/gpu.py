@@ -28,8 +28,8 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:  # imports for annotations only: keeps this module import-light
-    from .batching import Schedule
-    from .train import Trainer
+    from gru4rec.training.batching import Schedule
+    from gru4rec.training.loop import Trainer
 
 __all__ = ["counter_driven_step", "cuda_graphs_enabled", "graphed_epoch_runner"]
 

@@ -197,7 +197,7 @@ class CpuKernels:
 
     def table_update(self, p: Tensor, state: dict[str, Tensor | None], *, method: str, lr: float, momentum: float, lmbd: float,
                      decay: float = 0.0, beta1: float = 0.0, eps: float = 1e-6) -> TableUpdate:
-        """The update (the rule of :mod:`gru4rec.optim`) of ``p`` and its ``state`` (``acc``,
+        """The update (the rule of :mod:`gru4rec.training.optim`) of ``p`` and its ``state`` (``acc``,
         ``dacc``, ``m``, ``vel``: full-size tables, None where the method keeps none)."""
         # 1 − decay and 1 − β1 rounded from double, as PyTorch rounds the Python floats it is given
         return TableUpdate(self._update, p, state, method, lr=lr, momentum=momentum, lmbd=lmbd, decay=decay, gain=1.0 - decay,

@@ -65,8 +65,8 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .batching import assign_slots
-from .errors import ConfigError, DataError, Gru4RecError
+from gru4rec.training.batching import assign_slots
+from gru4rec.errors import ConfigError, DataError, Gru4RecError
 
 __all__ = ["EvalResult", "evaluate", "evaluate_sessions", "TIE_MODES", "DEFAULT_BATCH_SIZE"]
 
@@ -382,7 +382,7 @@ def evaluate(
             :class:`gru4rec.GRU4Rec`, a loaded model, or a baseline from
             :mod:`gru4rec.baselines`.
         test: the test events: a DataFrame, a path to an event file (read with the model's
-            column keys), or a :class:`gru4rec.data.Sessions` already in dense item indices.
+            column keys), or a :class:`gru4rec.data.events.Sessions` already in dense item indices.
         cutoffs: one cutoff or a list; every metric is computed for each in the same pass.
         mode: tie handling: ``'standard'`` (default, as the original run.py),
             ``'conservative'`` (used by published comparisons), ``'median'`` or
@@ -408,7 +408,7 @@ def evaluate(
     n_items = len(item_map)
 
     t0 = time.perf_counter()
-    from . import data as _data  # pandas-heavy; imported on use
+    from gru4rec.data import events as _data  # pandas-heavy; imported on use
 
     keys = dict(session_key=cfg.session_key, item_key=cfg.item_key, time_key=cfg.time_key)
     if isinstance(test, _data.Sessions):

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .config import Config
-from .cpu_ops import CpuKernels
+from gru4rec.config import Config
+from gru4rec.kernels.cpu import CpuKernels
 
 __all__ = ["MASK", "make_loss", "LossFn"]
 

@@ -1,0 +1,1 @@
+"""Hyperparameter search with Optuna (``gru4rec paropt``, ``python paropt.py``)."""
