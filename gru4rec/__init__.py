@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gru4rec import log as log  # installs the `gru4rec` logger's default handler (gru4rec/log.py)
+
 __version__ = "0.1.0"
 
 _LAZY = {
