@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One public data set's raw download -> the four split files of the published experiments (spec §11).
+# One public data set's raw download -> the four split files of the published experiments.
 #
 #   bash examples/preprocess.sh DATASET RAW_DIR [OUT_DIR]
 #
