@@ -3,6 +3,8 @@ lines, and every error of bad raw input (docs/datasets.md)."""
 from __future__ import annotations
 
 import argparse
+import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +12,7 @@ import pandas as pd
 import pytest
 
 import gru4rec.datasets as datasets
+from gru4rec import log
 from gru4rec.datasets import outputs, preprocess
 from gru4rec.datasets.progress import Progress
 from gru4rec.datasets.protocol import OUTPUT_NAMES
@@ -133,10 +136,48 @@ def test_compressed_input(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(a, b)
 
 
-def test_progress_lines_go_to_stderr(tmp_path: Path, capsys) -> None:
+@pytest.fixture
+def default_logging():
+    """The `gru4rec` logger as a user gets it (INFO, default handler), whatever ran before."""
+    root = logging.getLogger(log.LOGGER_NAME)
+    level = root.level
+    log.set_verbosity(logging.INFO)
+    log.enable_default_handler()
+    yield
+    log.set_verbosity(level)
+
+
+def test_progress_lines_are_log_records(tmp_path: Path, capsys, default_logging) -> None:
+    """Progress lines are INFO records of the `gru4rec` logger, which the default handler
+    writes to stdout (gru4rec.log); progress=False silences them."""
     preprocess("diginetica", digi_file(tmp_path), tmp_path / "o", progress=True, chunksize=10)
-    err = capsys.readouterr().err
-    assert "train-item-views.csv: 10 rows read" in err and "wrote" in err
+    out, err = capsys.readouterr()
+    assert "train-item-views.csv: 10 rows read" in out and "wrote" in out
+    assert out.startswith("[diginetica ") and "MB] " in out  # name, elapsed seconds, peak memory
+    assert err == ""
+    preprocess("diginetica", digi_file(tmp_path), tmp_path / "o", progress=False, force=True)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_progress_records_name_step_time_and_memory(default_logging) -> None:
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    collect = Collect()
+    logger = logging.getLogger("gru4rec.datasets.progress")
+    logger.addHandler(collect)
+    try:
+        Progress("rsc15")("sorted; 3 sessions")
+        Progress("rsc15", enabled=False)("not shown")
+        log.set_verbosity(logging.WARNING)
+        Progress("rsc15")("not shown either")
+    finally:
+        logger.removeHandler(collect)
+    assert [r.levelno for r in records] == [logging.INFO]
+    assert re.fullmatch(r"\[rsc15 +\d+\.\ds +\d+MB\] sorted; 3 sessions", records[0].getMessage())
 
 
 def test_cli_hooks_parse_and_run(tmp_path: Path, capsys) -> None:
