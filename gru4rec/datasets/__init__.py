@@ -32,6 +32,8 @@ PIPELINES: dict[str, ModuleType] = {
 }
 
 __all__ = [
+    "DEFAULT_CHUNKSIZE",
+    "FORMATS",
     "PIPELINES",
     "OUTPUT_NAMES",
     "preprocess",
@@ -61,7 +63,7 @@ def preprocess(
     raw_paths: the raw file(s), or one folder holding the expected file names.
     out_dir: created if missing; existing outputs are only replaced with force=True.
     fmt: 'tsv' (header SessionId ItemId Time) or 'parquet' (needs pyarrow).
-    progress: one line per chunk and step on stderr.
+    progress: log one line per chunk and step (INFO records; see gru4rec.datasets.progress).
     min_item_support / min_session_length: override the published 5 / 2 (for experiments).
     Returns a DataFrame with one row per set ('filtered' = all events after filtering, then
     the four files): events, sessions, items, first/last time, their UTC dates and span in days.

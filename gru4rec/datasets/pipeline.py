@@ -96,7 +96,11 @@ def run_dataset(
     min_item_support: int | None = None,
     min_session_length: int | None = None,
 ) -> pd.DataFrame:
-    """Read, sessionise, filter, split and write one public data set; returns the stats table."""
+    """Read, sessionise, filter, split and write one public data set; returns the stats table.
+
+    progress: True / False (log the steps or not), or a Progress of the caller's. The other
+    options are `gru4rec.datasets.preprocess`'s.
+    """
     protocol = info.protocol.with_options(min_item_support=min_item_support, min_session_length=min_session_length)
     protocol.validate()
     if not isinstance(chunksize, (int, np.integer)) or isinstance(chunksize, bool) or chunksize < 1:

@@ -113,6 +113,7 @@ def split_events(
     days / valid_days: test and validation windows (valid_days defaults to days).
     time_unit: the unit of numeric times ('s' or 'ms'); datetime columns are converted to it.
     boundary: a fixed end time T in that unit (default: the latest event after filtering).
+    progress: log one line per step (INFO records; see gru4rec.datasets.progress).
     The files keep the given column names' values under SessionId, ItemId, Time.
     Raises DataError for bad data or an empty split, ConfigError for bad options.
     """
