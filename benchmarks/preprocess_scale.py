@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_mb": round(peak_kb / 1024),
         "peak_rss_bytes_per_raw_row": round(peak_kb * 1024 / raw_rows, 1),
         "stats": child["stats"],
-        "progress_tail": proc.stderr.strip().splitlines()[-12:],
+        # the child's progress lines are log records on its stdout, before the JSON line
+        "progress_tail": proc.stdout.strip().splitlines()[-13:-1],
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "pandas": pd.__version__,
                     "numpy": np.__version__},
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One public data set's raw download -> the four split files of the published experiments (spec §11).
+# One public data set's raw download -> the four split files of the published experiments.
 #
 #   bash examples/preprocess.sh DATASET RAW_DIR [OUT_DIR]
 #
@@ -20,8 +20,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PARAMS=$(ls "$HERE"/../paramfiles/"$DATASET"_*_best.py 2>/dev/null | head -1 || true)
 
 # A folder argument resolves to the expected raw file names (an unknown DATASET is an error
-# there); progress goes to stderr, the stats table (events, sessions, items, time span per
-# file) to stdout.
+# there); the progress lines, then the stats table (events, sessions, items, time span per
+# file) go to stdout.
 $GRU4REC preprocess "$DATASET" "$RAW" --out "$OUT" ${EXTRA:-}
 
 if [[ -z "$PARAMS" ]]; then

@@ -1,6 +1,6 @@
 """Real raw DIGINETICA rows (../shared/data/raw_samples) through the diginetica pipeline.
 
-The four files must equal an independent, plain-pandas reading of spec §11 (groupby based,
+The four files must equal an independent, plain-pandas reading of docs/datasets.md (groupby based,
 not sharing any code with the pipeline), and be internally consistent: stats agree with the
 files, every test session starts at or after T - 7 days, train events are before it, no
 session has fewer than 2 events, every item of the filtered data has support >= 5.
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not SAMPLE.exists(), reason=f"real DIGINETICA sa
 
 
 def reference(path: Path) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
-    """Spec §11 for DIGINETICA, written as directly as possible with pandas groupby."""
+    """The DIGINETICA pipeline of docs/datasets.md, written as directly as possible with pandas groupby."""
     raw = pd.read_csv(path, sep=";")
     raw.columns = [c.lower().replace("_", "") for c in raw.columns]
     date_ms = (pd.to_datetime(raw["eventdate"]) - pd.Timestamp("1970-01-01")) // pd.Timedelta(milliseconds=1)

@@ -1,4 +1,4 @@
-"""`split_events` / `gru4rec split`: the §11 time split for a user's own event log.
+"""`split_events` / `gru4rec split`: the public data sets' time split for a user's own event log.
 
 Hand-worked case (h = hour, times in seconds; D = 1 day, min support 2, min length 2):
 

@@ -121,8 +121,8 @@ def test_time_split_matches_brute_force() -> None:
 
 
 def test_time_split_is_the_pipeline_rule_plus_unknown_item_removal(tmp_path: Path) -> None:
-    """`time_split` applies, to a DataFrame, the §11 rule that `gru4rec split` (split_events, via
-    datasets.common.time_split) applies to event codes. The two must agree: the same train and
+    """`time_split` applies, to a DataFrame, the rule of docs/datasets.md that `gru4rec split`
+    (split_events, via datasets.protocol.time_split) applies to event codes. The two must agree: the same train and
     test as split_events without filtering, except that time_split also removes test events
     whose item is not in train and then test sessions left shorter than 2."""
     from gru4rec.datasets.split import split_events

@@ -1,4 +1,4 @@
-"""Preprocessing of the public session data sets (spec §11) and of users' own logs.
+"""Preprocessing of the public session data sets (docs/datasets.md) and of users' own logs.
 
     preprocess(name, raw_paths, out_dir)   one public data set -> train_full, test, train_tr,
                                            train_valid (+ stats.tsv); returns the stats table
@@ -20,7 +20,10 @@ from types import ModuleType
 import pandas as pd
 
 from gru4rec.datasets import coveo, diginetica, rees46, retailrocket, rsc15, yoochoose
-from gru4rec.datasets.common import DEFAULT_CHUNKSIZE, FORMATS, OUTPUT_NAMES, PathLike, run_dataset
+from gru4rec.datasets.outputs import FORMATS, PathLike
+from gru4rec.datasets.pipeline import run_dataset
+from gru4rec.datasets.protocol import OUTPUT_NAMES
+from gru4rec.datasets.rawfiles import DEFAULT_CHUNKSIZE
 from gru4rec.datasets.split import add_split_arguments, run_split, split_events
 from gru4rec.errors import ConfigError
 
@@ -29,6 +32,8 @@ PIPELINES: dict[str, ModuleType] = {
 }
 
 __all__ = [
+    "DEFAULT_CHUNKSIZE",
+    "FORMATS",
     "PIPELINES",
     "OUTPUT_NAMES",
     "preprocess",
@@ -58,7 +63,7 @@ def preprocess(
     raw_paths: the raw file(s), or one folder holding the expected file names.
     out_dir: created if missing; existing outputs are only replaced with force=True.
     fmt: 'tsv' (header SessionId ItemId Time) or 'parquet' (needs pyarrow).
-    progress: one line per chunk and step on stderr.
+    progress: log one line per chunk and step (INFO records; see gru4rec.datasets.progress).
     min_item_support / min_session_length: override the published 5 / 2 (for experiments).
     Returns a DataFrame with one row per set ('filtered' = all events after filtering, then
     the four files): events, sessions, items, first/last time, their UTC dates and span in days.

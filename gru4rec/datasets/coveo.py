@@ -1,4 +1,4 @@
-"""Coveo SIGIR eCom 2021 Data Challenge browsing events (spec §11).
+"""Coveo SIGIR eCom 2021 Data Challenge browsing events (docs/datasets.md).
 
 Raw file (comma-separated, header): `browsing_train.csv` with columns session_id_hash,
 event_type, product_action, product_sku_hash, server_timestamp_epoch_ms, hashed_url (an
@@ -14,20 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-from gru4rec.datasets.common import (
-    Accumulator,
-    DatasetInfo,
-    ItemCoder,
-    Progress,
-    Protocol,
-    RawEvents,
-    chunk_progress,
-    column_int64,
-    hash_keys,
-    iter_csv_chunks,
-    resolve_header,
-)
+from gru4rec.datasets.pipeline import DatasetInfo
+from gru4rec.datasets.progress import Progress, chunk_progress
+from gru4rec.datasets.protocol import Protocol
+from gru4rec.datasets.rawfiles import column_int64, iter_csv_chunks, resolve_header
+from gru4rec.datasets.sessionise import Accumulator, ItemCoder, RawEvents, hash_keys
 from gru4rec.errors import DataError
 
 NAME = "coveo"

@@ -1,4 +1,4 @@
-"""DIGINETICA (CIKM Cup 2016 Personalized E-Commerce Search Challenge) item views (spec §11).
+"""DIGINETICA (CIKM Cup 2016 Personalized E-Commerce Search Challenge) item views (docs/datasets.md).
 
 Raw file (semicolon-separated, header): `train-item-views.csv` with columns
 sessionId;userId;itemId;timeframe;eventdate (some copies spell them session_id;user_id;item_id;
@@ -14,19 +14,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gru4rec.datasets.common import (
-    Accumulator,
-    DatasetInfo,
-    ItemCoder,
-    Progress,
-    Protocol,
-    RawEvents,
-    chunk_progress,
-    column_int64,
-    column_timestamp,
-    iter_csv_chunks,
-    resolve_header,
-)
+from gru4rec.datasets.pipeline import DatasetInfo
+from gru4rec.datasets.progress import Progress, chunk_progress
+from gru4rec.datasets.protocol import Protocol
+from gru4rec.datasets.rawfiles import column_int64, column_timestamp, iter_csv_chunks, resolve_header
+from gru4rec.datasets.sessionise import Accumulator, ItemCoder, RawEvents
 
 NAME = "diginetica"
 INFO = DatasetInfo(

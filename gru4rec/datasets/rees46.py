@@ -1,4 +1,4 @@
-"""REES46 multi-category e-commerce store, October + November 2019 (spec §11).
+"""REES46 multi-category e-commerce store, October + November 2019 (docs/datasets.md).
 
 Raw files (comma-separated, header): `2019-Oct.csv`, `2019-Nov.csv` with columns event_time
 (`2019-10-01 00:00:00 UTC`), event_type, product_id, category_id, category_code, brand, price,
@@ -10,20 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-from gru4rec.datasets.common import (
-    Accumulator,
-    DatasetInfo,
-    ItemCoder,
-    Progress,
-    Protocol,
-    RawEvents,
-    chunk_progress,
-    column_int64,
-    column_timestamp,
-    iter_csv_chunks,
-    resolve_header,
-)
+from gru4rec.datasets.pipeline import DatasetInfo
+from gru4rec.datasets.progress import Progress, chunk_progress
+from gru4rec.datasets.protocol import Protocol
+from gru4rec.datasets.rawfiles import column_int64, column_timestamp, iter_csv_chunks, resolve_header
+from gru4rec.datasets.sessionise import Accumulator, ItemCoder, RawEvents
 
 NAME = "rees46"
 BOUNDARY = 1_575_158_400  # 2019-12-01 00:00:00 UTC, in seconds

@@ -1,4 +1,4 @@
-"""RetailRocket e-commerce data set (spec §11).
+"""RetailRocket e-commerce data set (docs/datasets.md).
 
 Raw file (comma-separated, header): `events.csv` with columns timestamp (epoch ms), visitorid,
 event (view / addtocart / transaction), itemid, transactionid. Only `view` events; sessions
@@ -9,19 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-from gru4rec.datasets.common import (
-    Accumulator,
-    DatasetInfo,
-    ItemCoder,
-    Progress,
-    Protocol,
-    RawEvents,
-    chunk_progress,
-    column_int64,
-    iter_csv_chunks,
-    resolve_header,
-)
+from gru4rec.datasets.pipeline import DatasetInfo
+from gru4rec.datasets.progress import Progress, chunk_progress
+from gru4rec.datasets.protocol import Protocol
+from gru4rec.datasets.rawfiles import column_int64, iter_csv_chunks, resolve_header
+from gru4rec.datasets.sessionise import Accumulator, ItemCoder, RawEvents
 
 NAME = "retailrocket"
 BOUNDARY = 1_442_545_200_000  # ms

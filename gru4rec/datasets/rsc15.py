@@ -1,4 +1,4 @@
-"""rsc15: the YOOCHOOSE clicks under the 2016/2018 GRU4Rec papers' protocol (spec §11).
+"""rsc15: the YOOCHOOSE clicks under the 2016/2018 GRU4Rec papers' protocol (docs/datasets.md).
 
 Only `yoochoose-clicks.dat` (header-less `SessionId,Timestamp,ItemId,Category`). No
 de-duplication; one filtering pass: sessions of length 1 dropped, then items with support < 5,
@@ -11,13 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-from gru4rec.datasets.common import (
-    DatasetInfo,
-    Progress,
-    Protocol,
-    RawEvents,
-)
+from gru4rec.datasets.pipeline import DatasetInfo
+from gru4rec.datasets.progress import Progress
+from gru4rec.datasets.protocol import Protocol
+from gru4rec.datasets.sessionise import RawEvents
 from gru4rec.datasets.yoochoose import read_clicks
 
 NAME = "rsc15"

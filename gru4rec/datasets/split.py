@@ -1,4 +1,4 @@
-"""Time-based split of a user's own event log into the four files (the §11 rule).
+"""Time-based split of a user's own event log into the four files (the public data sets' rule).
 
 Test = the sessions that start in the last `days` days (T = the latest event, or a fixed
 `boundary`); train_full = the events before T - days, without sessions left shorter than
@@ -19,17 +19,12 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from gru4rec.datasets.common import (
-    FORMATS,
-    Events,
-    PathLike,
-    Progress,
-    Protocol,
-    prepare_out_dir,
-    run_protocol,
-    write_outputs,
-)
-from gru4rec.errors import ConfigError, DataError
+from gru4rec.datasets.outputs import FORMATS, PathLike, prepare_out_dir, write_outputs
+from gru4rec.datasets.progress import Progress
+from gru4rec.datasets.protocol import Protocol, run_protocol
+from gru4rec.datasets.rawfiles import first_line
+from gru4rec.datasets.sessionise import Events
+from gru4rec.errors import ConfigError, DataError, Gru4RecError
 
 TIME_UNITS: dict[str, int] = {"s": 1, "ms": 1000}
 
@@ -44,8 +39,6 @@ def _read_table(path: Path, columns: list[str]) -> pd.DataFrame:
         try:
             import pyarrow  # noqa: F401
         except ImportError as exc:  # pragma: no cover
-            from gru4rec.errors import Gru4RecError
-
             raise Gru4RecError("reading Parquet needs pyarrow: pip install 'gru4rec[parquet]'") from exc
         try:
             df = pd.read_parquet(path)
@@ -55,8 +48,6 @@ def _read_table(path: Path, columns: list[str]) -> pd.DataFrame:
         if missing:
             raise DataError(f"{path}: missing column(s) {', '.join(map(repr, missing))} (has {list(df.columns)})")
         return df[columns]
-    from gru4rec.datasets.common import first_line
-
     header = first_line(path)
     counts = {sep: len(header.split(sep)) for sep in ("\t", ",", ";")}
     sep = max(counts, key=lambda s: counts[s])
@@ -122,6 +113,7 @@ def split_events(
     days / valid_days: test and validation windows (valid_days defaults to days).
     time_unit: the unit of numeric times ('s' or 'ms'); datetime columns are converted to it.
     boundary: a fixed end time T in that unit (default: the latest event after filtering).
+    progress: log one line per step (INFO records; see gru4rec.datasets.progress).
     The files keep the given column names' values under SessionId, ItemId, Time.
     Raises DataError for bad data or an empty split, ConfigError for bad options.
     """

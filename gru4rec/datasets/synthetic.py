@@ -181,11 +181,12 @@ def time_split(
     item_key: str = "ItemId",
     time_key: str = "Time",
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Split by time as in §11: with T the latest time, test = sessions that start at or after
-    T - seconds; train = events before T - seconds, without sessions left shorter than 2. Test
-    events whose item is not in train are removed, then test sessions shorter than 2.
+    """Split by time as the public data sets are (docs/datasets.md): with T the latest time,
+    test = sessions that start at or after T - seconds; train = events before T - seconds,
+    without sessions left shorter than 2. Test events whose item is not in train are removed,
+    then test sessions shorter than 2.
 
-    The rule is datasets.common.time_split's (what `gru4rec split` uses on event codes), kept
+    The rule is datasets.protocol.time_split's (what `gru4rec split` uses on event codes), kept
     here in pandas because it works on any DataFrame, keeps its columns and row order, and adds
     the unknown-item removal; tests/test_synthetic.py checks that the two agree."""
     boundary = df[time_key].max() - seconds

@@ -1,4 +1,4 @@
-"""YOOCHOOSE (RecSys Challenge 2015) clicks, the common §11 protocol.
+"""YOOCHOOSE (RecSys Challenge 2015) clicks, the common protocol of docs/datasets.md.
 
 Raw files (no header, comma-separated): `yoochoose-clicks.dat` and `yoochoose-test.dat`, each row
 `SessionId,Timestamp,ItemId,Category` with an ISO-8601 UTC timestamp such as
@@ -10,20 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-from gru4rec.datasets.common import (
-    Accumulator,
-    DatasetInfo,
-    ItemCoder,
-    Progress,
-    Protocol,
-    RawEvents,
-    check_field_count,
-    chunk_progress,
-    column_int64,
-    column_timestamp,
-    iter_csv_chunks,
-)
+from gru4rec.datasets.pipeline import DatasetInfo
+from gru4rec.datasets.progress import Progress, chunk_progress
+from gru4rec.datasets.protocol import Protocol
+from gru4rec.datasets.rawfiles import check_field_count, column_int64, column_timestamp, iter_csv_chunks
+from gru4rec.datasets.sessionise import Accumulator, ItemCoder, RawEvents
 
 NAME = "yoochoose"
 INFO = DatasetInfo(
