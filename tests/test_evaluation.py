@@ -1,4 +1,4 @@
-"""Full-catalogue evaluation (spec §8) against an independent brute-force evaluator.
+"""Full-catalogue evaluation (docs/behaviour.md §8) against an independent brute-force evaluator.
 
 The brute force below recomputes every hidden state in plain NumPy from the fake nets'
 parameters, one session and one event at a time, takes the full score vector and ranks the
