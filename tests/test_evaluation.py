@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
-from gru4rec.data.events import ItemMap, Sessions
+from gru4rec.data import ItemMap, Sessions
 from gru4rec.errors import ConfigError, DataError, Gru4RecError
 from gru4rec.evaluation import evaluator as evaluation
 from gru4rec.evaluation.evaluator import TIE_MODES, EvalResult, evaluate, evaluate_sessions

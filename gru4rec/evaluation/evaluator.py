@@ -408,7 +408,7 @@ def evaluate(
     n_items = len(item_map)
 
     t0 = time.perf_counter()
-    from gru4rec.data import events as _data  # pandas-heavy; imported on use
+    from gru4rec import data as _data  # pandas-heavy; imported on use
 
     keys = dict(session_key=cfg.session_key, item_key=cfg.item_key, time_key=cfg.time_key)
     if isinstance(test, _data.Sessions):
