@@ -44,9 +44,11 @@ from gru4rec.config_values import (
     ADAPTS,
     DEFAULT_FINAL_ACT,
     LOSSES,
+    PARAM_STRING_SEPARATORS,
     SOFTMAX_LOSSES,
     BadValue,
     format_value,
+    split_param_string,
     to_bool,
     to_embedding,
     to_float,
@@ -64,8 +66,6 @@ from gru4rec.param_files import read_param_file
 __all__ = ["Config", "LOSSES", "ADAPTS", "DEFAULT_FINAL_ACT"]
 
 _ALIASES: dict[str, str] = {"elu_param": "final_act"}
-# Characters that cannot appear in a value of a parameter string (they separate its parts).
-_STRING_SEPARATORS = (",", "=")
 
 
 def _suggest(name: str, candidates: typing.Iterable[str]) -> str:
@@ -391,23 +391,6 @@ class Config:
             _raise([f"expected a mapping of parameter names to values, got {type_name(params)}"], source)
         return cls._build(params, source=source)
 
-    @staticmethod
-    def _split_string(text: str) -> tuple[dict[str, str], list[str]]:
-        pairs: dict[str, str] = {}
-        problems: list[str] = []
-        for part in text.split(","):
-            if not part.strip():
-                continue  # tolerate 'a=1,,b=2' and a trailing comma
-            name, sep, value = part.partition("=")
-            name = name.strip()
-            if not sep or not name:
-                problems.append(f"{part.strip()!r}: expected name=value")
-            elif name in pairs:
-                problems.append(f"{name}: given more than once")
-            else:
-                pairs[name] = value.strip()
-        return pairs, problems
-
     @classmethod
     def from_string(cls, text: str) -> Config:
         """Parse ``'name=value,name=value'`` (the original's ``-ps``); ``''`` gives the defaults.
@@ -417,7 +400,7 @@ class Config:
         """
         if not isinstance(text, str):
             _raise([f"a parameter string must be a str, got {type_name(text)}"])
-        pairs, problems = cls._split_string(text)
+        pairs, problems = split_param_string(text)
         return cls._build(pairs, extra=problems)
 
     @classmethod
@@ -441,7 +424,7 @@ class Config:
         """A copy with the parameter string ``text`` applied on top (e.g. ``-ps`` over ``-pf``)."""
         if not isinstance(text, str):
             _raise([f"a parameter string must be a str, got {type_name(text)}"])
-        pairs, problems = self._split_string(text)
+        pairs, problems = split_param_string(text)
         return self._build(self._with_changes(pairs), extra=problems)
 
     def _with_changes(self, changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -503,7 +486,7 @@ class Config:
             if defaults is not None and getattr(defaults, name) == value:
                 continue
             text = format_value(value)
-            if any(sep in text for sep in _STRING_SEPARATORS) or text != text.strip():
+            if any(sep in text for sep in PARAM_STRING_SEPARATORS) or text != text.strip():
                 _raise([f"{name}: the value {value!r} cannot be written in a parameter string "
                         "(it contains ',' or '=' or surrounding blanks); use to_dict() instead"])
             parts.append(f"{name}={text}")

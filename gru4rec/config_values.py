@@ -1,5 +1,5 @@
 """The values of the hyperparameters: the known choices, the conversion of one value to its
-field's type, and back to parameter-string text.
+field's type, and the parameter-string syntax (split into name/value pairs, values formatted).
 
 These are the building blocks of :class:`gru4rec.config.Config`'s validation: each converter
 takes a value as a user may give it (typed, or a string from a parameter string or file) and
@@ -20,6 +20,7 @@ __all__ = [
     "BadValue",
     "DEFAULT_FINAL_ACT",
     "LOSSES",
+    "PARAM_STRING_SEPARATORS",
     "SOFTMAX_LOSSES",
     "format_value",
     "to_bool",
@@ -31,6 +32,7 @@ __all__ = [
     "to_name",
     "to_optional_act",
     "to_str",
+    "split_param_string",
     "to_tuple",
     "type_name",
 ]
@@ -64,6 +66,9 @@ ADAPT_PARAM_MEANING: dict[str, str] = {
 }
 #: The losses that end in a softmax (the cross-entropy family).
 SOFTMAX_LOSSES: tuple[str, ...] = ("cross-entropy", "xe_logit")
+
+#: Characters that cannot appear in a value of a parameter string (they separate its parts).
+PARAM_STRING_SEPARATORS: tuple[str, ...] = (",", "=")
 
 _TRUE = frozenset({"true", "1"})
 _FALSE = frozenset({"false", "0"})
@@ -211,3 +216,22 @@ def format_value(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def split_param_string(text: str) -> tuple[dict[str, str], list[str]]:
+    """``'name=value,name=value'`` as a name→value mapping (values still strings) and the
+    problems found (a part without ``=``, a name given twice); empty parts are skipped."""
+    pairs: dict[str, str] = {}
+    problems: list[str] = []
+    for part in text.split(","):
+        if not part.strip():
+            continue  # tolerate 'a=1,,b=2' and a trailing comma
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            problems.append(f"{part.strip()!r}: expected name=value")
+        elif name in pairs:
+            problems.append(f"{name}: given more than once")
+        else:
+            pairs[name] = value.strip()
+    return pairs, problems
