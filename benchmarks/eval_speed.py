@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from gru4rec.config import Config
-    from gru4rec.data.events import ItemMap, item_support, read_events, sessions_from_events
+    from gru4rec.data import ItemMap, item_support, read_events, sessions_from_events
     from gru4rec.evaluation.evaluator import evaluate_sessions
     from gru4rec.model import GRU4RecNet
 

@@ -19,7 +19,7 @@ _LAZY = {
     "EpochInfo": ("gru4rec.recommender", "EpochInfo"),
     "Config": ("gru4rec.config", "Config"),
     "evaluate": ("gru4rec.evaluation.evaluator", "evaluate"),
-    "EvalResult": ("gru4rec.evaluation.evaluator", "EvalResult"),
+    "EvalResult": ("gru4rec.evaluation.metrics", "EvalResult"),
     "load": ("gru4rec.recommender", "load"),
 }
 

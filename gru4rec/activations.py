@@ -1,4 +1,4 @@
-"""Activation strings of GRU4Rec (spec §2): parsing and application.
+"""Activation strings of GRU4Rec (docs/behaviour.md §2): parsing and application.
 
 An activation is written as a short string, as in the original implementation's parameter files:
 
@@ -20,7 +20,7 @@ a sign is not accepted, as in the original, whose parser split the string on ``-
 object that is callable on a tensor. The two softmax forms are row-wise rather than elementwise;
 the losses usually fuse them with the loss itself, but calling them is well defined: ``softmax``
 gives the probabilities ``r`` of the cross-entropy loss and ``softmax_logit`` gives
-``r = -log softmax`` of the ``xe_logit`` loss (spec §5).
+``r = -log softmax`` of the ``xe_logit`` loss (docs/behaviour.md §5).
 """
 from __future__ import annotations
 

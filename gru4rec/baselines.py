@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from gru4rec.data import ItemMap, item_support, read_events, sessions_from_events, validate_events
 from gru4rec.errors import ConfigError, DataError
 
 __all__ = ["BaselineConfig", "Pop", "SessionPop", "ItemKNN"]
@@ -74,19 +75,17 @@ class _Baseline:
 
     def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> "_Baseline":
         """Fit on training events (a DataFrame or a path to an event file). Returns self."""
-        from gru4rec.data import events as _data
-
         keys = dict(session_key=self.config.session_key, item_key=self.config.item_key, time_key=self.config.time_key)
         if isinstance(data, (str, os.PathLike)):
-            df = _data.read_events(data, **keys)
+            df = read_events(data, **keys)
         elif isinstance(data, pd.DataFrame):
-            df = _data.validate_events(data, source="training data", **keys)
+            df = validate_events(data, source="training data", **keys)
         else:
             raise DataError(f"training data: expected a DataFrame or a path to an event file, got {type(data).__name__}")
-        self.item_map = _data.ItemMap.from_ids(df[self.config.item_key])
-        sessions, _ = _data.sessions_from_events(df, self.item_map, **keys)
+        self.item_map = ItemMap.from_ids(df[self.config.item_key])
+        sessions, _ = sessions_from_events(df, self.item_map, **keys)
         n = len(self.item_map)
-        self.item_support = _data.item_support(sessions, n)
+        self.item_support = item_support(sessions, n)
         self.net = self._build(sessions.items, sessions.offsets, n).to(self.device)
         self.net.eval()
         return self

@@ -1,4 +1,4 @@
-"""Every GRU4Rec hyperparameter (spec §7) in one validated, immutable dataclass.
+"""Every GRU4Rec hyperparameter (docs/behaviour.md §7) in one validated, immutable dataclass.
 
 :class:`Config` is the single source of truth for hyperparameters: the model, the training loop,
 the command lines and the model files all read it. It can be built
@@ -7,10 +7,9 @@ the command lines and the model files all read it. It can be built
 * from a parameter string, the original's ``-ps`` syntax:
   ``Config.from_string("loss=bpr-max,layers=200/200,final_act=elu-1")``;
 * from a mapping whose values are typed or strings: ``Config.from_dict({...})``;
-* from a parameter file: ``Config.from_file("paramfiles/coveo_bprmax_shared_512_best.py")``.
-  The original's Python files (``gru4rec_params = OrderedDict([...])``) are *read*, never
-  executed: the literal is extracted with :mod:`ast`. JSON, TOML and YAML files hold the same
-  name/value mapping.
+* from a parameter file: ``Config.from_file("paramfiles/coveo_bprmax_shared_512_best.py")``
+  (the original's ``.py`` files are read, never executed; JSON, TOML and YAML hold the same
+  mapping: see :mod:`gru4rec.param_files`).
 
 Whatever the route, every value is converted to its field's type and the whole configuration is
 checked at once; :class:`~gru4rec.errors.ConfigError` lists every problem, each naming its
@@ -31,196 +30,42 @@ both ``elu_param`` and ``final_act`` with another loss is an error.
 """
 from __future__ import annotations
 
-import ast
 import difflib
-import json
-import math
-import numbers
 import os
 import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
-from pathlib import Path
 from typing import Any, ClassVar
 
 from gru4rec.activations import ELEMENTWISE_ACTIVATIONS, Activation, parse_activation
+from gru4rec.config_values import (
+    ADAPT_PARAM_DEFAULTS,
+    ADAPT_PARAM_MEANING,
+    ADAPTS,
+    DEFAULT_FINAL_ACT,
+    LOSSES,
+    PARAM_STRING_SEPARATORS,
+    SOFTMAX_LOSSES,
+    BadValue,
+    format_value,
+    split_param_string,
+    to_bool,
+    to_embedding,
+    to_float,
+    to_float_tuple,
+    to_int,
+    to_int_tuple,
+    to_name,
+    to_optional_act,
+    to_str,
+    type_name,
+)
 from gru4rec.errors import ConfigError
+from gru4rec.param_files import read_param_file
 
 __all__ = ["Config", "LOSSES", "ADAPTS", "DEFAULT_FINAL_ACT"]
 
-#: The losses of spec §5.
-LOSSES: tuple[str, ...] = ("cross-entropy", "xe_logit", "bpr-max", "top1-max", "bpr", "top1")
-#: The optimisers of spec §6.
-ADAPTS: tuple[str, ...] = ("adagrad", "rmsprop", "adadelta", "adam", "sgd")
-#: The final activation a loss gets when ``final_act`` is not given.
-DEFAULT_FINAL_ACT: dict[str, str] = {
-    "cross-entropy": "softmax",
-    "xe_logit": "softmax_logit",
-    "bpr-max": "elu-0.5",
-    "top1-max": "elu-0.5",
-    "bpr": "elu-0.5",
-    "top1": "elu-0.5",
-}
-# Number of values each optimiser takes in adapt_params, and their defaults.
-_ADAPT_PARAM_DEFAULTS: dict[str, tuple[float, ...]] = {
-    "adagrad": (),
-    "rmsprop": (0.9,),  # decay rho
-    "adadelta": (0.95,),  # decay rho
-    "adam": (0.9, 0.999),  # beta1, beta2
-    "sgd": (),
-}
-_ADAPT_PARAM_MEANING: dict[str, str] = {
-    "rmsprop": "its decay rho (default 0.9)",
-    "adadelta": "its decay rho (default 0.95)",
-    "adam": "beta1/beta2 (default 0.9/0.999)",
-}
 _ALIASES: dict[str, str] = {"elu_param": "final_act"}
-_SOFTMAX_LOSSES = ("cross-entropy", "xe_logit")
-_TRUE = frozenset({"true", "1"})
-_FALSE = frozenset({"false", "0"})
-# Characters that cannot appear in a value of a parameter string (they separate its parts).
-_STRING_SEPARATORS = (",", "=")
-
-
-def _type_name(value: Any) -> str:
-    return type(value).__name__
-
-
-# ----------------------------------------------------------------------------------------------
-# Conversion of one value to a field's type. Each converter returns the converted value or
-# raises _Bad with a message that does not yet name the parameter (the caller adds it).
-
-
-class _Bad(Exception):
-    """A value that cannot be converted; the message is completed with the parameter name."""
-
-
-def _to_int(value: Any) -> int:
-    if isinstance(value, bool):  # bool is an int subclass, but True is no batch size
-        raise _Bad(f"expected an integer, got the boolean {value!r}")
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            return int(text)
-        except ValueError:
-            try:
-                value = float(text)  # '1e7' is a fine way to write 10,000,000
-            except ValueError:
-                raise _Bad(f"expected an integer, got {value!r}") from None
-    if isinstance(value, numbers.Real):
-        number = float(value)
-        if math.isfinite(number) and number == int(number):
-            return int(number)
-        raise _Bad(f"expected an integer, got {value!r}")
-    raise _Bad(f"expected an integer, got {value!r} ({_type_name(value)})")
-
-
-def _to_float(value: Any) -> float:
-    if isinstance(value, bool):
-        raise _Bad(f"expected a number, got the boolean {value!r}")
-    if isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
-            raise _Bad(f"expected a number, got {value!r}") from None
-    elif isinstance(value, numbers.Real):
-        number = float(value)
-    else:
-        raise _Bad(f"expected a number, got {value!r} ({_type_name(value)})")
-    if not math.isfinite(number):
-        raise _Bad(f"must be a finite number, got {value!r}")
-    return number
-
-
-def _to_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, numbers.Integral) and int(value) in (0, 1):
-        return bool(value)
-    if hasattr(value, "dtype") and getattr(value.dtype, "kind", "") == "b":  # numpy.bool_
-        return bool(value)
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in _TRUE:
-            return True
-        if text in _FALSE:
-            return False
-    raise _Bad(f"expected a boolean (True/False/true/false/1/0), got {value!r}")
-
-
-def _to_str(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    raise _Bad(f"expected a string, got {value!r} ({_type_name(value)})")
-
-
-def _to_tuple(value: Any, item: typing.Callable[[Any], Any]) -> tuple[Any, ...]:
-    if isinstance(value, str):
-        text = value.strip()
-        # Lists are written with '/' in parameter strings; tolerate a bracketed list too.
-        if text.startswith("[") and text.endswith("]"):
-            text = text[1:-1].replace(",", "/")
-        parts: list[Any] = [part.strip() for part in text.split("/")] if text else []
-    elif isinstance(value, (list, tuple)):
-        parts = list(value)
-    elif hasattr(value, "tolist") and getattr(value, "ndim", None) == 1:  # a 1-d numpy array
-        parts = list(value.tolist())
-    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
-        parts = [value]  # layers=100 means one layer of 100, as in the original
-    else:
-        raise _Bad(f"expected a list (write it as a/b/c in a parameter string), got {value!r}")
-    converted = []
-    for position, part in enumerate(parts):
-        try:
-            converted.append(item(part))
-        except _Bad as bad:
-            raise _Bad(f"item {position} of {value!r}: {bad}") from None
-    return tuple(converted)
-
-
-def _to_int_tuple(value: Any) -> tuple[int, ...]:
-    return _to_tuple(value, _to_int)
-
-
-def _to_float_tuple(value: Any) -> tuple[float, ...]:
-    return _to_tuple(value, _to_float)
-
-
-def _to_optional_act(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, str) and value.strip().lower() in ("", "none"):
-        return None
-    return _to_str(value).strip().lower()
-
-
-def _to_name(value: Any) -> str:
-    return _to_str(value).strip().lower()
-
-
-def _to_embedding(value: Any) -> int | str:
-    if isinstance(value, str) and value.strip().lower() == "layersize":
-        return "layersize"
-    try:
-        return _to_int(value)
-    except _Bad:
-        raise _Bad(f"expected an integer or 'layersize', got {value!r}") from None
-
-
-# ----------------------------------------------------------------------------------------------
-
-
-def _format_value(value: Any) -> str:
-    """One value in parameter-string syntax (lists with '/', floats read back exactly)."""
-    if isinstance(value, tuple):
-        return "/".join(_format_value(v) for v in value)
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
 
 
 def _suggest(name: str, candidates: typing.Iterable[str]) -> str:
@@ -247,7 +92,7 @@ def _problems_of(error: ConfigError) -> list[str]:
 
 @dataclass(frozen=True, kw_only=True)
 class Config:
-    """GRU4Rec hyperparameters (spec §7), validated on construction; immutable.
+    """GRU4Rec hyperparameters (docs/behaviour.md §7), validated on construction; immutable.
 
     After construction ``final_act`` is always a normalised activation string and ``embedding``
     an int (see the module docstring for how they are derived). Construction with a bad value
@@ -257,9 +102,9 @@ class Config:
     """
 
     loss: str = "cross-entropy"
-    """``cross-entropy``, ``xe_logit``, ``bpr-max``, ``top1-max``, ``bpr`` or ``top1`` (§5)."""
+    """``cross-entropy``, ``xe_logit``, ``bpr-max``, ``top1-max``, ``bpr`` or ``top1`` (docs/behaviour.md §5)."""
     final_act: str | None = None
-    """Activation of the scores before the loss; ``None`` derives it from the loss (§2)."""
+    """Activation of the scores before the loss; ``None`` derives it from the loss (docs/behaviour.md §2)."""
     hidden_act: str = "tanh"
     """Candidate activation of the GRU cell (elementwise activations only)."""
     layers: tuple[int, ...] = (100,)
@@ -271,13 +116,13 @@ class Config:
     learning_rate: float = 0.05
     momentum: float = 0.0
     lmbd: float = 0.0
-    """L2 regularisation applied in the update (§6)."""
+    """L2 regularisation applied in the update (docs/behaviour.md §6)."""
     embedding: int | str = 0
     """Width of a separate input embedding (0: none; ``'layersize'``: ``layers[0]``)."""
     constrained_embedding: bool = True
     """Share the output item matrix as the input embedding (``embedding`` is then ignored)."""
     n_sample: int = 2048
-    """Extra negative samples shared by the mini-batch (§4)."""
+    """Extra negative samples shared by the mini-batch (docs/behaviour.md §4)."""
     sample_alpha: float = 0.5
     """Sampling probability ∝ support^alpha (1: popularity, 0: uniform)."""
     sample_store_size: int = 10_000_000
@@ -285,7 +130,7 @@ class Config:
     smoothing: float = 0.0
     """Label smoothing of the cross-entropy losses."""
     adapt: str = "adagrad"
-    """``adagrad``, ``rmsprop``, ``adadelta``, ``adam`` or ``sgd`` (§6)."""
+    """``adagrad``, ``rmsprop``, ``adadelta``, ``adam`` or ``sgd`` (docs/behaviour.md §6)."""
     adapt_params: tuple[float, ...] = ()
     """Optimiser constants (empty: defaults, see :attr:`resolved_adapt_params`)."""
     grad_cap: float = 0.0
@@ -293,7 +138,7 @@ class Config:
     bpreg: float = 1.0
     """Score regularisation of bpr-max."""
     logq: float = 0.0
-    """Weight of the logQ correction (§4); 1.0 is advised with cross-entropy."""
+    """Weight of the logQ correction (docs/behaviour.md §4); 1.0 is advised with cross-entropy."""
     sigma: float = 0.0
     """Fixed initialisation scale (0: per-block Glorot scale)."""
     init_as_normal: bool = False
@@ -306,36 +151,36 @@ class Config:
 
     # Converter per field; keys are the field names (checked at import by _check_converters).
     _CONVERTERS: ClassVar[dict[str, typing.Callable[[Any], Any]]] = {
-        "loss": _to_name,
-        "final_act": _to_optional_act,
-        "hidden_act": _to_name,
-        "layers": _to_int_tuple,
-        "n_epochs": _to_int,
-        "batch_size": _to_int,
-        "dropout_p_embed": _to_float,
-        "dropout_p_hidden": _to_float,
-        "learning_rate": _to_float,
-        "momentum": _to_float,
-        "lmbd": _to_float,
-        "embedding": _to_embedding,
-        "constrained_embedding": _to_bool,
-        "n_sample": _to_int,
-        "sample_alpha": _to_float,
-        "sample_store_size": _to_int,
-        "smoothing": _to_float,
-        "adapt": _to_name,
-        "adapt_params": _to_float_tuple,
-        "grad_cap": _to_float,
-        "bpreg": _to_float,
-        "logq": _to_float,
-        "sigma": _to_float,
-        "init_as_normal": _to_bool,
-        "train_random_order": _to_bool,
-        "time_sort": _to_bool,
-        "seed": _to_int,
-        "session_key": _to_str,
-        "item_key": _to_str,
-        "time_key": _to_str,
+        "loss": to_name,
+        "final_act": to_optional_act,
+        "hidden_act": to_name,
+        "layers": to_int_tuple,
+        "n_epochs": to_int,
+        "batch_size": to_int,
+        "dropout_p_embed": to_float,
+        "dropout_p_hidden": to_float,
+        "learning_rate": to_float,
+        "momentum": to_float,
+        "lmbd": to_float,
+        "embedding": to_embedding,
+        "constrained_embedding": to_bool,
+        "n_sample": to_int,
+        "sample_alpha": to_float,
+        "sample_store_size": to_int,
+        "smoothing": to_float,
+        "adapt": to_name,
+        "adapt_params": to_float_tuple,
+        "grad_cap": to_float,
+        "bpreg": to_float,
+        "logq": to_float,
+        "sigma": to_float,
+        "init_as_normal": to_bool,
+        "train_random_order": to_bool,
+        "time_sort": to_bool,
+        "seed": to_int,
+        "session_key": to_str,
+        "item_key": to_str,
+        "time_key": to_str,
     }
 
     # ------------------------------------------------------------------ construction & checks
@@ -347,7 +192,7 @@ class Config:
             raw = getattr(self, name)
             try:
                 values[name] = convert(raw)
-            except _Bad as bad:
+            except BadValue as bad:
                 problems.append(f"{name}: {bad}")
         # Remember which values were derived so that replace() can derive them again.
         derived: set[str] = set()
@@ -399,7 +244,7 @@ class Config:
                 )
             elif loss == "xe_logit" and final.name != "softmax_logit":
                 problems.append(f"final_act: loss 'xe_logit' needs final_act 'softmax_logit', got {final.spec!r}")
-            elif loss not in _SOFTMAX_LOSSES and not final.elementwise:
+            elif loss not in SOFTMAX_LOSSES and not final.elementwise:
                 problems.append(
                     f"final_act: loss {loss!r} needs an elementwise final_act such as 'elu-0.5' or "
                     f"'linear', got {final.spec!r} (softmax goes with loss 'cross-entropy')"
@@ -437,7 +282,7 @@ class Config:
         at_least("sample_alpha", 0.0)
         at_least("sample_store_size", 0, " (0: draw the samples every step)")
         fraction("smoothing")
-        if v.get("smoothing", 0.0) > 0.0 and loss is not None and loss not in _SOFTMAX_LOSSES:
+        if v.get("smoothing", 0.0) > 0.0 and loss is not None and loss not in SOFTMAX_LOSSES:
             problems.append(f"smoothing: label smoothing applies to the cross-entropy losses only, not to loss {loss!r}")
         at_least("grad_cap", 0.0, " (0: no clipping)")
         at_least("bpreg", 0.0)
@@ -451,14 +296,14 @@ class Config:
             problems.append(f"adapt: unknown optimiser {adapt!r}{_suggest(adapt, ADAPTS)}; use one of {', '.join(ADAPTS)}")
         elif adapt is not None and "adapt_params" in v:
             given = v["adapt_params"]
-            expected = len(_ADAPT_PARAM_DEFAULTS[adapt])
+            expected = len(ADAPT_PARAM_DEFAULTS[adapt])
             if given and len(given) != expected:
                 if expected == 0:
                     problems.append(f"adapt_params: adapt {adapt!r} takes no parameters, got {list(given)}")
                 else:
                     problems.append(
                         f"adapt_params: adapt {adapt!r} takes {expected} value(s), "
-                        f"{_ADAPT_PARAM_MEANING[adapt]}, got {list(given)}"
+                        f"{ADAPT_PARAM_MEANING[adapt]}, got {list(given)}"
                     )
             elif given and not all(0.0 <= p < 1.0 for p in given):
                 problems.append(f"adapt_params: the decay rates of adapt {adapt!r} must be in [0, 1), got {list(given)}")
@@ -491,8 +336,8 @@ class Config:
         """Map aliases to fields and report unknown or duplicated names; values untouched."""
         known = cls.field_names()
         try:
-            loss = _to_name(params.get("loss", cls.loss))
-        except _Bad:
+            loss = to_name(params.get("loss", cls.loss))
+        except BadValue:
             loss = None  # reported by the constructor
         out: dict[str, Any] = {}
         problems: list[str] = []
@@ -502,14 +347,14 @@ class Config:
                 continue
             name = key.strip()
             if name == "elu_param":
-                if loss in _SOFTMAX_LOSSES:
+                if loss in SOFTMAX_LOSSES:
                     continue  # as in the official ports: elu_param only shapes the non-softmax losses
                 if "final_act" in params or "final_act" in out:
                     problems.append("elu_param: give either elu_param or final_act, not both")
                     continue
                 try:
-                    alpha = _to_float(value)
-                except _Bad as bad:
+                    alpha = to_float(value)
+                except BadValue as bad:
                     problems.append(f"elu_param: {bad}")
                     continue
                 out["final_act"] = "linear" if alpha == 0 else f"elu-{alpha!r}"
@@ -543,25 +388,8 @@ class Config:
         ``source`` (e.g. a file name) is named in the error message.
         """
         if not isinstance(params, Mapping):
-            _raise([f"expected a mapping of parameter names to values, got {_type_name(params)}"], source)
+            _raise([f"expected a mapping of parameter names to values, got {type_name(params)}"], source)
         return cls._build(params, source=source)
-
-    @staticmethod
-    def _split_string(text: str) -> tuple[dict[str, str], list[str]]:
-        pairs: dict[str, str] = {}
-        problems: list[str] = []
-        for part in text.split(","):
-            if not part.strip():
-                continue  # tolerate 'a=1,,b=2' and a trailing comma
-            name, sep, value = part.partition("=")
-            name = name.strip()
-            if not sep or not name:
-                problems.append(f"{part.strip()!r}: expected name=value")
-            elif name in pairs:
-                problems.append(f"{name}: given more than once")
-            else:
-                pairs[name] = value.strip()
-        return pairs, problems
 
     @classmethod
     def from_string(cls, text: str) -> Config:
@@ -571,8 +399,8 @@ class Config:
         ``True/False/true/false/1/0``, ``embedding=layersize`` and ``elu_param=x`` are accepted.
         """
         if not isinstance(text, str):
-            _raise([f"a parameter string must be a str, got {_type_name(text)}"])
-        pairs, problems = cls._split_string(text)
+            _raise([f"a parameter string must be a str, got {type_name(text)}"])
+        pairs, problems = split_param_string(text)
         return cls._build(pairs, extra=problems)
 
     @classmethod
@@ -595,8 +423,8 @@ class Config:
     def replace_from_string(self, text: str) -> Config:
         """A copy with the parameter string ``text`` applied on top (e.g. ``-ps`` over ``-pf``)."""
         if not isinstance(text, str):
-            _raise([f"a parameter string must be a str, got {_type_name(text)}"])
-        pairs, problems = self._split_string(text)
+            _raise([f"a parameter string must be a str, got {type_name(text)}"])
+        pairs, problems = split_param_string(text)
         return self._build(self._with_changes(pairs), extra=problems)
 
     def _with_changes(self, changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -617,7 +445,7 @@ class Config:
     def resolved_adapt_params(self) -> tuple[float, ...]:
         """``adapt_params`` with the optimiser's defaults filled in (rmsprop ρ=0.9, adadelta
         ρ=0.95, adam β=0.9/0.999; empty for adagrad and sgd)."""
-        return self.adapt_params or _ADAPT_PARAM_DEFAULTS[self.adapt]
+        return self.adapt_params or ADAPT_PARAM_DEFAULTS[self.adapt]
 
     @property
     def final_activation(self) -> Activation:
@@ -632,7 +460,7 @@ class Config:
 
     @property
     def embedding_mode(self) -> str:
-        """``'shared'`` (constrained), ``'separate'`` (embedding > 0) or ``'none'`` (one-hot), §2."""
+        """``'shared'`` (constrained), ``'separate'`` (embedding > 0) or ``'none'`` (one-hot); see docs/behaviour.md §2."""
         if self.constrained_embedding:
             return "shared"
         return "separate" if int(self.embedding) > 0 else "none"
@@ -657,187 +485,12 @@ class Config:
             value = getattr(self, name)
             if defaults is not None and getattr(defaults, name) == value:
                 continue
-            text = _format_value(value)
-            if any(sep in text for sep in _STRING_SEPARATORS) or text != text.strip():
+            text = format_value(value)
+            if any(sep in text for sep in PARAM_STRING_SEPARATORS) or text != text.strip():
                 _raise([f"{name}: the value {value!r} cannot be written in a parameter string "
                         "(it contains ',' or '=' or surrounding blanks); use to_dict() instead"])
             parts.append(f"{name}={text}")
         return ",".join(parts)
-
-
-# ------------------------------------------------------------------------------ parameter files
-
-
-def read_param_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The raw name→value mapping of a parameter file (not yet converted or validated).
-
-    ``.py``: the original's format, read with :mod:`ast` and never executed; ``.json``: an
-    object; ``.toml``: the top-level table (or a ``[gru4rec_params]`` table); ``.yaml``/``.yml``:
-    a mapping (needs PyYAML). Raises ConfigError naming the file for a missing file, bad syntax
-    or content of the wrong shape.
-    """
-    file = Path(path)
-    label = f"param file '{path}'"
-    if not file.is_file():
-        reason = "is a directory" if file.is_dir() else "does not exist"
-        raise ConfigError(f"{label} {reason}")
-    suffix = file.suffix.lower()
-    readers = {".py": _read_py, ".json": _read_json, ".toml": _read_toml, ".yaml": _read_yaml, ".yml": _read_yaml}
-    if suffix not in readers:
-        raise ConfigError(f"{label}: unknown format {suffix!r}; use .py (OrderedDict), .json, .toml or .yaml")
-    try:
-        data = file.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{label} cannot be read: {exc.strerror or exc}") from None
-    params = readers[suffix](data, label)
-    if not isinstance(params, dict):
-        raise ConfigError(f"{label}: expected a mapping of parameter names to values, got {_type_name(params)}")
-    return params
-
-
-def _decode(data: bytes, label: str) -> str:
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{label} is not UTF-8 text: {exc}") from None
-
-
-def _read_json(data: bytes, label: str) -> Any:
-    try:
-        return json.loads(_decode(data, label))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{label} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
-
-
-def _read_toml(data: bytes, label: str) -> Any:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        try:
-            import tomli as tomllib  # type: ignore[no-redef]
-        except ModuleNotFoundError:
-            raise ConfigError(f"{label}: reading TOML on Python < 3.11 needs tomli (pip install tomli)") from None
-    try:
-        table = tomllib.loads(_decode(data, label))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{label} is not valid TOML: {exc}") from None
-    if set(table) == {"gru4rec_params"} and isinstance(table["gru4rec_params"], dict):
-        return table["gru4rec_params"]
-    return table
-
-
-def _read_yaml(data: bytes, label: str) -> Any:
-    try:
-        import yaml  # optional dependency
-    except ModuleNotFoundError:
-        raise ConfigError(f"{label}: reading YAML needs PyYAML (pip install pyyaml), or use .json/.toml") from None
-    try:
-        return yaml.safe_load(_decode(data, label))  # safe_load builds plain data only
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{label} is not valid YAML: {exc}") from None
-
-
-# The original's param files: imports, an optional docstring, and one assignment
-#     gru4rec_params = OrderedDict([('loss', 'bpr-max'), ('layers', [512]), ...])
-# The value is a literal, so it is extracted without running anything.
-_PY_TARGET = "gru4rec_params"
-_PY_CONSTRUCTORS = ("OrderedDict", "collections.OrderedDict", "dict")
-
-
-def _dotted(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        inner = _dotted(node.value)
-        return f"{inner}.{node.attr}" if inner else None
-    return None
-
-
-def _read_py(data: bytes, label: str) -> dict[str, Any]:
-    source = _decode(data, label)
-    try:
-        tree = ast.parse(source, filename=label)
-    except SyntaxError as exc:
-        raise ConfigError(f"{label} has a syntax error at line {exc.lineno}: {exc.msg}") from None
-    value_node: ast.expr | None = None
-    foreign: ast.stmt | None = None  # first statement that is neither an import nor the literal
-    for statement in tree.body:
-        if isinstance(statement, (ast.Import, ast.ImportFrom)):
-            continue  # the usual 'from collections import OrderedDict'; nothing is imported here
-        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
-            continue  # docstring or comment-like string
-        target: ast.expr | None = None
-        value: ast.expr | None = None
-        if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
-            target, value = statement.targets[0], statement.value
-        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
-            target, value = statement.target, statement.value
-        if isinstance(target, ast.Name) and target.id == _PY_TARGET and value is not None:
-            if value_node is not None:
-                raise ConfigError(f"{label} assigns {_PY_TARGET} more than once (line {statement.lineno})")
-            value_node = value
-            continue
-        foreign = foreign or statement
-    if value_node is None:
-        raise ConfigError(f"{label} does not define {_PY_TARGET} = OrderedDict([(name, value), ...])")
-    if foreign is not None:
-        # Code in a param file would run under the original; here nothing runs, so refuse the
-        # file rather than silently ignore what its author expected to happen.
-        code = ast.get_source_segment(source, foreign) or type(foreign).__name__
-        first_line = code.splitlines()[0] if code else ""
-        raise ConfigError(
-            f"{label}, line {foreign.lineno}: only imports and the assignment "
-            f"'{_PY_TARGET} = OrderedDict([...])' are allowed; param files are read, never run "
-            f"(found: {first_line[:80]!r}). Use a .json or .toml file for anything else."
-        )
-    return _py_literal(value_node, label)
-
-
-def _py_literal(node: ast.expr, label: str) -> dict[str, Any]:
-    """The mapping of a dict literal or an ``OrderedDict([...])`` / ``dict(...)`` call."""
-    where = f"{label}, line {node.lineno}"
-    expected = f"{_PY_TARGET} must be OrderedDict([(name, value), ...]) or a dict literal"
-
-    def literal(item: ast.expr) -> Any:
-        try:
-            return ast.literal_eval(item)
-        except (ValueError, TypeError, SyntaxError, RecursionError):
-            code = ast.unparse(item)
-            raise ConfigError(f"{label}, line {item.lineno}: {code[:80]!r} is not a literal value") from None
-
-    pairs: list[tuple[Any, Any]] = []
-    if isinstance(node, ast.Dict):
-        for key, value in zip(node.keys, node.values):
-            if key is None:
-                raise ConfigError(f"{where}: '**' unpacking is not allowed in {_PY_TARGET}")
-            pairs.append((literal(key), literal(value)))
-    elif isinstance(node, ast.Call) and _dotted(node.func) in _PY_CONSTRUCTORS:
-        if len(node.args) > 1:
-            raise ConfigError(f"{where}: {expected}")
-        if node.args:
-            items = literal(node.args[0])
-            if isinstance(items, dict):
-                items = list(items.items())
-            if not isinstance(items, (list, tuple)):
-                raise ConfigError(f"{where}: {expected}")
-            for item in items:
-                if not (isinstance(item, (list, tuple)) and len(item) == 2):
-                    raise ConfigError(f"{where}: {item!r} is not a (name, value) pair; {expected}")
-                pairs.append((item[0], item[1]))
-        for keyword in node.keywords:
-            if keyword.arg is None:
-                raise ConfigError(f"{where}: '**' unpacking is not allowed in {_PY_TARGET}")
-            pairs.append((keyword.arg, literal(keyword.value)))
-    else:
-        raise ConfigError(f"{where}: {expected}")
-    params: dict[str, Any] = {}
-    for key, value in pairs:
-        if not isinstance(key, str):
-            raise ConfigError(f"{where}: parameter names must be strings, got {key!r}")
-        if key in params:
-            raise ConfigError(f"{where}: parameter {key!r} is given more than once")
-        params[key] = value
-    return params
 
 
 def _check_converters() -> None:

@@ -20,7 +20,7 @@ import torch
 
 from gru4rec import checkpoint
 from gru4rec.config import Config
-from gru4rec.data.events import ItemMap, Sessions, item_support, read_events, sessions_from_events, validate_events
+from gru4rec.data import ItemMap, Sessions, item_support, read_events, sessions_from_events, validate_events
 from gru4rec.errors import Gru4RecError, ModelFileError
 from gru4rec.model import GRU4RecNet
 from gru4rec.training.loop import EpochStats, Trainer, check_precision, train_epochs

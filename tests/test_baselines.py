@@ -152,7 +152,7 @@ def test_pop_on_real_data_matches_closed_form() -> None:
     if not (d / "train_full.tsv").exists():
         pytest.skip(f"real data not found at {d}")
     pop = Pop().fit(d / "train_full.tsv")
-    from gru4rec.data.events import read_events, sessions_from_events
+    from gru4rec.data import read_events, sessions_from_events
 
     test = read_events(d / "test.tsv")
     sess, dropped = sessions_from_events(test, pop.item_map, drop_unknown=True)

@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
-from gru4rec.config import Config, read_param_file
+from gru4rec.config import Config
 from gru4rec.errors import ConfigError
+from gru4rec.param_files import read_param_file
 
 PARAMFILES = Path(__file__).resolve().parents[1] / "paramfiles"
 
-# Spec §7, written out independently of config.py.
-SPEC_DEFAULTS: dict[str, Any] = {
+# The defaults of docs/behaviour.md §7, written out independently of config.py.
+DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "loss": "cross-entropy", "final_act": "softmax", "hidden_act": "tanh", "layers": (100,),
     "n_epochs": 10, "batch_size": 64, "dropout_p_embed": 0.0, "dropout_p_hidden": 0.0,
     "learning_rate": 0.05, "momentum": 0.0, "lmbd": 0.0, "embedding": 0,
@@ -25,7 +26,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "item_key": "ItemId", "time_key": "Time",
 }
 
-# Spec §7 table of published best settings:
+# The table of published best settings (docs/behaviour.md §7):
 # name: (loss, final_act, layer, batch, drop_emb, drop_hid, lr, momentum, alpha, bpreg, logq)
 PUBLISHED = {
     "rsc15_xe_shared_100_best": ("cross-entropy", "softmax", 100, 32, 0.0, 0.4, 0.2, 0.2, 0.5, 0.0, 1.0),
@@ -46,10 +47,10 @@ def problems_of(excinfo: pytest.ExceptionInfo[ConfigError]) -> list[str]:
 # ------------------------------------------------------------------------------ defaults
 
 
-def test_defaults_equal_spec() -> None:
+def test_defaults_equal_the_documented_ones() -> None:
     cfg = Config()
-    assert Config.field_names() == tuple(SPEC_DEFAULTS)
-    assert {name: getattr(cfg, name) for name in Config.field_names()} == SPEC_DEFAULTS
+    assert Config.field_names() == tuple(DOCUMENTED_DEFAULTS)
+    assert {name: getattr(cfg, name) for name in Config.field_names()} == DOCUMENTED_DEFAULTS
     assert Config.from_string("") == cfg == Config.from_dict({})
     assert cfg.resolved_adapt_params == ()
     assert cfg.embedding_mode == "shared"
@@ -356,7 +357,7 @@ def test_published_paramfiles(name: str) -> None:
     from_json = Config.from_file(PARAMFILES / f"{name}.json")
     assert from_py == from_json
     loss, final_act, layer, batch, drop_emb, drop_hid, lr, mom, alpha, bpreg, logq = PUBLISHED[name]
-    want = dict(SPEC_DEFAULTS, loss=loss, final_act=final_act, layers=(layer,), batch_size=batch,
+    want = dict(DOCUMENTED_DEFAULTS, loss=loss, final_act=final_act, layers=(layer,), batch_size=batch,
                 dropout_p_embed=drop_emb, dropout_p_hidden=drop_hid, learning_rate=lr, momentum=mom,
                 sample_alpha=alpha, bpreg=bpreg, logq=logq, constrained_embedding=True,
                 n_sample=2048, n_epochs=10, adapt="adagrad")

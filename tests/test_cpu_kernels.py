@@ -356,7 +356,7 @@ def test_training_with_and_without_kernels_gives_the_same_losses(kernels, model:
     """Two epochs of the fast step on synthetic sessions, with the fused kernels (optimiser,
     distinct score rows, losses, GRU cells) or the PyTorch code: the same epoch losses and
     weights to float32 round-off, in every embedding mode and with two layers."""
-    from gru4rec.data.events import ItemMap, item_support, sessions_from_events
+    from gru4rec.data import ItemMap, item_support, sessions_from_events
     from gru4rec.datasets.synthetic import generate
     from gru4rec.model import GRU4RecNet
     from gru4rec.training.loop import Trainer, train_epochs

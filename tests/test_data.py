@@ -1,4 +1,5 @@
-"""Tests of gru4rec.data.events: readers, validation, ItemMap, sessions as arrays, item support."""
+"""Tests of gru4rec.data: readers and validation (events), ItemMap (items), sessions as arrays and
+item support (sessions)."""
 from __future__ import annotations
 
 import gzip
@@ -11,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gru4rec.data.events import (
+from gru4rec.data import (
     ItemMap,
     Sessions,
     item_support,

@@ -1,4 +1,4 @@
-"""Full-catalogue evaluation (spec §8) against an independent brute-force evaluator.
+"""Full-catalogue evaluation (docs/behaviour.md §8) against an independent brute-force evaluator.
 
 The brute force below recomputes every hidden state in plain NumPy from the fake nets'
 parameters, one session and one event at a time, takes the full score vector and ranks the
@@ -8,7 +8,9 @@ hand-made ties (integer scores, duplicated item rows) are exact in both.
 """
 from __future__ import annotations
 
+import io
 import math
+import sys
 import warnings
 from types import SimpleNamespace
 
@@ -17,10 +19,11 @@ import pandas as pd
 import pytest
 import torch
 
-from gru4rec.data.events import ItemMap, Sessions
+from gru4rec.data import ItemMap, Sessions
 from gru4rec.errors import ConfigError, DataError, Gru4RecError
+from gru4rec import log
+from gru4rec.evaluation import TIE_MODES, EvalResult, evaluate, evaluate_sessions
 from gru4rec.evaluation import evaluator as evaluation
-from gru4rec.evaluation.evaluator import TIE_MODES, EvalResult, evaluate, evaluate_sessions
 
 torch.set_num_threads(1)
 
@@ -532,14 +535,53 @@ def test_tie_modes_constant() -> None:
     assert TIE_MODES == ("standard", "conservative", "median", "tiebreaking")
 
 
-def test_progress_goes_to_stderr(capsys) -> None:
+class _Terminal(io.StringIO):
+    """A captured standard error that says it is a terminal, so that tqdm draws its bar."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _spy_on_bars(monkeypatch) -> list:
+    """The evaluator's bars, each with whether it was drawn (closing a tqdm bar disables it)."""
+    bars: list = []
+
+    def spy(*args, **kwargs):
+        bar = log.progress_bar(*args, **kwargs)
+        bars.append((bar, not bar.disable))
+        return bar
+
+    monkeypatch.setattr(evaluation, "progress_bar", spy)
+    return bars
+
+
+def test_progress_goes_to_stderr(monkeypatch, capsys) -> None:
+    # progress=True draws a tqdm bar of predictions done / total on standard error (through
+    # gru4rec.log.progress_bar), and nothing on standard output.
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    bars = _spy_on_bars(monkeypatch)
     rng = np.random.default_rng(0)
     net = TinyGRUNet(20, seed=0)
     items, offsets = random_sessions(rng, 30, 20)
     res = evaluate_sessions(net, items, offsets, n_items=20, beyond_accuracy=False, batch_size=4, progress=True)
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err and err[-1].startswith("evaluation: step ") and err[-1].endswith("(100%)")
     assert res.n_predictions > 0
+    [(bar, drawn_bar)] = bars
+    assert drawn_bar and bar.total == res.n_predictions and bar.n == res.n_predictions
+    drawn = terminal.getvalue()
+    assert "evaluation" in drawn and f"0/{res.n_predictions}" in drawn
+    assert capsys.readouterr().out == ""
+
+
+def test_no_progress_bar_unless_asked(monkeypatch) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    bars = _spy_on_bars(monkeypatch)
+    rng = np.random.default_rng(0)
+    items, offsets = random_sessions(rng, 30, 20)
+    evaluate_sessions(TinyGRUNet(20, seed=0), items, offsets, n_items=20, beyond_accuracy=False, batch_size=4)
+    [(bar, drawn_bar)] = bars
+    assert not drawn_bar and terminal.getvalue() == ""
 
 
 def test_score_buffer_is_used_when_the_net_accepts_one() -> None:

@@ -9,7 +9,7 @@ import torch
 from gru4rec import GRU4Rec
 from gru4rec.training.batching import build_schedule
 from gru4rec.config import Config
-from gru4rec.data.events import ItemMap, item_support, sessions_from_events
+from gru4rec.data import ItemMap, item_support, sessions_from_events
 from gru4rec.datasets.synthetic import generate
 from gru4rec.errors import Gru4RecError, ModelFileError, TrainingDivergedError
 from gru4rec.model import GRU4RecNet

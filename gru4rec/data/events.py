@@ -1,9 +1,9 @@
-"""Event data: readers (TSV/CSV/Parquet, optionally gzipped), validation, the item map and
-sessions as flat arrays.
+"""Event files and frames: readers (TSV/CSV/Parquet, optionally gzipped), validation, writing.
 
-One event per row with a session id, an item id and a timestamp (§1 of the spec). Everything
-here is vectorised (NumPy/pandas): it must handle tens of millions of events, so there is no
-Python loop over rows or sessions.
+One event per row with a session id, an item id and a timestamp (docs/behaviour.md §1). The
+item map is in :mod:`gru4rec.data.items`, sessions as flat arrays in :mod:`gru4rec.data.sessions`.
+Everything here is vectorised (NumPy/pandas): it must handle tens of millions of events, so
+there is no Python loop over rows or sessions.
 
 Identity of ids: item and session ids are kept as read. Integer ids stay int64 (a missing value
 is an error, never a silent cast to float), string ids stay strings, so ``214821371`` in the
@@ -16,9 +16,8 @@ import gzip
 import io
 import os
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
@@ -26,15 +25,7 @@ import pandas as pd
 from gru4rec.errors import DataError, Gru4RecError
 from gru4rec.files import atomic_write
 
-__all__ = [
-    "ItemMap",
-    "Sessions",
-    "read_events",
-    "validate_events",
-    "sessions_from_events",
-    "item_support",
-    "write_events",
-]
+__all__ = ["read_events", "validate_events", "write_events"]
 
 _TAB_SUFFIXES = (".tsv", ".txt", ".dat")
 _CSV_SUFFIXES = (".csv",)
@@ -100,7 +91,8 @@ def _choose_sep(head: str, needed: list[str], default: str | None) -> tuple[str,
     return best
 
 
-def _missing_columns_error(source: str, missing: list[str], present: Iterable[Any], extra: str = "") -> DataError:
+def missing_columns_error(source: str, missing: list[str], present: Iterable[Any], extra: str = "") -> DataError:
+    """The DataError for key columns missing from ``source``, listing the columns it does have."""
     miss = ", ".join(repr(c) for c in missing)
     have = ", ".join(repr(str(c)) for c in present)
     return DataError(
@@ -108,7 +100,8 @@ def _missing_columns_error(source: str, missing: list[str], present: Iterable[An
     )
 
 
-def _check_keys(session_key: str, item_key: str, time_key: str) -> list[str]:
+def check_keys(session_key: str, item_key: str, time_key: str) -> list[str]:
+    """The three key column names as a list; DataError unless they are three different names."""
     keys = [session_key, item_key, time_key]
     if len(set(keys)) != 3:
         raise DataError(
@@ -140,7 +133,7 @@ def read_events(
     Raises DataError for a missing or unreadable file, a missing column, missing/empty ids, an
     unparsable time or a file without events.
     """
-    keys = _check_keys(session_key, item_key, time_key)
+    keys = check_keys(session_key, item_key, time_key)
     p = Path(path)
     if not p.exists():
         raise DataError(f"{p}: file not found")
@@ -167,7 +160,7 @@ def read_events(
             sep_used, fields = sep, _header_fields(head, sep)
         missing = [c for c in keys if c not in fields]
         if missing:
-            raise _missing_columns_error(source, missing, fields, f" (separator {sep_used!r})")
+            raise missing_columns_error(source, missing, fields, f" (separator {sep_used!r})")
         try:
             df = pd.read_csv(
                 p,
@@ -202,7 +195,7 @@ def _read_parquet(path: Path, gz: bool, keys: list[str]) -> pd.DataFrame:
             src.seek(0)
         missing = [c for c in keys if c not in schema.names]
         if missing:
-            raise _missing_columns_error(str(path), missing, schema.names)
+            raise missing_columns_error(str(path), missing, schema.names)
         table = pq.read_table(src, columns=keys)
     except DataError:
         raise
@@ -225,8 +218,8 @@ def _read_parquet(path: Path, gz: bool, keys: list[str]) -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------
 
 
-def _show(value: Any) -> str:
-    """repr of a value as the user wrote it (5, not np.int64(5))."""
+def show_value(value: Any) -> str:
+    """repr of a value as the user wrote it (5, not np.int64(5)), for error messages."""
     if isinstance(value, np.generic):
         value = value.item()
     return repr(value)
@@ -279,7 +272,7 @@ def _validate_ids(s: pd.Series, key: str, source: str, first_line: int) -> pd.Se
     return s
 
 
-def _time_to_numeric(s: pd.Series, key: str, source: str, first_line: int) -> pd.Series:
+def time_to_numeric(s: pd.Series, key: str, source: str, first_line: int) -> pd.Series:
     """Numeric times stay as they are; datetimes and date strings become float unix seconds
     (naive datetimes are taken as UTC)."""
     s = _to_numpy_backed(s)
@@ -312,7 +305,7 @@ def _time_to_numeric(s: pd.Series, key: str, source: str, first_line: int) -> pd
             # Python numbers in an object column: numeric times.
             num = pd.to_numeric(s, errors="coerce")
             if not num.isna().any():
-                return _time_to_numeric(num, key, source, first_line)
+                return time_to_numeric(num, key, source, first_line)
         with warnings.catch_warnings():
             # pandas warns when it cannot infer one format; we report failures ourselves.
             warnings.simplefilter("ignore", UserWarning)
@@ -326,7 +319,7 @@ def _time_to_numeric(s: pd.Series, key: str, source: str, first_line: int) -> pd
             # Numbers written as strings are numeric times, not dates.
             num = pd.to_numeric(s, errors="coerce")
             if not num.isna().any():
-                return _time_to_numeric(num, key, source, first_line)
+                return time_to_numeric(num, key, source, first_line)
         return _datetimes_to_seconds(dt, s, key, source, first_line)
     raise DataError(f"{source}: column {key!r} has unsupported type {dtype}, expected numbers or datetimes")
 
@@ -339,7 +332,7 @@ def _datetimes_to_seconds(
         first = int(np.argmax(bad))
         raise DataError(
             f"{source}: column {key!r} has {int(bad.sum())} unparsable time(s), first "
-            f"{_show(original.iloc[first])} at {_where(first, first_line)}; expected numbers or datetimes"
+            f"{show_value(original.iloc[first])} at {_where(first, first_line)}; expected numbers or datetimes"
         )
     secs = (dt - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
     return pd.Series(secs.to_numpy(dtype=np.float64), index=original.index, name=original.name)
@@ -349,7 +342,7 @@ def _validate(df: pd.DataFrame, keys: list[str], source: str, first_line: int) -
     session_key, item_key, time_key = keys
     missing = [c for c in keys if c not in df.columns]
     if missing:
-        raise _missing_columns_error(source, missing, df.columns)
+        raise missing_columns_error(source, missing, df.columns)
     duplicated = [c for c in keys if int((df.columns == c).sum()) > 1]
     if duplicated:
         raise DataError(f"{source}: column {duplicated[0]!r} appears more than once")
@@ -359,7 +352,7 @@ def _validate(df: pd.DataFrame, keys: list[str], source: str, first_line: int) -
         {
             session_key: _validate_ids(df[session_key], session_key, source, first_line),
             item_key: _validate_ids(df[item_key], item_key, source, first_line),
-            time_key: _time_to_numeric(df[time_key], time_key, source, first_line),
+            time_key: time_to_numeric(df[time_key], time_key, source, first_line),
         },
         index=df.index,
     )
@@ -383,7 +376,7 @@ def validate_events(
     to float unix seconds (naive values taken as UTC). Float id columns whose values are all
     integers become int64. The input frame is not modified.
     """
-    keys = _check_keys(session_key, item_key, time_key)
+    keys = check_keys(session_key, item_key, time_key)
     if not isinstance(df, pd.DataFrame):
         raise DataError(f"{source}: expected a pandas DataFrame, got {type(df).__name__}")
     return _validate(df, keys, source, 0)
@@ -428,249 +421,3 @@ def write_events(
             df.to_csv(tmp, sep=sep, index=False, compression="gzip" if gz else None)
 
     return atomic_write(p, write)
-
-
-# --------------------------------------------------------------------------------------------
-# Item map
-# --------------------------------------------------------------------------------------------
-
-
-class ItemMap:
-    """Item id <-> dense index 0..N-1, in order of first appearance in the training data (§1).
-
-    Saved with the model as a JSON list (`to_list` / `from_list`). Ids keep their type: int ids
-    stay ints, string ids stay strings.
-    """
-
-    __slots__ = ("_index", "_ids")
-
-    def __init__(self, index: pd.Index) -> None:
-        """Wrap a unique pandas Index (use `from_ids` or `from_list` rather than this)."""
-        if not index.is_unique:
-            dup = index[index.duplicated()][0]
-            raise DataError(f"item map: duplicate item id {_show(dup)}")
-        self._index = index
-        self._ids: np.ndarray | None = None
-
-    @classmethod
-    def from_ids(cls, ids: Iterable[Any] | np.ndarray | pd.Series | pd.Index) -> "ItemMap":
-        """Build the map from a sequence of item ids (typically the training ItemId column as
-        read): index i is the i-th distinct id in order of first appearance."""
-        if not isinstance(ids, (pd.Series, pd.Index, np.ndarray)):
-            ids = list(ids)
-        return cls(pd.Index(ids).unique())
-
-    @classmethod
-    def from_list(cls, ids: list[Any]) -> "ItemMap":
-        """Rebuild a map saved with `to_list` (the list position is the index)."""
-        if not isinstance(ids, list):
-            raise DataError(f"item map: expected a list of ids, got {type(ids).__name__}")
-        return cls(pd.Index(ids))
-
-    def to_list(self) -> list[Any]:
-        """The ids in index order as plain Python scalars (int/str/float): JSON-serialisable."""
-        return self._index.tolist()
-
-    @property
-    def ids(self) -> np.ndarray:
-        """The ids in index order as a NumPy array (int64 for int ids, object for strings);
-        ``ids[k]`` is the id of item index k."""
-        if self._ids is None:
-            self._ids = self._index.to_numpy()
-        return self._ids
-
-    def __len__(self) -> int:
-        return len(self._index)
-
-    def index_of(self, ids: Any) -> np.ndarray:
-        """Dense indices (int64) of the given ids; -1 for ids not in the map. Accepts a scalar,
-        a list, a NumPy array, a Series or an Index."""
-        if np.isscalar(ids):
-            ids = [ids]
-        return np.asarray(self._index.get_indexer(ids), dtype=np.int64)
-
-    def __contains__(self, item_id: Any) -> bool:
-        return item_id in self._index
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ItemMap):
-            return NotImplemented
-        return (
-            len(self) == len(other)
-            and self._index.inferred_type == other._index.inferred_type
-            and bool(self._index.equals(other._index))
-        )
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        head = ", ".join(repr(x) for x in self._index[:3].tolist())
-        more = ", ..." if len(self) > 3 else ""
-        return f"ItemMap(n_items={len(self)}, ids=[{head}{more}])"
-
-
-# --------------------------------------------------------------------------------------------
-# Sessions as flat arrays
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Sessions:
-    """Events grouped into sessions, as flat arrays.
-
-    ``items[offsets[s]:offsets[s + 1]]`` are the dense item indices of session s in time order;
-    ``session_ids[s]`` its original id. Sessions of length 1 are kept here (they produce no
-    training step or prediction: the schedule and the evaluation skip them).
-    """
-
-    items: np.ndarray  # int64 [E]
-    offsets: np.ndarray  # int64 [n_sessions + 1], offsets[0] = 0, offsets[-1] = E
-    session_ids: np.ndarray  # [n_sessions]
-
-    @property
-    def n_sessions(self) -> int:
-        """Number of sessions."""
-        return len(self.offsets) - 1
-
-    @property
-    def n_events(self) -> int:
-        """Number of events."""
-        return len(self.items)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """Session lengths (int64 [n_sessions])."""
-        return np.diff(self.offsets)
-
-
-def _session_rank(session_ids: Any) -> np.ndarray:
-    """rank[s] = position of session s when sessions are sorted by id (numeric for numbers,
-    lexicographic for strings; str() order if types are mixed)."""
-    idx = pd.Index(session_ids)
-    try:
-        order = idx.argsort()
-    except TypeError:
-        order = pd.Index(idx.astype(str)).argsort()
-    rank = np.empty(len(idx), dtype=np.int64)
-    rank[order] = np.arange(len(idx), dtype=np.int64)
-    return rank
-
-
-def sessions_from_events(
-    df: pd.DataFrame,
-    item_map: ItemMap,
-    *,
-    session_key: str = "SessionId",
-    item_key: str = "ItemId",
-    time_key: str = "Time",
-    order: Literal["time", "id"] = "time",
-    drop_unknown: bool = False,
-) -> tuple[Sessions, int]:
-    """Group validated events (see `validate_events`) into sessions.
-
-    Within a session, events are ordered by time (stable: equal times keep file order). Sessions
-    are arranged by their first timestamp, ties broken by session id (``order='time'``), or by
-    session id (``order='id'``). With ``drop_unknown``, events whose item is not in ``item_map``
-    are removed before sessions are formed (a session A, X, B becomes A, B) and their number is
-    returned; otherwise an unknown item is a DataError. Sessions of length 1 stay in the arrays.
-
-    Returns ``(sessions, n_dropped)``.
-    """
-    if order not in ("time", "id"):
-        raise ValueError(f"order must be 'time' or 'id', got {order!r}")
-    keys = _check_keys(session_key, item_key, time_key)
-    missing = [c for c in keys if c not in df.columns]
-    if missing:
-        raise _missing_columns_error("<DataFrame>", missing, df.columns)
-
-    item_idx = item_map.index_of(df[item_key])
-    unknown = item_idx < 0
-    n_unknown = int(np.count_nonzero(unknown))
-    sess = df[session_key]
-    time_col = df[time_key]
-    if n_unknown:
-        if not drop_unknown:
-            first = int(np.argmax(unknown))
-            raise DataError(
-                f"<DataFrame>: column {item_key!r} has {n_unknown} item id(s) not in the item map, "
-                f"first {_show(df[item_key].iloc[first])} at row {first}"
-            )
-        keep = ~unknown
-        item_idx = item_idx[keep]
-        sess = sess[keep]
-        time_col = time_col[keep]
-    if not (isinstance(time_col.dtype, np.dtype) and time_col.dtype.kind in "iuf"):
-        time_col = _time_to_numeric(time_col, time_key, "<DataFrame>", 0)
-    times = time_col.to_numpy()
-
-    # Session codes in order of first appearance; the frame is "sorted" when every session is
-    # one contiguous block (codes never decrease) with non-decreasing times inside.
-    codes, uniques = pd.factorize(sess)
-    codes = codes.astype(np.int64, copy=False)
-    if len(codes) > 1:
-        same = codes[1:] == codes[:-1]
-        is_sorted = bool(np.all(codes[1:] >= codes[:-1])) and bool(
-            np.all(~same | (times[1:] >= times[:-1]))
-        )
-    else:
-        is_sorted = True
-    if not is_sorted:
-        # Sort by (session, time), keeping the original order of ties. Raw logs are often
-        # sorted by time already; then one stable sort by session is enough.
-        if bool(np.all(times[1:] >= times[:-1])):
-            perm = np.argsort(codes, kind="stable")
-        else:
-            perm = np.lexsort((times, codes))  # lexsort is stable
-        codes = codes[perm]
-        times = times[perm]
-        item_idx = item_idx[perm]
-
-    n_events = len(codes)
-    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if n_events else np.zeros(0, np.int64)
-    offsets = np.empty(len(starts) + 1, dtype=np.int64)
-    offsets[:-1] = starts
-    offsets[-1] = n_events
-    # Blocks appear in code order, so block s holds the session with code s.
-    session_ids = np.asarray(uniques.to_numpy() if hasattr(uniques, "to_numpy") else uniques)
-    assert len(session_ids) == len(starts)
-
-    n_sessions = len(starts)
-    if order == "time":
-        first_time = times[starts]
-        sess_perm = np.argsort(first_time, kind="stable")
-        ft_sorted = first_time[sess_perm]
-        if n_sessions > 1 and np.any(ft_sorted[1:] == ft_sorted[:-1]):
-            # Ties in start time: break them by session id, not by file order.
-            sess_perm = np.lexsort((_session_rank(session_ids), first_time))
-    else:
-        sess_perm = np.argsort(_session_rank(session_ids), kind="stable")
-
-    if n_sessions and not np.array_equal(sess_perm, np.arange(n_sessions)):
-        lengths = np.diff(offsets)[sess_perm]
-        new_offsets = np.zeros(n_sessions + 1, dtype=np.int64)
-        np.cumsum(lengths, out=new_offsets[1:])
-        # Source position of every event in the new layout: its session's old start plus its
-        # position inside the session.
-        shift = np.repeat(offsets[:-1][sess_perm] - new_offsets[:-1], lengths)
-        src = shift + np.arange(n_events, dtype=np.int64)
-        item_idx = item_idx[src]
-        offsets = new_offsets
-        session_ids = session_ids[sess_perm]
-
-    sessions = Sessions(
-        items=np.ascontiguousarray(item_idx, dtype=np.int64),
-        offsets=offsets,
-        session_ids=session_ids,
-    )
-    return sessions, n_unknown
-
-
-def item_support(items: np.ndarray | Sessions, n_items: int) -> np.ndarray:
-    """Number of events of each item index 0..n_items-1 (int64 [n_items]). Accepts the dense
-    item indices or a `Sessions`."""
-    if isinstance(items, Sessions):
-        items = items.items
-    items = np.asarray(items)
-    if items.size and (items.min() < 0 or items.max() >= n_items):
-        raise ValueError(f"item indices must lie in [0, {n_items}), got [{items.min()}, {items.max()}]")
-    return np.bincount(items, minlength=n_items).astype(np.int64, copy=False)
