@@ -1,7 +1,9 @@
 """Tests of gru4rec.tune.objective: failed trials (invalid combinations, a diverging loss) are
-recorded with their reason while the study goes on; pruning after an epoch, never after the last."""
+recorded with their reason while the study goes on; pruning after an epoch, never after the last;
+trials are quiet unless verbose."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from gru4rec import GRU4Rec, evaluate  # noqa: E402
 from gru4rec.config import Config  # noqa: E402
 from gru4rec.data.events import read_events  # noqa: E402
 from gru4rec.tune import parse_paramspace, run_study  # noqa: E402
+from gru4rec.tune.objective import quiet_training  # noqa: E402
 from tune_helpers import FIXED, AlwaysPrune, TrialState, data, settings, trials_of  # noqa: E402,F401 - data is a fixture
 
 
@@ -52,7 +55,7 @@ def test_pruning(data: dict[str, Path], tmp_path: Path) -> None:
     for t in trials:
         assert list(t.intermediate_values) == [0] and t.user_attrs["epochs"] == 1
         config = base.replace_from_string(t.user_attrs["param_string"]).replace(n_epochs=1)
-        model = GRU4Rec(config, device="cpu").fit(train, progress=False, log=None)
+        model = GRU4Rec(config, device="cpu").fit(train, progress=False)
         assert evaluate(model, valid, cutoffs=(20,)).mrr[20] == pytest.approx(t.intermediate_values[0], abs=1e-9)
     # The last epoch's result is kept: a 1-epoch trial is never pruned.
     run_study(settings(data, tmp_path, n_trials=1, study_name="last", fixed=FIXED.replace("n_epochs=2", "n_epochs=1"),
@@ -63,3 +66,18 @@ def test_pruning(data: dict[str, Path], tmp_path: Path) -> None:
     (t,) = trials_of(f"sqlite:///{tmp_path / 'out' / 'paropt.db'}", "nopruning")
     assert t.state == TrialState.COMPLETE and t.intermediate_values == {}
 
+
+def test_trials_are_quiet_unless_verbose(capsys: pytest.CaptureFixture[str]) -> None:
+    # A trial hides the training loop's per-epoch lines (INFO), not its warnings, and restores the level.
+    parent, loop = logging.getLogger("gru4rec.training"), logging.getLogger("gru4rec.training.loop")
+    before = parent.level
+    with quiet_training():
+        loop.info("Epoch1 --> hidden")
+        loop.warning("shown")
+        assert parent.level == logging.WARNING
+    assert parent.level == before
+    with quiet_training(False):  # -v
+        loop.info("Epoch1 --> shown")
+    captured = capsys.readouterr()
+    assert "hidden" not in captured.out and "Epoch1 --> shown" in captured.out
+    assert "warning: shown" in captured.err

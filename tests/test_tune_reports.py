@@ -47,11 +47,11 @@ def test_three_trial_study_writes_best_parameters_that_reproduce_its_value(data:
 
     # Independent reference: train the best configuration here and evaluate it on VALID.
     train, valid = read_events(data["train"]), read_events(data["valid"])
-    model = GRU4Rec(from_json, device="cpu").fit(train, progress=False, log=None)
+    model = GRU4Rec(from_json, device="cpu").fit(train, progress=False)
     assert evaluate(model, valid, cutoffs=(20,)).mrr[20] == pytest.approx(report.best_value, abs=1e-9)
 
     # The final test: TRAIN+VALID -> TEST at the -fm cutoffs.
-    full = GRU4Rec(from_json, device="cpu").fit(pd.concat([train, valid], ignore_index=True), progress=False, log=None)
+    full = GRU4Rec(from_json, device="cpu").fit(pd.concat([train, valid], ignore_index=True), progress=False)
     result = evaluate(full, read_events(data["test"]), cutoffs=(5, 20))
     assert report.final is not None
     for c in (5, 20):

@@ -7,7 +7,7 @@ error, no traceback unless ``--debug``); 130 interrupted (rerun the same command
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 from typing import Sequence
 
 from gru4rec.errors import Gru4RecError
@@ -16,6 +16,9 @@ from gru4rec.tune.settings import DEFAULT_OUT, EVAL_MODES, METRICS, ParoptSettin
 from gru4rec.tune.storage import STORAGE_ENV
 
 __all__ = ["add_arguments", "main", "run", "settings_from_args"]
+
+log = logging.getLogger(__name__)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add paropt's options to ``parser`` (the original's flags plus storage/parallel options)."""
@@ -113,10 +116,10 @@ def run(args: argparse.Namespace) -> int:
     except Gru4RecError as exc:
         if getattr(args, "debug", False):
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        log.error(str(exc))  # the default handler writes it as "error: ..." on stderr
         return 2
     except KeyboardInterrupt:
-        print("interrupted; rerun the same command to resume the study", file=sys.stderr)
+        log.warning("interrupted; rerun the same command to resume the study")
         return 130
     return 1 if report.problems else 0
 

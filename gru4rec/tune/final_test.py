@@ -3,7 +3,7 @@ evaluated on a test file at the ``-fm`` cutoffs, as the original's published fig
 """
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -16,11 +16,14 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 __all__ = ["final_test"]
 
+log = logging.getLogger(__name__)
+
+
 def final_test(
     settings: ParoptSettings, config: "Config", keys: dict[str, str], train: "pd.DataFrame", valid: "pd.DataFrame"
 ) -> dict[str, Any]:
     """Train ``config`` on ``train`` + ``valid`` (TRAIN and VALID as read with the column ``keys``)
-    and evaluate it on ``settings.final_test`` at the ``-fm`` cutoffs; prints the metric lines and
+    and evaluate it on ``settings.final_test`` at the ``-fm`` cutoffs; logs the metric lines and
     returns them as the summary's ``final_test`` entry."""
     import pandas as pd
 
@@ -33,17 +36,17 @@ def final_test(
     test = read_events(settings.final_test, **keys)
     shared = set(train[keys["session_key"]].unique()) & set(valid[keys["session_key"]].unique())
     if shared:
-        print(f"warning: {len(shared)} session ids occur in both TRAIN and VALID; "
-              "they are merged into one session each for the final training", file=sys.stderr)
+        log.warning(f"{len(shared)} session ids occur in both TRAIN and VALID; "
+                    "they are merged into one session each for the final training")
     full = pd.concat([train, valid], ignore_index=True)
-    print(f"Final training on TRAIN+VALID ({len(full)} events) with the best parameters ...", flush=True)
+    log.info(f"Final training on TRAIN+VALID ({len(full)} events) with the best parameters ...")
     start = time.perf_counter()
     model = GRU4Rec(config, device=settings.device, precision=settings.precision).fit(full)
     train_s = time.perf_counter() - start
     cutoffs = tuple(sorted(set(settings.final_measure)))
     result = evaluate(model, test, cutoffs=cutoffs, mode=settings.eval_mode)
     for c in cutoffs:
-        print(f"Recall@{c}: {result.recall[c]:.6f} MRR@{c}: {result.mrr[c]:.6f}", flush=True)
+        log.info(f"Recall@{c}: {result.recall[c]:.6f} MRR@{c}: {result.mrr[c]:.6f}")
     return {
         "test": str(settings.final_test),
         "eval_mode": settings.eval_mode,

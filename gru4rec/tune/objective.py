@@ -5,13 +5,16 @@ of parameters, a diverging loss, out of memory).
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from gru4rec.errors import ConfigError, TrainingDivergedError
+from gru4rec.log import LOGGER_NAME
 from gru4rec.tune._optuna import import_optuna
 from gru4rec.tune.settings import ParoptSettings
 from gru4rec.tune.space import ParamSpec, trial_param_string
@@ -22,7 +25,11 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
     from gru4rec.config import Config
 
-__all__ = ["Objective", "TrialFailed"]
+__all__ = ["Objective", "TrialFailed", "quiet_training"]
+
+# The loggers of the training loop (the per-epoch lines); a trial silences them unless verbose.
+_TRAINING_LOGGER = f"{LOGGER_NAME}.training"
+
 
 class TrialFailed(Exception):
     """A trial that cannot give a value; Optuna records it as FAIL (``catch``)."""
@@ -133,8 +140,9 @@ class Objective:
             config = self.base.replace_from_string(searched)
             reporter = _EpochReporter(trial, self.score, config.n_epochs, self.per_epoch)
             model = GRU4Rec(config, device=self.settings.device, precision=self.settings.precision)
-            # Quiet trials: the runner prints one line per trial; -v shows the epoch lines.
-            model.fit(self.train, callback=reporter, progress=False, log=print if self.settings.verbose else None)
+            # Quiet trials: the runner logs one line per trial; -v shows the epoch lines too.
+            with quiet_training(not self.settings.verbose):
+                model.fit(self.train, callback=reporter, progress=False)
             trial.set_user_attr("epochs", reporter.epochs)
             value = reporter.value if reporter.value is not None and reporter.epochs == config.n_epochs else self.score(model)
             trial.set_user_attr("seconds", round(time.perf_counter() - start, 3))
@@ -166,3 +174,18 @@ def _free_cuda_cache() -> None:
     except ImportError:  # pragma: no cover
         pass
 
+
+@contextmanager
+def quiet_training(quiet: bool = True) -> Iterator[None]:
+    """While in the block, the training loggers show warnings only (no per-epoch lines) when
+    ``quiet``; their level is restored afterwards."""
+    if not quiet:
+        yield
+        return
+    logger = logging.getLogger(_TRAINING_LOGGER)
+    previous = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)

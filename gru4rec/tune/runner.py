@@ -4,11 +4,12 @@ more worker processes, and writes what it found (:mod:`gru4rec.tune.reports`).
 Each worker reads TRAIN and VALID once and reuses the frames in all of its trials. With
 ``--workers W`` the run starts W-1 local worker processes beside its own; processes on other
 machines join by running the same command with the same storage URL and study name. Every
-worker prints one line per finished trial and stops early after
+worker logs one line per finished trial and stops early after
 :data:`MAX_CONSECUTIVE_FAILURES` failed trials in a row.
 """
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import sys
 import time
@@ -47,13 +48,15 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 __all__ = ["MAX_CONSECUTIVE_FAILURES", "run_study"]
 
+log = logging.getLogger(__name__)
+
 #: A worker stops after this many failed trials in a row: a space where every trial fails would
 #: otherwise burn the whole budget (or, with --total, never end).
 MAX_CONSECUTIVE_FAILURES = 10
 
 
 class _TrialLog:
-    """Optuna callback after every trial: prints the trial's one line and stops the worker when it
+    """Optuna callback after every trial: logs the trial's one line and stops the worker when it
     should (the study holds the ``--total`` trials, or too many trials failed in a row)."""
 
     def __init__(self, settings: ParoptSettings, prefix: str, stop_at_total: int | None) -> None:
@@ -91,7 +94,7 @@ class _TrialLog:
                 if self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
                     self.gave_up = f"stopped after {self.consecutive_failures} failed trials in a row; the last: {reason}"
                     study.stop()
-        print(self.prefix + line, flush=True)
+        log.info(self.prefix + line)
         if self.stop_at_total is not None and n_finished(study) >= self.stop_at_total:
             study.stop()
 
@@ -164,12 +167,12 @@ def _worker_process(settings: ParoptSettings, worker: int, n_trials: int | None,
         prepared = prepare(settings)
         gave_up = _work(settings, prepared, worker, n_trials, sampler, pruner)
     except Gru4RecError as exc:
-        print(f"[worker {worker}] error: {exc}", file=sys.stderr, flush=True)
+        log.error(f"[worker {worker}] {exc}")
         sys.exit(2)
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group; the parent reports it
         sys.exit(130)
     if gave_up:
-        print(f"[worker {worker}] {gave_up}", file=sys.stderr, flush=True)
+        log.warning(f"[worker {worker}] {gave_up}")
         sys.exit(3)
 
 
@@ -238,13 +241,13 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
     counts = state_counts(study)
     what = "Resuming" if resumed else "Starting"
     counts_text = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"
-    print(f"{what} study {prepared.study_name!r} in {redact(url)} ({counts_text})", flush=True)
+    log.info(f"{what} study {prepared.study_name!r} in {redact(url)} ({counts_text})")
     if settings.total:
         plan = f"until the study holds {settings.n_trials} finished trials ({n_finished(study)} now)"
     else:
         plan = f"{settings.n_trials} trial(s)"
-    print(f"Running {plan} with {settings.workers} worker(s); objective {metric_label(settings)} ({settings.eval_mode}) "
-          f"on {settings.valid}; pruning {'on' if settings.pruning or pruner is not None else 'off'}", flush=True)
+    log.info(f"Running {plan} with {settings.workers} worker(s); objective {metric_label(settings)} ({settings.eval_mode}) "
+             f"on {settings.valid}; pruning {'on' if settings.pruning or pruner is not None else 'off'}")
 
     frames: dict[str, Any] = {}  # TRAIN and VALID as worker 0 read them, reused by the final test
     start = time.perf_counter()
@@ -254,7 +257,7 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
     study = optuna.load_study(study_name=prepared.study_name, storage=storage)
     report = StudyReport(study_name=prepared.study_name, storage=redact(url), counts=state_counts(study), problems=problems)
     counts_text = ", ".join(f"{n} {s}" for s, n in sorted(report.counts.items()))
-    print(f"Study {prepared.study_name!r}: {counts_text}; this run took {wall:.1f} s", flush=True)
+    log.info(f"Study {prepared.study_name!r}: {counts_text}; this run took {wall:.1f} s")
 
     report.files = write_trial_exports(study, prepared.space, paths)  # every trial, whatever the outcome
     try:
@@ -262,7 +265,7 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
     except ValueError:
         best = None
     if best is None:
-        print("No trial completed: no best parameters.", flush=True)
+        log.info("No trial completed: no best parameters.")
         problems.append("no trial completed")
     else:
         searched = trial_param_string(prepared.space, best.params)
@@ -271,8 +274,8 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
         report.best_params = {s.name: s.clean(best.params[s.name]) for s in prepared.space if s.name in best.params}
         report.best_param_string = best_string
         label = metric_label(settings)
-        print(f"Best trial {best.number}: {label}={best.value:.6f}", flush=True)
-        print(f"Best parameters: {best_string}", flush=True)
+        log.info(f"Best trial {best.number}: {label}={best.value:.6f}")
+        log.info(f"Best parameters: {best_string}")
         params = best_param_dict(prepared.base, settings.fixed, prepared.space, searched)
         header = (
             f"Best parameters of Optuna study {prepared.study_name!r}: trial {best.number}, "
@@ -287,7 +290,7 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
             report.final = final_test(settings, config, prepared.keys, frames["train"], frames["valid"])
 
     report.files["summary"] = write_summary(paths, settings, report, wall)
-    print("Wrote " + ", ".join(report.files.values()), flush=True)
+    log.info("Wrote " + ", ".join(report.files.values()))
     for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr, flush=True)
+        log.warning(problem)
     return report
