@@ -9,7 +9,7 @@ Same as ``gru4rec paropt``; see ``gru4rec/paropt.py`` for the options.
 """
 import sys
 
-from gru4rec.tune.study import main
+from gru4rec.tune.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

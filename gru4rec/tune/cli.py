@@ -1,0 +1,135 @@
+"""The command line of the search: ``python paropt.py`` and ``gru4rec paropt`` (the original's
+``paropt.py`` flags plus the storage, parallel and pruning options).
+
+Exit codes: 0 done; 1 no trial completed or a worker stopped early; 2 invalid input (a one-line
+error, no traceback unless ``--debug``); 130 interrupted (rerun the same command to resume).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Sequence
+
+from gru4rec.errors import Gru4RecError
+from gru4rec.tune.runner import run_study
+from gru4rec.tune.settings import DEFAULT_OUT, EVAL_MODES, METRICS, ParoptSettings
+from gru4rec.tune.storage import STORAGE_ENV
+
+__all__ = ["add_arguments", "main", "run", "settings_from_args"]
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add paropt's options to ``parser`` (the original's flags plus storage/parallel options)."""
+    parser.add_argument("path", metavar="TRAIN", help="training events (TSV/CSV/Parquet)")
+    parser.add_argument("test", metavar="VALID", help="validation events the objective is measured on")
+    parser.add_argument("-opf", "--optuna_parameter_file", metavar="PATH", required=True,
+                        help="search space: JSON lines {name, dtype int|float|categorical, values, step, log}")
+    parser.add_argument("-fp", "--fixed_parameters", metavar="PARAM_STRING", default="",
+                        help="fixed parameters, e.g. 'loss=cross-entropy,constrained_embedding=True,n_epochs=10'")
+    parser.add_argument("-nt", "--ntrials", metavar="NT", type=int, default=50,
+                        help="trials to run in this invocation (with --total: finished trials the study should hold); default 50")
+    parser.add_argument("--total", action="store_true",
+                        help="-nt counts the study's finished (COMPLETE+PRUNED) trials, so a resumed run only runs the missing ones")
+    parser.add_argument("-m", "--measure", metavar="AT", type=int, default=20, help="cutoff of the objective metric (default 20)")
+    parser.add_argument("-fm", "--final_measure", metavar="AT", type=int, nargs="*", default=[20],
+                        help="cutoffs of the final test (--final-test); default 20")
+    parser.add_argument("-pm", "--primary_metric", metavar="METRIC", choices=METRICS, default="recall",
+                        help="objective: recall or mrr (default recall)")
+    parser.add_argument("-e", "--eval_type", metavar="MODE", choices=EVAL_MODES, default="standard",
+                        help="tie handling: standard, conservative, median or tiebreaking (default standard)")
+    parser.add_argument("-ik", "--item_key", metavar="IK", default=None, help="item id column (default ItemId)")
+    parser.add_argument("-sk", "--session_key", metavar="SK", default=None, help="session id column (default SessionId)")
+    parser.add_argument("-tk", "--time_key", metavar="TK", default=None, help="time column (default Time)")
+    parser.add_argument("-d", "--device", default="auto", help="torch device: auto, cpu, cuda, cuda:1, ... (default auto)")
+    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
+                        help="training precision of the trials (default float32; see gru4rec train --help)")
+    parser.add_argument("--storage", metavar="URL", default=None,
+                        help=f"Optuna storage: SQLAlchemy URL, journal:PATH or a file path (default: ${STORAGE_ENV}, "
+                             "else sqlite:///OUT/paropt.db)")
+    parser.add_argument("--study-name", default=None,
+                        help="study to create or resume (default: <space>.<train folder>.<train file>)")
+    parser.add_argument("--no-pruning", action="store_true", help="no pruning (and no per-epoch validation)")
+    parser.add_argument("--prune-startup", type=int, default=5, metavar="N",
+                        help="median pruner: completed trials before pruning starts (default 5)")
+    parser.add_argument("--prune-warmup", type=int, default=1, metavar="E",
+                        help="median pruner: epochs exempt from pruning (default 1)")
+    parser.add_argument("--workers", type=int, default=1, metavar="W",
+                        help="local worker processes sharing the study (default 1)")
+    parser.add_argument("--threads", type=int, default=None, metavar="T",
+                        help="torch threads per worker (default: 1 with several workers, else torch's default)")
+    parser.add_argument("--seed", type=int, default=None, dest="sampler_seed",
+                        help="seed of the TPE sampler (worker i uses seed+i; give distinct seeds on other machines)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="start no new trial after S seconds")
+    parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
+                        help=f"folder for the best parameters, trial exports and the default storage (default {DEFAULT_OUT})")
+    parser.add_argument("--final-test", default=None, metavar="TEST",
+                        help="train the best configuration on TRAIN+VALID and evaluate it on TEST at the -fm cutoffs")
+    parser.add_argument("--force", action="store_true", help="overwrite existing output files")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show Optuna's own log messages")
+
+
+def settings_from_args(args: argparse.Namespace) -> ParoptSettings:
+    """The :class:`ParoptSettings` of parsed command-line arguments."""
+    return ParoptSettings(
+        train=args.path,
+        valid=args.test,
+        paramspace=args.optuna_parameter_file,
+        fixed=args.fixed_parameters or "",
+        n_trials=args.ntrials,
+        total=args.total,
+        measure=args.measure,
+        final_measure=tuple(args.final_measure or (20,)),
+        primary_metric=args.primary_metric,
+        eval_mode=args.eval_type,
+        session_key=args.session_key,
+        item_key=args.item_key,
+        time_key=args.time_key,
+        device=args.device,
+        precision=args.precision,
+        threads=args.threads,
+        workers=args.workers,
+        storage=args.storage,
+        study_name=args.study_name,
+        pruning=not args.no_pruning,
+        prune_startup=args.prune_startup,
+        prune_warmup=args.prune_warmup,
+        sampler_seed=args.sampler_seed,
+        timeout=args.timeout,
+        out=args.out,
+        final_test=args.final_test,
+        force=args.force,
+        verbose=args.verbose,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run paropt for parsed arguments; returns the exit code.
+
+    0: done; 1: no trial completed or a worker stopped early; 2: invalid input (one-line error
+    on stderr; with ``args.debug`` the exception propagates); 130: interrupted.
+    """
+    try:
+        report = run_study(settings_from_args(args))
+    except Gru4RecError as exc:
+        if getattr(args, "debug", False):
+            raise
+        log.error(str(exc))  # the default handler writes it as "error: ..." on stderr
+        return 2
+    except KeyboardInterrupt:
+        log.warning("interrupted; rerun the same command to resume the study")
+        return 130
+    return 1 if report.problems else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``paropt.py`` / ``python -m gru4rec.tune``: parse ``argv`` and :func:`run`."""
+    parser = argparse.ArgumentParser(
+        prog="paropt.py",
+        description="Tune GRU4Rec hyperparameters with Optuna (resumable, parallel, distributed).",
+    )
+    add_arguments(parser)
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    return run(parser.parse_args(argv))

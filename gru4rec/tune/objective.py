@@ -1,0 +1,191 @@
+"""The trial objective: one in-process training on TRAIN with the trial's parameters, measured
+on VALID after every epoch (reported to Optuna, which may prune the trial) or once at the end,
+and the failures that make a trial FAIL instead of stopping the study (an invalid combination
+of parameters, a diverging loss, out of memory).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import time
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from gru4rec.errors import ConfigError, TrainingDivergedError
+from gru4rec.log import LOGGER_NAME
+from gru4rec.tune._optuna import import_optuna
+from gru4rec.tune.settings import ParoptSettings
+from gru4rec.tune.space import ParamSpec, trial_param_string
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import optuna
+    import pandas as pd
+
+    from gru4rec.config import Config
+
+__all__ = ["Objective", "TrialFailed", "quiet_training"]
+
+# The loggers of the training loop (the per-epoch lines); a trial silences them unless verbose.
+_TRAINING_LOGGER = f"{LOGGER_NAME}.training"
+
+
+class TrialFailed(Exception):
+    """A trial that cannot give a value; Optuna records it as FAIL (``catch``)."""
+
+
+def _is_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` says that host or device memory ran out (torch words it several ways)."""
+    if isinstance(exc, MemoryError):
+        return True
+    try:
+        import torch
+
+        if isinstance(exc, torch.OutOfMemoryError):
+            return True
+    except (ImportError, AttributeError):
+        pass
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text or "CUBLAS_STATUS_ALLOC_FAILED" in text
+    )
+
+
+def _one_line(exc: BaseException, limit: int = 1000) -> str:
+    """``Type: message`` on one line (a ConfigError lists its problems on several)."""
+    text = " ".join(part.strip() for part in str(exc).strip().splitlines())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {text}".rstrip(": ")
+
+
+class _EpochReporter:
+    """The ``fit`` callback: evaluate on VALID after every epoch, report, maybe prune."""
+
+    def __init__(
+        self, trial: "optuna.trial.Trial", score: Callable[[Any], float], n_epochs: int, per_epoch: bool
+    ) -> None:
+        self.trial = trial
+        self.score = score
+        self.n_epochs = n_epochs
+        self.per_epoch = per_epoch
+        self.epochs = 0
+        self.value: float | None = None
+
+    def __call__(self, info: Any) -> None:
+        self.epochs += 1
+        loss = float(info.loss)
+        if not math.isfinite(loss):  # the trainer should raise first; never score a broken model
+            raise TrainingDivergedError(f"the training loss became {loss} in epoch {self.epochs}")
+        if not self.per_epoch:
+            return
+        self.value = self.score(info.model)
+        # Steps are 0-based epochs: MedianPruner's n_warmup_steps = epochs exempt from pruning.
+        self.trial.report(self.value, self.epochs - 1)
+        # The last epoch's value is the result: a finished trial is not thrown away.
+        if self.epochs < self.n_epochs and self.trial.should_prune():
+            optuna = import_optuna()
+            raise optuna.TrialPruned(f"pruned after epoch {self.epochs}")
+
+
+class Objective:
+    """The Optuna objective: one in-process training on TRAIN, validated on VALID."""
+
+    def __init__(
+        self,
+        settings: ParoptSettings,
+        space: Sequence[ParamSpec],
+        base: "Config",
+        train: "pd.DataFrame",
+        valid: "pd.DataFrame",
+        per_epoch: bool,
+    ) -> None:
+        self.settings = settings
+        self.space = list(space)
+        self.base = base
+        self.train = train
+        self.valid = valid
+        self.per_epoch = per_epoch
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+
+    def score(self, model: Any) -> float:
+        """The objective metric of ``model`` on VALID."""
+        from gru4rec.evaluation.evaluator import evaluate
+
+        net = getattr(model, "net", None)
+        was_training = bool(getattr(net, "training", False))
+        try:
+            result = evaluate(model, self.valid, cutoffs=(self.settings.measure,), mode=self.settings.eval_mode)
+        finally:
+            if net is not None:  # training goes on after the callback: restore dropout mode
+                net.train(was_training)
+        value = float(getattr(result, self.settings.primary_metric)[self.settings.measure])
+        if not math.isfinite(value):
+            raise TrainingDivergedError(f"the validation {self.settings.primary_metric} is {value}")
+        return value
+
+    def __call__(self, trial: "optuna.trial.Trial") -> float:
+        optuna = import_optuna()
+        from gru4rec.recommender import GRU4Rec
+
+        params = {spec.name: spec.suggest(trial) for spec in self.space}
+        searched = trial_param_string(self.space, params)
+        trial.set_user_attr("param_string", searched)
+        trial.set_user_attr("worker", self.worker)
+        model = None
+        reporter: _EpochReporter | None = None
+        start = time.perf_counter()
+        try:
+            config = self.base.replace_from_string(searched)
+            reporter = _EpochReporter(trial, self.score, config.n_epochs, self.per_epoch)
+            model = GRU4Rec(config, device=self.settings.device, precision=self.settings.precision)
+            # Quiet trials: the runner logs one line per trial; -v shows the epoch lines too.
+            with quiet_training(not self.settings.verbose):
+                model.fit(self.train, callback=reporter, progress=False)
+            trial.set_user_attr("epochs", reporter.epochs)
+            value = reporter.value if reporter.value is not None and reporter.epochs == config.n_epochs else self.score(model)
+            trial.set_user_attr("seconds", round(time.perf_counter() - start, 3))
+            return value
+        except optuna.TrialPruned:
+            trial.set_user_attr("epochs", reporter.epochs if reporter is not None else 0)
+            trial.set_user_attr("seconds", round(time.perf_counter() - start, 3))
+            raise
+        except (ConfigError, TrainingDivergedError) as exc:
+            reason = _one_line(exc)
+        except Exception as exc:  # noqa: BLE001 - only out-of-memory is turned into a FAIL
+            if not _is_oom(exc):
+                raise
+            reason = f"out of memory: {_one_line(exc)}"
+        # A failed trial: record why, free what it held, let Optuna mark it FAIL.
+        trial.set_user_attr("fail_reason", reason)
+        trial.set_user_attr("seconds", round(time.perf_counter() - start, 3))
+        del model
+        _free_cuda_cache()  # optimize(gc_after_trial=True) collects the rest
+        raise TrialFailed(reason)
+
+
+def _free_cuda_cache() -> None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+@contextmanager
+def quiet_training(quiet: bool = True) -> Iterator[None]:
+    """While in the block, the training loggers show warnings only (no per-epoch lines) when
+    ``quiet``; their level is restored afterwards."""
+    if not quiet:
+        yield
+        return
+    logger = logging.getLogger(_TRAINING_LOGGER)
+    previous = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)

@@ -1,0 +1,97 @@
+"""The settings of a search: :class:`ParoptSettings`, one field per command-line option."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gru4rec.errors import Gru4RecError
+from gru4rec.tune.space import ParamSpec, raise_problems
+
+__all__ = ["DEFAULT_OUT", "EVAL_MODES", "METRICS", "ParoptSettings", "metric_label"]
+
+#: Default output folder (best parameters, trial exports, the default SQLite storage).
+DEFAULT_OUT = "runs/paropt"
+METRICS = ("recall", "mrr")
+EVAL_MODES = ("standard", "conservative", "median", "tiebreaking")
+
+
+@dataclass
+class ParoptSettings:
+    """Everything a paropt run needs; the command line maps one to one onto these fields."""
+
+    train: str
+    """Training events (TRAIN)."""
+    valid: str
+    """Validation events (VALID) the objective is measured on."""
+    paramspace: str | list[ParamSpec]
+    """Paramspace file (JSON lines) or the parsed specs."""
+    fixed: str = ""
+    """Fixed parameters as a parameter string (``-fp``)."""
+    n_trials: int = 50
+    """Trials to run (``-nt``); with ``total`` the number of finished trials the study should hold."""
+    total: bool = False
+    measure: int = 20
+    """Cutoff of the objective (``-m``)."""
+    final_measure: tuple[int, ...] = (20,)
+    """Cutoffs of the final test (``-fm``)."""
+    primary_metric: str = "recall"
+    eval_mode: str = "standard"
+    session_key: str | None = None
+    item_key: str | None = None
+    time_key: str | None = None
+    device: str = "auto"
+    precision: str = "float32"
+    """Training precision of every trial (``--precision``; see :class:`gru4rec.GRU4Rec`)."""
+    threads: int | None = None
+    """torch threads per worker; None: 1 when workers > 1, else torch's default."""
+    workers: int = 1
+    storage: str | None = None
+    study_name: str | None = None
+    pruning: bool = True
+    prune_startup: int = 5
+    """Median pruner: completed trials before any pruning."""
+    prune_warmup: int = 1
+    """Median pruner: epochs exempt from pruning (a trial can first be pruned after epoch warmup+1)."""
+    sampler_seed: int | None = None
+    """Seed of the TPE sampler (worker i uses seed + i); None: random."""
+    timeout: float | None = None
+    """Stop starting trials after this many seconds (per worker)."""
+    out: str = DEFAULT_OUT
+    final_test: str | None = None
+    force: bool = False
+    verbose: bool = False
+
+    def check(self) -> None:
+        """Raise ConfigError listing every invalid setting."""
+        problems = []
+        if self.n_trials < (0 if self.total else 1):
+            problems.append(f"-nt must be >= {0 if self.total else 1}, got {self.n_trials}")
+        if self.measure < 1:
+            problems.append(f"-m must be >= 1, got {self.measure}")
+        if not self.final_measure or any(c < 1 for c in self.final_measure):
+            problems.append(f"-fm needs cutoffs >= 1, got {list(self.final_measure)}")
+        if self.primary_metric not in METRICS:
+            problems.append(f"-pm must be one of {', '.join(METRICS)}, got {self.primary_metric!r}")
+        if self.eval_mode not in EVAL_MODES:
+            problems.append(f"-e must be one of {', '.join(EVAL_MODES)}, got {self.eval_mode!r}")
+        if self.workers < 1:
+            problems.append(f"--workers must be >= 1, got {self.workers}")
+        if self.threads is not None and self.threads < 1:
+            problems.append(f"--threads must be >= 1, got {self.threads}")
+        if self.prune_startup < 0 or self.prune_warmup < 0:
+            problems.append("--prune-startup and --prune-warmup must be >= 0")
+        if self.timeout is not None and self.timeout <= 0:
+            problems.append(f"--timeout must be > 0, got {self.timeout}")
+        try:
+            from gru4rec.recommender import resolve_device
+            from gru4rec.training.loop import check_precision
+
+            check_precision(self.precision, resolve_device(self.device), warn=False)  # the trials' Trainers warn
+        except Gru4RecError as exc:
+            problems.append(f"--device/--precision: {exc}")
+        if problems:
+            raise_problems("paropt settings", problems)
+
+
+def metric_label(settings: ParoptSettings) -> str:
+    """The objective as the lines and files name it, e.g. ``MRR@20``."""
+    return f"{'MRR' if settings.primary_metric == 'mrr' else 'Recall'}@{settings.measure}"

@@ -1,0 +1,91 @@
+"""Shared by the tests of gru4rec.tune (tests/test_tune_*.py): synthetic data files, a search
+space of tiny models, settings for a study and helpers to read its trials back.
+
+Every study trains real (tiny) GRU4Rec models through the public API; the numbers a study
+reports are checked against models trained and evaluated independently in the tests.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+from gru4rec.data.events import write_events  # noqa: E402
+from gru4rec.datasets.synthetic import generate, time_split  # noqa: E402
+from gru4rec.tune import STORAGE_ENV, ParoptSettings  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TrialState = optuna.trial.TrialState
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+# Tiny models: a trial takes a fraction of a second on one CPU thread.
+FIXED = "loss=cross-entropy,n_sample=16,n_epochs=2,logq=1.0"
+SPACE_LINES = [
+    '{"name": "layers", "dtype": "int", "values": [8, 24], "step": 8}',
+    '{"name": "batch_size", "dtype": "int", "values": [8, 32], "step": 8}',
+    '{"name": "learning_rate", "dtype": "float", "values": [0.05, 0.2], "step": 0.05}',
+    '{"name": "dropout_p_hidden", "dtype": "float", "values": [0.0, 0.5], "step": 0.25}',
+    '{"name": "momentum", "dtype": "float", "values": [0.0, 0.5], "step": 0.1}',
+]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Synthetic train / valid / test files (about 1.3k / 0.4k / 0.4k events, 60 items)."""
+    folder = tmp_path_factory.mktemp("paropt_data")
+    df = generate(500, 60, seed=1, n_days=12)
+    train_full, test = time_split(df, 2 * 86400)
+    train, valid = time_split(train_full, 2 * 86400)
+    paths = {"train": folder / "train.tsv", "valid": folder / "valid.tsv", "test": folder / "test.tsv"}
+    for name, frame in (("train", train), ("valid", valid), ("test", test)):
+        assert len(frame) > 100, name
+        write_events(frame, paths[name])
+    space = folder / "space.json"
+    space.write_text("\n".join(SPACE_LINES) + "\n")
+    paths["space"] = space
+    return paths
+
+
+def settings(data: dict[str, Path], tmp: Path, **kw: object) -> ParoptSettings:
+    base: dict[str, object] = dict(
+        train=str(data["train"]),
+        valid=str(data["valid"]),
+        paramspace=str(data["space"]),
+        fixed=FIXED,
+        n_trials=3,
+        primary_metric="mrr",
+        out=str(tmp / "out"),
+        threads=1,
+        sampler_seed=0,
+    )
+    base.update(kw)
+    return ParoptSettings(**base)  # type: ignore[arg-type]
+
+
+def trials_of(storage: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+
+
+def subprocess_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    env.pop(STORAGE_ENV, None)
+    return env
+
+
+def cli_args(data: dict[str, Path], **kw: str) -> list[str]:
+    args = [str(data["train"]), str(data["valid"]), "-opf", str(data["space"]), "-fp", FIXED, "-pm", "mrr", "--threads", "1"]
+    for key, value in kw.items():
+        args += [f"--{key.replace('_', '-')}", value] if value != "" else [f"--{key.replace('_', '-')}"]
+    return args
+
+
+class AlwaysPrune(optuna.pruners.BasePruner):
+    """A pruner that prunes at every opportunity."""
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        return True
+
