@@ -1,14 +1,12 @@
 """Shared preprocessing steps, writing rules and every error of bad raw input (spec §11)."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-import gru4rec.datasets as datasets
 from gru4rec.datasets import common, preprocess
 from gru4rec.datasets.common import Events, RawEvents
 from gru4rec.errors import ConfigError, DataError
@@ -251,17 +249,6 @@ def test_progress_lines_go_to_stderr(tmp_path: Path, capsys) -> None:
     preprocess("diginetica", digi_file(tmp_path), tmp_path / "o", progress=True, chunksize=10)
     err = capsys.readouterr().err
     assert "train-item-views.csv: 10 rows read" in err and "wrote" in err
-
-
-def test_cli_hooks_parse_and_run(tmp_path: Path, capsys) -> None:
-    parser = argparse.ArgumentParser()
-    datasets.add_arguments(parser)
-    args = parser.parse_args(["diginetica", str(digi_file(tmp_path)), "--out", str(tmp_path / "o"), "--quiet",
-                              "--format", "tsv", "--min-item-support", "5"])
-    assert datasets.run(args) == 0
-    out = capsys.readouterr().out
-    assert "train_full" in out and "train_valid" in out
-    assert (tmp_path / "o" / "train_valid.tsv").exists()
 
 
 # ------------------------------------------------------------------------------------------
