@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from gru4rec.cli.common import UsageError
 from gru4rec.log import LOGGER_NAME, disable_default_handler
 
-__all__ = ["add_verbosity_flags", "command_console", "result", "verbosity"]
+__all__ = ["VERBOSITY_DESTS", "add_verbosity_flags", "command_console", "result", "verbosity"]
 
 #: The destinations of the verbosity flags (shared by the main parser and every subcommand).
 VERBOSITY_DESTS = ("quiet", "verbose")
