@@ -5,7 +5,7 @@
         -fp "loss=cross-entropy,constrained_embedding=True,logq=1.0,n_sample=2048,n_epochs=10" \\
         -nt 200 -m 20 -pm mrr --final-test TEST
 
-Same as ``gru4rec paropt``; see ``gru4rec/paropt.py`` for the options.
+Same as ``gru4rec paropt``; ``python paropt.py --help`` explains every option.
 """
 import sys
 

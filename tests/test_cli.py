@@ -434,6 +434,68 @@ def test_debug_shows_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert code == 1 and "Traceback" in err
 
 
+# ------------------------------------------------------------------------ messages and verbosity
+
+
+def test_quiet_keeps_results_and_warnings(
+    trained: dict[str, Any], data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(["evaluate", "--model", trained["model"], "-t", data["test"], "-d", "cpu"], capsys)
+    assert code == 0 and "Loaded model" in err and "Evaluation took" in err
+    for argv in (["-q", "evaluate"], ["evaluate", "--quiet"]):  # before or after the command name
+        code, quiet_out, quiet_err = run([*argv, "--model", trained["model"], "-t", data["test"], "-d", "cpu"], capsys)
+        assert code == 0, quiet_err
+        assert quiet_out == out  # the results are not messages
+        assert "Loaded model" not in quiet_err and "Evaluation took" not in quiet_err
+    inp = tmp_path / "s.tsv"
+    pd.DataFrame({"SessionId": [1], "ItemId": [998], "Time": [0]}).to_csv(inp, sep="\t", index=False)
+    code, _, err = run(["recommend", "-q", "--model", trained["model"], "-i", inp, "-o", tmp_path / "r.tsv"], capsys)
+    assert code == 0, err
+    assert "gru4rec: warning: " in err and "unknown" in err and "Wrote" not in err
+
+
+def test_verbose_adds_debug_messages_and_excludes_quiet(trained: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["-v", "info", trained["model"]], capsys)
+    assert code == 0 and "gru4rec info with" in err and "format version" in out
+    code, _, err = run(["info", trained["model"]], capsys)
+    assert code == 0 and "gru4rec info with" not in err
+    code, _, err = run(["-q", "info", trained["model"], "-v"], capsys)
+    assert code == 2
+    assert_one_line_error(err, "-q/--quiet", "-v/--verbose")
+
+
+def test_logging_is_restored_after_a_command(
+    trained: dict[str, Any], data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import logging
+
+    logger = logging.getLogger("gru4rec")
+    before = (logger.level, list(logger.handlers), logger.propagate)
+    assert run(["-q", "evaluate", "--model", trained["model"], "-t", data["test"]], capsys)[0] == 0
+    assert run(["info", tmp_path / "none"], capsys)[0] == 1  # a failed command restores it too
+    assert (logger.level, list(logger.handlers), logger.propagate) == before
+
+
+def test_paropt_keeps_its_own_verbose_flag() -> None:
+    if COMMANDS["paropt"].unavailable():
+        pytest.skip(str(COMMANDS["paropt"].unavailable()))
+    argv = ["a.tsv", "b.tsv", "-opf", "space.json"]
+    for given, verbose in ((["paropt", *argv], False), (["paropt", *argv, "-v"], True), (["-v", "paropt", *argv], True)):
+        args = cli.build_parser("paropt").parse_args(given)
+        assert args.verbose is verbose and args.quiet is False, given
+
+
+def test_module_entry_point() -> None:
+    import subprocess
+    import sys
+
+    from gru4rec import __version__
+
+    proc = subprocess.run([sys.executable, "-m", "gru4rec.cli", "--version"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"gru4rec {__version__}", proc.stderr
+
+
 # ---------------------------------------------------------------------------------------- info
 
 

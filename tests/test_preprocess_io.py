@@ -2,7 +2,6 @@
 lines, and every error of bad raw input (docs/datasets.md)."""
 from __future__ import annotations
 
-import argparse
 import logging
 import re
 from pathlib import Path
@@ -11,7 +10,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import gru4rec.datasets as datasets
 from gru4rec import log
 from gru4rec.datasets import outputs, preprocess
 from gru4rec.datasets.progress import Progress
@@ -178,17 +176,6 @@ def test_progress_records_name_step_time_and_memory(default_logging) -> None:
         logger.removeHandler(collect)
     assert [r.levelno for r in records] == [logging.INFO]
     assert re.fullmatch(r"\[rsc15 +\d+\.\ds +\d+MB\] sorted; 3 sessions", records[0].getMessage())
-
-
-def test_cli_hooks_parse_and_run(tmp_path: Path, capsys) -> None:
-    parser = argparse.ArgumentParser()
-    datasets.add_arguments(parser)
-    args = parser.parse_args(["diginetica", str(digi_file(tmp_path)), "--out", str(tmp_path / "o"), "--quiet",
-                              "--format", "tsv", "--min-item-support", "5"])
-    assert datasets.run(args) == 0
-    out = capsys.readouterr().out
-    assert "train_full" in out and "train_valid" in out
-    assert (tmp_path / "o" / "train_valid.tsv").exists()
 
 
 # ------------------------------------------------------------------------------------------

@@ -14,14 +14,12 @@ Hand-worked case (h = hour, times in seconds; D = 1 day, min support 2, min leng
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from gru4rec.datasets import split as split_mod
 from gru4rec.datasets import split_events
 from gru4rec.errors import ConfigError, DataError
 
@@ -132,23 +130,6 @@ def test_parquet_output(tmp_path: Path) -> None:
     split_events(frame(), tmp_path, days=1, min_item_support=2, fmt="parquet")
     got = pd.read_parquet(tmp_path / "test.parquet")
     assert list(got.itertuples(index=False, name=None)) == G + HH + I
-
-
-def test_cli_hooks(tmp_path: Path, capsys) -> None:
-    src = tmp_path / "events.tsv"
-    frame().to_csv(src, sep="\t", index=False)
-    parser = argparse.ArgumentParser()
-    split_mod.add_arguments(parser)
-    args = parser.parse_args([str(src), "--out", str(tmp_path / "o"), "--days", "1", "--min-item-support", "2",
-                              "--quiet"])
-    assert split_mod.run(args) == 0
-    assert "train_valid" in capsys.readouterr().out
-    assert_outputs(tmp_path / "o", EXPECTED)
-    # a second run refuses to overwrite, --force replaces
-    with pytest.raises(DataError, match=r"train_full\.tsv: output file exists"):
-        split_mod.run(args)
-    assert split_mod.run(parser.parse_args([*map(str, [src, "--out", tmp_path / "o"]), "--force", "--quiet",
-                                            "--min-item-support", "2"])) == 0
 
 
 # ------------------------------------------------------------------------------------------

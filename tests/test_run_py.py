@@ -275,7 +275,7 @@ def test_runs_as_a_script() -> None:
 @pytest.mark.slow
 def test_rsc15_reaches_the_reference(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """Spec/issue 3 acceptance: rsc15_100k with the best parameters within 2 % of the reference."""
+    """Issue 3 acceptance: rsc15_100k with the best parameters within 2 % of the reference."""
     d = SHARED_DATA / "rsc15_100k"
     if not (d / "train_full.tsv").exists():
         pytest.skip(f"real data not present at {d}")

@@ -5,15 +5,10 @@
     split_events(data, out_dir, days=...)  the same time split for a user's own event log
     PIPELINES                              name -> module (each has INFO and read_raw)
 
-Command-line glue (registered by gru4rec.cli): this package's `add_arguments` / `run`
-(= `add_preprocess_arguments` / `run_preprocess`) for `gru4rec preprocess`, and
-`gru4rec.datasets.split`'s `add_arguments` / `run` (= `add_split_arguments` / `run_split`)
-for `gru4rec split`.
+The command line over these (`gru4rec preprocess`, `gru4rec split`) is gru4rec.cli.preprocess.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -24,7 +19,7 @@ from gru4rec.datasets.outputs import FORMATS, PathLike
 from gru4rec.datasets.pipeline import run_dataset
 from gru4rec.datasets.protocol import OUTPUT_NAMES
 from gru4rec.datasets.rawfiles import DEFAULT_CHUNKSIZE
-from gru4rec.datasets.split import add_split_arguments, run_split, split_events
+from gru4rec.datasets.split import split_events
 from gru4rec.errors import ConfigError
 
 PIPELINES: dict[str, ModuleType] = {
@@ -38,10 +33,6 @@ __all__ = [
     "OUTPUT_NAMES",
     "preprocess",
     "split_events",
-    "add_preprocess_arguments",
-    "run_preprocess",
-    "add_split_arguments",
-    "run_split",
 ]
 
 
@@ -84,62 +75,3 @@ def preprocess(
         min_item_support=min_item_support,
         min_session_length=min_session_length,
     )
-
-
-def add_preprocess_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Arguments of `gru4rec preprocess DATASET RAW_PATH... --out DIR`."""
-    lines = [f"  {m.NAME:13s} {', '.join(m.INFO.raw_files)}" for m in PIPELINES.values()]
-    _describe(
-        parser,
-        "Preprocess a public data set's raw download into train_full, test, train_tr and "
-        "train_valid (spec §11), plus stats.tsv.",
-        "data sets and their raw files (see docs/datasets.md for the downloads):\n" + "\n".join(lines),
-    )
-    parser.add_argument("dataset", metavar="DATASET", choices=list(PIPELINES), help="one of: " + ", ".join(PIPELINES))
-    parser.add_argument("raw_paths", metavar="RAW_PATH", nargs="+", help="raw file(s), or one folder holding them")
-    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
-    parser.add_argument("--format", dest="fmt", choices=list(FORMATS), default="tsv", help="output format (default: tsv)")
-    parser.add_argument("--force", action="store_true", help="replace existing output files")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    parser.add_argument("--min-item-support", type=int, default=None, metavar="N",
-                        help="drop items with fewer events (default: the published 5)")
-    parser.add_argument("--min-session-length", type=int, default=None, metavar="N",
-                        help="drop sessions with fewer events (default: the published 2)")
-    parser.add_argument("--chunksize", type=int, default=DEFAULT_CHUNKSIZE, metavar="ROWS",
-                        help=f"rows read at a time (default: {DEFAULT_CHUNKSIZE:,})")
-    return parser
-
-
-def _describe(parser: argparse.ArgumentParser, description: str, epilog: str | None = None) -> None:
-    """Add our description (and epilog) to a parser that may already carry one."""
-    parser.description = f"{parser.description}\n\n{description}" if parser.description else description
-    if epilog:
-        parser.epilog = f"{parser.epilog}\n\n{epilog}" if parser.epilog else epilog
-    if parser.formatter_class is argparse.HelpFormatter:
-        # keep the line breaks of the data-set list
-        parser.formatter_class = argparse.RawDescriptionHelpFormatter
-
-
-def run_preprocess(args: argparse.Namespace) -> int:
-    """Run `gru4rec preprocess` from parsed arguments; prints the stats table; returns 0.
-
-    User errors propagate as Gru4RecError subclasses for the CLI to print as one line.
-    """
-    stats = preprocess(
-        args.dataset,
-        args.raw_paths,
-        args.out,
-        fmt=args.fmt,
-        force=args.force,
-        progress=not args.quiet,
-        chunksize=args.chunksize,
-        min_item_support=args.min_item_support,
-        min_session_length=args.min_session_length,
-    )
-    print(stats.to_string(index=False), file=sys.stdout)
-    return 0
-
-
-# the hook names gru4rec.cli looks up in a command's module
-add_arguments = add_preprocess_arguments
-run = run_preprocess

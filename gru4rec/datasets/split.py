@@ -11,15 +11,13 @@ Events with equal timestamps in a session keep their input order.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-from gru4rec.datasets.outputs import FORMATS, PathLike, prepare_out_dir, write_outputs
+from gru4rec.datasets.outputs import PathLike, prepare_out_dir, write_outputs
 from gru4rec.datasets.progress import Progress
 from gru4rec.datasets.protocol import Protocol, run_protocol
 from gru4rec.datasets.rawfiles import first_line
@@ -168,57 +166,3 @@ def split_events(
     except DataError as exc:
         raise DataError(f"{source}: {exc}") from None
     return write_outputs(ev, masks, paths, protocol, fmt, prog)
-
-
-def add_split_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Arguments of `gru4rec split INPUT --out DIR --days D ...`."""
-    text = (
-        "Split your own event log by time: sessions starting in the last D days are the test "
-        "set, earlier events train_full; the same on train_full gives train_tr / train_valid."
-    )
-    parser.description = f"{parser.description}\n\n{text}" if parser.description else text
-    parser.add_argument("input", metavar="INPUT", help="event file: TSV/CSV with a header, or Parquet")
-    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
-    parser.add_argument("--days", type=float, default=1.0, help="test window in days (default: 1)")
-    parser.add_argument("--valid-days", type=float, default=None, help="validation window in days (default: --days)")
-    parser.add_argument("--time-unit", choices=list(TIME_UNITS), default="s", help="unit of the time column (default: s)")
-    parser.add_argument("--boundary", type=float, default=None, metavar="T",
-                        help="fixed end time T in the time unit (default: the latest event)")
-    parser.add_argument("--min-item-support", type=int, default=5, metavar="N", help="default: 5 (1 disables)")
-    parser.add_argument("--min-session-length", type=int, default=2, metavar="N", help="default: 2 (1 disables)")
-    parser.add_argument("--dedup", action="store_true", help="drop consecutive repeats of an item in a session")
-    parser.add_argument("--session-key", default="SessionId", help="session id column (default: SessionId)")
-    parser.add_argument("--item-key", default="ItemId", help="item id column (default: ItemId)")
-    parser.add_argument("--time-key", default="Time", help="time column (default: Time)")
-    parser.add_argument("--format", dest="fmt", choices=list(FORMATS), default="tsv", help="output format (default: tsv)")
-    parser.add_argument("--force", action="store_true", help="replace existing output files")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    return parser
-
-
-def run_split(args: argparse.Namespace) -> int:
-    """Run `gru4rec split` from parsed arguments; prints the stats table; returns 0."""
-    stats = split_events(
-        args.input,
-        args.out,
-        days=args.days,
-        valid_days=args.valid_days,
-        time_unit=args.time_unit,
-        min_item_support=args.min_item_support,
-        min_session_length=args.min_session_length,
-        dedup=args.dedup,
-        boundary=args.boundary,
-        session_key=args.session_key,
-        item_key=args.item_key,
-        time_key=args.time_key,
-        fmt=args.fmt,
-        force=args.force,
-        progress=not args.quiet,
-    )
-    print(stats.to_string(index=False), file=sys.stdout)
-    return 0
-
-
-# the hook names gru4rec.cli looks up in a command's module
-add_arguments = add_split_arguments
-run = run_split

@@ -58,7 +58,6 @@ imports Optuna or torch before it is used, so importing this package is cheap.
 """
 from __future__ import annotations
 
-from gru4rec.tune import study as _study
 from gru4rec.tune.cli import add_arguments, main, run, settings_from_args
 from gru4rec.tune.reports import StudyReport, best_param_dict, output_paths
 from gru4rec.tune.runner import MAX_CONSECUTIVE_FAILURES, run_study
@@ -88,9 +87,3 @@ __all__ = [
     "DEFAULT_OUT",
     "MAX_CONSECUTIVE_FAILURES",
 ]
-
-# Transitional, until the `gru4rec paropt` hook in gru4rec/cli names gru4rec.tune.cli: the hook
-# still imports the command line from gru4rec.tune.study, where it lived before this package was
-# split. Importing gru4rec.tune.study runs this file first, so the hook finds the functions there
-# while study.py itself never imports the command line (no import cycle). Delete with the hook.
-_study.add_arguments, _study.run, _study.main = add_arguments, run, main

@@ -1,0 +1,201 @@
+"""What the subcommands share: exit codes, usage errors, argument types, the common flags, the
+checks made before any work starts, and loading a model.
+
+Nothing here imports torch or pandas at import time: ``gru4rec --help`` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gru4rec.errors import Gru4RecError
+from gru4rec.files import atomic_write
+
+if TYPE_CHECKING:  # the heavy import happens inside load_model
+    from gru4rec.recommender import GRU4Rec
+
+__all__ = [
+    "EVAL_MODES",
+    "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "PROG",
+    "UsageError",
+    "add_column_keys",
+    "add_device",
+    "add_eval_flags",
+    "add_force",
+    "add_precision",
+    "check_readable",
+    "check_writable_target",
+    "load_model",
+    "log_device_memory",
+    "nonnegative_int",
+    "positive_int",
+    "reset_device_memory_peak",
+    "write_json",
+]
+
+log = logging.getLogger(__name__)
+
+PROG = "gru4rec"
+EVAL_MODES = ("standard", "conservative", "median", "tiebreaking")
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    """A problem with the command line itself (exit code 2); raised by the commands' checks."""
+
+
+# ------------------------------------------------------------------------------ argument types
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer > 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+# -------------------------------------------------------------------------------- shared flags
+
+
+def add_column_keys(parser: argparse.ArgumentParser, *, default_from: str) -> None:
+    """``-sk/-ik/-tk``: the session, item and time column names (None = ``default_from``'s)."""
+    group = parser.add_argument_group("column names")
+    group.add_argument("-sk", "--session-key", metavar="COLUMN", default=None,
+                       help=f"session id column (default: {default_from}, normally SessionId)")
+    group.add_argument("-ik", "--item-key", metavar="COLUMN", default=None,
+                       help=f"item id column (default: {default_from}, normally ItemId)")
+    group.add_argument("-tk", "--time-key", metavar="COLUMN", default=None,
+                       help=f"timestamp column (default: {default_from}, normally Time)")
+
+
+def add_eval_flags(parser: argparse.ArgumentParser, *, test_required: bool) -> None:
+    """The evaluation flags: test files, cutoffs, tie mode, batch size, metrics JSON."""
+    group = parser.add_argument_group("evaluation")
+    group.add_argument("-t", "--test", metavar="TEST", nargs="+", required=test_required, default=None,
+                       help="test event files; events with items unknown to the model are dropped"
+                            + ("" if test_required else " (default: no evaluation)"))
+    group.add_argument("-m", "--measure", metavar="K", type=positive_int, nargs="+", default=[20],
+                       help="cutoffs of the ranked lists for Recall@K, MRR@K, ... (default: 20)")
+    group.add_argument("-e", "--eval-mode", choices=EVAL_MODES, default="standard",
+                       help="how ties with the target's score count in its rank: standard "
+                            "(optimistic, the original's default), conservative (pessimistic, "
+                            "used for published comparisons), median, or tiebreaking (random "
+                            "noise) (default: standard)")
+    group.add_argument("--eval-batch-size", metavar="N", type=positive_int, default=512,
+                       help="test sessions evaluated in parallel (memory vs speed; default: 512)")
+    group.add_argument("--metrics-json", metavar="FILE", default=None,
+                       help="also write every metric of every test file to FILE as JSON")
+
+
+def add_device(parser: argparse.ArgumentParser) -> None:
+    """``-d/--device``."""
+    parser.add_argument("-d", "--device", default="auto",
+                        help="torch device: auto (CUDA if available, else CPU), cpu, cuda, "
+                             "cuda:1, ... (default: auto)")
+
+
+def add_precision(parser: argparse.ArgumentParser) -> None:
+    """``--precision`` of training."""
+    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
+                        help="training precision: float32 (default), or bfloat16 for 16-bit operands "
+                             "in the matrix products (mixed precision; the loss, "
+                             "the gates and the optimiser stay float32)")
+
+
+def add_force(parser: argparse.ArgumentParser) -> None:
+    """``-f/--force``: allow replacing existing output files."""
+    parser.add_argument("-f", "--force", action="store_true",
+                        help="overwrite output files that already exist")
+
+
+# ------------------------------------------------------------------------------ checks up front
+
+
+def check_writable_target(path: str | None, force: bool, what: str) -> None:
+    """Fail before hours of training, not after, when an output could not be written."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{what} {p} is a directory")
+    if p.exists() and not force:
+        raise UsageError(f"{what} {p} already exists; use --force to overwrite it")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"cannot write {what} {p}: directory {parent} does not exist")
+
+
+def check_readable(paths: Sequence[str] | None, what: str) -> None:
+    """Every path exists (FileNotFoundError naming the first missing one and ``what`` it is)."""
+    for path in paths or ():
+        if not Path(path).exists():
+            raise FileNotFoundError(2, f"{what} not found", path)
+
+
+def write_json(path: str, payload: Any, *, force: bool) -> None:
+    """Atomic JSON write that refuses to replace a user's file without ``force``."""
+    p = Path(path)
+    if p.exists() and not force:
+        raise Gru4RecError(f"{p} already exists; use --force to overwrite it")
+    atomic_write(p, lambda tmp: tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8"))
+
+
+# ---------------------------------------------------------------------------- model and device
+
+
+def load_model(path: str, device: str) -> GRU4Rec:
+    """Load a saved model onto ``device``, saying how long it took."""
+    from gru4rec.recommender import GRU4Rec
+
+    start = time.perf_counter()
+    model = GRU4Rec.load(path, device=device)
+    log.info("Loaded model %s (%d items) in %.2fs", path, len(model.item_map), time.perf_counter() - start)
+    return model
+
+
+def _on_cuda(model: Any) -> bool:
+    return getattr(getattr(model, "device", None), "type", None) == "cuda"
+
+
+def reset_device_memory_peak(model: Any) -> None:
+    """Start a new peak so that each phase (training, evaluation) reports its own."""
+    if _on_cuda(model):
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(model.device)
+
+
+def log_device_memory(model: Any, phase: str) -> None:
+    """Log the peak CUDA memory of the model's device since the last reset (nothing off CUDA)."""
+    if not _on_cuda(model):
+        return
+    import torch
+
+    peak = torch.cuda.max_memory_allocated(model.device)
+    reserved = torch.cuda.max_memory_reserved(model.device)
+    log.info("Peak device memory (%s): %.1f MiB allocated, %.1f MiB reserved on %s",
+             phase, peak / 2**20, reserved / 2**20, model.device)

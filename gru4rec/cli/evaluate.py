@@ -1,0 +1,130 @@
+"""``gru4rec evaluate``: evaluate a saved model on test files (Recall, MRR, NDCG, ...).
+
+:func:`evaluate_files` (the result lines of every test file) is shared with ``train``, ``demo``
+and ``run.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from gru4rec.cli.common import (
+    EXIT_OK,
+    add_column_keys,
+    add_device,
+    add_eval_flags,
+    add_force,
+    check_readable,
+    check_writable_target,
+    load_model,
+    log_device_memory,
+    reset_device_memory_peak,
+    write_json,
+)
+from gru4rec.cli.console import result
+
+__all__ = ["add_arguments", "evaluate_files", "metric_lines", "run"]
+
+log = logging.getLogger(__name__)
+
+#: The metrics of the JSON report, each a {cutoff: value} table of the evaluation result.
+REPORTED_METRICS = ("recall", "mrr", "ndcg", "coverage", "popularity")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``gru4rec evaluate``."""
+    parser.add_argument("--model", metavar="MODEL", required=True, help="a model file saved by train --save")
+    add_eval_flags(parser, test_required=True)
+    add_column_keys(parser, default_from="the model's")
+    add_device(parser)
+    add_force(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``gru4rec evaluate``."""
+    check_writable_target(args.metrics_json, args.force, "metrics file")
+    check_readable(args.test, "test file")
+    model = load_model(args.model, args.device)
+    report = evaluate_files(
+        model, args.test, cutoffs=args.measure, mode=args.eval_mode, batch_size=args.eval_batch_size,
+        extended=True,
+        keys={"session_key": args.session_key, "item_key": args.item_key, "time_key": args.time_key},
+    )
+    if args.metrics_json:
+        write_json(args.metrics_json, report, force=args.force)
+    return EXIT_OK
+
+
+def metric_lines(outcome: Any, cutoffs: Sequence[int], *, extended: bool) -> list[str]:
+    """The original's ``Recall@K: x MRR@K: y`` line per cutoff (6 decimals), with NDCG,
+    coverage and popularity after them when ``extended``."""
+    lines = []
+    for c in cutoffs:
+        line = f"Recall@{c}: {outcome.recall[c]:.6f} MRR@{c}: {outcome.mrr[c]:.6f}"
+        if extended:
+            line += (f" NDCG@{c}: {outcome.ndcg[c]:.6f} Coverage@{c}: {outcome.coverage[c]:.6f}"
+                     f" Popularity@{c}: {outcome.popularity[c]:.6f}")
+        lines.append(line)
+    return lines
+
+
+def evaluate_files(
+    model: Any,
+    tests: Sequence[str],
+    *,
+    cutoffs: Sequence[int],
+    mode: str,
+    batch_size: int,
+    extended: bool,
+    primary_metric: str | None = None,
+    keys: dict[str, str | None] | None = None,
+) -> dict[str, Any]:
+    """Evaluate on each test file and write its result lines; returns JSON-able metrics.
+
+    primary_metric: 'recall' or 'mrr' adds ``PRIMARY METRIC: x`` (at the first cutoff) after
+        each block, as the original's ``-lpm``.
+    keys: the test files' column names where they differ from the model's (None = the model's).
+    """
+    from gru4rec.data import read_events
+    from gru4rec.evaluation import evaluate
+
+    config = model.config
+    keys = keys or {}
+    key_args = {
+        "session_key": keys.get("session_key") or config.session_key,
+        "item_key": keys.get("item_key") or config.item_key,
+        "time_key": keys.get("time_key") or config.time_key,
+    }
+    cutoffs = list(dict.fromkeys(cutoffs))  # keep the order (the first is the primary), drop repeats
+    report: dict[str, Any] = {}
+    for test in tests:
+        log.info("Evaluating on %s (mode: %s)", test, mode)
+        reset_device_memory_peak(model)
+        start = time.perf_counter()
+        frame = read_events(test, **key_args)
+        # The model was trained on its own column names; present the test set under them.
+        rename = {key_args[k]: getattr(config, k) for k in key_args if key_args[k] != getattr(config, k)}
+        if rename:
+            frame = frame.rename(columns=rename)
+        outcome = evaluate(model, frame, cutoffs=tuple(cutoffs), mode=mode, batch_size=batch_size, progress=True)
+        elapsed = time.perf_counter() - start
+        log.info("Evaluation took %.2fs: %s predictions, %s events with items unknown to the model dropped",
+                 elapsed, outcome.n_predictions, outcome.n_dropped_events)
+        log_device_memory(model, "evaluation")
+        for line in metric_lines(outcome, cutoffs, extended=extended):
+            result(line)
+        if primary_metric is not None:
+            table = outcome.recall if primary_metric == "recall" else outcome.mrr
+            result(f"PRIMARY METRIC: {table[cutoffs[0]]}")
+        name = test if test not in report else f"{test}#{len(report) + 1}"  # the same file twice
+        report[name] = {
+            "mode": mode,
+            "n_predictions": int(outcome.n_predictions),
+            "n_dropped_events": int(outcome.n_dropped_events),
+            "seconds": elapsed,
+            **{metric: {str(c): float(getattr(outcome, metric)[c]) for c in cutoffs} for metric in REPORTED_METRICS},
+        }
+    return report

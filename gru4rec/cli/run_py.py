@@ -1,0 +1,109 @@
+"""The original GRU4Rec ``run.py`` command line, flag for flag, over the same code as
+``gru4rec train`` and ``gru4rec evaluate``.
+
+As in the original, everything is on standard output (the messages through the package's
+default console, see :mod:`gru4rec.cli.console`); :func:`gru4rec.cli.run_py_main` runs it.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+
+from gru4rec.cli.common import (
+    EVAL_MODES,
+    EXIT_OK,
+    add_precision,
+    check_readable,
+    check_writable_target,
+    load_model,
+    nonnegative_int,
+    positive_int,
+)
+from gru4rec.cli.evaluate import evaluate_files
+from gru4rec.cli.train import build_config, train_model
+
+__all__ = ["PROG", "build_parser", "run"]
+
+log = logging.getLogger(__name__)
+
+PROG = "run.py"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The original GRU4Rec ``run.py`` command line, flag for flag."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Train or load a GRU4Rec model, then evaluate it (the original run.py's flags; "
+                    "see also the 'gru4rec' command).",
+    )
+    parser.add_argument("path", metavar="PATH",
+                        help="training data (TSV/CSV/Parquet) or, with -l, a saved model file")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("-ps", "--parameter_string", metavar="PARAM_STRING",
+                      help="parameters as 'name=value,name=value' (lists with '/'), e.g. "
+                           "'loss=bpr-max,layers=100,n_sample=2048'")
+    mode.add_argument("-pf", "--parameter_file", metavar="PARAM_PATH",
+                      help="parameter file (the original's OrderedDict .py, or .json/.toml/.yaml)")
+    mode.add_argument("-l", "--load_model", action="store_true",
+                      help="PATH is a saved model: load it instead of training")
+    parser.add_argument("-s", "--save_model", metavar="MODEL_PATH",
+                        help="save the trained model to MODEL_PATH (refuses to overwrite an "
+                             "existing file unless --force)")
+    parser.add_argument("-t", "--test", metavar="TEST_PATH", nargs="+",
+                        help="evaluate on these test files (one result block per file)")
+    parser.add_argument("-m", "--measure", metavar="AT", type=positive_int, nargs="*", default=[20],
+                        help="list lengths for Recall and MRR (default: 20)")
+    parser.add_argument("-e", "--eval_type", choices=EVAL_MODES, default="standard",
+                        help="tie handling in ranks: standard, conservative, median, tiebreaking "
+                             "(default: standard)")
+    parser.add_argument("-ss", "--sample_store_size", metavar="SS", type=nonnegative_int, default=None,
+                        help="negative-sample ids pre-drawn at once (default: 10,000,000)")
+    parser.add_argument("-g", "--gru4rec_model", metavar="GRFILE", default=None,
+                        help="accepted for compatibility and ignored (the original chose a "
+                             "gru4rec implementation module with it)")
+    parser.add_argument("-d", "--device", default="auto",
+                        help="torch device: auto, cpu, cuda, cuda:0, ... (default: auto)")
+    add_precision(parser)
+    parser.add_argument("-ik", "--item_key", metavar="IK", default=None,
+                        help="item id column (default: ItemId, or the loaded model's)")
+    parser.add_argument("-sk", "--session_key", metavar="SK", default=None,
+                        help="session id column (default: SessionId, or the loaded model's)")
+    parser.add_argument("-tk", "--time_key", metavar="TK", default=None,
+                        help="timestamp column (default: Time, or the loaded model's)")
+    parser.add_argument("-pm", "--primary_metric", choices=("recall", "mrr"), default="recall",
+                        help="metric reported by -lpm (default: recall)")
+    parser.add_argument("-lpm", "--log_primary_metric", action="store_true",
+                        help="print 'PRIMARY METRIC: x', the primary metric at the first -m cutoff")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (overrides the params)")
+    parser.add_argument("--force", action="store_true", help="allow -s to overwrite an existing file")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train (or load with ``-l``), optionally save, then evaluate on every ``-t`` file."""
+    if args.gru4rec_model is not None:
+        log.info("Note: -g %s is ignored (this implementation is the gru4rec package)", args.gru4rec_model)
+    measure = args.measure or [20]  # '-m' without a value keeps the default, as in the original
+    keys = {"session_key": args.session_key, "item_key": args.item_key, "time_key": args.time_key}
+    check_writable_target(args.save_model, args.force, "model file")
+    check_readable(args.test, "test file")
+    if args.load_model:
+        if args.sample_store_size is not None or args.seed is not None:
+            log.info("Note: -ss/--seed only affect training and are ignored with -l")
+        model = load_model(args.path, args.device)
+    else:
+        check_readable([args.path], "training data")
+        config = build_config(args.parameter_file, args.parameter_string, seed=args.seed,
+                              sample_store_size=args.sample_store_size, **keys)
+        model = train_model(args.path, config, device=args.device, precision=args.precision)
+        keys = {}  # the model's config carries them now
+    if args.save_model:
+        model.save(args.save_model, overwrite=args.force)
+        log.info("Saved model to %s", args.save_model)
+    if args.test:
+        evaluate_files(model, args.test, cutoffs=measure, mode=args.eval_type, batch_size=512,
+                       extended=False,
+                       primary_metric=args.primary_metric if args.log_primary_metric else None,
+                       keys=keys)
+    return EXIT_OK
