@@ -28,8 +28,11 @@ The generative model, over N items (internal indices 0..N-1) and K intents:
   events inside a session are 1 + Exp(60 s) seconds apart (strictly increasing).
 
 With the defaults, memory of the whole session matters: one click leaves several intents
-plausible, a few clicks identify the intent, and the last click alone (its successors) explains
-only part of the next click.
+plausible (mean posterior of the true intent 0.51 after one click, 0.76 after two, 0.95 after
+four), and the last click alone explains only part of the next one. Measured on the default
+test split (3,469 predictions), Recall@20 / MRR@20: the oracle 0.541 / 0.188; the same Bayes
+rule with the intent inferred from the last click only 0.419 / 0.172; the last click's successors
+then popularity 0.270 / 0.153; popularity 0.082 / 0.035.
 
 The oracle. Given the clicks x_1..x_t, the intent posterior follows the forward recursion
 ``P(k | x_1..x_t) ∝ rho_k P(x_1 | k) Π_s (a T[x_s, x_{s+1}] + b phi_k(x_{s+1}) + c pop(x_{s+1}))``
@@ -40,7 +43,9 @@ way :func:`gru4rec.evaluate` measures a model (docs/behaviour.md §8): test even
 not in the training item map are removed before sessions are formed (the oracle conditions on
 the filtered sequence, as the model does), every event of a session but its first is a
 prediction, items are ranked among the training items only, with conservative ties
-(rank = number of items scoring ≥ the target).
+(rank = number of items scoring ≥ the target). Where clicks were removed, the oracle treats the
+remaining ones as consecutive, as the model does; it is then the optimum only up to that
+approximation (with the defaults, 2 of the 4,156 test clicks are items unseen in training).
 
 Session ids are 1..n_sessions in order of start time; item ids are distinct random 9-digit
 integers, so code that confuses ids with indices fails visibly. ``phi`` is held as a dense
@@ -420,8 +425,9 @@ def generate_intents(
     ordered by session (in start-time order) and time.
 
     Deterministic for a given ``seed`` and arguments. ``mix = (a, b, c)`` weighs the successor
-    table, the session's intent and global popularity. The defaults train 10 epochs of GRU4Rec
-    in about a minute on one CPU core. Invalid arguments raise ConfigError naming the parameter.
+    table, the session's intent and global popularity. The defaults (about 120,000 events) train
+    10 epochs of GRU4Rec with 100 units in one to two minutes on one CPU core. Invalid arguments
+    raise ConfigError naming the parameter.
     """
     mix = _check_params(n_sessions=n_sessions, n_items=n_items, n_intents=n_intents, intent_size=intent_size,
                         intent_concentration=intent_concentration, n_successors=n_successors, mix=mix,
