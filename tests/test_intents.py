@@ -1,7 +1,8 @@
-"""Tests of the intents benchmark (gru4rec.datasets.intents): the generator against its own
-definition, the oracle against independent references (a plain-Python brute force, and the
-package's evaluator driving the oracle as a recurrent net), the "memory matters" property of the
-defaults, a short GRU4Rec training against the oracle, and the written files."""
+"""Tests of the intents benchmark (gru4rec.datasets.intents and gru4rec.datasets.intent_model):
+the generator against its own definition, the oracle against independent references (a
+plain-Python brute force, and the package's evaluator driving the oracle as a recurrent net),
+the "memory matters" property of the defaults, a short GRU4Rec training against the oracle, and
+the written files."""
 from __future__ import annotations
 
 import inspect
@@ -171,7 +172,7 @@ def test_inconsistent_hand_built_models_are_refused() -> None:
     unsorted = m.succ_indices.copy()
     unsorted[[0, 1]] = unsorted[[1, 0]]
     for bad in ({"phi": m.phi[:, :5]}, {"pop": np.r_[m.pop[:5], 0.0]}, {"mix": (0.5, 0.5, 0.0)},
-                {"succ_indices": unsorted}, {"succ_probs": m.succ_probs[:-1]}):
+                {"succ_indices": unsorted}, {"succ_indices": np.r_[m.succ_indices[:-1], 6]}, {"succ_probs": m.succ_probs[:-1]}):
         with pytest.raises(ConfigError, match="model"):
             IntentModel(**{**fields, **bad})
 
