@@ -630,6 +630,33 @@ def test_synth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0, err
 
 
+def test_synth_intents_writes_the_generator_files_and_its_oracle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["synth", tmp_path / "s", "--kind", "intents", "--n-sessions", 400, "--n-items", 120, "--n-intents", 4,
+            "--intent-size", 30, "--mix", "0.3,0.5,0.2", "--mean-length", 4, "--seed", 3, "--test-days", 2]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    written = sorted(Path(line).name for line in out.splitlines())
+    assert written == ["oracle.json", "test.tsv", "train_full.tsv", "train_tr.tsv", "train_valid.tsv"]
+    from gru4rec.datasets.intents import write_intents
+
+    want = write_intents(tmp_path / "ref", n_sessions=400, n_items=120, n_intents=4, intent_size=30, mix=(0.3, 0.5, 0.2),
+                         mean_length=4.0, seed=3, test_days=2.0)
+    for name, path in want.items():
+        assert (tmp_path / "s" / path.name).read_bytes() == path.read_bytes(), name
+
+
+@pytest.mark.parametrize("extra, culprit", [
+    (["--n-intents", "4"], "--n-intents"),  # an intents flag without --kind intents
+    (["--kind", "intents", "--mix", "0.5,0.5"], "--mix"),
+    (["--kind", "markov"], "--kind"),
+])
+def test_synth_bad_flags_are_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], culprit: str) -> None:
+    code, _, err = run(["synth", tmp_path / "s", *extra], capsys)
+    assert code == 2
+    assert culprit in err
+    assert not (tmp_path / "s").exists()
+
+
 def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["demo", "--workdir", tmp_path, "--n-sessions", 300, "-ps", TINY, "-d", "cpu"], capsys)
     assert code == 0, err

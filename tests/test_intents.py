@@ -19,7 +19,7 @@ import torch
 
 from gru4rec import GRU4Rec, evaluate
 from gru4rec.baselines import BaselineConfig, Pop
-from gru4rec.data.events import ItemMap, read_events
+from gru4rec.data import ItemMap, read_events
 from gru4rec.datasets.intents import ORACLE_FILE, IntentModel, generate_intents, write_intents
 from gru4rec.datasets.synthetic import time_split
 from gru4rec.errors import ConfigError, DataError

@@ -10,13 +10,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gru4rec.cli.common import EXIT_OK, add_device, add_force, add_precision, positive_int
+from gru4rec.cli.common import EXIT_OK, UsageError, add_device, add_force, add_precision, positive_int
 from gru4rec.cli.console import result
 from gru4rec.cli.evaluate import evaluate_files
 from gru4rec.cli.train import build_config, train_model
 from gru4rec.errors import Gru4RecError
 
-__all__ = ["DEMO_PARAMS", "add_demo_arguments", "add_synth_arguments", "run_demo", "run_synth"]
+__all__ = ["DEMO_PARAMS", "SYNTH_KINDS", "add_demo_arguments", "add_synth_arguments", "run_demo", "run_synth"]
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +28,30 @@ DEMO_PARAMS = "loss=cross-entropy,layers=64,batch_size=32,n_sample=256,n_epochs=
 # ---------------------------------------------------------------------------------------- synth
 
 
+#: The generators of ``gru4rec synth --kind``.
+SYNTH_KINDS = ("sessions", "intents")
+
+
+def _mix(text: str) -> tuple[float, float, float]:
+    """``A,B,C``: the intents generator's mixture weights (transition, intent, popularity)."""
+    parts = text.split(",")
+    try:
+        values = tuple(float(p) for p in parts)
+    except ValueError:
+        values = ()
+    if len(values) != 3:
+        raise argparse.ArgumentTypeError(f"expected three weights A,B,C (transition, intent, popularity), got {text!r}")
+    return values  # type: ignore[return-value]
+
+
 def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``gru4rec synth``."""
     parser.add_argument("out_dir", metavar="OUT_DIR",
                         help="folder for the files (created if missing)")
+    parser.add_argument("--kind", choices=SYNTH_KINDS, default="sessions",
+                        help="'sessions' (default): topics + successors + popularity, shaped like the rsc15 "
+                             "sample; 'intents': a generative model whose Bayes-optimal next-item predictor is "
+                             "known, with its Recall/MRR@k written to oracle.json (docs/datasets.md)")
     parser.add_argument("--seed", type=int, default=None, help="random seed of the generator")
     parser.add_argument("--n-sessions", type=positive_int, default=None,
                         help="number of sessions (default: the generator's)")
@@ -40,16 +60,34 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--test-days", type=float, default=None,
                         help="sessions starting in the last DAYS days form the test set (and, "
                              "the same way, train_valid) (default: the generator's)")
+    intents = parser.add_argument_group("--kind intents")
+    intents.add_argument("--n-intents", type=positive_int, default=None, help="latent intents (default 50)")
+    intents.add_argument("--intent-size", type=positive_int, default=None, help="items of each intent (default 150)")
+    intents.add_argument("--mix", type=_mix, default=None, metavar="A,B,C",
+                         help="next-item mixture: weight of the previous item's successors, of the session's "
+                              "intent, of global popularity (default 0.2,0.65,0.15)")
+    intents.add_argument("--mean-length", type=float, default=None, help="mean session length (default 6)")
     add_force(parser)
+
+
+_INTENT_FLAGS = ("n_intents", "intent_size", "mix", "mean_length")
 
 
 def run_synth(args: argparse.Namespace) -> int:
     """Run ``gru4rec synth``: the paths written are its result, one per line."""
-    from gru4rec.datasets.synthetic import write_synthetic
-
     kwargs = {"seed": args.seed, "n_sessions": args.n_sessions, "n_items": args.n_items,
               "test_days": args.test_days}
-    paths = write_synthetic(args.out_dir, force=args.force, **{k: v for k, v in kwargs.items() if v is not None})
+    if args.kind == "intents":
+        from gru4rec.datasets.intents import write_intents as write
+
+        kwargs.update({name: getattr(args, name) for name in _INTENT_FLAGS})
+    else:
+        from gru4rec.datasets.synthetic import write_synthetic as write
+
+        given = [f"--{name.replace('_', '-')}" for name in _INTENT_FLAGS if getattr(args, name) is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)}: only with --kind intents")
+    paths = write(args.out_dir, force=args.force, **{k: v for k, v in kwargs.items() if v is not None})
     for path in _as_paths(paths):
         result(str(path))
     return EXIT_OK

@@ -38,7 +38,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from gru4rec.data.events import ItemMap, read_events, sessions_from_events, validate_events
+from gru4rec.data import ItemMap, read_events, sessions_from_events, validate_events
 from gru4rec.errors import ConfigError, DataError
 
 __all__ = ["IntentModel", "DEFAULT_CUTOFFS", "check_cutoffs"]
