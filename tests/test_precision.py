@@ -189,11 +189,11 @@ def test_bfloat16_on_a_cpu_without_bf16_instructions_warns(monkeypatch) -> None:
 def test_cpu_bf16_probe_reads_the_cpu_flags(monkeypatch, tmp_path) -> None:
     import builtins
 
-    from gru4rec.kernels import cpu as cpu_ops
+    from gru4rec.kernels import cpu_features
 
     real_open = builtins.open
     for flags, expected in (("fpu avx2 avx512f avx512_bf16", True), ("fpu avx2 amx_bf16 amx_tile", True), ("fpu avx2 avx512f", False)):
         fake = tmp_path / "cpuinfo"
         fake.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
         monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(fake if path == "/proc/cpuinfo" else path, *a, **k))
-        assert cpu_ops.cpu_has_bf16_matmul() is expected, flags
+        assert cpu_features.cpu_has_bf16_matmul() is expected, flags

@@ -246,7 +246,7 @@ def test_cpu_allocator_tuning_applies_once_and_can_be_switched_off(env: str, exp
     import subprocess
     import sys
 
-    code = "from gru4rec.kernels.cpu import keep_freed_memory as k; print(k(), k())"
+    code = "from gru4rec.kernels.memory import keep_freed_memory as k; print(k(), k())"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "GRU4REC_MALLOPT": env}, capture_output=True, text=True, check=True)
     assert out.stdout.split() == [expected, expected]
 

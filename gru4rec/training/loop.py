@@ -32,7 +32,8 @@ from torch import Tensor
 from gru4rec.training.batching import Schedule, build_schedule
 from gru4rec.config import Config
 from gru4rec.errors import ConfigError, TrainingDivergedError
-from gru4rec.kernels.cpu import cpu_has_bf16_matmul, keep_freed_memory
+from gru4rec.kernels.cpu_features import cpu_has_bf16_matmul
+from gru4rec.kernels.memory import keep_freed_memory
 from gru4rec.kernels.gpu import cuda_graphs_enabled, graphed_epoch_runner
 from gru4rec.training.losses import MASK, make_loss, make_loss_grad
 from gru4rec.model import GRU4RecNet
@@ -138,7 +139,7 @@ class Trainer:
         p = net.Wy
         self.device, self.dtype = p.device, p.dtype
         if self.device.type == "cpu":
-            keep_freed_memory()  # per-step temporaries of megabytes must not page-fault (cpu_ops)
+            keep_freed_memory()  # per-step temporaries of megabytes must not page-fault (gru4rec.kernels.memory)
         self.batch_size = B = config.batch_size
         self.n_sample = config.n_sample
         self.loss_fn = make_loss(config)
