@@ -252,7 +252,7 @@ def test_cpu_allocator_tuning_applies_once_and_can_be_switched_off(env: str, exp
 
 
 def test_counter_driven_step_of_the_cuda_graph_path_trains_like_the_plain_loop(events: pd.DataFrame) -> None:
-    """gpu_ops captures a step that reads its inputs through device counters; run uncaptured on
+    """gru4rec.kernels.gpu captures a step that reads its inputs through device counters; run uncaptured on
     the CPU, that form must give exactly the plain loop's step losses — sample-store redraws
     (store of 3 rows) and dropout included."""
     from gru4rec.kernels.gpu import counter_driven_step
