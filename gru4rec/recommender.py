@@ -23,7 +23,9 @@ from gru4rec.config import Config
 from gru4rec.data.events import ItemMap, Sessions, item_support, read_events, sessions_from_events, validate_events
 from gru4rec.errors import Gru4RecError, ModelFileError
 from gru4rec.model import GRU4RecNet
-from gru4rec.training.loop import EpochStats, Trainer, check_precision, train_epochs
+from gru4rec.training.loop import EpochStats, train_epochs
+from gru4rec.training.precision import check_precision
+from gru4rec.training.trainer import Trainer
 
 __all__ = ["GRU4Rec", "EpochInfo", "Recommendations", "load", "resolve_device"]
 
@@ -89,7 +91,7 @@ class GRU4Rec:
     keyword arguments override single hyperparameters. ``device``: ``'auto'`` (CUDA if present),
     ``'cpu'``, ``'cuda'``, ``'cuda:1'``, ... ``precision``: ``'float32'`` (default), or
     ``'bfloat16'`` for mixed-precision training — bfloat16 operands in
-    the matrix products, everything else in float32 (see :class:`gru4rec.training.loop.Matmuls`).
+    the matrix products, everything else in float32 (see :class:`gru4rec.training.precision.Matmuls`).
     """
 
     def __init__(

@@ -308,7 +308,7 @@ def test_seed_reproducible_training() -> None:
 # ------------------------------------------------------------------ dropout inside the training step
 
 def _dropout_trainer(mode: str, layers: tuple[int, ...], p_embed: float, p_hidden: float, n_items: int, batch: int):
-    from gru4rec.training.loop import Trainer
+    from gru4rec.training.trainer import Trainer
 
     cfg = Config(layers=layers, batch_size=batch, n_sample=4, sample_store_size=40, dropout_p_embed=p_embed,
                  dropout_p_hidden=p_hidden, loss="cross-entropy", seed=3, **MODES[mode])
@@ -358,7 +358,7 @@ def test_training_step_hidden_dropout() -> None:
 def test_training_step_embedding_dropout(mode: str) -> None:
     """Embedding dropout acts on the layer-0 input rows (inverted): with a layer that passes its
     input through unchanged, the carried state is the dropped embedding."""
-    from gru4rec.training.loop import Trainer
+    from gru4rec.training.trainer import Trainer
 
     p, L, n_items, batch = 0.4, 16, 30, 64
     cfg = Config(layers=(L,), batch_size=batch, n_sample=4, sample_store_size=40, dropout_p_embed=p,

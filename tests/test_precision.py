@@ -19,7 +19,8 @@ from gru4rec.config import Config
 from gru4rec.datasets.synthetic import generate, time_split
 from gru4rec.errors import ConfigError
 from gru4rec.model import GRU4RecNet
-from gru4rec.training.loop import Matmuls, Trainer, check_precision
+from gru4rec.training.precision import Matmuls, check_precision
+from gru4rec.training.trainer import Trainer
 
 torch.set_num_threads(1)
 
@@ -175,7 +176,7 @@ def test_cli_rejects_an_unknown_precision(tmp_path, capsys) -> None:
 
 
 def test_bfloat16_on_a_cpu_without_bf16_instructions_warns(monkeypatch) -> None:
-    import gru4rec.training.loop as train_mod
+    import gru4rec.training.precision as train_mod
 
     monkeypatch.setattr(train_mod, "cpu_has_bf16_matmul", lambda: False)
     with pytest.warns(UserWarning, match="no bfloat16 matrix instructions"):

@@ -13,7 +13,8 @@ from gru4rec.data.events import ItemMap, item_support, sessions_from_events
 from gru4rec.datasets.synthetic import generate
 from gru4rec.errors import Gru4RecError, ModelFileError, TrainingDivergedError
 from gru4rec.model import GRU4RecNet
-from gru4rec.training.loop import Trainer, reorder, train_epochs
+from gru4rec.training.loop import reorder, train_epochs
+from gru4rec.training.trainer import Trainer
 
 torch.set_num_threads(1)
 
