@@ -375,7 +375,7 @@ def test_training_with_and_without_kernels_gives_the_same_losses(kernels, model:
             net = GRU4RecNet(len(support), cfg, generator=torch.Generator().manual_seed(1))
             trainer = Trainer(net, cfg, support, seed=3, cpu_kernels=fused)
             assert trainer.cell.fused == (fused and cfg.hidden_act == "tanh")
-            losses = [s.loss for s in train_epochs(trainer, sessions.items, sessions.offsets, progress=False, log=None)]
+            losses = [s.loss for s in train_epochs(trainer, sessions.items, sessions.offsets, progress=False)]
             results.append((losses, net.Wy.detach().clone()))
         np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-5, err_msg=loss)
         torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-4, atol=1e-5)

@@ -287,7 +287,7 @@ def _fit(seed: int) -> tuple[list[float], dict[str, np.ndarray]]:
     model = GRU4Rec(Config(layers=(8,), batch_size=6, n_sample=5, sample_store_size=40, n_epochs=2, seed=seed,
                            dropout_p_embed=0.2, dropout_p_hidden=0.3, momentum=0.2, train_random_order=True),
                     device="cpu")
-    model.fit(_tiny_events(), progress=False, log=None)
+    model.fit(_tiny_events(), progress=False)
     return [h.loss for h in model.history], {k: v.detach().numpy().copy() for k, v in model.net.state_dict().items()}
 
 

@@ -344,11 +344,11 @@ def test_three_trial_study_writes_best_parameters_that_reproduce_its_value(data:
 
     # Independent reference: train the best configuration here and evaluate it on VALID.
     train, valid = read_events(data["train"]), read_events(data["valid"])
-    model = GRU4Rec(from_json, device="cpu").fit(train, progress=False, log=None)
+    model = GRU4Rec(from_json, device="cpu").fit(train, progress=False)
     assert evaluate(model, valid, cutoffs=(20,)).mrr[20] == pytest.approx(report.best_value, abs=1e-9)
 
     # The final test: TRAIN+VALID -> TEST at the -fm cutoffs.
-    full = GRU4Rec(from_json, device="cpu").fit(pd.concat([train, valid], ignore_index=True), progress=False, log=None)
+    full = GRU4Rec(from_json, device="cpu").fit(pd.concat([train, valid], ignore_index=True), progress=False)
     result = evaluate(full, read_events(data["test"]), cutoffs=(5, 20))
     assert report.final is not None
     for c in (5, 20):
@@ -504,7 +504,7 @@ def test_pruning(data: dict[str, Path], tmp_path: Path) -> None:
     for t in trials:
         assert list(t.intermediate_values) == [0] and t.user_attrs["epochs"] == 1
         config = base.replace_from_string(t.user_attrs["param_string"]).replace(n_epochs=1)
-        model = GRU4Rec(config, device="cpu").fit(train, progress=False, log=None)
+        model = GRU4Rec(config, device="cpu").fit(train, progress=False)
         assert evaluate(model, valid, cutoffs=(20,)).mrr[20] == pytest.approx(t.intermediate_values[0], abs=1e-9)
     # The last epoch's result is kept: a 1-epoch trial is never pruned.
     run_study(settings(data, tmp_path, n_trials=1, study_name="last", fixed=FIXED.replace("n_epochs=2", "n_epochs=1"),

@@ -140,7 +140,7 @@ def test_bfloat16_training_matches_float32_losses_and_accuracy(split, device: st
     params = "loss=bpr-max,final_act=elu-1,bpreg=0.5,layers=96,batch_size=32,n_sample=256,n_epochs=3,learning_rate=0.1,momentum=0.2"
     results = {}
     for precision in ("float32", "bfloat16"):
-        model = GRU4Rec(params, device=device, precision=precision).fit(train, progress=False, log=None)
+        model = GRU4Rec(params, device=device, precision=precision).fit(train, progress=False)
         res = evaluate(model, test, cutoffs=(20,), mode="conservative")
         results[precision] = ([h.loss for h in model.history], res.recall[20], res.mrr[20])
     (loss32, r32, m32), (loss16, r16, m16) = results["float32"], results["bfloat16"]

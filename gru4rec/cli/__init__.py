@@ -24,6 +24,7 @@ parser lives here too (:func:`run_py_main`) so both share the training/evaluatio
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -310,8 +311,10 @@ def _train(
     model = GRU4Rec(config, device=device, precision=precision)
     _reset_device_memory_peak(model)
     start = time.perf_counter()
-    # fit() prints the original's per-epoch lines through log (and a progress bar on a terminal).
-    model.fit(data, checkpoint_dir=checkpoint_dir, resume=resume, progress=True, log=streams.info)
+    # fit() logs the original's per-epoch lines (and draws a progress bar on a terminal); the
+    # gru4rec logger's default handler writes them to stdout, here redirected to streams.log.
+    with contextlib.redirect_stdout(streams.log):
+        model.fit(data, checkpoint_dir=checkpoint_dir, resume=resume, progress=True)
     elapsed = time.perf_counter() - start
     streams.info(f"Training took {elapsed:.2f}s on {model.device} ({len(model.item_map)} items)")
     note = _device_memory_note(model, "training")

@@ -3,17 +3,17 @@ training sessions, epoch after epoch, and yields each epoch's :class:`EpochStats
 
 An epoch: (re)order the sessions if asked, build the session-parallel schedule on the device,
 zero the hidden states, run every step of the schedule (replayed from a CUDA graph on a GPU,
-:mod:`gru4rec.kernels.gpu`), and hand the original's per-epoch line to ``log``. Step losses are accumulated
+:mod:`gru4rec.kernels.gpu`), and log the original's per-epoch line. Step losses are accumulated
 on the device; the host reads them at most twice a second — for the progress bar and to stop a
 diverged run — and once at the end of the epoch.
 """
 from __future__ import annotations
 
+import logging
 import math
-import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -21,10 +21,17 @@ from torch import Tensor
 
 from gru4rec.errors import TrainingDivergedError
 from gru4rec.kernels.gpu import cuda_graphs_enabled, graphed_epoch_runner
+from gru4rec.log import progress_bar
 from gru4rec.training.batching import Schedule, build_schedule
 from gru4rec.training.trainer import Trainer
 
 __all__ = ["EpochStats", "reorder", "train_epochs"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two looks at the step losses (progress bar, NaN check).
+CHECK_INTERVAL = 0.5
+
 
 @dataclass
 class EpochStats:
@@ -54,36 +61,6 @@ class EpochStats:
         )
 
 
-class _Progress:
-    """A one-line progress bar on a terminal; silent otherwise. Updates at most every 0.5 s."""
-
-    def __init__(self, total: int, label: str, enabled: bool) -> None:
-        self.total, self.label = total, label
-        self.enabled = enabled and sys.stderr.isatty()
-        self.start = self.last = time.perf_counter()
-
-    def due(self) -> bool:
-        now = time.perf_counter()
-        if now - self.last < 0.5:
-            return False
-        self.last = now
-        return True
-
-    def show(self, done: int, loss: float) -> None:
-        if not self.enabled:
-            return
-        rate = done / max(time.perf_counter() - self.start, 1e-9)
-        width = 30
-        filled = int(width * done / max(self.total, 1))
-        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} loss {loss:.4f} {rate:.0f} mb/s")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\r" + " " * 100 + "\r")
-            sys.stderr.flush()
-
-
 def reorder(items: np.ndarray, offsets: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Items and offsets with the sessions rearranged in ``order`` (vectorised)."""
     lengths = np.diff(offsets)[order]
@@ -102,13 +79,12 @@ def train_epochs(
     n_epochs: int | None = None,
     rng: np.random.Generator | None = None,
     progress: bool = True,
-    log: Callable[[str], None] | None = print,
 ) -> Iterator[EpochStats]:
     """Train epoch after epoch, yielding each epoch's statistics (the caller may stop early).
 
     ``first_epoch``/``n_epochs``: the epochs to run (default: 1 to ``config.n_epochs``); ``rng``:
     the generator of the random session orders (``train_random_order``); ``progress``: a
-    progress bar on a terminal; ``log``: where each epoch's line goes (None: nowhere). Raises
+    progress bar on a terminal. Each epoch's line is logged at INFO. Raises
     :class:`TrainingDivergedError` when the loss becomes NaN or infinite.
     """
     config = trainer.config
@@ -127,8 +103,7 @@ def train_epochs(
         trainer.net.train()
         trainer.reset_hidden()
         stats = _run_epoch(trainer, schedule, epoch, progress)
-        if log is not None:
-            log(stats.line())
+        log.info(stats.line())
         yield stats
 
 
@@ -139,7 +114,6 @@ def _run_epoch(trainer: Trainer, schedule: Schedule, epoch: int, progress: bool)
     weights = torch.as_tensor(schedule.n_active, device=device, dtype=torch.float64)
     step_ids = torch.arange(schedule.n_steps, device=device)
     step_losses = torch.zeros(schedule.n_steps, device=device, dtype=torch.float64)
-    bar = _Progress(schedule.n_steps, f"Epoch{epoch}", progress)
 
     def accumulate(loss: Tensor, t: Tensor) -> None:
         """Device-side bookkeeping of step ``t``: its loss goes into the epoch's loss vector."""
@@ -165,12 +139,18 @@ def _run_epoch(trainer: Trainer, schedule: Schedule, epoch: int, progress: bool)
         def run(t: int) -> None:
             accumulate(trainer.train_step(inputs[t], targets[t], active[t], keep[t]), step_ids[t])
 
-    start = time.perf_counter()
-    for t in range(schedule.n_steps):
-        run(t)
-        if bar.due():  # also bounds how long a diverged run goes on unnoticed
-            bar.show(t + 1, check(t + 1))
-    mean_loss = check(schedule.n_steps)
-    seconds = time.perf_counter() - start
-    bar.close()
+    bar = progress_bar(schedule.n_steps, f"Epoch{epoch}", enabled=progress, unit="mb")
+    try:
+        start = last = time.perf_counter()
+        for t in range(schedule.n_steps):
+            run(t)
+            now = time.perf_counter()
+            if now - last >= CHECK_INTERVAL:  # also bounds how long a diverged run goes on unnoticed
+                last = now
+                bar.set_postfix_str(f"loss {check(t + 1):.4f}", refresh=False)
+                bar.update(t + 1 - bar.n)
+        mean_loss = check(schedule.n_steps)
+        seconds = time.perf_counter() - start
+    finally:
+        bar.close()
     return EpochStats(epoch=epoch, loss=mean_loss, seconds=seconds, n_steps=schedule.n_steps, n_events=schedule.n_events)

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import multiprocessing
 import os
@@ -782,7 +783,14 @@ class _Objective:
             reporter = _EpochReporter(trial, self.score, config.n_epochs, self.per_epoch)
             model = GRU4Rec(config, device=self.settings.device, precision=self.settings.precision)
             # Quiet trials: one line per trial comes from _Progress; -v shows the epoch lines.
-            model.fit(self.train, callback=reporter, progress=False, log=print if self.settings.verbose else None)
+            training_log = logging.getLogger("gru4rec.training")
+            level = training_log.level
+            if not self.settings.verbose:
+                training_log.setLevel(logging.WARNING)
+            try:
+                model.fit(self.train, callback=reporter, progress=False)
+            finally:
+                training_log.setLevel(level)
             trial.set_user_attr("epochs", reporter.epochs)
             value = reporter.value if reporter.value is not None and reporter.epochs == config.n_epochs else self.score(model)
             trial.set_user_attr("seconds", round(time.perf_counter() - start, 3))
