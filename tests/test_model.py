@@ -1,4 +1,4 @@
-"""GRU4RecNet (spec §2): per-block initialisation, forward pass against the NumPy reference,
+"""GRU4RecNet (docs/behaviour.md §2): per-block initialisation, forward pass against the NumPy reference,
 inverted dropout with its placement, seed reproducibility, none mode with several layers."""
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def load_params(net: GRU4RecNet, params: ref.Params) -> None:
 
 
 def blocks(net: GRU4RecNet) -> list[tuple[str, np.ndarray]]:
-    """Every independently initialised weight block of §2, with a name."""
+    """Every independently initialised weight block (docs/behaviour.md §2), with a name."""
     out = [("Wy", net.Wy.detach().numpy())]
     if net.E is not None:
         out.append(("E", net.E.detach().numpy()))
