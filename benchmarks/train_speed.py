@@ -41,7 +41,7 @@ from gru4rec.config import Config  # noqa: E402
 from gru4rec.data import ItemMap, item_support, read_events, sessions_from_events  # noqa: E402
 from gru4rec.model import GRU4RecNet  # noqa: E402
 from gru4rec.recommender import resolve_device  # noqa: E402
-from gru4rec.training.loop import Trainer  # noqa: E402
+from gru4rec.training.trainer import Trainer  # noqa: E402
 
 CONFIGS = {
     "rsc15": "paramfiles/rsc15_xe_shared_100_best.json",

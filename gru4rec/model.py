@@ -1,4 +1,4 @@
-"""The GRU4Rec network (spec §2): item tables, a hand-written GRU cell in the Cho form, scoring.
+"""The GRU4Rec network (docs/behaviour.md §2): item tables, a hand-written GRU cell in the Cho form, scoring.
 
 ``torch.nn.GRU`` applies the reset gate after the recurrent product and carries two biases, which
 is a different model; the cell here is written out as in the original:
@@ -10,8 +10,10 @@ is a different model; the cell here is written out as in the original:
 
 Column blocks: ``Wx`` and ``Bh`` are [candidate | reset | update], ``Wrz`` is [reset | update].
 
-The training step (``train.py``) calls the functional pieces below on gathered item rows so that
-only the rows a step touches take part; ``step``/``score_all`` serve prediction and evaluation.
+The reference training step (:mod:`gru4rec.training.reference`) calls the functional pieces below
+on gathered item rows so that only the rows a step touches take part (the fast step,
+:mod:`gru4rec.training.step`, writes the same cell out with its derivative); ``step``/``score_all``
+serve prediction and evaluation.
 """
 from __future__ import annotations
 
@@ -87,7 +89,7 @@ class GRU4RecNet(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self, sigma: float = 0.0, normal: bool = False, generator: torch.Generator | None = None) -> None:
-        """Draw every weight block independently (spec §2): U[−σ, σ] with σ = sqrt(6/(rows+cols))
+        """Draw every weight block independently (docs/behaviour.md §2): U[−σ, σ] with σ = sqrt(6/(rows+cols))
         of the block unless ``sigma > 0`` fixes it; N(0, σ²) when ``normal``. Biases are zero."""
 
         def fill(block: Tensor) -> None:
@@ -125,7 +127,7 @@ class GRU4RecNet(nn.Module):
         return self.sparse_parameters()[self.input_table_name]
 
     def sparse_parameters(self) -> dict[str, nn.Parameter]:
-        """Item-indexed tables, updated only at the rows a step uses (spec §6)."""
+        """Item-indexed tables, updated only at the rows a step uses (docs/behaviour.md §6)."""
         tables = {"Wy": self.Wy, "By": self.By}
         if self.mode == "separate":
             assert self.E is not None

@@ -8,6 +8,7 @@ item map and the item supports; loading needs neither the training data nor pick
 """
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -23,9 +24,13 @@ from gru4rec.config import Config
 from gru4rec.data import ItemMap, Sessions, item_support, read_events, sessions_from_events, validate_events
 from gru4rec.errors import Gru4RecError, ModelFileError
 from gru4rec.model import GRU4RecNet
-from gru4rec.training.loop import EpochStats, Trainer, check_precision, train_epochs
+from gru4rec.training.loop import EpochStats, train_epochs
+from gru4rec.training.precision import check_precision
+from gru4rec.training.trainer import Trainer
 
 __all__ = ["GRU4Rec", "EpochInfo", "Recommendations", "load", "resolve_device"]
+
+log = logging.getLogger(__name__)
 
 MODEL_KIND = "gru4rec-model"
 CHECKPOINT_KIND = "gru4rec-training-checkpoint"
@@ -89,7 +94,7 @@ class GRU4Rec:
     keyword arguments override single hyperparameters. ``device``: ``'auto'`` (CUDA if present),
     ``'cpu'``, ``'cuda'``, ``'cuda:1'``, ... ``precision``: ``'float32'`` (default), or
     ``'bfloat16'`` for mixed-precision training — bfloat16 operands in
-    the matrix products, everything else in float32 (see :class:`gru4rec.training.loop.Matmuls`).
+    the matrix products, everything else in float32 (see :class:`gru4rec.training.precision.Matmuls`).
     """
 
     def __init__(
@@ -141,13 +146,14 @@ class GRU4Rec:
         checkpoint_dir: str | os.PathLike[str] | None = None,
         resume: bool = False,
         progress: bool = True,
-        log: Callable[[str], None] | None = print,
     ) -> "GRU4Rec":
         """Train from scratch on ``data`` (DataFrame or file with session, item and time columns).
 
         ``callback(info)`` runs after every epoch. With ``checkpoint_dir`` the full training state
         is saved after every epoch; ``resume=True`` continues from the checkpoint there and ends
-        with the same model as an uninterrupted run.
+        with the same model as an uninterrupted run. ``progress``: a progress bar per epoch on a
+        terminal. The per-epoch lines are logged at INFO by ``gru4rec.training.loop`` (see
+        :mod:`gru4rec.log`).
         """
         c = self.config
         events = self._events(data)
@@ -167,14 +173,13 @@ class GRU4Rec:
             _check_writable_dir(ckpt_path.parent)
             if resume and ckpt_path.exists():
                 first_epoch = self._restore_checkpoint(ckpt_path, trainer, rng, sessions) + 1
-                if log is not None:
-                    log(f"Resuming from {ckpt_path} after epoch {first_epoch - 1}")
+                log.info("Resuming from %s after epoch %d", ckpt_path, first_epoch - 1)
         elif resume:
             raise Gru4RecError("resume=True needs checkpoint_dir (where the checkpoint is)")
 
         self.history = []
         self.epochs_trained = first_epoch - 1
-        for stats in train_epochs(trainer, sessions.items, sessions.offsets, first_epoch=first_epoch, rng=rng, progress=progress, log=log):
+        for stats in train_epochs(trainer, sessions.items, sessions.offsets, first_epoch=first_epoch, rng=rng, progress=progress):
             self.epochs_trained = stats.epoch
             self.history.append(stats)
             if ckpt_path is not None:

@@ -1,4 +1,4 @@
-"""The fused CPU kernels (gru4rec/cpu_kernels.c) against the PyTorch code they replace: every
+"""The fused CPU kernels (gru4rec/kernels/cpu_kernels.c) against the PyTorch code they replace: every
 optimiser method's update, making rows unique, summing score columns per item, whole training
 epochs; their argument checks; building, caching and falling back when they cannot be built."""
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from gru4rec.kernels import build as kernel_build
 from gru4rec.kernels import cpu as cpu_ops
 from gru4rec.config import Config
 from gru4rec.training.optim import Optimizer
@@ -224,7 +225,7 @@ def test_gru_forward_kernels_equal_pytorch(kernels, B: int, n: int) -> None:
 
 @pytest.mark.parametrize("B,n", [(3, 7), (64, 600)])
 def test_gru_backward_kernels_equal_pytorch(kernels, B: int, n: int) -> None:
-    """The formulas of the PyTorch path of train.py (its fallback), element by element, computed
+    """The formulas of the PyTorch path of gru4rec/training/cell.py (its fallback), element by element, computed
     in float64 from the same float32 inputs: the kernels may fuse a multiply and an add (more
     exact than PyTorch's float32 where 1 − c² cancels), so float64 is the fair reference."""
     x = {k: v.double() for k, v in _cell_inputs(B, n, seed=B + 1).items()}
@@ -359,7 +360,8 @@ def test_training_with_and_without_kernels_gives_the_same_losses(kernels, model:
     from gru4rec.data import ItemMap, item_support, sessions_from_events
     from gru4rec.datasets.synthetic import generate
     from gru4rec.model import GRU4RecNet
-    from gru4rec.training.loop import Trainer, train_epochs
+    from gru4rec.training.loop import train_epochs
+    from gru4rec.training.trainer import Trainer
 
     events = generate(n_sessions=300, n_items=120, seed=4)
     item_map = ItemMap.from_ids(events["ItemId"])
@@ -372,11 +374,106 @@ def test_training_with_and_without_kernels_gives_the_same_losses(kernels, model:
         for fused in (True, False):
             net = GRU4RecNet(len(support), cfg, generator=torch.Generator().manual_seed(1))
             trainer = Trainer(net, cfg, support, seed=3, cpu_kernels=fused)
-            assert (trainer._cell_kernels is not None) == (fused and cfg.hidden_act == "tanh")
-            losses = [s.loss for s in train_epochs(trainer, sessions.items, sessions.offsets, progress=False, log=None)]
+            assert trainer.cell.fused == (fused and cfg.hidden_act == "tanh")
+            losses = [s.loss for s in train_epochs(trainer, sessions.items, sessions.offsets, progress=False)]
             results.append((losses, net.Wy.detach().clone()))
         np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-5, err_msg=loss)
         torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ the step's operations, chosen once
+
+def test_fused_ops_equal_pytorch_ops(kernels) -> None:
+    """Every operation of the fast step's two implementations (gru4rec/training/ops.py) on the
+    same inputs: the fused CPU kernels give what the PyTorch code gives, to float32 round-off
+    where they add in another order, exactly where they do not."""
+    from gru4rec.training.ops import CpuKernelOps, TorchOps
+    from gru4rec.training.sampling import LogQ
+
+    fused, plain = CpuKernelOps(kernels), TorchOps()
+    assert fused.fused and not plain.fused and fused.kernels is kernels and plain.kernels is None
+    g = torch.Generator().manual_seed(11)
+    by, logq = torch.randn(30, generator=g), LogQ(torch.randn(30, generator=g), torch.randn(30, generator=g))
+    cols = torch.randint(0, 30, (17,), generator=g)
+    valid = torch.cat((torch.tensor([1.0, 1, 0, 1, 0, 1]), torch.ones(11)))
+    for lq, v in ((logq, valid), (logq, None), (None, valid), (None, None)):
+        assert torch.equal(fused.column_bias(by, cols, 6, lq, v), plain.column_bias(by, cols, 6, lq, v))
+    s, col_rows, bias = torch.randn(5, 9, generator=g), torch.randint(0, 9, (23,), generator=g), torch.randn(23, generator=g)
+    assert torch.equal(fused.spread_columns(s, col_rows, bias), plain.spread_columns(s, col_rows, bias))
+    grad = torch.randn(5, 23, generator=g)
+    torch.testing.assert_close(fused.merge_columns(grad, col_rows, 9), plain.merge_columns(grad, col_rows, 9), rtol=1e-6, atol=1e-6)
+    rows = torch.tensor([3, 0, 3, 11, 3])
+    for shape in ((12, 5), (12,)):  # a weight table, and a bias table (index_add_ in both)
+        table = torch.randn(*shape, generator=g)
+        src = torch.randn(*shape[1:], 5, generator=g).t() if len(shape) == 2 else torch.randn(5, generator=g)  # any layout
+        a, b = table.clone(), table.clone()
+        fused.add_rows(a, rows, src)
+        plain.add_rows(b, rows, src)
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    mark, slot, arange = torch.zeros(50, dtype=torch.uint8), torch.zeros(50, dtype=torch.int64), torch.arange(50)
+    ids = torch.randint(0, 50, (80,), generator=g)
+    for n_first in (None, 30, 0):
+        (u_f, inv_f, k_f), (u_p, inv_p, k_p) = (ops.unique(ids, mark, slot, arange, n_first) for ops in (fused, plain))
+        assert k_f == k_p and torch.equal(u_f[:k_f], u_p[:k_p])  # the first positions' values, ascending
+        assert sorted(u_f[k_f:].tolist()) == sorted(u_p[k_p:].tolist())  # the rest (kernel: order of appearance)
+        assert torch.equal(u_f[inv_f], ids) and torch.equal(u_p[inv_p], ids) and int(mark.sum()) == 0
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_fused_gru_cell_equals_pytorch_cell(kernels, dropout: bool) -> None:
+    """The fast step's GRU cell (gru4rec/training/cell.py), fused and PyTorch: the same layer
+    output, gates and candidate forward, the same dL/dv and weight gradients backward."""
+    from gru4rec.activations import parse_activation
+    from gru4rec.training.cell import LayerCache
+    from gru4rec.training.ops import CpuKernelOps, TorchOps
+    from gru4rec.training.precision import Matmuls
+
+    tanh, mm = parse_activation("tanh"), Matmuls(None, torch.float32)
+    fused, plain = CpuKernelOps(kernels).gru_cell(tanh, mm), TorchOps().gru_cell(tanh, mm)
+    assert fused.fused and not plain.fused
+    B, n = 24, 10
+    g = torch.Generator().manual_seed(12)
+    v, h = torch.randn(B, 3 * n, generator=g), torch.rand(B, n, generator=g) * 2 - 1
+    wrz, wh, d = torch.randn(n, 2 * n, generator=g) * 0.3, torch.randn(n, n, generator=g) * 0.3, torch.randn(B, n, generator=g)
+    mask = (torch.rand(B, n, generator=g) >= 0.3).float() / 0.7 if dropout else None
+    results = []
+    for cell in (fused, plain):
+        rz, hr, c, out = cell.forward(v, h, h, wrz, wh, mask)
+        grads = torch.empty(n, n), torch.empty(n, 2 * n), torch.empty(3 * n)
+        d_v = cell.backward(d, LayerCache(h, None, h, h, wh, hr, rz, c, mask), *grads)
+        results.append((rz, hr, c, out, d_v, *grads))
+    for name, a, b in zip(("rz", "hr", "c", "out", "d_v", "dWh", "dWrz", "dBh"), *results):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def test_ops_are_chosen_once_by_device_dtype_precision_and_activation(kernels) -> None:
+    """select_ops decides kernels or PyTorch from the tables (CPU, float32, unique rows) and the
+    switch; the ops then choose the cell (fused: tanh and float32 products) and the loss."""
+    from gru4rec.activations import parse_activation
+    from gru4rec.model import GRU4RecNet
+    from gru4rec.training.ops import CpuKernelOps, TorchOps, select_ops
+    from gru4rec.training.precision import Matmuls
+    from gru4rec.training.trainer import Trainer
+
+    cpu = torch.device("cpu")
+    assert isinstance(select_ops(cpu, torch.float32, unique_rows=True), CpuKernelOps)
+    assert type(select_ops(cpu, torch.float32, unique_rows=True, kernels=False)) is TorchOps
+    assert type(select_ops(cpu, torch.float64, unique_rows=True)) is TorchOps
+    assert type(select_ops(cpu, torch.float32, unique_rows=False)) is TorchOps
+    with pytest.raises(ValueError, match="apply"):
+        select_ops(cpu, torch.float32, unique_rows=False, kernels=True)
+    ops = CpuKernelOps(kernels)
+    assert ops.gru_cell(parse_activation("tanh"), Matmuls(None, torch.float32)).fused
+    assert not ops.gru_cell(parse_activation("relu"), Matmuls(None, torch.float32)).fused
+    assert not ops.gru_cell(parse_activation("tanh"), Matmuls(torch.bfloat16, torch.float32)).fused
+    assert ops.loss_grad(Config(loss="bpr-max", final_act="elu-1")).__name__ == "bpr_max_fused"
+    assert ops.loss_grad(Config(loss="top1-max", final_act="tanh")).__name__ == "top1_max"  # no kernel for it
+    assert TorchOps().loss_grad(Config(loss="bpr-max", final_act="elu-1")).__name__ == "bpr_max"
+    cfg = Config(layers=(8,), batch_size=4, n_sample=4)
+    for switch, want in ((None, CpuKernelOps), (False, TorchOps)):
+        trainer = Trainer(GRU4RecNet(20, cfg), cfg, np.ones(20, dtype=np.int64), cpu_kernels=switch)
+        assert type(trainer.ops) is want and trainer.ops is trainer.optimizer.ops
+        assert trainer.cell.fused == (want is CpuKernelOps)
 
 
 # ------------------------------------------------------------------ building and loading
@@ -406,7 +503,7 @@ def test_failing_compiler_names_the_flags(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     with pytest.raises(cpu_ops.KernelBuildError, match="no luck") as info:
         cpu_ops.load_kernels(cache_dir=cache, compiler=str(fake))
-    assert "-march=native" in str(info.value) and str(info.value).count("no luck") == len(cpu_ops._FLAG_SETS)
+    assert "-march=native" in str(info.value) and str(info.value).count("no luck") == len(kernel_build._FLAG_SETS)
     assert not list(cache.iterdir())
 
 

@@ -346,7 +346,7 @@ def test_short_gru4rec_training_reaches_a_fraction_of_the_oracle() -> None:
     train, test = time_split(df, 1.5 * DAY)
     oracle = m.oracle_metrics(test, train["ItemId"].unique(), (20,))
     model = GRU4Rec("layers=64,batch_size=32,n_sample=256,n_epochs=3,learning_rate=0.1,momentum=0.2,logq=1.0", device="cpu")
-    gru = evaluate(model.fit(train, progress=False, log=None), test, cutoffs=20, mode="conservative", beyond_accuracy=False)
+    gru = evaluate(model.fit(train, progress=False), test, cutoffs=20, mode="conservative", beyond_accuracy=False)
     pop = evaluate(Pop().fit(train), test, cutoffs=20, mode="conservative", beyond_accuracy=False)
     assert gru.n_predictions == pop.n_predictions == oracle["n_predictions"] > 2000
     fr, fm = gru.recall[20] / oracle["recall"][20], gru.mrr[20] / oracle["mrr"][20]

@@ -1,4 +1,4 @@
-"""GRU4RecNet (spec §2): per-block initialisation, forward pass against the NumPy reference,
+"""GRU4RecNet (docs/behaviour.md §2): per-block initialisation, forward pass against the NumPy reference,
 inverted dropout with its placement, seed reproducibility, none mode with several layers."""
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def load_params(net: GRU4RecNet, params: ref.Params) -> None:
 
 
 def blocks(net: GRU4RecNet) -> list[tuple[str, np.ndarray]]:
-    """Every independently initialised weight block of §2, with a name."""
+    """Every independently initialised weight block (docs/behaviour.md §2), with a name."""
     out = [("Wy", net.Wy.detach().numpy())]
     if net.E is not None:
         out.append(("E", net.E.detach().numpy()))
@@ -287,7 +287,7 @@ def _fit(seed: int) -> tuple[list[float], dict[str, np.ndarray]]:
     model = GRU4Rec(Config(layers=(8,), batch_size=6, n_sample=5, sample_store_size=40, n_epochs=2, seed=seed,
                            dropout_p_embed=0.2, dropout_p_hidden=0.3, momentum=0.2, train_random_order=True),
                     device="cpu")
-    model.fit(_tiny_events(), progress=False, log=None)
+    model.fit(_tiny_events(), progress=False)
     return [h.loss for h in model.history], {k: v.detach().numpy().copy() for k, v in model.net.state_dict().items()}
 
 
@@ -308,7 +308,7 @@ def test_seed_reproducible_training() -> None:
 # ------------------------------------------------------------------ dropout inside the training step
 
 def _dropout_trainer(mode: str, layers: tuple[int, ...], p_embed: float, p_hidden: float, n_items: int, batch: int):
-    from gru4rec.training.loop import Trainer
+    from gru4rec.training.trainer import Trainer
 
     cfg = Config(layers=layers, batch_size=batch, n_sample=4, sample_store_size=40, dropout_p_embed=p_embed,
                  dropout_p_hidden=p_hidden, loss="cross-entropy", seed=3, **MODES[mode])
@@ -358,7 +358,7 @@ def test_training_step_hidden_dropout() -> None:
 def test_training_step_embedding_dropout(mode: str) -> None:
     """Embedding dropout acts on the layer-0 input rows (inverted): with a layer that passes its
     input through unchanged, the carried state is the dropped embedding."""
-    from gru4rec.training.loop import Trainer
+    from gru4rec.training.trainer import Trainer
 
     p, L, n_items, batch = 0.4, 16, 30, 64
     cfg = Config(layers=(L,), batch_size=batch, n_sample=4, sample_store_size=40, dropout_p_embed=p,

@@ -1,4 +1,4 @@
-"""Optimisers of spec §6: the lazy sparse Adagrad update with repeated indices against a hand
+"""Optimisers (docs/behaviour.md §6): the lazy sparse Adagrad update with repeated indices against a hand
 computation, and every ``adapt`` method (with momentum, lmbd, grad_cap) against the NumPy reference."""
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def test_method_vs_reference(kw: dict) -> None:
     opt = Optimizer({k: tp[k] for k in dense_names}, {k: tp[k] for k in sparse_names}, cfg)
     ocfg = ref.OptConfig(adapt=cfg.adapt, learning_rate=cfg.learning_rate, momentum=cfg.momentum, lmbd=cfg.lmbd,
                          grad_cap=cfg.grad_cap, adapt_params=cfg.resolved_adapt_params,
-                         adam_eps=1e-6)  # the spec does not fix Adam's ε; the engine documents 1e-6
+                         adam_eps=1e-6)  # docs/behaviour.md §6 does not fix Adam's ε; the optimiser documents 1e-6
     state = ref.OptState.zeros(params)
     row_sets = [[1, 4, 1, 1, 0], [4, 5], [2, 1, 2]]  # row 0 used in step 1 only, row 3 never
     for step, rows in enumerate(row_sets):

@@ -19,7 +19,8 @@ from gru4rec.config import Config
 from gru4rec.datasets.synthetic import generate, time_split
 from gru4rec.errors import ConfigError
 from gru4rec.model import GRU4RecNet
-from gru4rec.training.loop import Matmuls, Trainer, check_precision
+from gru4rec.training.precision import Matmuls, check_precision
+from gru4rec.training.trainer import Trainer
 
 torch.set_num_threads(1)
 
@@ -139,7 +140,7 @@ def test_bfloat16_training_matches_float32_losses_and_accuracy(split, device: st
     params = "loss=bpr-max,final_act=elu-1,bpreg=0.5,layers=96,batch_size=32,n_sample=256,n_epochs=3,learning_rate=0.1,momentum=0.2"
     results = {}
     for precision in ("float32", "bfloat16"):
-        model = GRU4Rec(params, device=device, precision=precision).fit(train, progress=False, log=None)
+        model = GRU4Rec(params, device=device, precision=precision).fit(train, progress=False)
         res = evaluate(model, test, cutoffs=(20,), mode="conservative")
         results[precision] = ([h.loss for h in model.history], res.recall[20], res.mrr[20])
     (loss32, r32, m32), (loss16, r16, m16) = results["float32"], results["bfloat16"]
@@ -175,7 +176,7 @@ def test_cli_rejects_an_unknown_precision(tmp_path, capsys) -> None:
 
 
 def test_bfloat16_on_a_cpu_without_bf16_instructions_warns(monkeypatch) -> None:
-    import gru4rec.training.loop as train_mod
+    import gru4rec.training.precision as train_mod
 
     monkeypatch.setattr(train_mod, "cpu_has_bf16_matmul", lambda: False)
     with pytest.warns(UserWarning, match="no bfloat16 matrix instructions"):
@@ -189,11 +190,11 @@ def test_bfloat16_on_a_cpu_without_bf16_instructions_warns(monkeypatch) -> None:
 def test_cpu_bf16_probe_reads_the_cpu_flags(monkeypatch, tmp_path) -> None:
     import builtins
 
-    from gru4rec.kernels import cpu as cpu_ops
+    from gru4rec.kernels import cpu_features
 
     real_open = builtins.open
     for flags, expected in (("fpu avx2 avx512f avx512_bf16", True), ("fpu avx2 amx_bf16 amx_tile", True), ("fpu avx2 avx512f", False)):
         fake = tmp_path / "cpuinfo"
         fake.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
         monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(fake if path == "/proc/cpuinfo" else path, *a, **k))
-        assert cpu_ops.cpu_has_bf16_matmul() is expected, flags
+        assert cpu_features.cpu_has_bf16_matmul() is expected, flags

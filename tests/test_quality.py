@@ -22,7 +22,7 @@ def test_gru4rec_clearly_beats_popularity_on_synthetic_data(split) -> None:
     train, test = split
     assert len(test) > 500
     model = GRU4Rec("layers=64,batch_size=32,n_sample=256,n_epochs=3,learning_rate=0.1,momentum=0.2,logq=1.0", device="cpu")
-    model.fit(train, progress=False, log=None)
+    model.fit(train, progress=False)
     gru = evaluate(model, test, cutoffs=(5, 20), mode="conservative")
     pop = evaluate(Pop().fit(train), test, cutoffs=(5, 20), mode="conservative")
     assert gru.n_predictions == pop.n_predictions > 0

@@ -1,4 +1,4 @@
-"""Negative sampler (spec §4): frequencies ∝ support^alpha, store redrawn when used up."""
+"""Negative sampler (docs/behaviour.md §4): frequencies ∝ support^alpha, store redrawn when used up."""
 from __future__ import annotations
 
 import numpy as np

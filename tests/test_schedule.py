@@ -1,4 +1,4 @@
-"""Session-parallel schedule (spec §3) against a plain reference simulation and a hand-made case."""
+"""Session-parallel schedule (docs/behaviour.md §3) against a plain reference simulation and a hand-made case."""
 from __future__ import annotations
 
 import numpy as np
@@ -98,7 +98,7 @@ def test_build_schedule_items_targets_resets(batch_size: int, n_sample: int) -> 
             assert inputs[t, slot] == items[i] and targets[t, slot] == items[j]
             assert reset[t, slot] == rs, (t, slot)
         np.testing.assert_array_equal(active[t], exp_active)
-        # Inactive slots carry the first active slot's items and never reset (§3: they do not exist).
+        # Inactive slots carry the first active slot's items and never reset (docs/behaviour.md §3: they do not exist).
         first = int(np.argmax(exp_active))
         assert (inputs[t, ~exp_active] == inputs[t, first]).all() and (targets[t, ~exp_active] == targets[t, first]).all()
         assert not reset[t, ~exp_active].any()

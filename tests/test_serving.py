@@ -16,7 +16,7 @@ torch.set_num_threads(1)
 def model() -> GRU4Rec:
     events = generate(n_sessions=300, n_items=40, seed=2)
     return GRU4Rec("layers=12/8,batch_size=8,n_sample=16,n_epochs=1,sample_store_size=160", device="cpu").fit(
-        events, progress=False, log=None
+        events, progress=False
     )
 
 

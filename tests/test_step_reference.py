@@ -1,4 +1,4 @@
-"""One training step of the torch engine against the independent NumPy reference (spec §2–§6).
+"""One training step of the torch engine against the independent NumPy reference (docs/behaviour.md §2–§6).
 
 The engine runs in float64 here, so loss values, hidden states, updated parameters and optimiser
 state must agree to near machine precision (the reference's gradients come from central finite
@@ -16,7 +16,7 @@ import numpy_reference as ref
 from gru4rec.config import Config
 from gru4rec.training.losses import make_loss
 from gru4rec.model import GRU4RecNet
-from gru4rec.training.loop import Trainer
+from gru4rec.training.trainer import Trainer
 from test_model import MODES, load_params, net_to_params
 
 torch.set_num_threads(1)
@@ -364,7 +364,7 @@ def test_float32_engine_two_steps(loss: str, final_act: str, kw: dict) -> None:
 
 @pytest.mark.parametrize("lmbd", [0.0, 0.05])
 def test_inactive_slot_touches_no_row_of_its_own(lmbd: float) -> None:
-    """Shrinking semantics (§3): an inactive slot does not exist, so no row beyond those of the
+    """Shrinking semantics (docs/behaviour.md §3): an inactive slot does not exist, so no row beyond those of the
     active slots and the samples may change (nor its momentum). The schedule gives the inactive
     slot the first active slot's items (tested in test_schedule); here the slot's former items,
     11 and 6 (both used in step 1, so with momentum to decay), must stay as they were."""

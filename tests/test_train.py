@@ -13,7 +13,8 @@ from gru4rec.data import ItemMap, item_support, sessions_from_events
 from gru4rec.datasets.synthetic import generate
 from gru4rec.errors import Gru4RecError, ModelFileError, TrainingDivergedError
 from gru4rec.model import GRU4RecNet
-from gru4rec.training.loop import Trainer, reorder, train_epochs
+from gru4rec.training.loop import reorder, train_epochs
+from gru4rec.training.trainer import Trainer
 
 torch.set_num_threads(1)
 
@@ -43,7 +44,7 @@ def epoch_losses(events: pd.DataFrame, params: str, *, reference: bool, device: 
             for p in net.parameters():
                 p.mul_(1.0 + jitter)
     trainer = Trainer(net, cfg, support, reference=reference)
-    return [s.loss for s in train_epochs(trainer, sessions.items, sessions.offsets, progress=False, log=None)]
+    return [s.loss for s in train_epochs(trainer, sessions.items, sessions.offsets, progress=False)]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -108,7 +109,7 @@ def test_both_duplicate_row_methods_train_the_same_model(events: pd.DataFrame) -
     nets = []
     for unique_rows in (True, False):
         net = GRU4RecNet(len(item_map), cfg, generator=torch.Generator().manual_seed(0)).double()
-        list(train_epochs(Trainer(net, cfg, support, unique_rows=unique_rows), sessions.items, sessions.offsets, progress=False, log=None))
+        list(train_epochs(Trainer(net, cfg, support, unique_rows=unique_rows), sessions.items, sessions.offsets, progress=False))
         nets.append(net)
     for (name, a), b in zip(nets[0].state_dict().items(), nets[1].state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12, msg=name)
@@ -124,7 +125,7 @@ def test_epoch_loss_is_the_active_row_weighted_mean_of_step_losses(events: pd.Da
         net = GRU4RecNet(len(item_map), cfg, generator=torch.Generator().manual_seed(1)).double()
         return Trainer(net, cfg, support)
 
-    (stats,) = train_epochs(fresh(), sessions.items, sessions.offsets, progress=False, log=None)
+    (stats,) = train_epochs(fresh(), sessions.items, sessions.offsets, progress=False)
     trainer = fresh()
     trainer.net.train()
     sch = build_schedule(sessions.items, sessions.offsets, cfg.batch_size, cfg.n_sample, "cpu", torch.float64)
@@ -136,7 +137,7 @@ def test_epoch_loss_is_the_active_row_weighted_mean_of_step_losses(events: pd.Da
 def test_divergence_stops_with_a_clear_error(events: pd.DataFrame) -> None:
     model = GRU4Rec(small("loss=bpr-max,final_act=linear,learning_rate=1e30,momentum=0.9"), device="cpu")
     with pytest.raises(TrainingDivergedError) as info:
-        model.fit(events, progress=False, log=None)
+        model.fit(events, progress=False)
     message = str(info.value)
     assert "epoch 1 at step" in message and "learning_rate" in message and "momentum" in message
 
@@ -154,43 +155,74 @@ def test_callback_sees_every_epoch_and_can_stop_training(events: pd.DataFrame) -
             raise Stop
 
     with pytest.raises(Stop):
-        GRU4Rec(small("n_epochs=5"), device="cpu").fit(events, callback=callback, progress=False, log=None)
+        GRU4Rec(small("n_epochs=5"), device="cpu").fit(events, callback=callback, progress=False)
     assert [e for e, _, _ in seen] == [1, 2] and [n for _, _, n in seen] == [1, 2]
     assert all(np.isfinite(loss) for _, loss, _ in seen)
 
 
-def test_per_epoch_line_has_the_original_shape(events: pd.DataFrame) -> None:
-    lines: list[str] = []
-    GRU4Rec(small("n_epochs=1"), device="cpu").fit(events, progress=False, log=lines.append)
+def test_per_epoch_line_has_the_original_shape(events: pd.DataFrame, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    GRU4Rec(small("n_epochs=1"), device="cpu").fit(events, progress=False)
+    lines = capsys.readouterr().out.splitlines()  # logged at INFO: the default handler prints it
     assert len(lines) == 1
     import re
 
     assert re.fullmatch(r"Epoch1 --> loss: \d+\.\d{6} \t\(\d+\.\d{2}s\) \t\[\d+\.\d{2} mb/s \| \d+ e/s\]", lines[0]), lines[0]
 
 
+def test_per_epoch_line_is_logged_at_info_by_the_training_loop(events: pd.DataFrame, capsys: pytest.CaptureFixture[str]) -> None:
+    """The epoch lines come from the gru4rec.training.loop logger at INFO (the library prints
+    nothing itself), so quieting gru4rec.training silences them and nothing else."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    collect = Collect()
+    package = logging.getLogger("gru4rec")
+    package.addHandler(collect)
+    training = logging.getLogger("gru4rec.training")
+    level = training.level
+    try:
+        GRU4Rec(small("n_epochs=2"), device="cpu").fit(events, progress=False)
+        assert [(r.name, r.levelno) for r in records] == [("gru4rec.training.loop", logging.INFO)] * 2
+        assert [r.getMessage().split(" -->")[0] for r in records] == ["Epoch1", "Epoch2"]
+        capsys.readouterr()
+        training.setLevel(logging.WARNING)
+        GRU4Rec(small("n_epochs=1"), device="cpu").fit(events, progress=False)
+        assert len(records) == 2 and capsys.readouterr().out == ""
+    finally:
+        package.removeHandler(collect)
+        training.setLevel(level)
+
+
 def test_same_seed_same_model_other_seed_other_model(events: pd.DataFrame) -> None:
     params = small("dropout_p_hidden=0.4,dropout_p_embed=0.2,train_random_order=True")
-    a = GRU4Rec(params, device="cpu").fit(events, progress=False, log=None)
-    b = GRU4Rec(params, device="cpu").fit(events, progress=False, log=None)
-    c = GRU4Rec(params.replace(seed=7), device="cpu").fit(events, progress=False, log=None)
+    a = GRU4Rec(params, device="cpu").fit(events, progress=False)
+    b = GRU4Rec(params, device="cpu").fit(events, progress=False)
+    c = GRU4Rec(params.replace(seed=7), device="cpu").fit(events, progress=False)
     assert [s.loss for s in a.history] == [s.loss for s in b.history]
     for name, p in a.net.state_dict().items():
         assert torch.equal(p, b.net.state_dict()[name]), name
     assert not torch.equal(a.net.Wy, c.net.Wy)
 
 
-def test_killed_run_resumes_to_the_uninterrupted_model(events: pd.DataFrame, tmp_path) -> None:
+def test_killed_run_resumes_to_the_uninterrupted_model(events: pd.DataFrame, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     params = small("n_epochs=3,momentum=0.3,dropout_p_hidden=0.2,train_random_order=True,sample_store_size=100")
-    full = GRU4Rec(params, device="cpu").fit(events, progress=False, log=None)
+    full = GRU4Rec(params, device="cpu").fit(events, progress=False)
 
     def kill_after_two(info) -> None:
         if info.epoch == 2:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        GRU4Rec(params, device="cpu").fit(events, callback=kill_after_two, checkpoint_dir=tmp_path, progress=False, log=None)
-    lines: list[str] = []
-    resumed = GRU4Rec(params, device="cpu").fit(events, checkpoint_dir=tmp_path, resume=True, progress=False, log=lines.append)
+        GRU4Rec(params, device="cpu").fit(events, callback=kill_after_two, checkpoint_dir=tmp_path, progress=False)
+    capsys.readouterr()
+    resumed = GRU4Rec(params, device="cpu").fit(events, checkpoint_dir=tmp_path, resume=True, progress=False)
+    lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("Resuming from") and "after epoch 2" in lines[0]
     assert [s.epoch for s in resumed.history] == [3]
     assert resumed.history[0].loss == full.history[2].loss
@@ -199,21 +231,21 @@ def test_killed_run_resumes_to_the_uninterrupted_model(events: pd.DataFrame, tmp
 
 
 def test_resume_can_extend_a_finished_run(events: pd.DataFrame, tmp_path) -> None:
-    three = GRU4Rec(small("n_epochs=3"), device="cpu").fit(events, progress=False, log=None)
-    GRU4Rec(small("n_epochs=2"), device="cpu").fit(events, checkpoint_dir=tmp_path, progress=False, log=None)
-    more = GRU4Rec(small("n_epochs=3"), device="cpu").fit(events, checkpoint_dir=tmp_path, resume=True, progress=False, log=None)
+    three = GRU4Rec(small("n_epochs=3"), device="cpu").fit(events, progress=False)
+    GRU4Rec(small("n_epochs=2"), device="cpu").fit(events, checkpoint_dir=tmp_path, progress=False)
+    more = GRU4Rec(small("n_epochs=3"), device="cpu").fit(events, checkpoint_dir=tmp_path, resume=True, progress=False)
     assert more.epochs_trained == 3 and [s.epoch for s in more.history] == [3]
     assert torch.equal(more.net.Wy, three.net.Wy)
 
 
 def test_resume_refuses_other_hyperparameters_or_data(events: pd.DataFrame, tmp_path) -> None:
-    GRU4Rec(small("n_epochs=1"), device="cpu").fit(events, checkpoint_dir=tmp_path, progress=False, log=None)
+    GRU4Rec(small("n_epochs=1"), device="cpu").fit(events, checkpoint_dir=tmp_path, progress=False)
     with pytest.raises(ModelFileError, match=r"other hyperparameters \(learning_rate\)"):
-        GRU4Rec(small("n_epochs=1,learning_rate=0.1"), device="cpu").fit(events, checkpoint_dir=tmp_path, resume=True, progress=False, log=None)
+        GRU4Rec(small("n_epochs=1,learning_rate=0.1"), device="cpu").fit(events, checkpoint_dir=tmp_path, resume=True, progress=False)
     with pytest.raises(ModelFileError, match="other training data"):
-        GRU4Rec(small("n_epochs=1"), device="cpu").fit(events.iloc[:-50], checkpoint_dir=tmp_path, resume=True, progress=False, log=None)
+        GRU4Rec(small("n_epochs=1"), device="cpu").fit(events.iloc[:-50], checkpoint_dir=tmp_path, resume=True, progress=False)
     with pytest.raises(Gru4RecError, match="checkpoint_dir"):
-        GRU4Rec(small(), device="cpu").fit(events, resume=True, progress=False, log=None)
+        GRU4Rec(small(), device="cpu").fit(events, resume=True, progress=False)
 
 
 def test_reorder_moves_whole_sessions() -> None:
@@ -227,8 +259,8 @@ def test_reorder_moves_whole_sessions() -> None:
 def test_time_sort_false_trains_in_session_id_order(events: pd.DataFrame) -> None:
     # Reverse the ids' order against time: the two orders then differ, and so do the models.
     flipped = events.assign(SessionId=events["SessionId"].max() - events["SessionId"])
-    by_time = GRU4Rec(small("n_epochs=1"), device="cpu").fit(flipped, progress=False, log=None)
-    by_id = GRU4Rec(small("n_epochs=1,time_sort=False"), device="cpu").fit(flipped, progress=False, log=None)
+    by_time = GRU4Rec(small("n_epochs=1"), device="cpu").fit(flipped, progress=False)
+    by_id = GRU4Rec(small("n_epochs=1,time_sort=False"), device="cpu").fit(flipped, progress=False)
     assert by_time.history[0].n_events == by_id.history[0].n_events
     assert by_time.history[0].loss != by_id.history[0].loss
 
@@ -236,7 +268,7 @@ def test_time_sort_false_trains_in_session_id_order(events: pd.DataFrame) -> Non
 def test_no_trainable_session_is_a_clear_error() -> None:
     single = pd.DataFrame({"SessionId": [1, 2, 3], "ItemId": [5, 6, 7], "Time": [1.0, 2.0, 3.0]})
     with pytest.raises(Gru4RecError, match="no session of length 2"):
-        GRU4Rec(small(), device="cpu").fit(single, progress=False, log=None)
+        GRU4Rec(small(), device="cpu").fit(single, progress=False)
 
 
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="glibc's mallopt is Linux-only")
@@ -246,13 +278,13 @@ def test_cpu_allocator_tuning_applies_once_and_can_be_switched_off(env: str, exp
     import subprocess
     import sys
 
-    code = "from gru4rec.kernels.cpu import keep_freed_memory as k; print(k(), k())"
+    code = "from gru4rec.kernels.memory import keep_freed_memory as k; print(k(), k())"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "GRU4REC_MALLOPT": env}, capture_output=True, text=True, check=True)
     assert out.stdout.split() == [expected, expected]
 
 
 def test_counter_driven_step_of_the_cuda_graph_path_trains_like_the_plain_loop(events: pd.DataFrame) -> None:
-    """gpu_ops captures a step that reads its inputs through device counters; run uncaptured on
+    """gru4rec.kernels.gpu captures a step that reads its inputs through device counters; run uncaptured on
     the CPU, that form must give exactly the plain loop's step losses — sample-store redraws
     (store of 3 rows) and dropout included."""
     from gru4rec.kernels.gpu import counter_driven_step

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -137,13 +136,7 @@ def train_model(
     model = GRU4Rec(config, device=device, precision=precision)
     reset_device_memory_peak(model)
     start = time.perf_counter()
-    fit_kwargs: dict[str, Any] = {}
-    # Transitional: while `fit` still takes a `log=` callable (print by default), hand it the
-    # logger so that its lines follow the command line's routing. Once `fit` logs by itself
-    # (its `log=` parameter removed), nothing is passed and this test is moot.
-    if "log" in inspect.signature(model.fit).parameters:
-        fit_kwargs["log"] = log.info
-    model.fit(data, checkpoint_dir=checkpoint_dir, resume=resume, progress=True, **fit_kwargs)
+    model.fit(data, checkpoint_dir=checkpoint_dir, resume=resume, progress=True)
     elapsed = time.perf_counter() - start
     log.info("Training took %.2fs on %s (%d items)", elapsed, model.device, len(model.item_map))
     log_device_memory(model, "training")

@@ -1,109 +1,28 @@
-"""CPU fast paths: fused kernels for the optimiser's row updates (:func:`cpu_kernels`); keep
-freed tensor memory for reuse instead of handing it back to the system; know whether the CPU
-multiplies bfloat16 matrices natively (for ``precision='bfloat16'``).
+"""The fused CPU kernels of the training step (``cpu_kernels.c``) on tensors.
 
-Fused kernels
--------------
 Eager PyTorch updates the rows of an item table as a chain of whole-tensor operations (gather
 each state table, five or six passes, scatter each back): a dozen passes over memory and as many
 operator calls per table and step, where one pass suffices. ``cpu_kernels.c`` does that one pass
-(and makes rows unique, and sums score columns per item) in plain C with OpenMP. It is compiled
-on first use with the system's C compiler (``$CC``, else ``cc``; well under a second) into a cache
-(``$GRU4REC_CACHE_DIR``, else ``$XDG_CACHE_HOME/gru4rec`` or ``~/.cache/gru4rec``), keyed by the
-source, the flags, the compiler and the CPU, and loaded with ctypes. Where no compiler works, training warns
-once and runs the PyTorch path, which gives the same results more slowly;
+(and makes rows unique, sums and spreads score columns per item, runs the GRU cell's elementwise
+work and the XE/BPR-max losses) in plain C with OpenMP. It is built on first use
+(:mod:`gru4rec.kernels.build`) and loaded with ctypes by :func:`cpu_kernels`. Where no compiler
+works, training warns once and runs the PyTorch path, which gives the same results more slowly;
 ``GRU4REC_CPU_KERNELS=0`` turns the kernels off.
-
-Freed memory
-------------
-PyTorch's CPU allocator calls ``malloc``/``free`` directly. glibc serves large requests (over a
-dynamic threshold of 128 KiB to 32 MiB) with fresh ``mmap`` regions and unmaps them on ``free``, so
-a temporary of a few megabytes — a step's score matrix, its gathered item rows, the optimiser's
-scratch over the dense weights — costs a page fault per 4 KiB page *every step*. Measured on the
-rsc15 configuration (2 cores), that was half of the step's time (2.3 ms → 1.1 ms per step).
-
-:func:`keep_freed_memory` raises glibc's mmap and trim thresholds once per process, so these
-blocks are recycled from the heap like small ones. It is what the usual advice of preloading
-jemalloc/tcmalloc for PyTorch on CPUs achieves, without preloading anything. It changes nothing
-but the allocator's thresholds (the process keeps up to ~1 GiB of freed memory for reuse), applies
-only to glibc on Linux, and is skipped with ``GRU4REC_MALLOPT=0``.
 """
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import platform
-import shutil
-import subprocess
-import sys
-import tempfile
 import warnings
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-__all__ = ["CpuKernels", "cpu_kernels", "keep_freed_memory", "cpu_has_bf16_matmul"]
+from gru4rec.kernels.build import KernelBuildError, build_library
 
-_M_TRIM_THRESHOLD = -1
-_M_TOP_PAD = -2
-_M_MMAP_THRESHOLD = -3
-_MMAP_THRESHOLD_MAX = 32 << 20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit systems
+__all__ = ["CpuKernels", "KernelBuildError", "TableUpdate", "cpu_kernels", "load_kernels"]
 
-_done: bool | None = None
-
-
-def keep_freed_memory() -> bool:
-    """Raise glibc's mmap/trim thresholds (once per process). Returns whether they are set."""
-    global _done
-    if _done is not None:
-        return _done
-    _done = False
-    if not sys.platform.startswith("linux") or os.environ.get("GRU4REC_MALLOPT", "1") == "0":
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (e.g. musl): leave the allocator alone
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    _done = bool(
-        mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
-        and mallopt(_M_TRIM_THRESHOLD, 1 << 30)
-        and mallopt(_M_TOP_PAD, 64 << 20)
-    )
-    return _done
-
-
-def cpu_has_bf16_matmul() -> bool | None:
-    """Whether the CPU has bfloat16 matrix instructions (AVX-512 BF16 or AMX-BF16), which make
-    bfloat16 products several times faster than float32 ones; without them bfloat16 products are
-    emulated and slower. None where it cannot be told (not Linux)."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        return None
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# Fused kernels (cpu_kernels.c)
-
-_SOURCE = Path(__file__).with_name("cpu_kernels.c")
-#: Compiler flag sets tried in order: the first that builds is used (a compiler without OpenMP,
-#: such as Apple clang, still builds the single-threaded kernels).
-_FLAG_SETS = (
-    ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"],
-    ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"],
-    ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd"],
-    ["-O3", "-fno-math-errno", "-fno-trapping-math"],
-)
 #: Optimiser methods as cpu_kernels.c numbers them.
 METHODS = {"sgd": 0, "adagrad": 1, "rmsprop": 2, "adadelta": 3, "adam": 4}
 
@@ -266,7 +185,7 @@ class CpuKernels:
         self._gather_columns(n_rows, n_src, n_cols, s.data_ptr(), group.data_ptr(), bias.data_ptr(), out.data_ptr())
         return out
 
-    # The GRU cell with a tanh candidate (layouts of train.py: rz = [r | z], dv = [cand | r | z]).
+    # The GRU cell with a tanh candidate (layouts of gru4rec/training/cell.py: rz = [r | z], dv = [cand | r | z]).
 
     def gru_gates(self, a: Tensor, h: Tensor) -> Tensor:
         """``a`` (B × 2n reset and update pre-activations) becomes ``rz = sigmoid(a)`` in place;
@@ -392,75 +311,11 @@ def cpu_kernels() -> CpuKernels | None:
     return _kernels
 
 
-class KernelBuildError(RuntimeError):
-    """The kernels could not be compiled or loaded."""
-
-
-def kernel_cache_dir() -> Path:
-    """Where built kernels are kept: ``$GRU4REC_CACHE_DIR``, else ``$XDG_CACHE_HOME/gru4rec``
-    or ``~/.cache/gru4rec``."""
-    if os.environ.get("GRU4REC_CACHE_DIR"):
-        return Path(os.environ["GRU4REC_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gru4rec"
-
-
 def load_kernels(cache_dir: Path | None = None, compiler: str | None = None) -> CpuKernels:
     """Build ``cpu_kernels.c`` (unless the cache has this build) and load it. Raises
     :class:`KernelBuildError` saying why when it cannot."""
-    cc = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not cc:
-        raise KernelBuildError("no C compiler found: set CC")
-    cache = Path(cache_dir) if cache_dir is not None else kernel_cache_dir()
-    source = _SOURCE.read_bytes()
-    parts = [source, repr(_FLAG_SETS).encode(), cc.encode(), platform.machine().encode(), _cpu_flags().encode()]
-    key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
-    target = cache / f"cpu_kernels-{key}.so"
-    if not target.exists():
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise KernelBuildError(f"cannot create the kernel cache {cache}: {exc.strerror}") from None
-        _compile(cc, cache, target)
+    target = build_library(cache_dir, compiler)
     try:
         return CpuKernels(ctypes.CDLL(str(target)), target)
     except (OSError, AttributeError) as exc:
         raise KernelBuildError(f"cannot load {target}: {exc}") from None
-
-
-def _compile(cc: str, cache: Path, target: Path) -> None:
-    """Compile into a private file next to ``target``, then rename it into place (atomic: a
-    concurrent process sees either no file or a whole one)."""
-    errors = []
-    for flags in _FLAG_SETS:
-        try:
-            fd, tmp = tempfile.mkstemp(dir=cache, prefix=".build-", suffix=".so")
-        except OSError as exc:
-            raise KernelBuildError(f"cannot write to the kernel cache {cache}: {exc.strerror}") from None
-        os.close(fd)
-        try:
-            done = subprocess.run(
-                [cc, *flags, "-fPIC", "-shared", str(_SOURCE), "-o", tmp, "-lm"],
-                capture_output=True, text=True, timeout=300,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            os.unlink(tmp)
-            raise KernelBuildError(f"cannot run the C compiler {cc!r}: {exc}") from None
-        if done.returncode == 0:
-            os.replace(tmp, target)
-            return
-        os.unlink(tmp)
-        errors.append(f"{cc} {' '.join(flags)}: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
-    raise KernelBuildError("; ".join(errors))
-
-
-def _cpu_flags() -> str:
-    """The CPU's feature flags (``-march=native`` builds for them), or '' where unknown."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()

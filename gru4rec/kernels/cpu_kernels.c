@@ -1,10 +1,10 @@
-/* Fused CPU kernels of the training step (see cpu_ops.py, which compiles and loads this file).
+/* Fused CPU kernels of the training step (build.py beside it compiles this file, cpu.py loads it).
  *
  * Eager PyTorch runs the optimiser's rules as a chain of whole-tensor operations: at the rows of
  * an item table that is a gather of each state table, five or six passes over the gathered rows
  * and a scatter back of each — about a dozen passes over memory and as many operator calls per
  * table and step. Here each row is read and written once. The arithmetic is the same as
- * gru4rec/optim.py (the PyTorch path, which the tests hold these kernels to); only rounding may
+ * gru4rec/training/optim.py (the PyTorch path, which the tests hold these kernels to); only rounding may
  * differ (the compiler may fuse a multiply and an add).
  *
  * float32 tables, int64 indices, C-contiguous buffers: the Python wrappers check all of this.
@@ -356,7 +356,7 @@ void g4r_bpr_max(int64_t B, int64_t C, const float *r, const float *valid, const
 /* ------------------------------------------------------------------------------------------
  * The GRU cell's elementwise work (tanh candidate activation), between its matrix products:
  * PyTorch spends an operator call and a pass over memory on each of the ~20 operations of a
- * layer's forward and backward pass; here they are four passes. Layouts as in train.py: the
+ * layer's forward and backward pass; here they are four passes. Layouts as in gru4rec/training/cell.py: the
  * layer's pre-activations v = [candidate | reset | update] (B × 3n), rz = [r | z] (B × 2n).
  */
 

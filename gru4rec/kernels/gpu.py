@@ -6,9 +6,11 @@ A GRU4Rec step is a few dozen small kernels; launched one by one from Python, th
 the host (the official PyTorch port runs ≈320 mb/s whatever the batch or layer size — the mark
 of launch overhead). The training step is written so that it can be captured once and replayed:
 
-* fixed shapes: the batch never shrinks (inactive slots are masked, see ``batching.py``);
+* fixed shapes: the batch never shrinks (inactive slots are masked, see
+  ``gru4rec/training/batching.py``);
 * no host sync: nothing in the step reads a device value on the host; duplicate rows of the
-  item tables are merged through a scratch table (``optim.py``), not ``torch.unique``;
+  item tables are merged through a scratch table (``gru4rec/training/optim.py``), not
+  ``torch.unique``;
 * inputs by position: the captured step reads its schedule row and its sample-store row through
   two device counters, filled before each replay (two tiny kernels, no copies);
 * RNG: dropout draws from the trainer's own generator, registered with the graph so that each
@@ -17,21 +19,72 @@ of launch overhead). The training step is written so that it can be captured onc
 The first steps of an epoch run eagerly on a side stream (CUDA libraries initialise their
 workspaces there), then the step is captured; if anything about capture fails, the epoch simply
 continues eagerly with a warning. Set ``GRU4REC_CUDA_GRAPHS=0`` to turn replay off.
+
+This module knows the trainer and the schedule only by what it uses of them (:class:`StepTrainer`,
+:class:`StepSchedule`): it imports nothing of :mod:`gru4rec.training`.
 """
 from __future__ import annotations
 
 import os
 import warnings
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:  # imports for annotations only: keeps this module import-light
-    from gru4rec.training.batching import Schedule
-    from gru4rec.training.loop import Trainer
+__all__ = ["StepSchedule", "StepTrainer", "counter_driven_step", "cuda_graphs_enabled", "graphed_epoch_runner"]
 
-__all__ = ["counter_driven_step", "cuda_graphs_enabled", "graphed_epoch_runner"]
+
+class SampleRows(Protocol):
+    """A store of negative samples read one row per step (``gru4rec.training.sampling.SampleStore``)."""
+
+    @property
+    def store(self) -> Tensor:
+        """The rows (n_rows × S), redrawn in place: their storage never moves."""
+        ...
+
+    def advance(self) -> int:
+        """The index of the row for the next step (redraws the store when it is used up)."""
+        ...
+
+
+class StepTrainer(Protocol):
+    """What graph replay uses of a trainer (``gru4rec.training.trainer.Trainer``)."""
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def sampler(self) -> SampleRows | None: ...
+
+    @property
+    def uses_dropout(self) -> bool: ...
+
+    @property
+    def dropout_gen(self) -> torch.Generator: ...
+
+    def train_step(self, inputs: Tensor, targets: Tensor, active: Tensor, keep: Tensor, samples: Tensor | None = None) -> Tensor:
+        """One step over the B slots; returns the loss (0-dim device tensor)."""
+        ...
+
+
+class StepSchedule(Protocol):
+    """An epoch's steps as device tensors, row t for step t (``gru4rec.training.batching.Schedule``)."""
+
+    @property
+    def inputs(self) -> Tensor: ...
+
+    @property
+    def targets(self) -> Tensor: ...
+
+    @property
+    def active(self) -> Tensor: ...
+
+    @property
+    def keep(self) -> Tensor: ...
+
+    @property
+    def n_steps(self) -> int: ...
 
 WARMUP_STEPS = 3
 
@@ -42,8 +95,8 @@ def cuda_graphs_enabled(device: torch.device) -> bool:
 
 
 def counter_driven_step(
-    trainer: "Trainer",
-    schedule: "Schedule",
+    trainer: StepTrainer,
+    schedule: StepSchedule,
     accumulate: Callable[[Tensor, Tensor], None],
 ) -> tuple[Callable[[int], None], Callable[[], None]]:
     """The training step in the form a CUDA graph can capture: ``body()`` reads its schedule row
@@ -76,8 +129,8 @@ def counter_driven_step(
 
 
 def graphed_epoch_runner(
-    trainer: "Trainer",
-    schedule: "Schedule",
+    trainer: StepTrainer,
+    schedule: StepSchedule,
     accumulate: Callable[[Tensor, Tensor], None],
 ) -> Callable[[int], None] | None:
     """A function ``run(t)`` doing step ``t`` of the epoch by graph replay, or None when the step
@@ -120,7 +173,7 @@ def graphed_epoch_runner(
     return run
 
 
-def _capture(body: Callable[[], None], trainer: "Trainer") -> torch.cuda.CUDAGraph:
+def _capture(body: Callable[[], None], trainer: StepTrainer) -> torch.cuda.CUDAGraph:
     """Capture ``body`` (which must not have side effects before replay: capture only records)."""
     torch.cuda.synchronize(trainer.device)
     graph = torch.cuda.CUDAGraph()

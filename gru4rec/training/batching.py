@@ -1,4 +1,4 @@
-"""The session-parallel schedule of an epoch (spec §3), computed once and held on the device.
+"""The session-parallel schedule of an epoch (docs/behaviour.md §3), computed once and held on the device.
 
 B slots each step through one session; a session of length n occupies its slot for n − 1 steps
 (input = item k, target = item k + 1). When a slot's session ends, the next unused session (in

@@ -1,13 +1,17 @@
-"""The six training losses of GRU4Rec (spec §5), on a fixed-shape score matrix with masks.
+"""The six training losses of GRU4Rec (docs/behaviour.md §5), on a fixed-shape score matrix with masks.
 
 The training step scores B rows against C = B + S candidate columns: the B in-batch targets
 (row i's positive is column i) followed by S shared samples. At the tail of an epoch some rows
-are inactive (spec §3): an inactive row contributes nothing, and its target column is neither a
-candidate nor a negative for anybody. The masks make the fixed shape compute exactly what the
-shrinking batch of the original computes, so the shape never changes (and CUDA graphs can be
-captured).
+are inactive (docs/behaviour.md §3): an inactive row contributes nothing, and its target column
+is neither a candidate nor a negative for anybody. The masks make the fixed shape compute exactly
+what the shrinking batch of the original computes, so the shape never changes (and CUDA graphs
+can be captured).
 
 Every loss is a sum over the active rows divided by the *configured* batch size.
+
+:func:`make_loss` is the loss as autograd sees it (the reference step's); :func:`make_loss_grad`
+is the loss with its gradient dL/dscores written out (the fast step's), held to it by tests, and
+:func:`fused_loss_grad` the same for the two losses the fused CPU kernels compute.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from torch import Tensor
 from gru4rec.config import Config
 from gru4rec.kernels.cpu import CpuKernels
 
-__all__ = ["MASK", "make_loss", "LossFn"]
+__all__ = ["MASK", "LossFn", "LossGradFn", "fused_loss_grad", "make_loss", "make_loss_grad", "masks_through_bias"]
 
 #: Added to the logits of masked columns: finite (no inf·0 = NaN anywhere), yet exp() underflows to 0.
 MASK = -1e30
@@ -56,7 +60,7 @@ def make_loss(config: Config) -> LossFn:
 
         def xe(raw: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> Tensor:
             logp = torch.log_softmax(raw + (1.0 - col_valid) * MASK, dim=1)
-            # cross-entropy is -log(softmax + 1e-24) as specified; xe_logit is -log_softmax.
+            # cross-entropy is -log(softmax + 1e-24), as in the original; xe_logit is -log_softmax.
             nll = -logp if logit_form else -torch.log(torch.exp(logp) + EPS)
             per_row = _positives(nll)
             if smoothing > 0:
@@ -114,17 +118,23 @@ def make_loss(config: Config) -> LossFn:
 LossGradFn = Callable[[Tensor, Tensor, Tensor, Tensor], "tuple[Tensor, Tensor]"]
 
 
-def make_loss_grad(config: Config, kernels: CpuKernels | None = None) -> LossGradFn:
-    """The loss and dL/dx for the config's loss, matching :func:`make_loss`. With ``kernels``
-    (float32 scores on the CPU), cross-entropy without smoothing and BPR-max run as fused
-    kernels; the fused cross-entropy overwrites its scores ``x`` with the gradient."""
+def masks_through_bias(config: Config) -> bool:
+    """Whether the config's loss takes its masked columns through the scores' bias (MASK added
+    there, see :data:`LossGradFn`): the cross-entropy losses."""
+    return config.loss in ("cross-entropy", "xe_logit")
+
+
+def fused_loss_grad(config: Config, kernels: CpuKernels) -> LossGradFn | None:
+    """The loss and dL/dx by the fused CPU kernels (float32 scores on the CPU) where they have
+    the config's loss — cross-entropy without smoothing and BPR-max — else None. The fused
+    cross-entropy overwrites its scores ``x`` with the gradient."""
     inv_b = 1.0 / float(config.batch_size)
     smoothing = float(config.smoothing)
     bpreg = float(config.bpreg)
     loss = config.loss
     act = config.final_activation
 
-    if kernels is not None and loss in ("cross-entropy", "xe_logit") and smoothing <= 0:
+    if loss in ("cross-entropy", "xe_logit") and smoothing <= 0:
         logit_form = loss == "xe_logit"
 
         def xe_fused(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
@@ -132,7 +142,7 @@ def make_loss_grad(config: Config, kernels: CpuKernels | None = None) -> LossGra
 
         return xe_fused
 
-    if kernels is not None and loss == "bpr-max":
+    if loss == "bpr-max":
 
         elu_alpha = act.params[0] if act.name == "elu" else None  # elu's derivative goes into the kernel
 
@@ -145,6 +155,24 @@ def make_loss_grad(config: Config, kernels: CpuKernels | None = None) -> LossGra
             return loss_value, grad
 
         return bpr_max_fused
+
+    return None
+
+
+def make_loss_grad(config: Config, kernels: CpuKernels | None = None) -> LossGradFn:
+    """The loss and dL/dx for the config's loss, matching :func:`make_loss`. With ``kernels``,
+    the fused version where there is one (:func:`fused_loss_grad`)."""
+    fused = fused_loss_grad(config, kernels) if kernels is not None else None
+    return fused if fused is not None else _loss_grad(config)
+
+
+def _loss_grad(config: Config) -> LossGradFn:
+    """The PyTorch loss gradients (the code the fused kernels are tested against)."""
+    inv_b = 1.0 / float(config.batch_size)
+    smoothing = float(config.smoothing)
+    bpreg = float(config.bpreg)
+    loss = config.loss
+    act = config.final_activation
 
     if loss in ("cross-entropy", "xe_logit"):
         # L_i = Σ_j t_ij·(−log(p_ij + ε)) with t = (1 − e·n/(n−1))·[j = i] + e/(n−1)·valid_j;

@@ -1,4 +1,4 @@
-"""GRU4Rec's optimisers (spec §6) with lazy updates of the item tables.
+"""GRU4Rec's optimisers (docs/behaviour.md §6) with lazy updates of the item tables.
 
 Every method first turns the gradient g into a step direction ĝ (``adapt``), then applies
 classical momentum and L2 in one rule shared by all methods:
@@ -27,6 +27,8 @@ is a handful of operations however many layers there are.
 On the CPU (float32, unique rows) the rules run as fused kernels (:mod:`gru4rec.kernels.cpu`): one
 pass over each updated row or over the flat buffer instead of a dozen operations; the PyTorch
 code below is the same rule, used where the kernels do not apply and held equal to them by tests.
+Which one runs, and which implementation merges duplicate rows (:mod:`gru4rec.training.ops`), is
+decided once, when the optimiser is built.
 """
 from __future__ import annotations
 
@@ -37,9 +39,11 @@ import torch
 from torch import Tensor, nn
 
 from gru4rec.config import Config
-from gru4rec.kernels.cpu import CpuKernels, TableUpdate, cpu_kernels
+from gru4rec.kernels.cpu import CpuKernels, TableUpdate
+from gru4rec.model import GRU4RecNet
+from gru4rec.training.ops import TorchOps, select_ops
 
-__all__ = ["Optimizer", "UniqueGrad", "EPS"]
+__all__ = ["EPS", "Optimizer", "SparseGrad", "UniqueGrad", "item_table_grads"]
 
 #: Row indices (K) and the gradient rows (K×…) of one item table; duplicate rows allowed.
 SparseGrad = tuple[Tensor, Tensor]
@@ -51,7 +55,17 @@ class UniqueGrad(NamedTuple):
     rows: Tensor
     grad: Tensor
 
+
 EPS = 1e-6
+
+
+def item_table_grads(net: GRU4RecNet, inputs: Tensor, cols: Tensor, g_in: Tensor, g_wy: Tensor, g_by: Tensor) -> dict[str, SparseGrad | list[SparseGrad]]:
+    """Row indices and gradient rows of each item table of ``net`` from the gradients of the
+    step's input rows (``g_in``, B) and candidate rows (``g_wy``, ``g_by``: C); duplicates are
+    summed by the optimiser. In shared mode the input rows are rows of ``Wy`` too."""
+    if net.mode == "shared":
+        return {"Wy": [(inputs, g_in), (cols, g_wy)], "By": (cols, g_by)}
+    return {"Wy": (cols, g_wy), "By": (cols, g_by), net.input_table_name: (inputs, g_in)}
 
 
 @dataclass
@@ -83,7 +97,8 @@ class Optimizer:
     ) -> None:
         """``unique_rows``: how duplicate rows are summed (default: unique on the CPU).
         ``kernels``: run the rules as fused CPU kernels — by default wherever they apply (CPU,
-        float32, unique rows) and could be built; False forces the PyTorch code."""
+        float32, unique rows) and could be built; False forces the PyTorch code
+        (:func:`~gru4rec.training.ops.select_ops`)."""
         self.method = config.adapt
         params = config.resolved_adapt_params
         self.rho = params[0] if self.method in ("rmsprop", "adadelta") else 0.0
@@ -98,13 +113,11 @@ class Optimizer:
         device, dtype = any_param.device, any_param.dtype
         #: How duplicate rows are summed (see _sum_duplicates): unique rows on the CPU by default.
         self.unique_rows = device.type == "cpu" if unique_rows is None else unique_rows
-        applies = device.type == "cpu" and dtype == torch.float32 and self.unique_rows
-        if kernels and not applies:
-            raise ValueError("the fused kernels apply to float32 tables on the CPU with unique rows only")
+        #: The row operations (PyTorch or fused CPU kernels), chosen here once for the optimiser
+        #: and the fast training step.
+        self.ops: TorchOps = select_ops(device, dtype, unique_rows=self.unique_rows, kernels=kernels)
         #: The fused CPU kernels, or None: the PyTorch code.
-        self.kernels: CpuKernels | None = cpu_kernels() if applies and kernels is not False else None
-        if kernels and self.kernels is None:
-            raise ValueError("the fused CPU kernels are not available here (see the warning, or GRU4REC_CPU_KERNELS)")
+        self.kernels: CpuKernels | None = self.ops.kernels
         #: Each table's fused update ("dense": the flat buffer), bound once the state exists.
         self._fused: dict[str, TableUpdate] = {}
         # The dense parameters become views into one flat buffer, so that their whole update is
@@ -132,6 +145,8 @@ class Optimizer:
             self._fused["dense"] = self.kernels.table_update(self.flat, vars(self.state["dense"]), **rule)
             for name, p in sparse.items():
                 self._fused[name] = self.kernels.table_update(p, vars(self.state[name]), **rule)
+        #: The update of every table from the (summed) gradients: fused or PyTorch.
+        self._apply = self._apply_fused if self.kernels is not None else self._apply_torch
         n_rows = any_param.shape[0]
         if not self.unique_rows:  # counts of duplicate positions, for grad_cap's norm
             self._count = torch.zeros(n_rows, device=device, dtype=dtype)
@@ -243,14 +258,18 @@ class Optimizer:
             for _, g in summed.values():
                 g.mul_(scale)
 
-        if self._fused:
-            bias = (float(1.0 - self.beta1**self.t), float(1.0 - self.beta2**self.t)) if self.method == "adam" else (None, None)
-            if self.flat.numel():
-                self._fused["dense"](None, g_dense, *bias)
-            for name, (rows, g) in summed.items():
-                self._fused[name](rows, g, *bias)
-            return
+        self._apply(g_dense, summed)
 
+    def _apply_fused(self, g_dense: Tensor, summed: dict[str, tuple[Tensor, Tensor]]) -> None:
+        """The update by the fused kernels (one pass per table)."""
+        bias = (float(1.0 - self.beta1**self.t), float(1.0 - self.beta2**self.t)) if self.method == "adam" else (None, None)
+        if self.flat.numel():
+            self._fused["dense"](None, g_dense, *bias)
+        for name, (rows, g) in summed.items():
+            self._fused[name](rows, g, *bias)
+
+    def _apply_torch(self, g_dense: Tensor, summed: dict[str, tuple[Tensor, Tensor]]) -> None:
+        """The update as PyTorch code (the rule the kernels are tested against)."""
         if self.flat.numel():
             st = self.state["dense"]
             self.flat.add_(self._delta(self._direction(g_dense, st, None), self.flat, st, None))
@@ -278,7 +297,7 @@ class Optimizer:
             total = first.new_zeros((uniq.shape[0], *first.shape[1:]))
             start = 0
             for r, g in parts:
-                self.add_rows(total, inverse[start:start + r.shape[0]], g)
+                self.ops.add_rows(total, inverse[start:start + r.shape[0]], g)
                 start += r.shape[0]
             return uniq, total
         scratch = self.state[name].scratch
@@ -289,35 +308,12 @@ class Optimizer:
         scratch.index_fill_(0, rows, 0.0)
         return rows, total
 
-    def add_rows(self, table: Tensor, rows: Tensor, src: Tensor) -> None:
-        """``table.index_add_(0, rows, src)``, by the fused kernel where it applies (any layout
-        of ``src``: the kernel reads it contiguous)."""
-        if self.kernels is not None and table.dim() == 2:
-            self.kernels.add_rows(table, rows, src.contiguous())
-        else:
-            table.index_add_(0, rows, src)
-
     def unique(self, rows: Tensor, n_first: int | None = None) -> tuple[Tensor, Tensor, int]:
         """The distinct rows, each position's index among them, and how many of them occur in
         the first ``n_first`` positions (default: all); those come first, in ascending order.
         ``unique_rows`` only: it syncs on a GPU. A mark table over the items is several times
         faster than ``torch.unique`` for the catalogue sizes of GRU4Rec."""
-        mark, slot = self._mark, self._slot
-        n = rows.shape[0]
-        if self.kernels is not None:
-            uniq, inverse = torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
-            k, k_first = self.kernels.unique(rows, mark, slot, uniq, inverse, n_first)
-            return uniq[:k], inverse, k_first
-        n_first = n if n_first is None else n_first
-        mark.index_fill_(0, rows[:n_first], 1)
-        first = mark.nonzero().squeeze(1)
-        mark.index_fill_(0, rows[n_first:], 1)
-        mark.index_fill_(0, first, 0)
-        rest = mark.nonzero().squeeze(1)  # ascending here; the kernel keeps order of appearance
-        mark.index_fill_(0, rest, 0)
-        uniq = torch.cat((first, rest))
-        slot.index_copy_(0, uniq, self._arange[: uniq.shape[0]])
-        return uniq, slot.index_select(0, rows), first.shape[0]
+        return self.ops.unique(rows, self._mark, self._slot, self._arange, n_first)
 
     def _clip_scale(self, g_dense: Tensor, summed: dict[str, tuple[Tensor, Tensor]]) -> Tensor:
         """min(1, grad_cap / ‖all gradients‖), each unique sparse row counted once."""

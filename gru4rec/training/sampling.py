@@ -1,21 +1,25 @@
-"""Shared negative samples drawn with probability ∝ support^alpha (spec §4).
+"""Shared negative samples drawn with probability ∝ support^alpha, and the logQ correction of
+their scores (docs/behaviour.md §4).
 
 Drawing a few thousand ids per step is cheap on its own, but the call overhead is not, so the
 store pre-draws ``sample_store_size // n_sample`` rows of ``n_sample`` ids at once on the training
 device, hands out one row per step and redraws the whole store (in place, so that a captured
 CUDA graph can keep reading it) when it is used up. Draws are inverse-CDF: uniform numbers
-binary-searched in the cumulative distribution. The generator is the store's own, so sampling is reproducible from ``seed`` and its
-state can be checkpointed.
+binary-searched in the cumulative distribution. The generator is the store's own, so sampling is
+reproducible from ``seed`` and its state can be checkpointed.
+
+logQ (training only, ``logq > 0``): before the final activation, ``logq·log supp`` is subtracted
+from the in-batch target columns and ``logq·alpha·log supp`` from the sampled ones (:class:`LogQ`).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["SampleStore", "sampling_cdf"]
+__all__ = ["LogQ", "SampleStore", "make_logq", "sampling_cdf"]
 
 
 def sampling_cdf(item_support: np.ndarray, alpha: float) -> np.ndarray:
@@ -98,3 +102,27 @@ class SampleStore:
         store = state["store"]
         self._store = store.to(self.device) if store.numel() else None
         self._cursor = int(state["cursor"]) if self._store is not None else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# logQ correction
+
+
+class LogQ(NamedTuple):
+    """The logQ terms of every item (N each), subtracted from the scores of the columns."""
+
+    in_batch: Tensor  # logq · log supp: the in-batch target columns
+    sampled: Tensor  # logq · alpha · log supp: the sampled columns
+
+    def columns(self, targets: Tensor, samples: Tensor) -> Tensor:
+        """The terms of the C = B + S columns [targets | samples]."""
+        return torch.cat((self.in_batch.index_select(0, targets), self.sampled.index_select(0, samples)))
+
+
+def make_logq(item_support: np.ndarray, logq: float, alpha: float, device: torch.device, dtype: torch.dtype) -> LogQ | None:
+    """The logQ terms on ``device`` in ``dtype`` (log taken in float64), or None when ``logq`` is 0."""
+    if logq <= 0:
+        return None
+    support = torch.as_tensor(np.asarray(item_support, dtype=np.float64), device=device)
+    log_support = torch.log(support).to(dtype)
+    return LogQ(logq * log_support, logq * alpha * log_support)

@@ -83,7 +83,7 @@ class ParoptSettings:
             problems.append(f"--timeout must be > 0, got {self.timeout}")
         try:
             from gru4rec.recommender import resolve_device
-            from gru4rec.training.loop import check_precision
+            from gru4rec.training.precision import check_precision
 
             check_precision(self.precision, resolve_device(self.device), warn=False)  # the trials' Trainers warn
         except Gru4RecError as exc:

@@ -1,0 +1,87 @@
+"""Building the fused CPU kernels: ``cpu_kernels.c`` is compiled on first use with the system's C
+compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) into a cache (``$GRU4REC_CACHE_DIR``, else ``$XDG_CACHE_HOME/gru4rec`` or ``~/.cache/gru4rec``), keyed by
+the source, the flags, the compiler and the CPU, so that a build is reused until one of them
+changes. :mod:`gru4rec.kernels.cpu` loads the library.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from gru4rec.kernels.cpu_features import cpu_flags
+
+__all__ = ["KernelBuildError", "build_library", "kernel_cache_dir"]
+
+_SOURCE = Path(__file__).with_name("cpu_kernels.c")
+#: Compiler flag sets tried in order: the first that builds is used (a compiler without OpenMP,
+#: such as Apple clang, still builds the single-threaded kernels).
+_FLAG_SETS = (
+    ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"],
+    ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"],
+    ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd"],
+    ["-O3", "-fno-math-errno", "-fno-trapping-math"],
+)
+
+
+class KernelBuildError(RuntimeError):
+    """The kernels could not be compiled or loaded."""
+
+
+def kernel_cache_dir() -> Path:
+    """Where built kernels are kept: ``$GRU4REC_CACHE_DIR``, else ``$XDG_CACHE_HOME/gru4rec``
+    or ``~/.cache/gru4rec``."""
+    if os.environ.get("GRU4REC_CACHE_DIR"):
+        return Path(os.environ["GRU4REC_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gru4rec"
+
+
+def build_library(cache_dir: Path | None = None, compiler: str | None = None) -> Path:
+    """The shared library of ``cpu_kernels.c`` in the cache, compiled unless the cache has this
+    build. Raises :class:`KernelBuildError` saying why when it cannot."""
+    cc = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        raise KernelBuildError("no C compiler found: set CC")
+    cache = Path(cache_dir) if cache_dir is not None else kernel_cache_dir()
+    source = _SOURCE.read_bytes()
+    parts = [source, repr(_FLAG_SETS).encode(), cc.encode(), platform.machine().encode(), cpu_flags().encode()]
+    key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
+    target = cache / f"cpu_kernels-{key}.so"
+    if not target.exists():
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise KernelBuildError(f"cannot create the kernel cache {cache}: {exc.strerror}") from None
+        _compile(cc, cache, target)
+    return target
+
+
+def _compile(cc: str, cache: Path, target: Path) -> None:
+    """Compile into a private file next to ``target``, then rename it into place (atomic: a
+    concurrent process sees either no file or a whole one)."""
+    errors = []
+    for flags in _FLAG_SETS:
+        try:
+            fd, tmp = tempfile.mkstemp(dir=cache, prefix=".build-", suffix=".so")
+        except OSError as exc:
+            raise KernelBuildError(f"cannot write to the kernel cache {cache}: {exc.strerror}") from None
+        os.close(fd)
+        try:
+            done = subprocess.run(
+                [cc, *flags, "-fPIC", "-shared", str(_SOURCE), "-o", tmp, "-lm"],
+                capture_output=True, text=True, timeout=300,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            os.unlink(tmp)
+            raise KernelBuildError(f"cannot run the C compiler {cc!r}: {exc}") from None
+        if done.returncode == 0:
+            os.replace(tmp, target)
+            return
+        os.unlink(tmp)
+        errors.append(f"{cc} {' '.join(flags)}: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
+    raise KernelBuildError("; ".join(errors))

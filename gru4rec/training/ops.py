@@ -1,0 +1,145 @@
+"""The training step's row and column operations, as PyTorch code or as fused CPU kernels.
+
+The fast step and the optimiser call these operations without asking which implementation they
+run: :func:`select_ops` decides once — by device, dtype, how duplicate rows are merged, the
+caller's switch, ``GRU4REC_CPU_KERNELS`` and whether the kernels could be built — and returns
+
+* :class:`TorchOps`: PyTorch operations on any device and dtype. On a GPU they never read a
+  device value on the host, so the step stays capturable as a CUDA graph. It is the code the
+  fused kernels are tested against (``tests/test_cpu_kernels.py``).
+* :class:`CpuKernelOps`: the same operations by the kernels of ``gru4rec/kernels/cpu_kernels.c``
+  (float32 tables on the CPU whose duplicate rows are made unique): one pass over memory where
+  PyTorch takes several operators. Only rounding may differ.
+
+The ops also choose the fast step's GRU cell (:meth:`TorchOps.gru_cell`: the fused one needs the
+tanh candidate and float32 products) and its loss gradient (:meth:`TorchOps.loss_grad`).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from gru4rec.activations import Activation
+from gru4rec.config import Config
+from gru4rec.kernels.cpu import CpuKernels, cpu_kernels
+from gru4rec.training.cell import FusedGRUCell, GRUCell, TorchGRUCell
+from gru4rec.training.losses import MASK, LossGradFn, make_loss_grad
+from gru4rec.training.precision import Matmuls
+from gru4rec.training.sampling import LogQ
+
+__all__ = ["CpuKernelOps", "TorchOps", "select_ops"]
+
+
+def select_ops(device: torch.device, dtype: torch.dtype, *, unique_rows: bool, kernels: bool | None = None) -> TorchOps:
+    """The operations for tables on ``device`` in ``dtype``. ``kernels``: None uses the fused
+    CPU kernels wherever they apply (CPU, float32, ``unique_rows``) and could be built; False
+    never; True insists (ValueError where they do not apply or are not available)."""
+    applies = device.type == "cpu" and dtype == torch.float32 and unique_rows
+    if kernels and not applies:
+        raise ValueError("the fused kernels apply to float32 tables on the CPU with unique rows only")
+    found = cpu_kernels() if applies and kernels is not False else None
+    if kernels and found is None:
+        raise ValueError("the fused CPU kernels are not available here (see the warning, or GRU4REC_CPU_KERNELS)")
+    return TorchOps() if found is None else CpuKernelOps(found)
+
+
+class TorchOps:
+    """The operations as PyTorch code."""
+
+    #: Whether these are the fused CPU kernels.
+    fused = False
+    #: The fused CPU kernels behind these operations (None: PyTorch).
+    kernels: CpuKernels | None = None
+
+    # ---------------------------------------------------------------- the score columns
+
+    def column_bias(self, by: Tensor, cols: Tensor, n_in: int, logq: LogQ | None, valid: Tensor | None) -> Tensor:
+        """The bias of the C score columns ``cols``: ``By[cols]`` minus logQ (in-batch terms for
+        the first ``n_in`` columns, sampled terms for the rest), plus MASK where ``valid`` (if
+        given) is 0 — masked columns then leave a softmax through the bias."""
+        bias = by.index_select(0, cols)
+        if logq is not None:
+            bias = bias - logq.columns(cols[:n_in], cols[n_in:])
+        if valid is not None:
+            bias = bias + (1.0 - valid) * MASK
+        return bias
+
+    def spread_columns(self, s: Tensor, col_rows: Tensor, bias: Tensor) -> Tensor:
+        """The B×C scores from the B×K scores of distinct rows: ``s[:, col_rows] + bias``."""
+        return s.index_select(1, col_rows).add_(bias)
+
+    def merge_columns(self, g: Tensor, col_rows: Tensor, n_rows: int) -> Tensor:
+        """The B×K gradient of the distinct rows' scores: the B×C columns of ``g`` summed by row."""
+        return g.new_zeros((g.shape[0], n_rows)).index_add_(1, col_rows, g)
+
+    # ---------------------------------------------------------------- rows of the item tables
+
+    def add_rows(self, table: Tensor, rows: Tensor, src: Tensor) -> None:
+        """``table[rows[i]] += src[i]`` in place (repeated rows add up): ``index_add_``."""
+        table.index_add_(0, rows, src)
+
+    def unique(self, rows: Tensor, mark: Tensor, slot: Tensor, arange: Tensor, n_first: int | None) -> tuple[Tensor, Tensor, int]:
+        """The distinct values of ``rows``, each position's index among them, and how many of them
+        occur in the first ``n_first`` positions (default: all); those come first, ascending.
+        ``mark`` (zeros over the ids, left so), ``slot`` (int64 over the ids) and ``arange``
+        (0, 1, … over the ids) are the caller's scratch tables. Syncs on a GPU (``nonzero``)."""
+        n = rows.shape[0]
+        n_first = n if n_first is None else n_first
+        mark.index_fill_(0, rows[:n_first], 1)
+        first = mark.nonzero().squeeze(1)
+        mark.index_fill_(0, rows[n_first:], 1)
+        mark.index_fill_(0, first, 0)
+        rest = mark.nonzero().squeeze(1)  # ascending here; the kernel keeps order of appearance
+        mark.index_fill_(0, rest, 0)
+        uniq = torch.cat((first, rest))
+        slot.index_copy_(0, uniq, arange[: uniq.shape[0]])
+        return uniq, slot.index_select(0, rows), first.shape[0]
+
+    # ---------------------------------------------------------------- the step's building blocks
+
+    def gru_cell(self, act: Activation, matmuls: Matmuls) -> GRUCell:
+        """The GRU cell of the fast step for the candidate activation ``act`` and ``matmuls``."""
+        return TorchGRUCell(act, matmuls)
+
+    def loss_grad(self, config: Config) -> LossGradFn:
+        """The fast step's loss and dL/dscores for ``config``."""
+        return make_loss_grad(config)
+
+
+class CpuKernelOps(TorchOps):
+    """The operations by the fused CPU kernels (float32 CPU tensors)."""
+
+    fused = True
+
+    def __init__(self, kernels: CpuKernels) -> None:
+        self.kernels: CpuKernels = kernels
+
+    def column_bias(self, by: Tensor, cols: Tensor, n_in: int, logq: LogQ | None, valid: Tensor | None) -> Tensor:
+        logq_in, logq_sample = (None, None) if logq is None else logq
+        return self.kernels.column_bias(cols, n_in, by, logq_in, logq_sample, valid)
+
+    def spread_columns(self, s: Tensor, col_rows: Tensor, bias: Tensor) -> Tensor:
+        return self.kernels.gather_columns(s, col_rows, bias)
+
+    def merge_columns(self, g: Tensor, col_rows: Tensor, n_rows: int) -> Tensor:
+        return self.kernels.sum_columns(g, col_rows, n_rows)
+
+    def add_rows(self, table: Tensor, rows: Tensor, src: Tensor) -> None:
+        if table.dim() == 2:
+            self.kernels.add_rows(table, rows, src.contiguous())  # any layout of src: the kernel reads it contiguous
+        else:  # a bias table: index_add_ is one pass already
+            table.index_add_(0, rows, src)
+
+    def unique(self, rows: Tensor, mark: Tensor, slot: Tensor, arange: Tensor, n_first: int | None) -> tuple[Tensor, Tensor, int]:
+        n = rows.shape[0]
+        uniq, inverse = torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
+        k, k_first = self.kernels.unique(rows, mark, slot, uniq, inverse, n_first)
+        return uniq[:k], inverse, k_first
+
+    def gru_cell(self, act: Activation, matmuls: Matmuls) -> GRUCell:
+        if act.name == "tanh" and matmuls.low is None:
+            return FusedGRUCell(self.kernels)
+        return TorchGRUCell(act, matmuls)  # the kernels have the tanh candidate and float32 products only
+
+    def loss_grad(self, config: Config) -> LossGradFn:
+        return make_loss_grad(config, self.kernels)

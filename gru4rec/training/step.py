@@ -1,0 +1,196 @@
+r"""One training step with the backward pass written out: the mathematics of GRU4Rec's training.
+
+Shapes: B slots, S shared samples, C = B + S score columns, n units in a layer, L units in the
+last one, d₀ the width of the rows that feed layer 0. A step (docs/behaviour.md §3–§6):
+
+1. **Rows.** The input rows x = E[inputs] (B×d₀; ``Wy`` in shared mode, the rows of ``Wx_0`` in
+   one-hot mode) and the candidate rows ``Wy[cols]`` (C×L), ``By[cols]`` (C), cols = [targets |
+   samples]. Only these rows take part, so no gradient is ever N rows long.
+2. **GRU layers** (Cho form; the reset gate acts before the recurrent product). For a layer with
+   input x, carried state h (B×n, a constant of the step: gradients flow one step deep) and
+   dropout mask m::
+
+       v      = x·Wx + Bh                         B×3n   [candidate | reset | update]
+       [r|z]  = σ(v_rz + h·Wrz)                   B×2n
+       c      = f(v_c + (h ⊙ r)·Wh)               B×n    f = hidden_act
+       out    = (h + z ⊙ (c − h)) ⊙ m             B×n    the next layer's input and the new state
+
+   (one-hot mode, layer 0: v = Wx_0[inputs] + Bh.)
+3. **Scores** of the last output x_L against the columns, with logQ subtracted (docs/behaviour.md §4) and, for the
+   cross-entropy losses, −10³⁰ on masked columns (inactive slots' targets)::
+
+       s = x_L·Wy[cols]ᵀ + By[cols] − logQ[cols]      B×C
+
+4. **Loss gradient** G = dL/ds (B×C), in closed form per loss (:mod:`gru4rec.training.losses`).
+5. **Backward pass**, from the scores down::
+
+       dWy[cols] = Gᵀ·x_L  (C×L)     dBy[cols] = Σ_b G  (C)     d = dL/dx_L = G·Wy[cols]  (B×L)
+
+   and for each layer, top to bottom, from d = dL/d(out)::
+
+       d    ← d ⊙ m
+       d_c  = d ⊙ z ⊙ f'(c)                       dWh  = (h ⊙ r)ᵀ·d_c
+       d_r  = (d_c·Whᵀ) ⊙ h ⊙ r(1 − r)            dWrz = hᵀ·[d_r | d_z]
+       d_z  = d ⊙ (c − h) ⊙ z(1 − z)              dBh  = Σ_b d_v,   d_v = [d_c | d_r | d_z]  (B×3n)
+       dWx  = xᵀ·d_v                              d    ← d_v·Wxᵀ   (the layer input's gradient)
+
+   The last d, times the embedding mask, is the gradient of the input rows (in one-hot mode d_v
+   of layer 0 itself).
+6. **Update**: the dense weights as a whole, the item tables at the step's rows
+   (:mod:`gru4rec.training.optim`).
+
+Distinct rows. Where the optimiser makes rows unique (the CPU), the products of step 3 and 5 run
+over the K ≤ C distinct items of the columns (:class:`ScoreRows`): their B×K scores are spread to
+the C columns and the C columns of G summed back per item, so each product takes one row per
+item instead of one per column, and each Wy row's gradient comes out exactly once.
+
+Everything here is device tensors only (nothing is read on the host), so on a GPU the step can be
+captured as a CUDA graph. The gradients of the dense weights are written straight into the
+optimiser's flat gradient buffer. :mod:`gru4rec.training.reference` is the same step by autograd;
+tests hold the two equal.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from gru4rec.model import GRU4RecNet
+from gru4rec.training.cell import GRUCell, LayerCache
+from gru4rec.training.dropout import DropoutMasks
+from gru4rec.training.losses import LossGradFn
+from gru4rec.training.ops import TorchOps
+from gru4rec.training.optim import Optimizer, SparseGrad, UniqueGrad, item_table_grads
+from gru4rec.training.precision import Matmuls
+from gru4rec.training.sampling import LogQ
+
+__all__ = ["FastStep", "ScoreRows"]
+
+
+class ScoreRows(NamedTuple):
+    """The Wy rows of a step's products where they are its distinct items (see
+    :meth:`FastStep._score_rows`): ``uniq[:n_scored]`` are the items of the C score columns,
+    ``col_rows`` (C) the row of each column; in shared mode ``uniq[n_scored:]`` are the items
+    that are only inputs and ``input_rows`` (B) the row of each input (None otherwise)."""
+
+    uniq: Tensor
+    n_scored: int
+    col_rows: Tensor
+    input_rows: Tensor | None
+
+
+class FastStep:
+    """The hand-written step of a trainer, bound once to its network, optimiser, operations
+    (PyTorch or fused CPU kernels), GRU cell, products (:class:`Matmuls`), loss gradient,
+    dropout masks and logQ terms. With bfloat16 products only the matrix products take 16-bit
+    operands; the loss and its softmax, the gates and the optimiser stay in float32."""
+
+    def __init__(self, net: GRU4RecNet, optimizer: Optimizer, ops: TorchOps, cell: GRUCell, matmuls: Matmuls,
+                 loss_grad: LossGradFn, dropout: DropoutMasks, logq: LogQ | None, *, mask_in_bias: bool) -> None:
+        self.net, self.optimizer, self.ops, self.cell, self.mm = net, optimizer, ops, cell, matmuls
+        self.loss_grad, self.dropout, self.logq = loss_grad, dropout, logq
+        #: Whether the masked columns enter the loss through the bias (the cross-entropy losses).
+        self.mask_in_bias = mask_in_bias
+        # Each layer's gradient buffers: views into the optimiser's flat gradient (no Wx view for
+        # layer 0 in one-hot mode, whose Wx_0 is an item table).
+        views = optimizer.grad_views
+        self._layer_grads = [
+            tuple(views.get(f"layers.{i}.{p}") for p in ("Wh", "Wrz", "Bh", "Wx")) for i in range(len(net.layers))
+        ]
+
+    @torch.no_grad()
+    def __call__(self, hidden: list[Tensor], inputs: Tensor, targets: Tensor, samples: Tensor, cols: Tensor,
+                 col_valid: Tensor, active: Tensor, n_cols: Tensor) -> Tensor:
+        """The step for the B slots' ``inputs`` and ``targets`` (B), the ``samples`` (S), the
+        columns ``cols`` = [targets | samples] (C), their validity ``col_valid`` (C) and the
+        slots' ``active`` (B) and ``n_cols`` (valid columns); updates ``hidden`` and the weights,
+        returns the loss (0-dim)."""
+        net, ops, cell, mm = self.net, self.ops, self.cell, self.mm
+        x_rows = net.input_table.index_select(0, inputs)  # B×d₀ (no_grad: plain tensors)
+        rows = self._score_rows(inputs, cols)
+        wy = mm.cast(net.Wy.index_select(0, cols if rows is None else rows.uniq[: rows.n_scored]))  # C×L or K×L
+        bias = ops.column_bias(net.By, cols, targets.shape[0], self.logq, col_valid if self.mask_in_bias else None)  # C
+
+        # Forward, keeping what the backward pass needs (the products' operands as cast).
+        x = self.dropout.drop_embedding(x_rows)
+        caches: list[LayerCache] = []
+        outs: list[Tensor] = []
+        for i, layer in enumerate(net.layers):
+            h = hidden[i]
+            projects = i > 0 or net.mode != "none"  # layer 0 in none mode adds its Wx_0 rows
+            x_c = mm.cast(x)
+            wx = mm.cast(layer.Wx) if projects else None
+            v = mm.addmm(layer.Bh, x_c, wx) if wx is not None else x + layer.Bh  # B×3n
+            h_c, wrz, wh = mm.cast(h), mm.cast(layer.Wrz), mm.cast(layer.Wh)
+            mask = self.dropout.draw_hidden(i)
+            rz, hr, c, x = cell.forward(v, h, h_c, wrz, wh, mask)
+            caches.append(LayerCache(x_c, wx, h, h_c, wh, hr, rz, c, mask))
+            outs.append(x)
+        x_c = mm.cast(x)
+        if rows is None:
+            scores = mm.addmm(bias, x_c, wy.t())  # B×C
+        else:  # one product row per distinct item, spread to the C columns
+            scores = ops.spread_columns(mm.mm(x_c, wy.t()), rows.col_rows, bias)
+        loss, g_scores = self.loss_grad(scores, col_valid, active, n_cols)
+        # dL/d(rows of wy): the columns of one item summed where rows are distinct items
+        g_rows = g_scores if rows is None else ops.merge_columns(g_scores, rows.col_rows, rows.n_scored)
+
+        # Backward, one step deep (the carried hidden state is a constant).
+        x_last = x_c
+        d = mm.mm(mm.cast(g_rows), wy)  # dL/d(output of the last layer), B×L
+        for i in range(len(net.layers) - 1, -1, -1):
+            cache = caches[i]
+            g_wh, g_wrz, g_bh, g_wx = self._layer_grads[i]
+            d_v = cell.backward(d, cache, g_wh, g_wrz, g_bh)  # B×3n
+            if cache.wx is None:
+                d = d_v  # layer 0 in none mode: the gradient of the Wx_0 rows themselves
+                break
+            d_v_c = mm.cast(d_v)
+            mm.mm_into(g_wx, cache.x_c.t(), d_v_c)
+            d = mm.mm(d_v_c, cache.wx.t())  # dL/d(layer input)
+        for h, out in zip(hidden, outs):
+            h.copy_(out)
+        embed_mask = self.dropout.embed
+        g_in = d if embed_mask is None else d * embed_mask  # B×d₀
+        self.optimizer.step(self.optimizer.flat_grad, self._item_grads(inputs, cols, rows, g_rows, x_last, g_in))
+        return loss
+
+    def _score_rows(self, inputs: Tensor, cols: Tensor) -> ScoreRows | None:
+        """Which Wy rows the products use (None: the C columns themselves).
+
+        Where the optimiser makes rows unique (CPU), the rows are the K ≤ C distinct items of the
+        columns (with 2,048 popularity samples of a small catalogue, K is a third below C). In
+        shared mode the inputs' items, whose rows share the table, follow them. On a GPU finding
+        distinct rows would sync, so there the rows are the C columns."""
+        opt = self.optimizer
+        if not opt.unique_rows:
+            return None
+        n_cols = cols.shape[0]
+        if self.net.mode != "shared":
+            uniq, inverse, k = opt.unique(cols)
+            return ScoreRows(uniq, k, inverse, None)
+        uniq, inverse, k = opt.unique(torch.cat((cols, inputs)), n_first=n_cols)
+        return ScoreRows(uniq, k, inverse[:n_cols], inverse[n_cols:])
+
+    def _item_grads(self, inputs: Tensor, cols: Tensor, rows: ScoreRows | None, g_rows: Tensor, x_c: Tensor,
+                    g_in: Tensor) -> dict[str, UniqueGrad | SparseGrad | list[SparseGrad]]:
+        """The item tables' gradient rows, from dL/d(scores of the rows of :meth:`_score_rows`)
+        ``g_rows`` (B×C, or B×K for distinct rows), the last layer's output ``x_c`` (as cast for
+        the products) and the input rows' gradient ``g_in``. With distinct rows, one product
+        gives each Wy row's gradient exactly once."""
+        mm = self.mm
+        g_by = g_rows.sum(0)
+        if rows is None:
+            return item_table_grads(self.net, inputs, cols, g_in, mm.mm(mm.cast(g_rows).t(), x_c), g_by)
+        scored = rows.uniq[: rows.n_scored]
+        if rows.input_rows is None:
+            g_wy = mm.mm(mm.cast(g_rows).t(), x_c)
+            return {"Wy": UniqueGrad(scored, g_wy), "By": UniqueGrad(scored, g_by), self.net.input_table_name: (inputs, g_in)}
+        # shared: the scored rows' gradient, then the input rows' (items that are only inputs
+        # follow the scored ones and keep their bias, and the bias's momentum, untouched)
+        g_wy = g_in.new_empty((rows.uniq.shape[0], x_c.shape[1]))
+        mm.mm_into(g_wy[: rows.n_scored], mm.cast(g_rows).t(), x_c)
+        g_wy[rows.n_scored:].zero_()
+        self.ops.add_rows(g_wy, rows.input_rows, g_in)
+        return {"Wy": UniqueGrad(rows.uniq, g_wy), "By": UniqueGrad(scored, g_by)}

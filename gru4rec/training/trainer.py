@@ -1,0 +1,132 @@
+"""The :class:`Trainer`: the training state of a network, and one training step over it.
+
+The state is the slots' hidden states, the optimiser (with its state tables), the negative
+sample store, the dropout masks and their generator; :meth:`Trainer.state_dict` is what a
+checkpoint needs to continue the same run. Everything that does not change during training is
+decided once, in the constructor: the step's implementation (hand-written or autograd), the
+operations behind it (PyTorch or fused CPU kernels), its GRU cell, the precision of its products
+and its loss gradient.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gru4rec.config import Config
+from gru4rec.kernels.memory import keep_freed_memory
+from gru4rec.model import GRU4RecNet
+from gru4rec.training.dropout import DropoutMasks
+from gru4rec.training.losses import make_loss, masks_through_bias
+from gru4rec.training.optim import Optimizer
+from gru4rec.training.precision import Matmuls, check_precision
+from gru4rec.training.reference import ReferenceStep
+from gru4rec.training.sampling import SampleStore, make_logq
+from gru4rec.training.step import FastStep
+
+__all__ = ["Trainer"]
+
+
+class Trainer:
+    """Owns the training state of a network: hidden states, optimiser, samples, dropout RNG."""
+
+    def __init__(
+        self,
+        net: GRU4RecNet,
+        config: Config,
+        item_support: np.ndarray,
+        *,
+        seed: int | None = None,
+        reference: bool = False,
+        unique_rows: bool | None = None,
+        precision: str = "float32",
+        cpu_kernels: bool | None = None,
+    ) -> None:
+        """``reference``: use the plain autograd step. ``unique_rows``: how the optimiser merges
+        duplicate rows (default: by device, see :class:`~gru4rec.training.optim.Optimizer`).
+        ``precision``: see :data:`~gru4rec.training.precision.PRECISIONS`. ``cpu_kernels``:
+        False runs the optimiser and the step's row, column, cell and loss operations as PyTorch
+        code even where the fused CPU kernels apply (see :func:`~gru4rec.training.ops.select_ops`)."""
+        self.net = net
+        self.config = config
+        seed = config.seed if seed is None else seed
+        p = net.Wy
+        self.device, self.dtype = p.device, p.dtype
+        if self.device.type == "cpu":
+            keep_freed_memory()  # per-step temporaries of megabytes must not page-fault (gru4rec.kernels.memory)
+        self.batch_size = B = config.batch_size
+        self.n_sample = config.n_sample
+        #: True: the plain autograd step (the reference the fast step is tested against).
+        self.reference = reference
+        self.optimizer = Optimizer(net.dense_parameters(), net.sparse_parameters(), config, unique_rows=unique_rows, kernels=cpu_kernels)
+        self.hidden = net.init_hidden(B)
+        self.sampler = (
+            SampleStore(item_support, config.sample_alpha, config.n_sample, config.sample_store_size, self.device, seed=seed + 1)
+            if config.n_sample > 0
+            else None
+        )
+        self._no_samples = torch.empty(0, dtype=torch.int64, device=self.device)
+        self._ones_s = torch.ones(config.n_sample, device=self.device, dtype=self.dtype)
+        logq = make_logq(item_support, config.logq, config.sample_alpha, self.device, self.dtype)
+        #: The dropout masks, drawn in place from their own generator.
+        self.dropout = DropoutMasks(net, B, seed + 2)
+        self.matmuls = Matmuls(check_precision(precision, self.device, reference), self.dtype)
+        #: The row and column operations (PyTorch or fused CPU kernels), chosen by the optimiser.
+        self.ops = self.optimizer.ops
+        #: The fast step's GRU cell (fused where the kernels have it: tanh, float32 products).
+        self.cell = self.ops.gru_cell(net.hidden_act, self.matmuls)
+        if reference:
+            self._step: FastStep | ReferenceStep = ReferenceStep(net, self.optimizer, make_loss(config), self.dropout, logq)
+        else:
+            self._step = FastStep(net, self.optimizer, self.ops, self.cell, self.matmuls, self.ops.loss_grad(config), self.dropout,
+                                  logq, mask_in_bias=masks_through_bias(config))
+
+    @property
+    def uses_dropout(self) -> bool:
+        """Whether a step draws dropout masks (from ``dropout_gen``)."""
+        return self.dropout.active
+
+    @property
+    def dropout_gen(self) -> torch.Generator:
+        """The generator of the dropout masks (a CUDA graph registers it, a checkpoint saves it)."""
+        return self.dropout.generator
+
+    def reset_hidden(self) -> None:
+        """Zero every slot's hidden state (the start of an epoch)."""
+        for h in self.hidden:
+            h.zero_()
+
+    def train_step(self, inputs: Tensor, targets: Tensor, active: Tensor, keep: Tensor, samples: Tensor | None = None) -> Tensor:
+        """One step over the B slots (one row of a :class:`~gru4rec.training.batching.Schedule`); returns
+        the loss (0-dim device tensor, sum over active rows / B).
+
+        ``active``: float 0/1 (B); ``keep``: float 0/1 (B×1), 0 where a slot starts a new session.
+        An inactive slot does not exist (docs/behaviour.md §3): it must carry items of an active
+        slot (the schedule gives it the first active slot's), so that its zero gradient touches no
+        other row. ``samples`` (S ids) default to the next row of the sample store.
+        """
+        if samples is None:
+            samples = self.sampler.next() if self.sampler is not None else self._no_samples
+        for h in self.hidden:
+            h.mul_(keep)
+        cols = torch.cat((targets, samples))  # C = B + S columns: row i's positive is column i
+        col_valid = torch.cat((active, self._ones_s)) if self.n_sample > 0 else active
+        n_cols = active.sum() + self.n_sample
+        return self._step(self.hidden, inputs, targets, samples, cols, col_valid, active, n_cols)
+
+    # ------------------------------------------------------------------ checkpointing
+
+    def state_dict(self) -> dict[str, object]:
+        """The optimiser's state, the sample store's and the dropout generator's: what a checkpoint keeps."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "sampler": self.sampler.state_dict() if self.sampler is not None else {},
+            "dropout_gen": self.dropout_gen.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Continue from a :meth:`state_dict`."""
+        self.optimizer.load_state_dict(state["optimizer"])  # type: ignore[arg-type]
+        if self.sampler is not None:
+            self.sampler.load_state_dict(state["sampler"])  # type: ignore[arg-type]
+        self.dropout_gen.set_state(state["dropout_gen"])  # type: ignore[arg-type]
