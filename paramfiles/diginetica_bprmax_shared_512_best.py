@@ -1,4 +1,4 @@
-"""Published best GRU4Rec hyperparameters for diginetica (spec §7): bpr-max, shared embedding, 512 units.
+"""Published best GRU4Rec hyperparameters for diginetica (docs/behaviour.md §7): bpr-max, shared embedding, 512 units.
 
 Read by gru4rec.config without being executed; the same values are in diginetica_bprmax_shared_512_best.json."""
 from collections import OrderedDict

@@ -1,4 +1,4 @@
-"""Published best GRU4Rec hyperparameters for rees46 (spec §7): cross-entropy, shared embedding, 512 units.
+"""Published best GRU4Rec hyperparameters for rees46 (docs/behaviour.md §7): cross-entropy, shared embedding, 512 units.
 
 Read by gru4rec.config without being executed; the same values are in rees46_xe_shared_512_best.json."""
 from collections import OrderedDict

@@ -1,4 +1,4 @@
-"""Published best GRU4Rec hyperparameters for retailrocket (spec §7): bpr-max, shared embedding, 224 units.
+"""Published best GRU4Rec hyperparameters for retailrocket (docs/behaviour.md §7): bpr-max, shared embedding, 224 units.
 
 Read by gru4rec.config without being executed; the same values are in retailrocket_bprmax_shared_224_best.json."""
 from collections import OrderedDict

@@ -1,4 +1,4 @@
-"""Published best GRU4Rec hyperparameters for rsc15 (spec §7): cross-entropy, shared embedding, 100 units.
+"""Published best GRU4Rec hyperparameters for rsc15 (docs/behaviour.md §7): cross-entropy, shared embedding, 100 units.
 
 Read by gru4rec.config without being executed; the same values are in rsc15_xe_shared_100_best.json."""
 from collections import OrderedDict

@@ -1,4 +1,4 @@
-"""Published best GRU4Rec hyperparameters for yoochoose (spec §7): cross-entropy, shared embedding, 480 units.
+"""Published best GRU4Rec hyperparameters for yoochoose (docs/behaviour.md §7): cross-entropy, shared embedding, 480 units.
 
 Read by gru4rec.config without being executed; the same values are in yoochoose_xe_shared_480_best.json."""
 from collections import OrderedDict

@@ -1,6 +1,7 @@
-"""Independent NumPy (float64) reference of one GRU4Rec training step, written from the spec alone.
+"""Independent NumPy (float64) reference of one GRU4Rec training step, written from the documented behaviour alone
+(docs/behaviour.md), not from the package's code.
 
-This module is a test helper, not part of the package. It re-states spec §2–§6 in plain NumPy so
+This module is a test helper, not part of the package. It re-states docs/behaviour.md §2–§6 in plain NumPy so
 that the torch engine can be compared with something that shares none of its code:
 
 * :func:`forward_step` — hidden reset, the Cho-form GRU over any number of layers in the three
@@ -88,7 +89,7 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 @dataclass
 class RefConfig:
-    """The hyperparameters one reference step needs (names as in spec §7)."""
+    """The hyperparameters one reference step needs (names as in docs/behaviour.md §7)."""
 
     layers: Sequence[int] = (4,)
     mode: str = "shared"  # 'none' | 'separate' | 'shared'
@@ -312,7 +313,7 @@ def step_gradients(params: Params, hidden: Sequence[np.ndarray], inp: np.ndarray
 # ----------------------------------------------------------------------------------------------
 @dataclass
 class OptConfig:
-    """Optimiser hyperparameters (names as in spec §7)."""
+    """Optimiser hyperparameters (names as in docs/behaviour.md §7)."""
 
     adapt: str = "adagrad"
     learning_rate: float = 0.05
