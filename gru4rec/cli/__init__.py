@@ -297,6 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_OK
         cmd = COMMANDS[name]
+        args.command_line = [PROG, *argv]  # as run (a run folder records it)
         with command_console(PROG, level=verbosity(args), messages_on_stdout=cmd.messages_on_stdout):
             log.debug("%s %s with %s", PROG, name, vars(args))
             return cmd.run(args)
@@ -309,6 +310,7 @@ def run_py_main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
 
     def run(args: argparse.Namespace) -> int | None:
+        args.command_line = ["python", run_py.PROG, *argv]  # as run (a run folder records it)
         with command_console(run_py.PROG, level=logging.INFO, messages_on_stdout=True):
             return run_py.run(args)
 

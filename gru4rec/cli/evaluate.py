@@ -81,12 +81,15 @@ def evaluate_files(
     extended: bool,
     primary_metric: str | None = None,
     keys: dict[str, str | None] | None = None,
+    json_cutoffs: Sequence[int] = (),
 ) -> dict[str, Any]:
-    """Evaluate on each test file and write its result lines; returns JSON-able metrics.
+    """Evaluate on each test file and write its result lines; returns JSON-able metrics, with
+    the breakdowns by session length and target popularity (:mod:`gru4rec.evaluation.breakdown`).
 
     primary_metric: 'recall' or 'mrr' adds ``PRIMARY METRIC: x`` (at the first cutoff) after
         each block, as the original's ``-lpm``.
     keys: the test files' column names where they differ from the model's (None = the model's).
+    json_cutoffs: more cutoffs for the returned metrics only (not printed).
     """
     from gru4rec.data import read_events
     from gru4rec.evaluation import evaluate
@@ -99,6 +102,7 @@ def evaluate_files(
         "time_key": keys.get("time_key") or config.time_key,
     }
     cutoffs = list(dict.fromkeys(cutoffs))  # keep the order (the first is the primary), drop repeats
+    all_cutoffs = sorted(set(cutoffs) | set(json_cutoffs))
     report: dict[str, Any] = {}
     for test in tests:
         log.info("Evaluating on %s (mode: %s)", test, mode)
@@ -109,7 +113,8 @@ def evaluate_files(
         rename = {key_args[k]: getattr(config, k) for k in key_args if key_args[k] != getattr(config, k)}
         if rename:
             frame = frame.rename(columns=rename)
-        outcome = evaluate(model, frame, cutoffs=tuple(cutoffs), mode=mode, batch_size=batch_size, progress=True)
+        outcome = evaluate(model, frame, cutoffs=tuple(all_cutoffs), mode=mode, batch_size=batch_size, progress=True,
+                           breakdown=True)
         elapsed = time.perf_counter() - start
         log.info("Evaluation took %.2fs: %s predictions, %s events with items unknown to the model dropped",
                  elapsed, outcome.n_predictions, outcome.n_dropped_events)
@@ -125,6 +130,7 @@ def evaluate_files(
             "n_predictions": int(outcome.n_predictions),
             "n_dropped_events": int(outcome.n_dropped_events),
             "seconds": elapsed,
-            **{metric: {str(c): float(getattr(outcome, metric)[c]) for c in cutoffs} for metric in REPORTED_METRICS},
+            **{metric: {str(c): float(getattr(outcome, metric)[c]) for c in all_cutoffs} for metric in REPORTED_METRICS},
+            "breakdown": outcome.breakdown.to_dict() if outcome.breakdown is not None else None,
         }
     return report
