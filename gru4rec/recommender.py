@@ -232,7 +232,6 @@ class GRU4Rec:
             for observer in callbacks:
                 observer(info)
             if validator is not None and validator.should_stop:
-                log.info("Early stopping after epoch %d: %s has not improved for %d epochs", stats.epoch, chosen.key, early_stop)
                 break
         if validator is not None:
             self.valid_history = list(validator.history)

@@ -32,10 +32,14 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from gru4rec.errors import Gru4RecError
 from gru4rec.files import atomic_write
 
-if TYPE_CHECKING:  # typing only: the run folder reads EpochInfo's fields
+if TYPE_CHECKING:  # typing only: the run folder reads these objects' fields
+    from gru4rec.evaluation.metrics import EvalResult
     from gru4rec.recommender import EpochInfo
 
-__all__ = ["COMMAND_FILE", "CONFIG_FILE", "EPOCHS_FILE", "METRICS_FILE", "MODEL_FILE", "RunFolder", "epoch_record", "read_run"]
+__all__ = [
+    "COMMAND_FILE", "CONFIG_FILE", "EPOCHS_FILE", "METRICS_FILE", "MODEL_FILE", "REPORTED_METRICS", "RUN_CUTOFFS",
+    "RunFolder", "epoch_record", "metrics_entry", "read_run",
+]
 
 COMMAND_FILE = "command.txt"
 CONFIG_FILE = "config.json"
@@ -43,6 +47,9 @@ EPOCHS_FILE = "epochs.jsonl"
 METRICS_FILE = "metrics.json"
 MODEL_FILE = "model.pt"
 _OURS = (COMMAND_FILE, CONFIG_FILE, EPOCHS_FILE, METRICS_FILE, MODEL_FILE)
+#: A run folder's final evaluation also covers these cutoffs (in metrics.json, not in the printed
+#: lines), so that the report can draw Recall@k and MRR@k against k.
+RUN_CUTOFFS = (1, 2, 3, 5, 10, 15, 20, 25, 30, 40, 50)
 
 
 def _finite(value: float | None) -> float | None:
@@ -65,6 +72,24 @@ def epoch_record(info: "EpochInfo") -> dict[str, Any]:
         record["valid"] = {k: _finite(v) for k, v in info.valid.items()}
         record["best_epoch"] = info.best_epoch
     return record
+
+
+#: The metrics of a metrics.json entry, each a {cutoff: value} table of the evaluation result.
+REPORTED_METRICS = ("recall", "mrr", "ndcg", "coverage", "popularity")
+
+
+def metrics_entry(result: "EvalResult", *, seconds: float | None = None) -> dict[str, Any]:
+    """One test file's entry of ``metrics.json`` / ``--metrics-json``: mode, counts, seconds,
+    ``{metric: {cutoff: value}}`` for every metric the evaluation computed, and the breakdown."""
+    return {
+        "mode": result.mode,
+        "n_predictions": int(result.n_predictions),
+        "n_dropped_events": int(result.n_dropped_events),
+        "seconds": result.seconds if seconds is None else seconds,
+        **{metric: {str(c): float(v) for c, v in getattr(result, metric).items()} for metric in REPORTED_METRICS
+           if getattr(result, metric)},
+        "breakdown": result.breakdown.to_dict() if result.breakdown is not None else None,
+    }
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -136,6 +136,8 @@ class Validator:
             "Validation after epoch %d: %s (best %.6f after epoch %s)",
             epoch, " ".join(f"{k}={v:.6f}" for k, v in metrics.items() if not k.startswith("ndcg")), self.best_value, self.best_epoch,
         )
+        if self.should_stop:
+            log.info("Early stopping after epoch %d: %s has not improved for %d epoch(s)", epoch, self.metric.key, self.patience)
         return metrics
 
     def _keep(self, net: "GRU4RecNet") -> None:

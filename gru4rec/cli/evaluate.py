@@ -25,13 +25,12 @@ from gru4rec.cli.common import (
     write_json,
 )
 from gru4rec.cli.console import result
+from gru4rec.runs import metrics_entry
 
 __all__ = ["add_arguments", "evaluate_files", "metric_lines", "run"]
 
 log = logging.getLogger(__name__)
 
-#: The metrics of the JSON report, each a {cutoff: value} table of the evaluation result.
-REPORTED_METRICS = ("recall", "mrr", "ndcg", "coverage", "popularity")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,12 +124,5 @@ def evaluate_files(
             table = outcome.recall if primary_metric == "recall" else outcome.mrr
             result(f"PRIMARY METRIC: {table[cutoffs[0]]}")
         name = test if test not in report else f"{test}#{len(report) + 1}"  # the same file twice
-        report[name] = {
-            "mode": mode,
-            "n_predictions": int(outcome.n_predictions),
-            "n_dropped_events": int(outcome.n_dropped_events),
-            "seconds": elapsed,
-            **{metric: {str(c): float(getattr(outcome, metric)[c]) for c in all_cutoffs} for metric in REPORTED_METRICS},
-            "breakdown": outcome.breakdown.to_dict() if outcome.breakdown is not None else None,
-        }
+        report[name] = metrics_entry(outcome, seconds=elapsed)
     return report

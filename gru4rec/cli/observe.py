@@ -16,18 +16,16 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from gru4rec.cli.common import UsageError, check_readable, positive_int
 from gru4rec.errors import Gru4RecError
+from gru4rec.runs import RUN_CUTOFFS
 
 if TYPE_CHECKING:  # the heavy imports happen inside the methods
     from gru4rec.config import Config
     from gru4rec.recommender import GRU4Rec
 
-__all__ = ["RUN_CUTOFFS", "Observation", "add_arguments"]
+__all__ = ["Observation", "add_arguments"]
 
 log = logging.getLogger(__name__)
 
-#: With --run-dir the test evaluation also covers these cutoffs (in metrics.json, not in the
-#: printed lines), so that the report can draw Recall@k and MRR@k against k.
-RUN_CUTOFFS = (1, 2, 3, 5, 10, 15, 20, 25, 30, 40, 50)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
