@@ -83,17 +83,20 @@ class GpuMonitor:
         used = self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used / 2**20
         return float(util), float(used)
 
+    def record(self, util: float, used: float) -> None:
+        """Add one reading (the sampling thread calls this)."""
+        with self._lock:
+            self._util_sum += util
+            self._n += 1
+            self._mem_peak = max(self._mem_peak, used)
+
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:
-                util, used = self.sample()
+                self.record(*self.sample())
             except self._nvml.NVMLError as exc:  # a device that stops answering ends the sampling
                 log.warning("GPU monitoring stopped: %s", exc)
                 return
-            with self._lock:
-                self._util_sum += util
-                self._n += 1
-                self._mem_peak = max(self._mem_peak, used)
 
     def read(self) -> tuple[float, float]:
         """(mean utilisation %, peak memory in use MiB) since the last read, then start over."""
@@ -120,7 +123,8 @@ class TensorBoardLogger:
     ``device``: the training device; on CUDA the GPU's utilisation and memory are sampled too
     (without nvidia-ml-py a warning says so and the other scalars are still written)."""
 
-    def __init__(self, logdir: str | os.PathLike[str], *, device: torch.device | str = "cpu") -> None:
+    def __init__(self, logdir: str | os.PathLike[str], *, device: torch.device | str = "cpu",
+                 gpu_interval: float = GPU_SAMPLE_SECONDS) -> None:
         SummaryWriter = import_summary_writer()
         self.logdir = str(logdir)
         self.writer = SummaryWriter(log_dir=self.logdir)
@@ -128,7 +132,7 @@ class TensorBoardLogger:
         device = torch.device(device)
         if device.type == "cuda":
             try:
-                self.gpu = GpuMonitor(device)
+                self.gpu = GpuMonitor(device, gpu_interval)
             except ImportError as exc:
                 log.warning("%s", exc)
 

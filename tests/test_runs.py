@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import types
 import sys
 from pathlib import Path
 from typing import Any
@@ -170,3 +171,68 @@ def test_run_py_writes_a_run_folder_too(data: dict[str, Path], tmp_path: Path, c
     assert "breakdown" in entry
     code = run_py_main([str(tmp_path / "run" / "model.pt"), "-l", "--run-dir", str(tmp_path / "other")])
     assert code == 2
+
+
+class FakeNVML(types.ModuleType):
+    """Stands in for nvidia-ml-py (pynvml): utilisation and memory readings the test chooses."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, readings: list[tuple[float, float]]) -> None:
+        super().__init__("pynvml")
+        self.readings = iter(readings)
+        self.bus_ids: list[str] = []
+        self.shut = False
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        self.shut = True
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id: str) -> str:
+        self.bus_ids.append(bus_id)
+        return "handle"
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        return "handle"
+
+    def _next(self) -> tuple[float, float]:
+        self.current = next(self.readings)
+        return self.current
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str) -> Any:
+        return types.SimpleNamespace(gpu=self._next()[0])
+
+    def nvmlDeviceGetMemoryInfo(self, handle: str) -> Any:
+        return types.SimpleNamespace(used=self.current[1] * 2**20)
+
+
+def test_gpu_utilisation_and_memory_per_epoch_in_tensorboard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA the logger writes the GPU's mean utilisation and peak memory of each epoch. No GPU
+    here: NVML is replaced by readings the test chooses and the sampling thread never fires
+    (interval of an hour); the test feeds the samples as the thread would."""
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    from gru4rec.recommender import EpochInfo
+    from gru4rec.tracking import TensorBoardLogger
+
+    fake = FakeNVML([(50.0, 1000.0), (10.0, 900.0)])  # the readings taken at the end of epochs 1 and 2
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: types.SimpleNamespace(pci_domain_id=0, pci_bus_id=0x1B, pci_device_id=0))
+    logger = TensorBoardLogger(tmp_path, device="cuda", gpu_interval=3600)
+    assert fake.bus_ids == ["00000000:1b:00.0"]
+    info = dict(loss=1.0, seconds=2.0, events_per_s=3.0, mb_per_s=4.0, model=None, peak_host_mb=5.0, peak_device_mb=6.0)
+    for util, used in ((90.0, 2000.0), (70.0, 1500.0)):  # epoch 1's samples
+        logger.gpu.record(util, used)
+    logger(EpochInfo(epoch=1, **info))
+    logger(EpochInfo(epoch=2, **info))  # no sample during epoch 2: only the one read at its end
+    logger.close()
+    assert fake.shut
+    acc = event_accumulator.EventAccumulator(str(tmp_path))
+    acc.Reload()
+    assert [(s.step, s.value) for s in acc.Scalars("gpu/utilization_pct")] == [(1, pytest.approx((90 + 70 + 50) / 3)), (2, 10.0)]
+    assert [(s.step, s.value) for s in acc.Scalars("gpu/memory_used_mb")] == [(1, 2000.0), (2, 900.0)]
+    assert [s.value for s in acc.Scalars("memory/peak_device_mb")] == [6.0, 6.0]
