@@ -26,8 +26,9 @@ import json
 import math
 import os
 import shlex
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from gru4rec.errors import Gru4RecError
 from gru4rec.files import atomic_write
@@ -57,7 +58,7 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def epoch_record(info: "EpochInfo") -> dict[str, Any]:
+def epoch_record(info: EpochInfo) -> dict[str, Any]:
     """The JSON object of one epoch (one line of ``epochs.jsonl``)."""
     record: dict[str, Any] = {
         "epoch": info.epoch,
@@ -78,7 +79,7 @@ def epoch_record(info: "EpochInfo") -> dict[str, Any]:
 REPORTED_METRICS = ("recall", "mrr", "ndcg", "coverage", "popularity")
 
 
-def metrics_entry(result: "EvalResult", *, seconds: float | None = None) -> dict[str, Any]:
+def metrics_entry(result: EvalResult, *, seconds: float | None = None) -> dict[str, Any]:
     """One test file's entry of ``metrics.json`` / ``--metrics-json``: mode, counts, seconds,
     ``{metric: {cutoff: value}}`` for every metric the evaluation computed, and the breakdown."""
     return {
@@ -144,7 +145,7 @@ class RunFolder:
         _write_text(self.path / COMMAND_FILE, f"# run in {Path.cwd()}\n{shlex.join(command)}\n")
         _write_text(self.path / CONFIG_FILE, json.dumps(dict(config), indent=2) + "\n")
 
-    def __call__(self, info: "EpochInfo") -> None:
+    def __call__(self, info: EpochInfo) -> None:
         """Record one epoch (``fit`` callback)."""
         self.epochs.append(epoch_record(info))
         _write_text(self.path / EPOCHS_FILE, "".join(json.dumps(e) + "\n" for e in self.epochs))

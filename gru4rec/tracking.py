@@ -136,7 +136,7 @@ class TensorBoardLogger:
             except ImportError as exc:
                 log.warning("%s", exc)
 
-    def __call__(self, info: "EpochInfo") -> None:
+    def __call__(self, info: EpochInfo) -> None:
         step = info.epoch
         add = self.writer.add_scalar
         add("train/loss", info.loss, step)

@@ -22,8 +22,9 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -85,7 +86,7 @@ class Validator:
     def __init__(
         self,
         model: Any,
-        sessions: "Sessions",
+        sessions: Sessions,
         *,
         metric: str | ValidationMetric = "recall@20",
         cutoffs: Sequence[int] | None = None,
@@ -140,7 +141,7 @@ class Validator:
             log.info("Early stopping after epoch %d: %s has not improved for %d epoch(s)", epoch, self.metric.key, self.patience)
         return metrics
 
-    def _keep(self, net: "GRU4RecNet") -> None:
+    def _keep(self, net: GRU4RecNet) -> None:
         state = net.state_dict()
         if self._best_weights is None:
             self._best_weights = {k: v.detach().clone() for k, v in state.items()}

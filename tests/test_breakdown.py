@@ -12,7 +12,11 @@ import torch
 
 from gru4rec import GRU4Rec, evaluate
 from gru4rec.datasets.synthetic import generate
-from gru4rec.evaluation.breakdown import LENGTH_EDGES, compute_breakdown, popularity_deciles
+from gru4rec.evaluation.breakdown import (
+    LENGTH_EDGES,
+    compute_breakdown,
+    popularity_deciles,
+)
 
 torch.set_num_threads(1)
 

@@ -16,10 +16,10 @@ import torch
 
 pytest.importorskip("matplotlib")
 
-from gru4rec.cli import main  # noqa: E402
-from gru4rec.report import runs as figures  # noqa: E402
-from gru4rec.report.build import planned_files, write_report  # noqa: E402
-from gru4rec.runs import read_run  # noqa: E402
+from gru4rec.cli import main
+from gru4rec.report import runs as figures
+from gru4rec.report.build import planned_files, write_report
+from gru4rec.runs import read_run
 
 TINY = "layers=8,n_sample=16,batch_size=8,sample_store_size=1600"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import shlex
-import types
 import sys
+import types
 from pathlib import Path
 from typing import Any
 

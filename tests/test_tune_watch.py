@@ -11,11 +11,12 @@ import torch
 
 optuna = pytest.importorskip("optuna")
 
-from gru4rec.cli import main  # noqa: E402
-from gru4rec.errors import ConfigError  # noqa: E402
-from gru4rec.runs import read_run  # noqa: E402
-from gru4rec.tune import run_study  # noqa: E402
-from tune_helpers import FIXED, data, settings, trials_of  # noqa: E402,F401 - data is a fixture
+from tune_helpers import FIXED, data, settings, trials_of  # noqa: F401 - data is a fixture
+
+from gru4rec.cli import main
+from gru4rec.errors import ConfigError
+from gru4rec.runs import read_run
+from gru4rec.tune import run_study
 
 FIVE_EPOCHS = FIXED.replace("n_epochs=2", "n_epochs=5")
 
@@ -70,8 +71,9 @@ def test_early_stop_must_be_positive(data: dict[str, Path], tmp_path: Path) -> N
 
 
 def test_paropt_flags_reach_the_settings() -> None:
-    from gru4rec.tune.cli import add_arguments, settings_from_args
     import argparse
+
+    from gru4rec.tune.cli import add_arguments, settings_from_args
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from gru4rec.cli.common import UsageError, check_readable, positive_int
 from gru4rec.errors import Gru4RecError
@@ -94,7 +95,7 @@ class Observation:
         """The cutoffs of the final evaluation's JSON (more with a run folder, for the report's curves)."""
         return sorted(set(self.cutoffs) | (set(RUN_CUTOFFS) if self.run_folder is not None else set()))
 
-    def start(self, config: "Config", *, device: str, precision: str, data: str, tests: Sequence[str] | None) -> dict[str, Any]:
+    def start(self, config: Config, *, device: str, precision: str, data: str, tests: Sequence[str] | None) -> dict[str, Any]:
         """Create the run folder and the TensorBoard writer; returns the keyword arguments of
         ``GRU4Rec.fit`` for validation and the per-epoch callbacks."""
         import torch
@@ -136,7 +137,7 @@ class Observation:
                            valid_cutoffs=self.cutoffs, valid_mode=self.mode)
         return options
 
-    def trained(self, model: "GRU4Rec") -> None:
+    def trained(self, model: GRU4Rec) -> None:
         """After training: close the TensorBoard writer, save the model into the run folder."""
         self.close()
         if model.best_epoch is not None and self.early_stop is not None:

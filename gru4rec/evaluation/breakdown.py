@@ -155,7 +155,7 @@ def compute_breakdown(
     pop_groups = []
     for d, (n, recall, mrr, ndcg) in enumerate(_group_metrics(ranks, deciles[targets] - 1, N_DECILES, cutoffs), start=1):
         members = support[deciles == d]
-        info: dict[str, Any] = {"n_items": int(len(members))}
+        info: dict[str, Any] = {"n_items": len(members)}
         if len(members):
             info.update(min_support=int(members.min()), max_support=int(members.max()))
         pop_groups.append(Group(str(d), n, recall, mrr, ndcg, info))

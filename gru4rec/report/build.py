@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import html
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from gru4rec.errors import Gru4RecError
 from gru4rec.files import atomic_write

@@ -10,7 +10,8 @@ from __future__ import annotations
 import base64
 import html
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["document", "figure_html", "table_html"]
 

@@ -13,11 +13,12 @@ it, a notebook displays it, a test inspects its axes and lines.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from gru4rec.report.mpl import new_figure
 
-__all__ = ["BREAKDOWNS", "breakdown_cutoff", "breakdown_figure", "metrics_at_k", "evaluations", "training_curves", "valid_metric"]
+__all__ = ["BREAKDOWNS", "breakdown_cutoff", "breakdown_figure", "evaluations", "metrics_at_k", "training_curves", "valid_metric"]
 
 #: The breakdown kinds: key in metrics.json -> (title, x-axis label).
 BREAKDOWNS = {

@@ -65,7 +65,6 @@ def study_figures(study: Any) -> list[StudyFigure]:
     optuna = import_optuna()
     require_matplotlib()
     import matplotlib.pyplot as plt  # Optuna draws through pyplot
-
     from optuna.visualization import matplotlib as ovm
 
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
