@@ -18,6 +18,7 @@ from gru4rec.log import LOGGER_NAME
 from gru4rec.tune._optuna import import_optuna
 from gru4rec.tune.settings import ParoptSettings
 from gru4rec.tune.space import ParamSpec, trial_param_string
+from gru4rec.tune.trial_runs import trial_run_folder, write_trial_metrics
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import optuna
@@ -157,7 +158,7 @@ class Objective:
             reporter.metric_key = self.metric_key
             model = GRU4Rec(config, device=self.settings.device, precision=self.settings.precision)
             callbacks: list[Any] = [reporter]
-            run_folder = trial_run_folder(self.settings, trial, config, params) if self.settings.run_dirs else None
+            run_folder = trial_run_folder(self.settings, trial, config, params, model.device) if self.settings.run_dirs else None
             if run_folder is not None:
                 callbacks.append(run_folder)
             # Quiet trials: the runner logs one line per trial; -v shows the epoch lines too.
@@ -190,49 +191,6 @@ class Objective:
         del model
         _free_cuda_cache()  # optimize(gc_after_trial=True) collects the rest
         raise TrialFailed(reason)
-
-
-def trial_run_folder(settings: ParoptSettings, trial: "optuna.trial.Trial", config: "Config", params: dict[str, Any]) -> Any:
-    """The run folder of one trial (``--run-dirs``), started: command.txt holds the ``gru4rec
-    train`` command that retrains the trial, config.json the trial's configuration."""
-    import torch
-
-    from gru4rec.runs import RunFolder
-
-    folder = RunFolder(os.path.join(settings.run_dirs or ".", trial.study.study_name, f"trial-{trial.number:05d}"))
-    folder.check(force=settings.force)
-    metric = f"{settings.primary_metric}@{settings.measure}"
-    command = ["gru4rec", "train", settings.train, "-ps", config.to_param_string(only_changed=True),
-               "--valid", settings.valid, "-m", str(settings.measure), "-e", settings.eval_mode, "--valid-metric", metric]
-    if settings.early_stop is not None:
-        command += ["--early-stop", str(settings.early_stop)]
-    folder.start(command, {
-        "config": config.to_dict(),
-        "param_string": config.to_param_string(only_changed=True),
-        "device": settings.device,
-        "precision": settings.precision,
-        "threads": torch.get_num_threads(),
-        "train": settings.train,
-        "valid": settings.valid,
-        "valid_metric": metric if settings.early_stop is not None else None,
-        "early_stop": settings.early_stop,
-        "test": [],
-        "cutoffs": [settings.measure],
-        "eval_mode": settings.eval_mode,
-        "study": trial.study.study_name,
-        "trial": trial.number,
-        "params": params,
-    })
-    return folder
-
-
-def write_trial_metrics(folder: Any, model: Any, valid: "pd.DataFrame", settings: ParoptSettings) -> None:
-    """A trial's metrics.json: the final model on VALID at the report's cutoffs, with breakdowns."""
-    from gru4rec.evaluation.evaluator import evaluate
-    from gru4rec.runs import RUN_CUTOFFS, metrics_entry
-
-    result = evaluate(model, valid, cutoffs=tuple(sorted(set(RUN_CUTOFFS) | {settings.measure})), mode=settings.eval_mode, breakdown=True)
-    folder.write_metrics({settings.valid: metrics_entry(result)})
 
 
 def _free_cuda_cache() -> None:
