@@ -235,3 +235,13 @@ def test_report_json_round_trip_of_a_run(two_runs: list[dict[str, Any]]) -> None
     run = two_runs[0]
     lines = (Path(run["path"]) / "epochs.jsonl").read_text().splitlines()
     assert run["epochs"] == [json.loads(line) for line in lines]
+
+
+def test_the_breakdown_cutoff_is_the_largest_one_asked_for() -> None:
+    def fake(cutoffs: list[int], ks: list[int]) -> dict[str, Any]:
+        return {"config": {"cutoffs": cutoffs}, "metrics": {"t": {"recall": {str(k): 0.0 for k in ks}}}}
+
+    assert figures.breakdown_cutoff([fake([1, 5, 20], [1, 5, 10, 20, 50])]) == 20  # not 1: Recall@1 = MRR@1
+    assert figures.breakdown_cutoff([fake([5], [1, 5, 10]), fake([10], [1, 5, 10])]) == 10
+    assert figures.breakdown_cutoff([fake([], [1, 5, 20, 50])]) == 20
+    assert figures.breakdown_cutoff([fake([7], [7]), fake([8], [8])]) is None

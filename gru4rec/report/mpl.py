@@ -28,5 +28,5 @@ def new_figure(width: float, height: float) -> Any:
 def png_bytes(figure: Any, dpi: int = 100) -> bytes:
     """The figure as PNG (matplotlib renders PNGs with Agg, whatever the backend)."""
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi)
+    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")  # no label cut off at the edges
     return buffer.getvalue()

@@ -23,7 +23,7 @@ __all__ = ["BREAKDOWNS", "breakdown_cutoff", "breakdown_figure", "evaluations", 
 #: The breakdown kinds: key in metrics.json -> (title, x-axis label).
 BREAKDOWNS = {
     "session_length": ("session length", "test session length (events)"),
-    "popularity": ("target popularity", "decile of the target item's training popularity (1 = most popular 10 % of items)"),
+    "popularity": ("target popularity", "target popularity decile (1 = the 10 % most popular items)"),
 }
 
 
@@ -100,8 +100,9 @@ def metrics_at_k(runs: Sequence[dict[str, Any]]) -> Any:
 
 
 def breakdown_cutoff(runs: Sequence[dict[str, Any]]) -> int | None:
-    """The cutoff K the breakdown figures show: the first cutoff the runs were given (-m), if
-    every run's evaluation has it; else the largest cutoff they all have."""
+    """The cutoff K the breakdown figures show: the largest cutoff the runs were given (-m) that
+    every run's evaluation has (Recall@1 would equal MRR@1); else 20, else the largest cutoff
+    they all have."""
     common: set[int] | None = None
     for run in runs:
         for _, result in evaluations(run):
@@ -109,11 +110,10 @@ def breakdown_cutoff(runs: Sequence[dict[str, Any]]) -> int | None:
             common = ks if common is None else common & ks
     if not common:
         return None
-    for run in runs:
-        first = ((run.get("config") or {}).get("cutoffs") or [None])[0]
-        if first in common:
-            return int(first)
-    return max(common)
+    asked = {int(c) for run in runs for c in ((run.get("config") or {}).get("cutoffs") or [])} & common
+    if asked:
+        return max(asked)
+    return 20 if 20 in common else max(common)
 
 
 def breakdown_figure(runs: Sequence[dict[str, Any]], kind: str, cutoff: int | None = None) -> Any:

@@ -19,7 +19,7 @@ from gru4rec.errors import Gru4RecError
 from gru4rec.report.mpl import require_matplotlib
 from gru4rec.tune._optuna import import_optuna
 
-__all__ = ["STUDY_FIGURES", "StudyFigure", "best_trials", "load_study", "study_figures"]
+__all__ = ["FIGURE_SIZE", "STUDY_FIGURES", "StudyFigure", "best_trials", "load_study", "study_figures"]
 
 #: The study figures: name -> (title, the optuna.visualization.matplotlib function).
 STUDY_FIGURES = {
@@ -28,6 +28,11 @@ STUDY_FIGURES = {
     "parallel": ("Parallel coordinates", "plot_parallel_coordinate"),
     "slice": ("Slices: the value against each parameter", "plot_slice"),
 }
+
+
+#: Inches of the figures Optuna draws (pyplot's default is 6.4 × 4.8: too tight for the
+#: parallel coordinates of seven parameters).
+FIGURE_SIZE = (12.0, 5.0)
 
 
 class StudyFigure:
@@ -63,7 +68,7 @@ def load_study(storage: str, study_name: str) -> Any:
 def study_figures(study: Any) -> list[StudyFigure]:
     """The figures of :data:`STUDY_FIGURES` for ``study`` (the matplotlib Figures Optuna drew)."""
     optuna = import_optuna()
-    require_matplotlib()
+    matplotlib = require_matplotlib()
     import matplotlib.pyplot as plt  # Optuna draws through pyplot
     from optuna.visualization import matplotlib as ovm
 
@@ -74,7 +79,8 @@ def study_figures(study: Any) -> list[StudyFigure]:
             out.append(StudyFigure(name, title, reason="no trial has completed yet"))
             continue
         try:
-            with warnings.catch_warnings():
+            # Optuna lays its figures out for pyplot's default size; give it room to do so.
+            with warnings.catch_warnings(), matplotlib.rc_context({"figure.figsize": FIGURE_SIZE}):
                 warnings.simplefilter("ignore")  # ExperimentalWarning on every call
                 axes = getattr(ovm, function)(study)
         except (ValueError, RuntimeError, ZeroDivisionError) as exc:
@@ -82,7 +88,6 @@ def study_figures(study: Any) -> list[StudyFigure]:
             continue
         first = axes.flat[0] if hasattr(axes, "flat") else axes
         figure = first.figure
-        figure.set_size_inches(max(figure.get_size_inches()[0], 9), max(figure.get_size_inches()[1], 4))
         plt.close(figure)  # keep the Figure, drop it from pyplot's registry
         out.append(StudyFigure(name, title, figure))
     return out
