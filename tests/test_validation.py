@@ -129,7 +129,7 @@ def test_the_stopping_rule(monkeypatch: pytest.MonkeyPatch, values: list[float],
     model = fake_model()
     sessions = types.SimpleNamespace(lengths=np.array([3, 2]))
     it = iter(values)
-    monkeypatch.setattr("gru4rec.validation.evaluate", lambda *a, **k: types.SimpleNamespace(recall={20: 0.0}, mrr={20: next(it)}, ndcg={20: 0.0}))
+    monkeypatch.setattr("gru4rec.validation.evaluate", lambda *a, **k: types.SimpleNamespace(recall={20: 0.0}, mrr={20: next(it)}, ndcg={20: 0.0}, seconds=0.0))
     v = Validator(model, sessions, metric="mrr@20", patience=patience)
     stopped = None
     for epoch in range(1, len(values) + 1):
