@@ -24,9 +24,11 @@ from gru4rec.config import Config
 from gru4rec.data import ItemMap, Sessions, item_support, read_events, sessions_from_events, validate_events
 from gru4rec.errors import Gru4RecError, ModelFileError
 from gru4rec.model import GRU4RecNet
+from gru4rec.resources import peak_device_memory_mb, peak_host_memory_mb
 from gru4rec.training.loop import EpochStats, train_epochs
 from gru4rec.training.precision import check_precision
 from gru4rec.training.trainer import Trainer
+from gru4rec.validation import Validator, check_patience, parse_metric
 
 __all__ = ["GRU4Rec", "EpochInfo", "Recommendations", "load", "resolve_device"]
 
@@ -54,7 +56,13 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 
 @dataclass
 class EpochInfo:
-    """Passed to the ``fit`` callback after every epoch. Raising in the callback stops training."""
+    """Passed to the ``fit`` callback after every epoch. Raising in the callback stops training.
+
+    ``valid``: the validation metrics after this epoch (``{'recall@20': ..., 'mrr@20': ...,
+    'ndcg@20': ...}``) and ``best_epoch`` the best epoch so far, when ``fit`` validates;
+    ``peak_host_mb`` / ``peak_device_mb``: the process's peak resident memory and (on CUDA)
+    the peak memory torch allocated, so far, in MiB (:mod:`gru4rec.resources`).
+    """
 
     epoch: int
     loss: float
@@ -62,6 +70,10 @@ class EpochInfo:
     events_per_s: float
     mb_per_s: float
     model: "GRU4Rec" = field(repr=False)
+    valid: dict[str, float] | None = None
+    best_epoch: int | None = None
+    peak_host_mb: float = 0.0
+    peak_device_mb: float | None = None
 
 
 @dataclass
@@ -114,6 +126,9 @@ class GRU4Rec:
         self.net: GRU4RecNet | None = None
         self.epochs_trained = 0
         self.history: list[EpochStats] = []
+        #: After a fit with ``valid``: the validation metrics of every epoch, and the best epoch.
+        self.valid_history: list[dict[str, float]] = []
+        self.best_epoch: int | None = None
         self._live: tuple[np.ndarray, list[torch.Tensor]] | None = None
 
     def __repr__(self) -> str:
@@ -142,25 +157,45 @@ class GRU4Rec:
         self,
         data: pd.DataFrame | str | os.PathLike[str],
         *,
-        callback: Callable[[EpochInfo], Any] | None = None,
+        valid: pd.DataFrame | str | os.PathLike[str] | None = None,
+        early_stop: int | None = None,
+        metric: str = "recall@20",
+        valid_cutoffs: Sequence[int] | None = None,
+        valid_mode: str = "standard",
+        callback: Callable[[EpochInfo], Any] | Sequence[Callable[[EpochInfo], Any]] | None = None,
         checkpoint_dir: str | os.PathLike[str] | None = None,
         resume: bool = False,
         progress: bool = True,
     ) -> "GRU4Rec":
         """Train from scratch on ``data`` (DataFrame or file with session, item and time columns).
 
-        ``callback(info)`` runs after every epoch. With ``checkpoint_dir`` the full training state
+        ``valid`` (DataFrame or file): evaluate on it after every epoch at ``valid_cutoffs`` with
+        ``valid_mode`` ties (:mod:`gru4rec.validation`); ``early_stop=P`` stops when ``metric``
+        (``'recall@K'``, ``'mrr@K'`` or ``'ndcg@K'``) has not improved for P epochs and keeps the
+        best epoch's weights (``best_epoch``, ``valid_history``).
+
+        ``callback(info)`` (or each of a sequence of callbacks) runs after every epoch with an
+        :class:`EpochInfo`. With ``checkpoint_dir`` the full training state
         is saved after every epoch; ``resume=True`` continues from the checkpoint there and ends
         with the same model as an uninterrupted run. ``progress``: a progress bar per epoch on a
         terminal. The per-epoch lines are logged at INFO by ``gru4rec.training.loop`` (see
         :mod:`gru4rec.log`).
         """
         c = self.config
+        chosen = parse_metric(metric)  # bad validation arguments fail before any data is read
+        check_patience(early_stop)
+        if early_stop is not None and valid is None:
+            raise Gru4RecError("early_stop needs valid= (the events to validate on)")
+        callbacks = [] if callback is None else [callback] if callable(callback) else list(callback)
         events = self._events(data)
         self.item_map = ItemMap.from_ids(events[c.item_key])
         sessions, _ = self._sessions(events, drop_unknown=False, order="time" if c.time_sort else "id")
         self.item_support = item_support(sessions.items, len(self.item_map))
         del events
+        validator = None
+        if valid is not None:
+            valid_sessions, _ = self._sessions(self._events(valid), drop_unknown=True, order="id")
+            validator = Validator(self, valid_sessions, metric=chosen, cutoffs=valid_cutoffs, mode=valid_mode, patience=early_stop)
 
         torch.manual_seed(c.seed)
         init_gen = torch.Generator().manual_seed(c.seed)
@@ -172,21 +207,37 @@ class GRU4Rec:
         if ckpt_path is not None:
             _check_writable_dir(ckpt_path.parent)
             if resume and ckpt_path.exists():
-                first_epoch = self._restore_checkpoint(ckpt_path, trainer, rng, sessions) + 1
+                first_epoch = self._restore_checkpoint(ckpt_path, trainer, rng, sessions, validator) + 1
                 log.info("Resuming from %s after epoch %d", ckpt_path, first_epoch - 1)
         elif resume:
             raise Gru4RecError("resume=True needs checkpoint_dir (where the checkpoint is)")
 
         self.history = []
         self.epochs_trained = first_epoch - 1
-        for stats in train_epochs(trainer, sessions.items, sessions.offsets, first_epoch=first_epoch, rng=rng, progress=progress):
+        epochs = train_epochs(trainer, sessions.items, sessions.offsets, first_epoch=first_epoch, rng=rng, progress=progress)
+        if validator is not None and validator.should_stop:  # resumed after it had stopped early
+            epochs = iter(())
+        for stats in epochs:
             self.epochs_trained = stats.epoch
             self.history.append(stats)
+            scores = validator.after_epoch(stats.epoch) if validator is not None else None
             if ckpt_path is not None:
-                self._save_checkpoint(ckpt_path, trainer, rng, sessions)
-            if callback is not None:
-                self.net.eval()
-                callback(EpochInfo(stats.epoch, stats.loss, stats.seconds, stats.events_per_s, stats.mb_per_s, self))
+                self._save_checkpoint(ckpt_path, trainer, rng, sessions, validator)
+            self.net.eval()
+            info = EpochInfo(
+                stats.epoch, stats.loss, stats.seconds, stats.events_per_s, stats.mb_per_s, self, valid=scores,
+                best_epoch=validator.best_epoch if validator is not None else None,
+                peak_host_mb=peak_host_memory_mb(), peak_device_mb=peak_device_memory_mb(self.device),
+            )
+            for observer in callbacks:
+                observer(info)
+            if validator is not None and validator.should_stop:
+                break
+        if validator is not None:
+            self.valid_history = list(validator.history)
+            self.best_epoch = validator.finish()
+            if early_stop is not None and self.best_epoch is not None:
+                self.epochs_trained = self.best_epoch  # the weights are that epoch's
         self.net.eval()
         return self
 
@@ -196,7 +247,9 @@ class GRU4Rec:
         assert self.item_map is not None
         return {"n_items": len(self.item_map), "n_events": int(sessions.n_events), "n_sessions": int(sessions.n_sessions)}
 
-    def _save_checkpoint(self, path: Path, trainer: Trainer, rng: np.random.Generator, sessions: Sessions) -> None:
+    def _save_checkpoint(
+        self, path: Path, trainer: Trainer, rng: np.random.Generator, sessions: Sessions, validator: Validator | None = None
+    ) -> None:
         assert self.net is not None
         state = trainer.state_dict()
         tensors = {f"net.{k}": v for k, v in self.net.state_dict().items()}
@@ -214,9 +267,14 @@ class GRU4Rec:
             "sampler_cursor": sampler["cursor"] if sampler else 0,  # type: ignore[index]
             "numpy_rng": rng.bit_generator.state,
         }
+        if validator is not None:
+            valid_tensors, meta["validation"] = validator.checkpoint_state()
+            tensors.update(valid_tensors)
         checkpoint.save_file(path, tensors, meta, overwrite=True)
 
-    def _restore_checkpoint(self, path: Path, trainer: Trainer, rng: np.random.Generator, sessions: Sessions) -> int:
+    def _restore_checkpoint(
+        self, path: Path, trainer: Trainer, rng: np.random.Generator, sessions: Sessions, validator: Validator | None = None
+    ) -> int:
         assert self.net is not None
         tensors, meta = checkpoint.load_file(path)
         if meta.get("kind") != CHECKPOINT_KIND:
@@ -242,6 +300,8 @@ class GRU4Rec:
             state["sampler"] = {"generator": tensors["rng.sampler"], "store": tensors["sampler.store"], "cursor": meta["sampler_cursor"]}
         trainer.load_state_dict(state)
         rng.bit_generator.state = meta["numpy_rng"]
+        if validator is not None:
+            validator.load_checkpoint_state(tensors, meta.get("validation"), path)
         return int(meta["epoch"])
 
     # ------------------------------------------------------------------ model files

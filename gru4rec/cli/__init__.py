@@ -8,6 +8,7 @@
     gru4rec synth OUT_DIR
     gru4rec preprocess DATASET RAW_PATH... --out DIR | split INPUT --out DIR
     gru4rec paropt ...                             (registered from its module's hooks)
+    gru4rec report RUN_DIR [RUN_DIR ...] [--study URL --study-name NAME] -o report.html
 
 Each command is a module of this package with its flags (``add_arguments``) and its action
 (``run``): :mod:`~gru4rec.cli.train`, :mod:`~gru4rec.cli.evaluate`,
@@ -41,7 +42,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from gru4rec.cli import evaluate, info, preprocess, recommend, run_py, synth, train
+from gru4rec.cli import evaluate, info, preprocess, recommend, report, run_py, synth, train
 from gru4rec.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError
 from gru4rec.cli.console import VERBOSITY_DESTS, add_verbosity_flags, command_console, verbosity
 from gru4rec.errors import ConfigError, Gru4RecError
@@ -150,6 +151,8 @@ register(Command("split", "split your own event file by time into train/test fil
 # paropt.py it prints its progress on stdout.
 register(_hook_command("paropt", "hyperparameter optimisation with Optuna", "gru4rec.tune.cli",
                        messages_on_stdout=True))
+register(Command("report", "an HTML report (with PNGs) of run folders and/or an Optuna study",
+                 report.add_arguments, report.run, description=report.DESCRIPTION))
 
 
 # ----------------------------------------------------------------------------------- the parser
@@ -297,6 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_OK
         cmd = COMMANDS[name]
+        args.command_line = [PROG, *argv]  # as run (a run folder records it)
         with command_console(PROG, level=verbosity(args), messages_on_stdout=cmd.messages_on_stdout):
             log.debug("%s %s with %s", PROG, name, vars(args))
             return cmd.run(args)
@@ -309,6 +313,7 @@ def run_py_main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
 
     def run(args: argparse.Namespace) -> int | None:
+        args.command_line = ["python", run_py.PROG, *argv]  # as run (a run folder records it)
         with command_console(run_py.PROG, level=logging.INFO, messages_on_stdout=True):
             return run_py.run(args)
 

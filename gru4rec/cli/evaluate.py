@@ -25,13 +25,12 @@ from gru4rec.cli.common import (
     write_json,
 )
 from gru4rec.cli.console import result
+from gru4rec.runs import metrics_entry
 
 __all__ = ["add_arguments", "evaluate_files", "metric_lines", "run"]
 
 log = logging.getLogger(__name__)
 
-#: The metrics of the JSON report, each a {cutoff: value} table of the evaluation result.
-REPORTED_METRICS = ("recall", "mrr", "ndcg", "coverage", "popularity")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,12 +80,15 @@ def evaluate_files(
     extended: bool,
     primary_metric: str | None = None,
     keys: dict[str, str | None] | None = None,
+    json_cutoffs: Sequence[int] = (),
 ) -> dict[str, Any]:
-    """Evaluate on each test file and write its result lines; returns JSON-able metrics.
+    """Evaluate on each test file and write its result lines; returns JSON-able metrics, with
+    the breakdowns by session length and target popularity (:mod:`gru4rec.evaluation.breakdown`).
 
     primary_metric: 'recall' or 'mrr' adds ``PRIMARY METRIC: x`` (at the first cutoff) after
         each block, as the original's ``-lpm``.
     keys: the test files' column names where they differ from the model's (None = the model's).
+    json_cutoffs: more cutoffs for the returned metrics only (not printed).
     """
     from gru4rec.data import read_events
     from gru4rec.evaluation import evaluate
@@ -99,6 +101,7 @@ def evaluate_files(
         "time_key": keys.get("time_key") or config.time_key,
     }
     cutoffs = list(dict.fromkeys(cutoffs))  # keep the order (the first is the primary), drop repeats
+    all_cutoffs = sorted(set(cutoffs) | set(json_cutoffs))
     report: dict[str, Any] = {}
     for test in tests:
         log.info("Evaluating on %s (mode: %s)", test, mode)
@@ -109,7 +112,8 @@ def evaluate_files(
         rename = {key_args[k]: getattr(config, k) for k in key_args if key_args[k] != getattr(config, k)}
         if rename:
             frame = frame.rename(columns=rename)
-        outcome = evaluate(model, frame, cutoffs=tuple(cutoffs), mode=mode, batch_size=batch_size, progress=True)
+        outcome = evaluate(model, frame, cutoffs=tuple(all_cutoffs), mode=mode, batch_size=batch_size, progress=True,
+                           breakdown=True)
         elapsed = time.perf_counter() - start
         log.info("Evaluation took %.2fs: %s predictions, %s events with items unknown to the model dropped",
                  elapsed, outcome.n_predictions, outcome.n_dropped_events)
@@ -120,11 +124,5 @@ def evaluate_files(
             table = outcome.recall if primary_metric == "recall" else outcome.mrr
             result(f"PRIMARY METRIC: {table[cutoffs[0]]}")
         name = test if test not in report else f"{test}#{len(report) + 1}"  # the same file twice
-        report[name] = {
-            "mode": mode,
-            "n_predictions": int(outcome.n_predictions),
-            "n_dropped_events": int(outcome.n_dropped_events),
-            "seconds": elapsed,
-            **{metric: {str(c): float(getattr(outcome, metric)[c]) for c in cutoffs} for metric in REPORTED_METRICS},
-        }
+        report[name] = metrics_entry(outcome, seconds=elapsed)
     return report

@@ -12,6 +12,7 @@ import logging
 from gru4rec.cli.common import (
     EVAL_MODES,
     EXIT_OK,
+    UsageError,
     add_precision,
     check_readable,
     check_writable_target,
@@ -19,6 +20,7 @@ from gru4rec.cli.common import (
     nonnegative_int,
     positive_int,
 )
+from gru4rec.cli import observe
 from gru4rec.cli.evaluate import evaluate_files
 from gru4rec.cli.train import build_config, train_model
 
@@ -76,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print 'PRIMARY METRIC: x', the primary metric at the first -m cutoff")
     parser.add_argument("--seed", type=int, default=None, help="random seed (overrides the params)")
     parser.add_argument("--force", action="store_true", help="allow -s to overwrite an existing file")
+    observe.add_arguments(parser)
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     return parser
 
@@ -88,22 +91,34 @@ def run(args: argparse.Namespace) -> int:
     keys = {"session_key": args.session_key, "item_key": args.item_key, "time_key": args.time_key}
     check_writable_target(args.save_model, args.force, "model file")
     check_readable(args.test, "test file")
+    watch = None
     if args.load_model:
         if args.sample_store_size is not None or args.seed is not None:
             log.info("Note: -ss/--seed only affect training and are ignored with -l")
+        if args.valid or args.run_dir or args.tensorboard:
+            raise UsageError("--valid, --early-stop, --run-dir and --tensorboard watch a training run; they do not go with -l")
         model = load_model(args.path, args.device)
     else:
         check_readable([args.path], "training data")
+        watch = observe.Observation(args, command=getattr(args, "command_line", ["python", PROG]),
+                                    cutoffs=measure, mode=args.eval_type, force=args.force)
         config = build_config(args.parameter_file, args.parameter_string, seed=args.seed,
                               sample_store_size=args.sample_store_size, **keys)
-        model = train_model(args.path, config, device=args.device, precision=args.precision)
+        try:
+            fit_options = watch.start(config, device=args.device, precision=args.precision, data=args.path, tests=args.test)
+            model = train_model(args.path, config, device=args.device, precision=args.precision, fit_options=fit_options)
+        finally:
+            watch.close()
+        watch.trained(model)
         keys = {}  # the model's config carries them now
     if args.save_model:
         model.save(args.save_model, overwrite=args.force)
         log.info("Saved model to %s", args.save_model)
     if args.test:
-        evaluate_files(model, args.test, cutoffs=measure, mode=args.eval_type, batch_size=512,
-                       extended=False,
-                       primary_metric=args.primary_metric if args.log_primary_metric else None,
-                       keys=keys)
+        report = evaluate_files(model, args.test, cutoffs=measure, mode=args.eval_type, batch_size=512,
+                                extended=False,
+                                primary_metric=args.primary_metric if args.log_primary_metric else None,
+                                keys=keys, json_cutoffs=watch.eval_cutoffs if watch is not None else ())
+        if watch is not None:
+            watch.evaluated(report)
     return EXIT_OK

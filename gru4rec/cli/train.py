@@ -24,6 +24,7 @@ from gru4rec.cli.common import (
     reset_device_memory_peak,
     write_json,
 )
+from gru4rec.cli import observe
 from gru4rec.cli.evaluate import evaluate_files
 
 if TYPE_CHECKING:  # the heavy imports (torch, pandas) happen inside the functions
@@ -62,6 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="continue the run whose checkpoint is in --checkpoint-dir")
     add_force(out)
     add_eval_flags(parser, test_required=False)
+    observe.add_arguments(parser)
     add_device(parser)
     add_precision(parser)
 
@@ -74,18 +76,26 @@ def run(args: argparse.Namespace) -> int:
     check_writable_target(args.metrics_json, args.force, "metrics file")
     check_readable([args.data], "training data")
     check_readable(args.test, "test file")
+    watch = observe.Observation(args, command=getattr(args, "command_line", ["gru4rec", "train"]),
+                                cutoffs=args.measure, mode=args.eval_mode, force=args.force)
     config = build_config(
         args.param_file, args.params, seed=args.seed, sample_store_size=args.sample_store_size,
         session_key=args.session_key, item_key=args.item_key, time_key=args.time_key,
     )
-    model = train_model(args.data, config, device=args.device, precision=args.precision,
-                        checkpoint_dir=args.checkpoint_dir, resume=args.resume)
+    try:
+        fit_options = watch.start(config, device=args.device, precision=args.precision, data=args.data, tests=args.test)
+        model = train_model(args.data, config, device=args.device, precision=args.precision,
+                            checkpoint_dir=args.checkpoint_dir, resume=args.resume, fit_options=fit_options)
+    finally:
+        watch.close()
+    watch.trained(model)
     if args.save:
         model.save(args.save, overwrite=args.force)
         log.info("Saved model to %s", args.save)
     if args.test:
         report = evaluate_files(model, args.test, cutoffs=args.measure, mode=args.eval_mode,
-                                batch_size=args.eval_batch_size, extended=True)
+                                batch_size=args.eval_batch_size, extended=True, json_cutoffs=watch.eval_cutoffs)
+        watch.evaluated(report)
         if args.metrics_json:
             write_json(args.metrics_json, report, force=args.force)
     return EXIT_OK
@@ -126,9 +136,12 @@ def train_model(
     precision: str = "float32",
     checkpoint_dir: str | None = None,
     resume: bool = False,
+    fit_options: dict[str, Any] | None = None,
 ) -> GRU4Rec:
     """Train a GRU4Rec on the event file ``data``, with the original's per-epoch lines and a
-    progress bar (on a terminal), then the time it took and (on CUDA) the peak memory."""
+    progress bar (on a terminal), then the time it took and (on CUDA) the peak memory.
+    ``fit_options``: more keyword arguments of ``fit`` (validation, callbacks: see
+    :class:`gru4rec.cli.observe.Observation`)."""
     from gru4rec.recommender import GRU4Rec
 
     log.info("Training GRU4Rec on %s", data)
@@ -136,7 +149,7 @@ def train_model(
     model = GRU4Rec(config, device=device, precision=precision)
     reset_device_memory_peak(model)
     start = time.perf_counter()
-    model.fit(data, checkpoint_dir=checkpoint_dir, resume=resume, progress=True)
+    model.fit(data, checkpoint_dir=checkpoint_dir, resume=resume, progress=True, **(fit_options or {}))
     elapsed = time.perf_counter() - start
     log.info("Training took %.2fs on %s (%d items)", elapsed, model.device, len(model.item_map))
     log_device_memory(model, "training")

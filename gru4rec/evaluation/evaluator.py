@@ -180,6 +180,7 @@ def evaluate(
     progress: bool = False,
     seed: int = 42,
     return_ranks: bool = False,
+    breakdown: bool = False,
 ) -> EvalResult:
     """Evaluate ``model`` on ``test``: next-item prediction ranked against all items
     (docs/behaviour.md §8).
@@ -202,6 +203,9 @@ def evaluate(
             is a terminal (:func:`gru4rec.log.progress_bar`).
         seed: seed of the random tie positions of ``mode='tiebreaking'``.
         return_ranks: keep every prediction's rank in ``EvalResult.ranks``.
+        breakdown: also break the metrics down by session length and by the target item's
+            popularity decile (``EvalResult.breakdown``, :mod:`gru4rec.evaluation.breakdown`);
+            costs one read back of every rank at the end.
 
     Returns:
         An :class:`EvalResult`.
@@ -245,10 +249,17 @@ def evaluate(
         beyond_accuracy=beyond_accuracy,
         progress=progress,
         seed=seed,
-        return_ranks=return_ranks,
+        return_ranks=return_ranks or breakdown,
         n_dropped_events=n_dropped,
         source=source,
     )
+    if breakdown:
+        from gru4rec.evaluation.breakdown import compute_breakdown
+
+        assert result.ranks is not None
+        result.breakdown = compute_breakdown(result.ranks, sessions.items, sessions.offsets, support, cut)
+        if not return_ranks:
+            result.ranks = None
     result.seconds = time.perf_counter() - t0
     return result
 

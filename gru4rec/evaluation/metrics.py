@@ -36,13 +36,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Iterable, Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from gru4rec.errors import ConfigError
+
+if TYPE_CHECKING:  # typing only: the breakdown is imported by the evaluator when asked for
+    from gru4rec.evaluation.breakdown import Breakdown
 
 __all__ = ["TIE_MODES", "EvalResult", "MetricAccumulator", "MetricTotals", "TieMode", "check_cutoffs", "check_mode"]
 
@@ -62,7 +65,9 @@ class EvalResult:
     ``coverage`` and ``popularity`` are empty when the evaluation ran with
     ``beyond_accuracy=False``. ``ranks`` holds the rank of every prediction (float64, in the
     order of the test sessions and of the events inside them) when asked for with
-    ``return_ranks=True``, else None.
+    ``return_ranks=True``, else None. ``breakdown`` holds the metrics by session length and
+    by target-popularity decile when asked for with ``breakdown=True``
+    (:mod:`gru4rec.evaluation.breakdown`), else None.
     """
 
     cutoffs: tuple[int, ...]
@@ -78,6 +83,7 @@ class EvalResult:
     n_items: int
     seconds: float
     ranks: np.ndarray | None = field(default=None, repr=False)
+    breakdown: "Breakdown | None" = field(default=None, repr=False)
 
     def __str__(self) -> str:
         """The original run.py's result lines: ``Recall@20: 0.123456 MRR@20: 0.123456``."""
@@ -102,8 +108,9 @@ class EvalResult:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        """A flat JSON-ready dict: ``{'recall@20': ..., 'mrr@20': ..., 'ndcg@20': ...,
-        'coverage@20': ..., 'popularity@20': ..., 'n_predictions': ..., ...}`` (no ranks)."""
+        """A JSON-ready dict: ``{'recall@20': ..., 'mrr@20': ..., 'ndcg@20': ...,
+        'coverage@20': ..., 'popularity@20': ..., 'n_predictions': ..., ...}`` (no ranks), with
+        ``'breakdown'`` (see :meth:`Breakdown.to_dict`) when the evaluation computed one."""
         d: dict[str, Any] = {}
         for name in ("recall", "mrr", "ndcg", "coverage", "popularity"):
             for c, v in getattr(self, name).items():
@@ -117,6 +124,8 @@ class EvalResult:
             n_items=self.n_items,
             seconds=self.seconds,
         )
+        if self.breakdown is not None:
+            d["breakdown"] = self.breakdown.to_dict()
         return d
 
 

@@ -67,6 +67,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"folder for the best parameters, trial exports and the default storage (default {DEFAULT_OUT})")
     parser.add_argument("--final-test", default=None, metavar="TEST",
                         help="train the best configuration on TRAIN+VALID and evaluate it on TEST at the -fm cutoffs")
+    parser.add_argument("--early-stop", type=int, default=None, metavar="PATIENCE",
+                        help="stop a trial when the objective on VALID has not improved for PATIENCE epochs; the "
+                             "trial keeps (and scores) its best epoch (faster trials; default: every epoch)")
+    parser.add_argument("--run-dirs", default=None, metavar="DIR",
+                        help="a run folder per trial in DIR/<study>/trial-NNNNN (config.json, epochs.jsonl, "
+                             "metrics.json on VALID with breakdowns, command.txt to retrain it; no model file), "
+                             "for 'gru4rec report'")
     parser.add_argument("--force", action="store_true", help="overwrite existing output files")
     parser.add_argument("-v", "--verbose", action="store_true", help="show Optuna's own log messages")
 
@@ -100,6 +107,8 @@ def settings_from_args(args: argparse.Namespace) -> ParoptSettings:
         timeout=args.timeout,
         out=args.out,
         final_test=args.final_test,
+        early_stop=args.early_stop,
+        run_dirs=args.run_dirs,
         force=args.force,
         verbose=args.verbose,
     )

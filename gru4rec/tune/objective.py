@@ -18,6 +18,7 @@ from gru4rec.log import LOGGER_NAME
 from gru4rec.tune._optuna import import_optuna
 from gru4rec.tune.settings import ParoptSettings
 from gru4rec.tune.space import ParamSpec, trial_param_string
+from gru4rec.tune.trial_runs import trial_run_folder, write_trial_metrics
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import optuna
@@ -27,8 +28,9 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 __all__ = ["Objective", "TrialFailed", "quiet_training"]
 
-# The loggers of the training loop (the per-epoch lines); a trial silences them unless verbose.
-_TRAINING_LOGGER = f"{LOGGER_NAME}.training"
+# The loggers of the training loop and of validation (the per-epoch lines); a trial silences
+# them unless verbose.
+_TRAINING_LOGGERS = (f"{LOGGER_NAME}.training", f"{LOGGER_NAME}.validation")
 
 
 class TrialFailed(Exception):
@@ -72,6 +74,7 @@ class _EpochReporter:
         self.per_epoch = per_epoch
         self.epochs = 0
         self.value: float | None = None
+        self.metric_key = ""
 
     def __call__(self, info: Any) -> None:
         self.epochs += 1
@@ -80,7 +83,8 @@ class _EpochReporter:
             raise TrainingDivergedError(f"the training loss became {loss} in epoch {self.epochs}")
         if not self.per_epoch:
             return
-        self.value = self.score(info.model)
+        # With early stopping fit has just validated the epoch: its value is in info.valid.
+        self.value = info.valid[self.metric_key] if info.valid is not None else self.score(info.model)
         # Steps are 0-based epochs: MedianPruner's n_warmup_steps = epochs exempt from pruning.
         self.trial.report(self.value, self.epochs - 1)
         # The last epoch's value is the result: a finished trial is not thrown away.
@@ -108,6 +112,18 @@ class Objective:
         self.valid = valid
         self.per_epoch = per_epoch
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
+
+    @property
+    def metric_key(self) -> str:
+        """The objective as a validation metric key, e.g. ``'mrr@20'``."""
+        return f"{self.settings.primary_metric}@{self.settings.measure}"
+
+    def fit_options(self) -> dict[str, Any]:
+        """``fit``'s validation arguments when trials stop early (``--early-stop``)."""
+        if self.settings.early_stop is None:
+            return {}
+        return {"valid": self.valid, "early_stop": self.settings.early_stop, "metric": self.metric_key,
+                "valid_cutoffs": (self.settings.measure,), "valid_mode": self.settings.eval_mode}
 
     def score(self, model: Any) -> float:
         """The objective metric of ``model`` on VALID."""
@@ -139,12 +155,24 @@ class Objective:
         try:
             config = self.base.replace_from_string(searched)
             reporter = _EpochReporter(trial, self.score, config.n_epochs, self.per_epoch)
+            reporter.metric_key = self.metric_key
             model = GRU4Rec(config, device=self.settings.device, precision=self.settings.precision)
+            callbacks: list[Any] = [reporter]
+            run_folder = trial_run_folder(self.settings, trial, config, params, model.device) if self.settings.run_dirs else None
+            if run_folder is not None:
+                callbacks.append(run_folder)
             # Quiet trials: the runner logs one line per trial; -v shows the epoch lines too.
             with quiet_training(not self.settings.verbose):
-                model.fit(self.train, callback=reporter, progress=False)
+                model.fit(self.train, callback=callbacks, progress=False, **self.fit_options())
             trial.set_user_attr("epochs", reporter.epochs)
-            value = reporter.value if reporter.value is not None and reporter.epochs == config.n_epochs else self.score(model)
+            if model.best_epoch is not None and self.settings.early_stop is not None:
+                # The model holds its best epoch's weights: that epoch's validation is the value.
+                trial.set_user_attr("best_epoch", model.best_epoch)
+                value = next(h[self.metric_key] for h in model.valid_history if h["epoch"] == model.best_epoch)
+            else:
+                value = reporter.value if reporter.value is not None and reporter.epochs == config.n_epochs else self.score(model)
+            if run_folder is not None:
+                write_trial_metrics(run_folder, model, self.valid, self.settings)
             trial.set_user_attr("seconds", round(time.perf_counter() - start, 3))
             return value
         except optuna.TrialPruned:
@@ -182,10 +210,12 @@ def quiet_training(quiet: bool = True) -> Iterator[None]:
     if not quiet:
         yield
         return
-    logger = logging.getLogger(_TRAINING_LOGGER)
-    previous = logger.level
-    logger.setLevel(logging.WARNING)
+    loggers = [logging.getLogger(name) for name in _TRAINING_LOGGERS]
+    previous = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
     try:
         yield
     finally:
-        logger.setLevel(previous)
+        for logger, level in zip(loggers, previous):
+            logger.setLevel(level)

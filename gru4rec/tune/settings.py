@@ -57,6 +57,11 @@ class ParoptSettings:
     """Stop starting trials after this many seconds (per worker)."""
     out: str = DEFAULT_OUT
     final_test: str | None = None
+    early_stop: int | None = None
+    """Stop a trial when the objective on VALID has not improved for this many epochs and keep
+    its best epoch (the trial's value is that epoch's); None: train every epoch."""
+    run_dirs: str | None = None
+    """A run folder per trial under ``run_dirs/<study name>/trial-NNNNN`` (:mod:`gru4rec.runs`)."""
     force: bool = False
     verbose: bool = False
 
@@ -79,6 +84,8 @@ class ParoptSettings:
             problems.append(f"--threads must be >= 1, got {self.threads}")
         if self.prune_startup < 0 or self.prune_warmup < 0:
             problems.append("--prune-startup and --prune-warmup must be >= 0")
+        if self.early_stop is not None and self.early_stop < 1:
+            problems.append(f"--early-stop must be >= 1, got {self.early_stop}")
         if self.timeout is not None and self.timeout <= 0:
             problems.append(f"--timeout must be > 0, got {self.timeout}")
         try:

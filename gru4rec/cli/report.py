@@ -1,0 +1,63 @@
+"""``gru4rec report``: run folders and/or an Optuna study -> one HTML file (images embedded)
+and the PNGs beside it (:func:`gru4rec.report.build.write_report`)."""
+from __future__ import annotations
+
+import argparse
+import logging
+
+from gru4rec.cli.common import EXIT_OK, UsageError, add_force
+from gru4rec.cli.console import result
+
+__all__ = ["DESCRIPTION", "add_arguments", "run"]
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Make a report you can look at, as one self-contained HTML file (open it in any browser) with
+every figure also written as a PNG beside it (REPORT.<figure>.png).
+
+For run folders (gru4rec train ... --run-dir DIR; several are overlaid): training curves (loss,
+validation metric, events/s per epoch), Recall@k and MRR@k against k on the test set, and the
+test evaluation broken down by session length and by target-item popularity decile, with the
+numbers in tables. For a study (gru4rec paropt): Optuna's optimisation history, parameter
+importances, parallel coordinates and slices, and the best trials.
+
+  gru4rec report runs/a runs/b -o report.html
+  gru4rec report --study sqlite:///runs/paropt/paropt.db --study-name NAME -o study.html
+
+Needs matplotlib (pip install 'gru4rec[report]'); a study also needs optuna ('gru4rec[tune]')."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``gru4rec report``."""
+    parser.add_argument("run_dirs", metavar="RUN_DIR", nargs="*",
+                        help="run folders written by train/run.py --run-dir (several are overlaid)")
+    parser.add_argument("-o", "--output", metavar="REPORT.html", default="report.html",
+                        help="the HTML file to write; the PNGs go beside it (default: report.html)")
+    parser.add_argument("--study", metavar="URL", default=None,
+                        help="an Optuna storage as paropt --storage takes it (sqlite:///PATH, postgresql://..., "
+                             "journal:PATH or a file path)")
+    parser.add_argument("--study-name", metavar="NAME", default=None, help="the study in --study to report on")
+    parser.add_argument("--dpi", type=int, default=100, help="resolution of the PNGs (default: 100)")
+    add_force(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``gru4rec report``."""
+    if not args.run_dirs and args.study is None:
+        raise UsageError("give run folders (RUN_DIR ...) and/or --study URL --study-name NAME")
+    if (args.study is None) != (args.study_name is None):
+        raise UsageError("--study and --study-name go together")
+    if not 20 <= args.dpi <= 600:
+        raise UsageError(f"--dpi must lie in [20, 600], got {args.dpi}")
+    from gru4rec.report.mpl import require_matplotlib
+
+    require_matplotlib().use("Agg")  # this process draws files only; Optuna's figures go through pyplot
+    from gru4rec.report.build import write_report
+
+    files = write_report(args.run_dirs, args.output, study_storage=args.study, study_name=args.study_name,
+                         force=args.force, dpi=args.dpi)
+    log.info("Open %s in a browser", files[0])
+    for path in files:
+        result(str(path))
+    return EXIT_OK

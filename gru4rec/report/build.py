@@ -1,0 +1,199 @@
+"""``write_report``: run folders and/or an Optuna study -> one self-contained HTML file, with
+every figure also written as a PNG beside it (``<name>.<figure>.png``).
+
+What the report holds, for the runs (one or several, overlaid):
+
+1. the runs: command line, changed hyperparameters, device, precision, threads, best epoch;
+2. training curves (loss, validation metric, events/s per epoch) and every run's epoch table;
+3. Recall@k and MRR@k against k on the test set, and their table;
+4. the test evaluation by session length and by target-item popularity decile, and their tables;
+
+and for a study: the trial counts, Optuna's optimisation history, parameter importances,
+parallel coordinates and slices, and the table of the best trials.
+"""
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gru4rec.errors import Gru4RecError
+from gru4rec.files import atomic_write
+from gru4rec.report import runs as run_figures
+from gru4rec.report.html import document, figure_html, table_html
+from gru4rec.report.mpl import png_bytes, require_matplotlib
+
+__all__ = ["RUN_FIGURES", "planned_files", "write_report"]
+
+#: The PNGs of the runs' part: file suffix -> title.
+RUN_FIGURES = {
+    "training": "Training curves",
+    "metrics_at_k": "Recall@k and MRR@k on the test set",
+    "session_length": "By session length",
+    "popularity": "By target-item popularity",
+}
+
+
+def planned_files(out: str | os.PathLike[str], *, runs: bool, study: bool) -> list[Path]:
+    """Every file :func:`write_report` writes for ``out`` (the HTML first)."""
+    from gru4rec.report.study import STUDY_FIGURES
+
+    out = Path(out)
+    names = (list(RUN_FIGURES) if runs else []) + ([f"study_{n}" for n in STUDY_FIGURES] if study else [])
+    return [out] + [out.with_name(f"{out.stem}.{n}.png") for n in names]
+
+
+def _check_outputs(files: Sequence[Path], force: bool) -> None:
+    out = files[0]
+    parent = out.parent if str(out.parent) else Path(".")
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise Gru4RecError(f"report file {out} should end in .html")
+    if not parent.is_dir():
+        raise Gru4RecError(f"cannot write the report {out}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise Gru4RecError(f"cannot write the report {out}: folder {parent} is not writable")
+    if out.is_dir():
+        raise Gru4RecError(f"report file {out} is a folder")
+    existing = [str(f) for f in files if f.exists()]
+    if existing and not force:
+        raise Gru4RecError(f"{', '.join(existing)} already exist(s); use --force to overwrite")
+
+
+def _num(value: Any) -> Any:
+    return value if isinstance(value, (int, float)) or value is None else str(value)
+
+
+def _run_sections(runs: Sequence[dict[str, Any]], pngs: dict[str, bytes], dpi: int) -> list[str]:
+    figures = {
+        "training": run_figures.training_curves(runs),
+        "metrics_at_k": run_figures.metrics_at_k(runs),
+        "session_length": run_figures.breakdown_figure(runs, "session_length"),
+        "popularity": run_figures.breakdown_figure(runs, "popularity"),
+    }
+    for name, fig in figures.items():
+        pngs[name] = png_bytes(fig, dpi)
+    body = ["<h2>Runs</h2>"]
+    rows = []
+    for run in runs:
+        cfg = run.get("config") or {}
+        best = next((e.get("best_epoch") for e in reversed(run["epochs"]) if e.get("best_epoch") is not None), None)
+        rows.append([run["name"], cfg.get("param_string"), cfg.get("device"), cfg.get("precision"), cfg.get("threads"),
+                     len(run["epochs"]), run_figures.valid_metric(run), best, cfg.get("early_stop")])
+    body.append(table_html(["run", "hyperparameters (changed)", "device", "precision", "threads", "epochs",
+                            "validation metric", "best epoch", "early stop"], rows, css_class="runs"))
+    for run in runs:
+        if run.get("command"):
+            body.append(f"<p><b>{html.escape(run['name'])}</b>: <code>{html.escape(run['command'])}</code></p>")
+
+    body += ["<h2>Training curves</h2>", figure_html(pngs["training"], RUN_FIGURES["training"])]
+    for run in runs:
+        metric_keys = sorted({k for e in run["epochs"] for k in (e.get("valid") or {})})
+        headers = ["epoch", "loss", "seconds", "mb/s", "events/s", "peak host MB", "peak device MB"] + [f"valid {k}" for k in metric_keys]
+        rows = [[e["epoch"], e["loss"], e["seconds"], e["mb_per_s"], e["events_per_s"], e.get("peak_host_mb"), e.get("peak_device_mb")]
+                + [(e.get("valid") or {}).get(k) for k in metric_keys] for e in run["epochs"]]
+        body.append(f"<h3>{html.escape(run['name'])}</h3>")
+        body.append(table_html(headers, rows, css_class="epochs", data={"run": run["name"]}))
+
+    body += ["<h2>Test metrics</h2>", figure_html(pngs["metrics_at_k"], RUN_FIGURES["metrics_at_k"])]
+    rows = []
+    for run in runs:
+        for test, result in run_figures.evaluations(run):
+            for k in sorted(int(c) for c in result["recall"]):
+                rows.append([run["name"], test, k] + [result.get(m, {}).get(str(k)) for m in ("recall", "mrr", "ndcg", "coverage", "popularity")])
+    body.append(table_html(["run", "test", "k", "Recall@k", "MRR@k", "NDCG@k", "Coverage@k", "Popularity@k"], rows, css_class="metrics"))
+
+    k = run_figures.breakdown_cutoff(runs)
+    for kind in ("session_length", "popularity"):
+        body += [f"<h2>{RUN_FIGURES[kind]}</h2>", figure_html(pngs[kind], RUN_FIGURES[kind])]
+        if k is None:
+            continue
+        rows = []
+        for run in runs:
+            for test, result in run_figures.evaluations(run):
+                for g in (result.get("breakdown") or {}).get(kind, []):
+                    extra = [g.get("n_items"), g.get("min_support"), g.get("max_support")] if kind == "popularity" else []
+                    rows.append([run["name"], test, g["label"], g["n_predictions"], g["recall"].get(str(k)), g["mrr"].get(str(k))] + extra)
+        extra_headers = ["items", "min support", "max support"] if kind == "popularity" else []
+        label = "decile" if kind == "popularity" else "session length"
+        body.append(table_html(["run", "test", label, "predictions", f"Recall@{k}", f"MRR@{k}"] + extra_headers, rows,
+                               css_class="breakdown", data={"kind": kind}))
+    return body
+
+
+def _study_sections(study: Any, pngs: dict[str, bytes], dpi: int) -> list[str]:
+    from gru4rec.report.study import best_trials, study_figures
+
+    counts: dict[str, int] = {}
+    for t in study.trials:
+        counts[t.state.name] = counts.get(t.state.name, 0) + 1
+    counts_text = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"
+    body = [f"<h2>Study {html.escape(study.study_name)}</h2>", f"<p>{len(study.trials)} trials: {html.escape(counts_text)}.</p>"]
+    for fig in study_figures(study):
+        body.append(f"<h3>{html.escape(fig.title)}</h3>")
+        if fig.figure is None:
+            body.append(f'<p class="note">Not drawn: {html.escape(str(fig.reason))}</p>')
+            continue
+        pngs[f"study_{fig.name}"] = png_bytes(fig.figure, dpi)
+        body.append(figure_html(pngs[f"study_{fig.name}"], fig.title))
+    best = best_trials(study)
+    names = sorted({p for t in best for p in t["params"]})
+    body.append("<h3>Best trials</h3>")
+    body.append(table_html(["trial", "value", "epochs", "seconds"] + names,
+                           [[t["number"], t["value"], t["epochs"], t["seconds"]] + [_num(t["params"].get(n)) for n in names] for t in best],
+                           css_class="best-trials"))
+    return body
+
+
+def write_report(
+    run_dirs: Sequence[str | os.PathLike[str]] = (),
+    out: str | os.PathLike[str] = "report.html",
+    *,
+    study_storage: str | None = None,
+    study_name: str | None = None,
+    force: bool = False,
+    dpi: int = 100,
+) -> list[Path]:
+    """Write the report of ``run_dirs`` and/or the study ``study_name`` in ``study_storage`` to
+    ``out`` (HTML) and the PNGs beside it; returns the files written (the HTML first).
+
+    Everything is checked first (the run folders and the study are read, the output files are
+    free or ``force``), so that nothing is written when one input is wrong."""
+    require_matplotlib()
+    if not run_dirs and study_name is None:
+        raise Gru4RecError("nothing to report: give run folders and/or --study URL --study-name NAME")
+    if (study_storage is None) != (study_name is None):
+        raise Gru4RecError("a study needs both --study URL and --study-name NAME")
+    from gru4rec.runs import read_run
+
+    files = planned_files(out, runs=bool(run_dirs), study=study_name is not None)
+    _check_outputs(files, force)
+    runs = [read_run(d) for d in run_dirs]
+    names = [r["name"] for r in runs]
+    for i, run in enumerate(runs):  # two folders with the same name (a/run, b/run): tell them apart
+        if names.count(run["name"]) > 1:
+            run["name"] = run["path"]
+    study = None
+    if study_name is not None:
+        from gru4rec.report.study import load_study
+
+        study = load_study(study_storage, study_name)  # type: ignore[arg-type]
+
+    pngs: dict[str, bytes] = {}
+    body: list[str] = []
+    if runs:
+        body += _run_sections(runs, pngs, dpi)
+    if study is not None:
+        body += _study_sections(study, pngs, dpi)
+    title = "gru4rec report: " + ", ".join([r["name"] for r in runs] + ([f"study {study_name}"] if study is not None else []))
+    page = document(title, body)
+
+    written = []
+    for path in files[1:]:
+        name = path.name[len(files[0].stem) + 1 : -len(".png")]
+        if name in pngs:
+            atomic_write(path, lambda tmp, data=pngs[name]: tmp.write_bytes(data))
+            written.append(path)
+    atomic_write(files[0], lambda tmp: tmp.write_text(page, encoding="utf-8"))
+    return [files[0]] + written

@@ -1,0 +1,111 @@
+"""Figures and the best-trials table of an Optuna study (one made by ``gru4rec paropt``), drawn
+by Optuna's own matplotlib visualisation (``optuna.visualization.matplotlib``):
+
+* ``history`` — the optimisation history (every trial's value and the best so far);
+* ``importances`` — parameter importances (Optuna's default evaluator);
+* ``parallel`` — parallel coordinates of the parameters and the value;
+* ``slice`` — the value against each parameter.
+
+A figure Optuna cannot draw for this study (e.g. importances before two trials completed) is
+left out with the reason, instead of failing the report.
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+from gru4rec.errors import Gru4RecError
+from gru4rec.report.mpl import require_matplotlib
+from gru4rec.tune._optuna import import_optuna
+
+__all__ = ["FIGURE_SIZE", "STUDY_FIGURES", "StudyFigure", "best_trials", "load_study", "study_figures"]
+
+#: The study figures: name -> (title, the optuna.visualization.matplotlib function).
+STUDY_FIGURES = {
+    "history": ("Optimisation history", "plot_optimization_history"),
+    "importances": ("Parameter importances", "plot_param_importances"),
+    "parallel": ("Parallel coordinates", "plot_parallel_coordinate"),
+    "slice": ("Slices: the value against each parameter", "plot_slice"),
+}
+
+
+#: Inches of the figures Optuna draws (pyplot's default is 6.4 × 4.8: too tight for the
+#: parallel coordinates of seven parameters).
+FIGURE_SIZE = (12.0, 5.0)
+
+
+class StudyFigure:
+    """One study figure: its name and title, and the matplotlib Figure or why there is none."""
+
+    def __init__(self, name: str, title: str, figure: Any = None, reason: str | None = None) -> None:
+        self.name, self.title, self.figure, self.reason = name, title, figure, reason
+
+
+def load_study(storage: str, study_name: str) -> Any:
+    """Open the study ``study_name`` in ``storage`` (a URL or path as ``paropt --storage`` takes
+    it) for reading. A storage file that does not exist, or a study that is not in the storage,
+    is an error naming what is there."""
+    optuna = import_optuna()
+    from gru4rec.tune.storage import open_storage, redact, resolve_storage_url
+
+    resolved = resolve_storage_url(storage, Path("."))
+    for prefix in ("sqlite:///", "journal:"):
+        if resolved.startswith(prefix):
+            path = Path(resolved[len(prefix):].removeprefix("//"))
+            if not path.is_file():  # opening it would create an empty storage
+                raise Gru4RecError(f"study storage {path} not found")
+    opened, url = open_storage(resolved)
+    try:
+        return optuna.load_study(study_name=study_name, storage=opened)
+    except KeyError:
+        names = sorted(s.study_name for s in optuna.get_all_study_summaries(opened))
+        raise Gru4RecError(
+            f"no study {study_name!r} in {redact(url)}; it holds: {', '.join(names) or 'no study'}"
+        ) from None
+
+
+def study_figures(study: Any) -> list[StudyFigure]:
+    """The figures of :data:`STUDY_FIGURES` for ``study`` (the matplotlib Figures Optuna drew)."""
+    optuna = import_optuna()
+    matplotlib = require_matplotlib()
+    import matplotlib.pyplot as plt  # Optuna draws through pyplot
+    from optuna.visualization import matplotlib as ovm
+
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    out = []
+    for name, (title, function) in STUDY_FIGURES.items():
+        if not complete:
+            out.append(StudyFigure(name, title, reason="no trial has completed yet"))
+            continue
+        try:
+            # Optuna lays its figures out for pyplot's default size; give it room to do so.
+            with warnings.catch_warnings(), matplotlib.rc_context({"figure.figsize": FIGURE_SIZE}):
+                warnings.simplefilter("ignore")  # ExperimentalWarning on every call
+                axes = getattr(ovm, function)(study)
+        except (ValueError, RuntimeError, ZeroDivisionError) as exc:
+            out.append(StudyFigure(name, title, reason=f"Optuna cannot draw it for this study: {exc}"))
+            continue
+        first = axes.flat[0] if hasattr(axes, "flat") else axes
+        figure = first.figure
+        plt.close(figure)  # keep the Figure, drop it from pyplot's registry
+        out.append(StudyFigure(name, title, figure))
+    return out
+
+
+def best_trials(study: Any, n: int = 10) -> list[dict[str, Any]]:
+    """The ``n`` best completed trials, best first: number, value, params, epochs, seconds."""
+    optuna = import_optuna()
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    complete.sort(key=lambda t: t.value, reverse=maximize)
+    return [
+        {
+            "number": t.number,
+            "value": t.value,
+            "params": dict(t.params),
+            "epochs": t.user_attrs.get("epochs"),
+            "seconds": t.user_attrs.get("seconds"),
+        }
+        for t in complete[:n]
+    ]

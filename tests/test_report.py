@@ -1,0 +1,247 @@
+"""``gru4rec report``: the figures (matplotlib Figure objects inspected before they are saved),
+the self-contained HTML (its numbers parsed back and compared with the run folders), the PNGs,
+a study's figures through Optuna's own visualisation, and the errors."""
+from __future__ import annotations
+
+import base64
+import json
+import re
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("matplotlib")
+
+from gru4rec.cli import main
+from gru4rec.report import runs as figures
+from gru4rec.report.build import planned_files, write_report
+from gru4rec.runs import read_run
+
+TINY = "layers=8,n_sample=16,batch_size=8,sample_store_size=1600"
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """Two training runs (other learning rates and epochs) with validation and a test set."""
+    from gru4rec.datasets.synthetic import write_synthetic
+
+    data = write_synthetic(tmp_path_factory.mktemp("synthetic"), n_sessions=200, n_items=40, seed=3, test_days=6)
+    d = tmp_path_factory.mktemp("runs")
+    torch.set_num_threads(1)
+    for name, params in (("fast", "n_epochs=3,learning_rate=0.2"), ("slow", "n_epochs=2,learning_rate=0.05")):
+        assert main(["-q", "train", str(data["train_tr"]), "-ps", f"{TINY},{params}", "--valid", str(data["train_valid"]),
+                     "--valid-metric", "mrr@10", "-t", str(data["test"]), "-m", "10", "-d", "cpu", "--run-dir", str(d / name)]) == 0
+    return [read_run(d / "fast"), read_run(d / "slow")]
+
+
+class Tables(HTMLParser):
+    """Every table of a page: its attributes and its rows of (text, data-value) cells; every image source."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[dict[str, Any]] = []
+        self.images: list[str] = []
+        self._cell: dict[str, Any] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "table":
+            self.tables.append({"attrs": a, "rows": []})
+        elif tag == "tr" and self.tables:
+            self.tables[-1]["rows"].append([])
+        elif tag in ("td", "th"):
+            self._cell = {"value": a.get("data-value"), "text": ""}
+        elif tag == "img":
+            self.images.append(a["src"] or "")
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell["text"] += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1]["rows"][-1].append(self._cell)
+            self._cell = None
+
+
+def test_training_curves_figure(two_runs: list[dict[str, Any]]) -> None:
+    fig = figures.training_curves(two_runs)
+    loss, valid, speed = fig.axes
+    assert len(fig.axes) == 3
+    for ax, value in ((loss, lambda e: e["loss"]), (speed, lambda e: e["events_per_s"]), (valid, lambda e: e["valid"]["mrr@10"])):
+        lines = ax.get_lines()
+        assert [line.get_label() for line in lines] == ["fast", "slow"]
+        for line, run in zip(lines, two_runs):
+            assert list(line.get_xdata()) == [e["epoch"] for e in run["epochs"]]
+            assert list(line.get_ydata()) == [value(e) for e in run["epochs"]]
+    assert valid.get_ylabel() == "mrr@10"
+    # One circle per run at its best epoch.
+    marks = [c.get_offsets().tolist()[0] for c in valid.collections]
+    for mark, run in zip(marks, two_runs):
+        best = run["epochs"][-1]["best_epoch"]
+        assert mark == [best, run["epochs"][best - 1]["valid"]["mrr@10"]]
+
+
+def test_metrics_at_k_figure(two_runs: list[dict[str, Any]]) -> None:
+    fig = figures.metrics_at_k(two_runs)
+    assert [ax.get_title() for ax in fig.axes] == ["Recall@k", "MRR@k"]
+    for ax, metric in zip(fig.axes, ("recall", "mrr")):
+        assert len(ax.get_lines()) == 2
+        for line, run in zip(ax.get_lines(), two_runs):
+            (result,) = run["metrics"].values()
+            ks = sorted(int(k) for k in result[metric])
+            assert list(line.get_xdata()) == ks and len(ks) > 5
+            assert list(line.get_ydata()) == [result[metric][str(k)] for k in ks]
+
+
+@pytest.mark.parametrize("kind", ["session_length", "popularity"])
+def test_breakdown_figure(two_runs: list[dict[str, Any]], kind: str) -> None:
+    fig = figures.breakdown_figure(two_runs, kind)
+    assert len(fig.axes) == 2 and figures.breakdown_cutoff(two_runs) == 10  # the runs' -m cutoff
+    for ax, metric in zip(fig.axes, ("recall", "mrr")):
+        assert len(ax.containers) == 2  # one bar series per run
+        for bars, run in zip(ax.containers, two_runs):
+            (result,) = run["metrics"].values()
+            groups = result["breakdown"][kind]
+            assert [b.get_height() for b in bars] == [g[metric]["10"] or 0.0 for g in groups]
+        assert len(ax.get_xticklabels()) == (7 if kind == "session_length" else 10)
+
+
+def test_the_html_report_is_self_contained_and_its_numbers_are_the_runs(two_runs: list[dict[str, Any]], tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.html"
+    capsys.readouterr()
+    assert main(["report", two_runs[0]["path"], two_runs[1]["path"], "-o", str(out)]) == 0
+    printed = capsys.readouterr().out.split()
+    expected = [out] + [tmp_path / f"report.{n}.png" for n in ("training", "metrics_at_k", "session_length", "popularity")]
+    assert printed == [str(p) for p in expected] and all(p.is_file() for p in expected)
+    page = out.read_text(encoding="utf-8")
+    assert not re.search(r'(src|href)="(?!data:)', page)  # nothing to fetch: every image is embedded
+    parsed = Tables()
+    parsed.feed(page)
+    # The embedded images are the PNGs beside the page.
+    assert [base64.b64decode(src.split(",", 1)[1]) for src in parsed.images] == [p.read_bytes() for p in expected[1:]]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in expected[1:])
+
+    epoch_tables = {t["attrs"]["data-run"]: t["rows"] for t in parsed.tables if t["attrs"].get("class") == "epochs"}
+    assert set(epoch_tables) == {"fast", "slow"}
+    for run in two_runs:
+        header, *rows = epoch_tables[run["name"]]
+        names = [c["text"] for c in header]
+        assert names[:5] == ["epoch", "loss", "seconds", "mb/s", "events/s"] and "valid mrr@10" in names
+        assert len(rows) == len(run["epochs"])
+        for row, epoch in zip(rows, run["epochs"]):
+            values = [c["value"] for c in row]
+            assert int(values[0]) == epoch["epoch"]
+            assert [float(v) for v in values[1:5]] == [epoch["loss"], epoch["seconds"], epoch["mb_per_s"], epoch["events_per_s"]]
+            assert float(values[names.index("valid mrr@10")]) == epoch["valid"]["mrr@10"]
+    (metrics,) = [t["rows"] for t in parsed.tables if t["attrs"].get("class") == "metrics"]
+    (result,) = two_runs[0]["metrics"].values()
+    first = {int(r[2]["value"]): float(r[3]["value"]) for r in metrics[1:] if r[0]["text"] == "fast"}
+    assert first == {int(k): v for k, v in result["recall"].items()}
+    breakdowns = {t["attrs"]["data-kind"]: t["rows"] for t in parsed.tables if t["attrs"].get("class") == "breakdown"}
+    rows = [r for r in breakdowns["popularity"][1:] if r[0]["text"] == "slow"]
+    (slow,) = two_runs[1]["metrics"].values()
+    assert [int(r[3]["value"]) for r in rows] == [g["n_predictions"] for g in slow["breakdown"]["popularity"]]
+
+    # Written again only with --force; a missing run folder is named.
+    assert main(["report", two_runs[0]["path"], "-o", str(out)]) == 1
+    assert "already exist" in capsys.readouterr().err
+    assert main(["report", two_runs[0]["path"], "-o", str(out), "--force"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "nope"), "-o", str(tmp_path / "other.html")]) == 1
+    assert "run folder" in capsys.readouterr().err and not (tmp_path / "other.html").exists()
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Any]:
+    """A real (tiny) Optuna study in SQLite: a quadratic with two parameters, 12 trials."""
+    optuna = pytest.importorskip("optuna")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    url = f"sqlite:///{tmp_path_factory.mktemp('study') / 'study.db'}"
+    s = optuna.create_study(study_name="quad", storage=url, direction="maximize", sampler=optuna.samplers.TPESampler(seed=0))
+    s.optimize(lambda t: -(t.suggest_float("learning_rate", 0.01, 0.5) - 0.2) ** 2 - 0.01 * t.suggest_int("layers", 8, 64), n_trials=12)
+    return url, s
+
+
+def test_study_figures_and_best_trials(study: tuple[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gru4rec.report.study import best_trials, study_figures
+
+    url, s = study
+    figs = {f.name: f for f in study_figures(s)}
+    assert list(figs) == ["history", "importances", "parallel", "slice"] and all(f.figure is not None for f in figs.values())
+    history = figs["history"].figure.axes[0]
+    values = sorted(round(float(v), 12) for v in history.collections[0].get_offsets()[:, 1])
+    assert values == sorted(round(t.value, 12) for t in s.trials)  # one point per trial
+    assert len(figs["slice"].figure.axes) >= 2  # one panel per parameter
+    best = best_trials(s, n=3)
+    assert [t["number"] for t in best] == [t.number for t in sorted(s.trials, key=lambda t: -t.value)[:3]]
+
+    out = tmp_path / "study.html"
+    capsys.readouterr()
+    assert main(["report", "--study", url, "--study-name", "quad", "-o", str(out)]) == 0
+    assert [Path(p).name for p in capsys.readouterr().out.split()] == [p.name for p in planned_files(out, runs=False, study=True)]
+    parsed = Tables()
+    parsed.feed(out.read_text(encoding="utf-8"))
+    assert len(parsed.images) == 4
+    (table,) = [t["rows"] for t in parsed.tables if t["attrs"].get("class") == "best-trials"]
+    assert [int(r[0]["value"]) for r in table[1:]] == [t["number"] for t in best_trials(s)]
+    assert [float(r[1]["value"]) for r in table[1:]] == [t["value"] for t in best_trials(s)]
+
+
+def test_study_errors(study: tuple[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url, _ = study
+    capsys.readouterr()
+    assert main(["report", "--study", url, "--study-name", "other", "-o", str(tmp_path / "a.html")]) == 1
+    err = capsys.readouterr().err
+    assert "no study 'other'" in err and "it holds: quad" in err
+    missing = tmp_path / "missing.db"
+    assert main(["report", "--study", str(missing), "--study-name", "quad", "-o", str(tmp_path / "b.html")]) == 1
+    assert "not found" in capsys.readouterr().err and not missing.exists()  # no empty database was created
+    assert main(["report", "--study", url, "-o", str(tmp_path / "c.html")]) == 2
+    assert main(["report", "-o", str(tmp_path / "d.html")]) == 2
+
+
+def test_a_study_without_a_completed_trial_is_reported_without_figures(tmp_path: Path) -> None:
+    optuna = pytest.importorskip("optuna")
+    url = f"sqlite:///{tmp_path / 'none.db'}"
+    s = optuna.create_study(study_name="none", storage=url, direction="maximize")
+
+    def pruned(trial: Any) -> float:
+        trial.suggest_float("x", 0, 1)
+        raise optuna.TrialPruned()
+
+    s.optimize(pruned, n_trials=2)
+    files = write_report([], tmp_path / "none.html", study_storage=url, study_name="none")
+    page = files[0].read_text(encoding="utf-8")
+    assert files == [tmp_path / "none.html"]  # no PNG
+    assert "2 trials: 2 PRUNED" in page and page.count("Not drawn: no trial has completed yet") == 4
+
+
+def test_without_matplotlib_the_error_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    capsys.readouterr()
+    assert main(["report", str(tmp_path), "-o", str(tmp_path / "r.html")]) == 1
+    assert "pip install 'gru4rec[report]'" in capsys.readouterr().err
+
+
+def test_report_json_round_trip_of_a_run(two_runs: list[dict[str, Any]]) -> None:
+    """read_run gives back exactly what the files hold."""
+    run = two_runs[0]
+    lines = (Path(run["path"]) / "epochs.jsonl").read_text().splitlines()
+    assert run["epochs"] == [json.loads(line) for line in lines]
+
+
+def test_the_breakdown_cutoff_is_the_largest_one_asked_for() -> None:
+    def fake(cutoffs: list[int], ks: list[int]) -> dict[str, Any]:
+        return {"config": {"cutoffs": cutoffs}, "metrics": {"t": {"recall": {str(k): 0.0 for k in ks}}}}
+
+    assert figures.breakdown_cutoff([fake([1, 5, 20], [1, 5, 10, 20, 50])]) == 20  # not 1: Recall@1 = MRR@1
+    assert figures.breakdown_cutoff([fake([5], [1, 5, 10]), fake([10], [1, 5, 10])]) == 10
+    assert figures.breakdown_cutoff([fake([], [1, 5, 20, 50])]) == 20
+    assert figures.breakdown_cutoff([fake([7], [7]), fake([8], [8])]) is None
