@@ -441,12 +441,12 @@ def test_output_paths_are_checked_before_the_first_step(
         (["--save", tmp_path / "nope" / "model.safetensors"], 2, ["folder", "nope does not exist"]),
         (["--save", tmp_path], 2, ["is a folder, not a file"]),
         (["--metrics-json", a_file / "m.json"], 2, ["afile is a file, not a folder"]),
-        (["--checkpoint-dir", a_file], 1, ["checkpoint folder", "afile is a file, not a folder"]),
-        (["--checkpoint-dir", a_file / "ck"], 1, ["afile is a file, not a folder"]),
+        (["--checkpoint-dir", a_file], 2, ["checkpoint folder", "afile is a file, not a folder"]),
+        (["--checkpoint-dir", a_file / "ck"], 2, ["afile is a file, not a folder"]),
     ]
     if Path("/proc").is_dir():  # nobody, not even root, can create a file there
         cases += [(["--save", "/proc/model.safetensors"], 2, ["/proc is not writable"]),
-                  (["--checkpoint-dir", "/proc/ck"], 1, ["/proc is not writable"])]
+                  (["--checkpoint-dir", "/proc/ck"], 2, ["/proc is not writable"])]
     for flags, code_wanted, fragments in cases:
         code, _, err = run(["train", data["train_tr"], "-ps", TINY, *flags], capsys)
         assert code == code_wanted, (flags, err)

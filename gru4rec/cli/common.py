@@ -175,13 +175,13 @@ def add_force(parser: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------ checks up front
 
 
-def check_writable_target(path: str | None, force: bool, what: str) -> None:
-    """Fail before hours of training, not after, when an output file could not be written
-    (:func:`gru4rec.files.check_output_path`; a usage error)."""
+def check_writable_target(path: str | None, force: bool, what: str, *, folder: bool = False) -> None:
+    """Fail before hours of training, not after, when an output file (or ``folder``) could not be
+    written (:func:`gru4rec.files.check_output_path`; a usage error)."""
     if path is None:
         return
     try:
-        check_output_path(path, what, force)
+        check_output_path(path, what, force, folder=folder)
     except OutputPathError as exc:
         raise UsageError(str(exc)) from None
 

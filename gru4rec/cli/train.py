@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"{', '.join(given)} needs --checkpoint-dir (where the checkpoint is)")
     check_writable_target(args.save, args.force, "model file")
     check_writable_target(args.metrics_json, args.force, "metrics file")
+    check_writable_target(args.checkpoint_dir, True, "checkpoint folder", folder=True)  # fit checks its content
     check_readable([args.data], "training data")
     check_readable(args.test, "test file")
     config = build_config(
