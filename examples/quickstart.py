@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(result.summary())
 
     # 5. Save and load: one file, no pickle; the loaded model gives the same metrics.
-    model_path = workdir / "model.gru4rec"
+    model_path = workdir / "model.safetensors"
     model.save(model_path, overwrite=True)
     loaded = GRU4Rec.load(model_path, device=args.device)
     again = evaluate(loaded, paths["test"], cutoffs=(1, 5, 20), mode="conservative")

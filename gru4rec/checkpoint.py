@@ -40,6 +40,8 @@ import torch
 from gru4rec.errors import ModelFileError
 from gru4rec.files import atomic_write
 
+MODEL_SUFFIX = ".safetensors"  # the one default extension of model files and checkpoints (loading detects the format by content)
+
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
@@ -222,7 +224,8 @@ def _read_envelope(path: Path) -> dict[str, Any]:
     if _is_foreign_zip(path):
         raise ModelFileError(f"{path} is not a gru4rec model file (it is a zip archive of other data)")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with open(path, "rb") as fh:  # a file object: torch.load would hand a *.safetensors path to safetensors
+            obj = torch.load(fh, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         if "weights only" not in str(exc).lower():
             raise ModelFileError(

@@ -19,3 +19,21 @@ class ModelFileError(Gru4RecError):
 
 class TrainingDivergedError(Gru4RecError, FloatingPointError):
     """The training loss became NaN or infinite."""
+
+
+class OutputPathError(Gru4RecError):
+    """An output path that could not be written (checked before any work starts)."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training stopped by SIGINT (Ctrl-C) or SIGTERM at a step boundary, after writing a
+    checkpoint. A KeyboardInterrupt, so that code that handles Ctrl-C handles this too."""
+
+    def __init__(self, signal_name: str, signal_number: int, checkpoint: str) -> None:
+        super().__init__(f"{signal_name}: training stopped; checkpoint written to {checkpoint}")
+        #: "SIGINT" or "SIGTERM".
+        self.signal_name = signal_name
+        #: Its number (the conventional exit code is 128 + this).
+        self.signal_number = signal_number
+        #: The checkpoint file that resumes the run.
+        self.checkpoint = checkpoint

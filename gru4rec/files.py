@@ -3,16 +3,20 @@
 :func:`atomic_write` is the one way the package writes an output file (event files, split files,
 model files, JSON reports): the content goes to a temporary file in the target's folder, which
 is then renamed over the target — a crash or an error leaves the old file or none, never a
-truncated one.
+truncated one. :func:`check_output_path` is the check made before any work starts (hours of
+training must not end in "cannot write"), for files and folders alike.
 """
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["atomic_write", "current_umask"]
+from gru4rec.errors import OutputPathError
+
+__all__ = ["atomic_write", "check_output_path", "current_umask"]
 
 
 def current_umask() -> int:
@@ -57,3 +61,63 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], None], *,
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` itself or its closest ancestor that exists (``.`` at worst)."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path(".")
+
+
+def _probe_writable(directory: Path) -> str | None:
+    """Why a file cannot be created in ``directory`` (None when one can): a real attempt, since
+    ``os.access`` says yes to root for /proc and to anyone on a read-only mount."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".gru4rec-write-check.", dir=directory)
+    except OSError as exc:
+        return exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
+    os.close(fd)
+    os.unlink(name)
+    return None
+
+
+def check_output_path(path: str | os.PathLike[str], what: str, force: bool = False, *, folder: bool = False) -> Path:
+    """Check, before any work, that ``path`` can be written as a file (or, with ``folder``, used
+    as a folder to write files into, created if missing); returns it as a Path.
+
+    ``what`` names the output in the message ("model file", "checkpoint folder", "run folder").
+    An existing file, or an existing non-empty folder, is refused unless ``force``. Raises
+    :class:`~gru4rec.errors.OutputPathError` with one of: "PATH is a folder, not a file",
+    "PATH is a file, not a folder", "X is a file, not a folder" (a part of the path),
+    "PATH exists: pass --force to overwrite it", "folder D does not exist",
+    "folder D is not writable (reason)".
+    """
+    p = Path(path)
+    where = f"cannot write {what} {p}"
+    if folder:
+        if p.is_file():
+            raise OutputPathError(f"{where}: {p} is a file, not a folder")
+        if p.is_dir() and not force and any(p.iterdir()):
+            raise OutputPathError(f"{what} {p} exists and is not empty: pass --force to write into it")
+        existing = _nearest_existing(p)
+        if not existing.is_dir():  # a file where a parent folder should be
+            raise OutputPathError(f"{where}: {existing} is a file, not a folder")
+        target = existing
+    else:
+        if p.is_dir():
+            raise OutputPathError(f"{where}: {p} is a folder, not a file")
+        if p.exists() and not force:
+            raise OutputPathError(f"{what} {p} exists: pass --force to overwrite it")
+        parent = p.parent if str(p.parent) else Path(".")
+        existing = _nearest_existing(parent)
+        if not existing.is_dir():
+            raise OutputPathError(f"{where}: {existing} is a file, not a folder")
+        if existing != parent:
+            raise OutputPathError(f"{where}: folder {parent} does not exist")
+        target = parent
+    reason = _probe_writable(target)
+    if reason is not None:
+        raise OutputPathError(f"{where}: folder {target} is not writable ({reason})")
+    return p

@@ -8,11 +8,11 @@ item map and the item supports; loading needs neither the training data nor pick
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -25,8 +25,10 @@ from gru4rec.data import ItemMap, Sessions, item_support, read_events, sessions_
 from gru4rec.errors import Gru4RecError, ModelFileError
 from gru4rec.model import GRU4RecNet
 from gru4rec.resources import peak_device_memory_mb, peak_host_memory_mb
+from gru4rec.threads import using_threads
 from gru4rec.training.loop import EpochStats, train_epochs
 from gru4rec.training.precision import check_precision
+from gru4rec.training.resume import TrainingCheckpoint
 from gru4rec.training.trainer import Trainer
 from gru4rec.validation import Validator, check_patience, parse_metric
 
@@ -35,8 +37,6 @@ __all__ = ["GRU4Rec", "EpochInfo", "Recommendations", "load", "resolve_device"]
 log = logging.getLogger(__name__)
 
 MODEL_KIND = "gru4rec-model"
-CHECKPOINT_KIND = "gru4rec-training-checkpoint"
-CHECKPOINT_NAME = "checkpoint.pt"
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -78,8 +78,9 @@ class EpochInfo:
 
 @dataclass
 class Recommendations:
-    """Top-k items for one session. ``fallback`` is True when no item of the session was known
-    and the most popular items were returned instead."""
+    """Top-k items for one session and their raw scores. ``fallback`` is True when no item of
+    the session was known and the most popular items were returned instead; their ``scores``
+    are then NaN (the model scored nothing)."""
 
     item_ids: np.ndarray
     scores: np.ndarray
@@ -107,6 +108,10 @@ class GRU4Rec:
     ``'cpu'``, ``'cuda'``, ``'cuda:1'``, ... ``precision``: ``'float32'`` (default), or
     ``'bfloat16'`` for mixed-precision training — bfloat16 operands in
     the matrix products, everything else in float32 (see :class:`gru4rec.training.precision.Matmuls`).
+    ``threads``: torch threads while :meth:`fit` trains; None (default) means the CPUs this
+    process may use — its affinity mask capped by its cgroup's CPU quota, or ``OMP_NUM_THREADS``
+    when set (:mod:`gru4rec.threads`). On a machine where other processes keep cores busy, fewer
+    (often 1) is much faster.
     """
 
     def __init__(
@@ -115,12 +120,16 @@ class GRU4Rec:
         *,
         device: str | torch.device = "auto",
         precision: str = "float32",
+        threads: int | None = None,
         **overrides: Any,
     ) -> None:
         self.config = _as_config(config, overrides)
         self.device = resolve_device(device)
         check_precision(precision, self.device, warn=False)  # a bad name fails here; fit's Trainer warns
         self.precision = precision
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise Gru4RecError(f"threads must be a positive integer, got {threads!r}")
+        self.threads = threads
         self.item_map: ItemMap | None = None
         self.item_support: np.ndarray | None = None
         self.net: GRU4RecNet | None = None
@@ -165,6 +174,8 @@ class GRU4Rec:
         callback: Callable[[EpochInfo], Any] | Sequence[Callable[[EpochInfo], Any]] | None = None,
         checkpoint_dir: str | os.PathLike[str] | None = None,
         resume: bool = False,
+        checkpoint_every: float | None = None,
+        keep_checkpoint: bool = False,
         progress: bool = True,
     ) -> "GRU4Rec":
         """Train from scratch on ``data`` (DataFrame or file with session, item and time columns).
@@ -175,11 +186,15 @@ class GRU4Rec:
         best epoch's weights (``best_epoch``, ``valid_history``).
 
         ``callback(info)`` (or each of a sequence of callbacks) runs after every epoch with an
-        :class:`EpochInfo`. With ``checkpoint_dir`` the full training state
-        is saved after every epoch; ``resume=True`` continues from the checkpoint there and ends
-        with the same model as an uninterrupted run. ``progress``: a progress bar per epoch on a
-        terminal. The per-epoch lines are logged at INFO by ``gru4rec.training.loop`` (see
-        :mod:`gru4rec.log`).
+        :class:`EpochInfo`. With ``checkpoint_dir`` the full training state (validation included)
+        is saved there after every epoch, every ``checkpoint_every`` minutes inside an epoch, and
+        at the next step boundary after SIGINT/SIGTERM (then :class:`~gru4rec.errors.TrainingInterrupted`
+        is raised); ``resume=True`` continues from that checkpoint and ends with the same model as
+        an uninterrupted run. A folder that already holds a checkpoint is refused without
+        ``resume``, and ``resume`` without one is an error. When training completes, the
+        checkpoint is removed unless ``keep_checkpoint``. See :mod:`gru4rec.training.resume`.
+        ``progress``: a progress bar per epoch on a terminal. The per-epoch lines are logged at
+        INFO by ``gru4rec.training.loop`` (see :mod:`gru4rec.log`).
         """
         c = self.config
         chosen = parse_metric(metric)  # bad validation arguments fail before any data is read
@@ -187,6 +202,9 @@ class GRU4Rec:
         if early_stop is not None and valid is None:
             raise Gru4RecError("early_stop needs valid= (the events to validate on)")
         callbacks = [] if callback is None else [callback] if callable(callback) else list(callback)
+        if checkpoint_dir is None and (resume or checkpoint_every is not None):
+            raise Gru4RecError(f"{'resume=True' if resume else 'checkpoint_every'} needs checkpoint_dir (where the checkpoint is)")
+        ckpt = TrainingCheckpoint(checkpoint_dir, resume=resume, every_minutes=checkpoint_every) if checkpoint_dir is not None else None
         events = self._events(data)
         self.item_map = ItemMap.from_ids(events[c.item_key])
         sessions, _ = self._sessions(events, drop_unknown=False, order="time" if c.time_sort else "id")
@@ -197,112 +215,50 @@ class GRU4Rec:
             valid_sessions, _ = self._sessions(self._events(valid), drop_unknown=True, order="id")
             validator = Validator(self, valid_sessions, metric=chosen, cutoffs=valid_cutoffs, mode=valid_mode, patience=early_stop)
 
-        torch.manual_seed(c.seed)
-        init_gen = torch.Generator().manual_seed(c.seed)
-        self.net = GRU4RecNet(len(self.item_map), c, generator=init_gen).to(self.device)
-        trainer = Trainer(self.net, c, self.item_support, precision=self.precision)
-        rng = np.random.default_rng(c.seed + 3)
-        first_epoch = 1
-        ckpt_path = Path(checkpoint_dir) / CHECKPOINT_NAME if checkpoint_dir is not None else None
-        if ckpt_path is not None:
-            _check_writable_dir(ckpt_path.parent)
-            if resume and ckpt_path.exists():
-                first_epoch = self._restore_checkpoint(ckpt_path, trainer, rng, sessions, validator) + 1
-                log.info("Resuming from %s after epoch %d", ckpt_path, first_epoch - 1)
-        elif resume:
-            raise Gru4RecError("resume=True needs checkpoint_dir (where the checkpoint is)")
-
-        self.history = []
-        self.epochs_trained = first_epoch - 1
-        epochs = train_epochs(trainer, sessions.items, sessions.offsets, first_epoch=first_epoch, rng=rng, progress=progress)
-        if validator is not None and validator.should_stop:  # resumed after it had stopped early
-            epochs = iter(())
-        for stats in epochs:
-            self.epochs_trained = stats.epoch
-            self.history.append(stats)
-            scores = validator.after_epoch(stats.epoch) if validator is not None else None
-            if ckpt_path is not None:
-                self._save_checkpoint(ckpt_path, trainer, rng, sessions, validator)
-            self.net.eval()
-            info = EpochInfo(
-                stats.epoch, stats.loss, stats.seconds, stats.events_per_s, stats.mb_per_s, self, valid=scores,
-                best_epoch=validator.best_epoch if validator is not None else None,
-                peak_host_mb=peak_host_memory_mb(), peak_device_mb=peak_device_memory_mb(self.device),
-            )
-            for observer in callbacks:
-                observer(info)
-            if validator is not None and validator.should_stop:
-                break
+        with using_threads(self.threads):
+            torch.manual_seed(c.seed)
+            init_gen = torch.Generator().manual_seed(c.seed)
+            self.net = GRU4RecNet(len(self.item_map), c, generator=init_gen).to(self.device)
+            trainer = Trainer(self.net, c, self.item_support, precision=self.precision)
+            rng = np.random.default_rng(c.seed + 3)
+            start = ckpt.attach(trainer, c, self._fingerprint(sessions), extra=validator) if ckpt is not None else None
+            self.history = []
+            self.epochs_trained = start.epoch - 1 if start is not None else 0
+            # Validation runs inside the loop, after an epoch and before its checkpoint, so that
+            # the checkpoint of epoch e holds the validation of epoch e.
+            scores: dict[int, dict[str, float]] = {}
+            validate = None if validator is None else (lambda stats: scores.__setitem__(stats.epoch, validator.after_epoch(stats.epoch)))
+            stopped = validator is not None and validator.should_stop  # resumed after it had stopped early
+            with ckpt.catching_signals() if ckpt is not None else contextlib.nullcontext():
+                epochs = () if stopped else train_epochs(trainer, sessions.items, sessions.offsets, rng=rng, progress=progress,
+                                                         start=start, checkpoints=ckpt, on_epoch_end=validate)
+                for stats in epochs:
+                    self.epochs_trained = stats.epoch
+                    self.history.append(stats)
+                    self.net.eval()
+                    info = EpochInfo(
+                        stats.epoch, stats.loss, stats.seconds, stats.events_per_s, stats.mb_per_s, self,
+                        valid=scores.get(stats.epoch), best_epoch=validator.best_epoch if validator is not None else None,
+                        peak_host_mb=peak_host_memory_mb(), peak_device_mb=peak_device_memory_mb(self.device),
+                    )
+                    for observer in callbacks:
+                        observer(info)
+                    if validator is not None and validator.should_stop:
+                        break
         if validator is not None:
             self.valid_history = list(validator.history)
             self.best_epoch = validator.finish()
             if early_stop is not None and self.best_epoch is not None:
                 self.epochs_trained = self.best_epoch  # the weights are that epoch's
         self.net.eval()
+        if ckpt is not None and not keep_checkpoint:
+            ckpt.remove()
         return self
 
-    # ------------------------------------------------------------------ resumable training state
-
     def _fingerprint(self, sessions: Sessions) -> dict[str, Any]:
+        """What a resumed run's data must match (:class:`~gru4rec.training.resume.TrainingCheckpoint`)."""
         assert self.item_map is not None
         return {"n_items": len(self.item_map), "n_events": int(sessions.n_events), "n_sessions": int(sessions.n_sessions)}
-
-    def _save_checkpoint(
-        self, path: Path, trainer: Trainer, rng: np.random.Generator, sessions: Sessions, validator: Validator | None = None
-    ) -> None:
-        assert self.net is not None
-        state = trainer.state_dict()
-        tensors = {f"net.{k}": v for k, v in self.net.state_dict().items()}
-        tensors.update({f"opt.{k}": v for k, v in state["optimizer"].items()})  # type: ignore[union-attr]
-        tensors["rng.dropout"] = state["dropout_gen"]  # type: ignore[assignment]
-        sampler = state["sampler"]
-        if sampler:
-            tensors["rng.sampler"] = sampler["generator"]  # type: ignore[index]
-            tensors["sampler.store"] = sampler["store"]  # type: ignore[index]
-        meta = {
-            "kind": CHECKPOINT_KIND,
-            "epoch": self.epochs_trained,
-            "config": self.config.to_dict(),
-            "data": self._fingerprint(sessions),
-            "sampler_cursor": sampler["cursor"] if sampler else 0,  # type: ignore[index]
-            "numpy_rng": rng.bit_generator.state,
-        }
-        if validator is not None:
-            valid_tensors, meta["validation"] = validator.checkpoint_state()
-            tensors.update(valid_tensors)
-        checkpoint.save_file(path, tensors, meta, overwrite=True)
-
-    def _restore_checkpoint(
-        self, path: Path, trainer: Trainer, rng: np.random.Generator, sessions: Sessions, validator: Validator | None = None
-    ) -> int:
-        assert self.net is not None
-        tensors, meta = checkpoint.load_file(path)
-        if meta.get("kind") != CHECKPOINT_KIND:
-            raise ModelFileError(f"{path} is not a gru4rec training checkpoint")
-        # n_epochs may differ: a finished run can be resumed to train for more epochs.
-        theirs = {k: v for k, v in meta["config"].items() if k != "n_epochs"}
-        ours = {k: v for k, v in self.config.to_dict().items() if k != "n_epochs"}
-        if theirs != ours:
-            changed = sorted(k for k in ours if theirs.get(k) != ours[k])
-            raise ModelFileError(
-                f"{path} was written with other hyperparameters ({', '.join(changed)}); "
-                "resume with the same ones or remove the checkpoint"
-            )
-        if meta["data"] != self._fingerprint(sessions):
-            raise ModelFileError(f"{path} was written for other training data ({meta['data']}); resume on the same data or remove it")
-        self.net.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("net.")})
-        state: dict[str, Any] = {
-            "optimizer": {k[4:]: v for k, v in tensors.items() if k.startswith("opt.")},
-            "dropout_gen": tensors["rng.dropout"],
-            "sampler": {},
-        }
-        if "rng.sampler" in tensors:
-            state["sampler"] = {"generator": tensors["rng.sampler"], "store": tensors["sampler.store"], "cursor": meta["sampler_cursor"]}
-        trainer.load_state_dict(state)
-        rng.bit_generator.state = meta["numpy_rng"]
-        if validator is not None:
-            validator.load_checkpoint_state(tensors, meta.get("validation"), path)
-        return int(meta["epoch"])
 
     # ------------------------------------------------------------------ model files
 
@@ -361,23 +317,19 @@ class GRU4Rec:
         """Top-``k`` items for each session (the items clicked so far, oldest first).
 
         Unknown item ids are skipped with one warning that counts them; a session with no known
-        item gets the most popular items, flagged ``fallback=True``.
+        item gets the most popular items, flagged ``fallback=True``, with NaN scores.
         """
         net, item_map, support = self._require_fitted()
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         k = min(k, len(item_map))
-        indexed = [item_map.index_of(list(s)) for s in sessions]
-        n_unknown = [int((idx < 0).sum()) for idx in indexed]
-        known = [idx[idx >= 0] for idx in indexed]
-        if sum(n_unknown):
-            warnings.warn(f"{sum(n_unknown)} unknown item id(s) skipped in {sum(1 for n in n_unknown if n)} session(s)", stacklevel=2)
+        known, n_unknown = self._known_items(sessions)
         results: list[Recommendations | None] = [None] * len(known)
         live_rows = [i for i, seq in enumerate(known) if len(seq)]
         popular = np.argsort(-support, kind="stable")[:k]
         for i, seq in enumerate(known):
             if not len(seq):
-                results[i] = Recommendations(item_map.ids[popular], support[popular].astype(np.float32), n_unknown[i], True)
+                results[i] = Recommendations(item_map.ids[popular], np.full(k, np.nan, dtype=np.float32), n_unknown[i], True)
         if live_rows:
             out = self._final_states([known[i] for i in live_rows])
             with torch.no_grad():
@@ -395,23 +347,36 @@ class GRU4Rec:
         """Top-``k`` next items for one session given the items clicked so far (oldest first)."""
         return self.recommend_batch([list(session_items)], k, exclude_seen=exclude_seen)[0]
 
+    def _known_items(self, sessions: Sequence[Iterable[Any]]) -> tuple[list[np.ndarray], list[int]]:
+        """Each session's known item indices and its number of unknown ids, with one warning
+        (to the caller of the public method) that counts the skipped ids."""
+        _, item_map, _ = self._require_fitted()
+        indexed = [item_map.index_of(list(s)) for s in sessions]
+        n_unknown = [int((idx < 0).sum()) for idx in indexed]
+        if sum(n_unknown):
+            warnings.warn(f"{sum(n_unknown)} unknown item id(s) skipped in {sum(1 for n in n_unknown if n)} session(s)", stacklevel=3)
+        return [idx[idx >= 0] for idx in indexed], n_unknown
+
     @torch.no_grad()
     def score_sessions(self, sessions: Sequence[Iterable[Any]]) -> np.ndarray:
-        """Raw scores of every item (B×N, columns in item-map order) after each session."""
-        net, item_map, _ = self._require_fitted()
-        known = []
-        for s in sessions:
-            idx = item_map.index_of(list(s))
-            known.append(idx[idx >= 0])
-        if any(len(seq) == 0 for seq in known):
-            raise Gru4RecError("every session needs at least one known item to be scored")
+        """Raw scores of every item (B×N, columns in item-map order) after each session.
+        Unknown item ids are skipped with one warning that counts them, as in
+        :meth:`recommend_batch`; a session with no known item is an error."""
+        net, _, _ = self._require_fitted()
+        known, _ = self._known_items(sessions)
+        empty = [i for i, seq in enumerate(known) if len(seq) == 0]
+        if empty:
+            raise Gru4RecError(f"every session needs at least one known item to be scored; session(s) at position {', '.join(map(str, empty[:5]))} have none")
         return net.score_all(self._final_states(known)).cpu().numpy()
 
     @torch.no_grad()
     def predict_next_batch(self, session_ids: Sequence[Any], input_item_ids: Sequence[Any], predict_for_item_ids: Sequence[Any] | None = None) -> pd.DataFrame:
         """The original's streaming API: one hidden state per batch position, reset whenever the
         session id at that position changes. Returns scores as a DataFrame (items × positions).
-        Unknown input items leave that position's state unchanged (with a warning)."""
+
+        An unknown input item leaves that position's state unchanged (with a warning), and its
+        column holds the scores of that kept state: the scores the previous call returned there
+        for the same session, or those of a zero state (the item biases) for a new one."""
         net, item_map, _ = self._require_fitted()
         session_ids = np.asarray(session_ids)
         idx = item_map.index_of(list(input_item_ids))
@@ -426,6 +391,9 @@ class GRU4Rec:
         if not bool(known.all()):
             warnings.warn(f"{int((idx < 0).sum())} unknown input item id(s): their positions keep their state", stacklevel=2)
         out = _step_rows(net, torch.from_numpy(np.maximum(idx, 0)).to(self.device), hidden, known)
+        # The last layer's state is its last output (no dropout here): an unknown input's row
+        # is scored from the state it kept, not from the step with item 0 that was fed for it.
+        out = torch.where(known, out, hidden[-1])
         self._live = (session_ids.astype(object), hidden)
         scores = net.score_all(out)
         columns = item_map.ids
@@ -446,15 +414,6 @@ def _step_rows(net: GRU4RecNet, items: torch.Tensor, hidden: list[torch.Tensor],
     for h, h_old in zip(hidden, before):
         h.copy_(torch.where(rows, h, h_old))
     return out
-
-
-def _check_writable_dir(directory: Path) -> None:
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise Gru4RecError(f"cannot create checkpoint folder {directory}: {exc.strerror}") from exc
-    if not os.access(directory, os.W_OK):
-        raise Gru4RecError(f"checkpoint folder {directory} is not writable")
 
 
 def load(path: str | os.PathLike[str], *, device: str | torch.device = "auto") -> GRU4Rec:

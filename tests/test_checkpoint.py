@@ -44,8 +44,8 @@ META = {
 
 def test_round_trip_exact(tmp_path: Path) -> None:
     ts = _tensors()
-    out = save_file(tmp_path / "m.gru4rec", ts, META)
-    assert out == tmp_path / "m.gru4rec"
+    out = save_file(tmp_path / "m.safetensors", ts, META)
+    assert out == tmp_path / "m.safetensors"
     loaded, meta = load_file(out)
     assert set(loaded) == set(ts)
     for name, t in ts.items():

@@ -106,7 +106,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def trained(data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One CLI training run with a saved model and evaluation output, shared by many tests."""
     d = tmp_path_factory.mktemp("trained")
-    model_path = d / "model.gru4rec"
+    model_path = d / "model.safetensors"
     metrics_path = d / "metrics.json"
     torch.set_num_threads(1)
     code = main([
@@ -221,7 +221,7 @@ def test_train_column_keys_reach_the_model(
     test = tmp_path / "test.csv"
     pd.read_csv(data["train_full"], sep="\t").rename(columns=names).to_csv(train, index=False)
     pd.read_csv(data["test"], sep="\t").rename(columns=names).to_csv(test, index=False)
-    model = tmp_path / "m.gru4rec"
+    model = tmp_path / "m.safetensors"
     code, out, err = run(["train", train, "-ps", TINY.replace("n_epochs=2", "n_epochs=1"),
                           "-sk", "sid", "-ik", "iid", "-tk", "ts", "--save", model, "-t", test], capsys)
     assert code == 0, err
@@ -264,34 +264,49 @@ def test_param_file_then_param_string(
     assert cfg["layers"] == [5] and cfg["seed"] == 3 and cfg["sample_store_size"] == 160
 
 
+def _interrupt_at_step(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    """Ctrl-C (a real SIGINT) during the ``step``-th training step."""
+    import signal
+
+    from gru4rec.training.trainer import Trainer
+
+    original, calls = Trainer.train_step, [0]
+
+    def train_step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == step:
+            signal.raise_signal(signal.SIGINT)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+
+
 def test_checkpoint_resume(
     data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Ctrl-C in epoch 2 writes a checkpoint and prints the exact command that resumes the run;
+    the resumed run saves the uninterrupted run's model and removes the checkpoint (kept with
+    --keep-checkpoint). The mid-epoch cases with real processes are in tests/test_resume.py."""
     from gru4rec.checkpoint import load_file
-    from gru4rec.recommender import GRU4Rec
+    from gru4rec.training.resume import CHECKPOINT_NAME
 
     ck = tmp_path / "ck"
     ps = TINY.replace("n_epochs=2", "n_epochs=3")
-    original = GRU4Rec._save_checkpoint
-    saves: list[int] = []
+    argv = ["train", data["train_tr"], "-ps", ps, "--checkpoint-dir", ck, "--save", tmp_path / "b"]
+    _interrupt_at_step(monkeypatch, 20)
+    code, _, err = run(argv, capsys)
+    monkeypatch.undo()
+    assert code == 130 and "Traceback" not in err and not (tmp_path / "b").exists()
+    error = [line for line in err.splitlines() if line.startswith("gru4rec: interrupted")]
+    assert error == [f"gru4rec: interrupted; checkpoint in {ck / CHECKPOINT_NAME}; resume with: gru4rec "
+                     + " ".join(str(a) for a in argv) + " --resume"], err
+    _, meta = load_file(ck / CHECKPOINT_NAME)
+    assert meta["kind"] == "gru4rec-training-checkpoint" and meta["step"] > 0
 
-    def save_then_die(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        saves.append(self.epochs_trained)
-        if len(saves) == 2:
-            raise KeyboardInterrupt  # the run is killed right after epoch 2's checkpoint
-
-    monkeypatch.setattr(GRU4Rec, "_save_checkpoint", save_then_die)
-    code, _, err = run(["train", data["train_tr"], "-ps", ps, "--checkpoint-dir", ck, "--save", tmp_path / "a"], capsys)
-    assert code == 130 and "interrupted" in err and "Traceback" not in err
-    assert saves == [1, 2] and not (tmp_path / "a").exists()
-    monkeypatch.setattr(GRU4Rec, "_save_checkpoint", original)
-
-    code, out, err = run(["train", data["train_tr"], "-ps", ps, "--checkpoint-dir", ck, "--resume",
-                          "--save", tmp_path / "b"], capsys)
+    code, _, err = run(argv + ["--resume", "--keep-checkpoint"], capsys)
     assert code == 0, err
-    assert "Resuming" in err and "Epoch3" in err and "Epoch1 " not in err
-    code, out, err = run(["info", ck / "checkpoint.pt", "--json"], capsys)
+    assert "Resuming" in err and "Epoch3" in err
+    code, out, err = run(["info", ck / CHECKPOINT_NAME, "--json"], capsys)
     assert code == 0, err
     info = json.loads(out)
     assert info["meta"]["kind"] == "gru4rec-training-checkpoint" and info["meta"]["epoch"] == 3
@@ -304,6 +319,49 @@ def test_checkpoint_resume(
     assert set(tb) == set(tc)
     for name in tb:
         assert torch.equal(tb[name], tc[name]), name
+    # Extending the finished run by one epoch; without --keep-checkpoint it is removed at the end.
+    more = TINY.replace("n_epochs=2", "n_epochs=4")
+    code, _, err = run(["train", data["train_tr"], "-ps", more, "--checkpoint-dir", ck, "--resume"], capsys)
+    assert code == 0, err
+    assert "Epoch4" in err and "Epoch3" not in err and not (ck / CHECKPOINT_NAME).exists()
+
+
+def test_checkpoint_folder_errors(data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gru4rec.training.resume import CHECKPOINT_NAME
+
+    ck = tmp_path / "ck"
+    code, _, err = run(["train", data["train_tr"], "-ps", TINY, "--checkpoint-dir", ck, "--resume"], capsys)
+    assert code == 1
+    assert_one_line_error(err, "nothing to resume", str(ck))
+    ck.mkdir(exist_ok=True)
+    (ck / CHECKPOINT_NAME).write_bytes(b"an earlier run's")
+    code, _, err = run(["train", data["train_tr"], "-ps", TINY, "--checkpoint-dir", ck], capsys)
+    assert code == 1
+    assert_one_line_error(err, "holds a checkpoint of an earlier run", "--resume")
+    assert (ck / CHECKPOINT_NAME).read_bytes() == b"an earlier run's"
+    for flags in (["--checkpoint-every", "5"], ["--keep-checkpoint"]):
+        code, _, err = run(["train", data["train_tr"], "-ps", TINY, *flags], capsys)
+        assert code == 2
+        assert_one_line_error(err, flags[0], "needs --checkpoint-dir")
+    code, _, err = run(["train", data["train_tr"], "-ps", TINY, "--checkpoint-dir", ck, "--checkpoint-every", "0"], capsys)
+    assert code == 2 and "positive number" in err
+
+
+def test_ctrl_c_without_a_checkpoint_says_nothing_was_kept(
+    data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gru4rec.cli import run_py_main
+
+    _interrupt_at_step(monkeypatch, 3)
+    code, _, err = run(["train", data["train_tr"], "-ps", TINY, "--save", tmp_path / "m"], capsys)
+    assert code == 130 and "Traceback" not in err
+    assert err.splitlines()[-1] == "gru4rec: interrupted; nothing was kept (gru4rec train --checkpoint-dir DIR makes a run resumable)"
+    _interrupt_at_step(monkeypatch, 3)
+    capsys.readouterr()
+    code = run_py_main([str(data["train_tr"]), "-ps", TINY])
+    err = capsys.readouterr().err
+    assert code == 130
+    assert err.splitlines()[-1] == "run.py: interrupted; nothing was kept (gru4rec train --checkpoint-dir DIR makes a run resumable)"
 
 
 # -------------------------------------------------------------------------------- error paths
@@ -367,9 +425,50 @@ def test_refuses_to_overwrite(
     assert existing.read_bytes() != b"user data"
 
 
+def test_output_paths_are_checked_before_the_first_step(
+    data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gru4rec.training.trainer import Trainer
+
+    def no_training(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("training started before the outputs were checked")
+
+    monkeypatch.setattr(Trainer, "train_step", no_training)
+    a_file = tmp_path / "afile"
+    a_file.write_text("mine")
+    cases = [
+        (["--save", a_file / "model.safetensors"], 2, ["afile is a file, not a folder"]),
+        (["--save", tmp_path / "nope" / "model.safetensors"], 2, ["folder", "nope does not exist"]),
+        (["--save", tmp_path], 2, ["is a folder, not a file"]),
+        (["--metrics-json", a_file / "m.json"], 2, ["afile is a file, not a folder"]),
+        (["--checkpoint-dir", a_file], 2, ["checkpoint folder", "afile is a file, not a folder"]),
+        (["--checkpoint-dir", a_file / "ck"], 2, ["afile is a file, not a folder"]),
+    ]
+    if Path("/proc").is_dir():  # nobody, not even root, can create a file there
+        cases += [(["--save", "/proc/model.safetensors"], 2, ["/proc is not writable"]),
+                  (["--checkpoint-dir", "/proc/ck"], 2, ["/proc is not writable"])]
+    for flags, code_wanted, fragments in cases:
+        code, _, err = run(["train", data["train_tr"], "-ps", TINY, *flags], capsys)
+        assert code == code_wanted, (flags, err)
+        assert_one_line_error(err, *fragments)
+    assert a_file.read_text() == "mine"
+
+
+def test_help_names_one_model_file_extension(capsys: pytest.CaptureFixture[str]) -> None:
+    from gru4rec.checkpoint import MODEL_SUFFIX
+    from gru4rec.cli.common import MODEL_FILE_EXAMPLE
+
+    assert MODEL_FILE_EXAMPLE == "model" + MODEL_SUFFIX
+    code, out, _ = run(["train", "--help"], capsys)
+    assert code == 0 and MODEL_FILE_EXAMPLE in " ".join(out.split())
+    for command in COMMANDS:
+        code, out, _ = run([command, "--help"], capsys)
+        assert ".pt " not in out and ".pt)" not in out and ".gru4rec" not in out, command
+
+
 def test_corrupt_model_file(trained: dict[str, Any], data: dict[str, Path], tmp_path: Path,
                             capsys: pytest.CaptureFixture[str]) -> None:
-    bad = tmp_path / "bad.gru4rec"
+    bad = tmp_path / "bad.safetensors"
     bad.write_bytes(trained["model"].read_bytes()[:200])
     for argv in (["evaluate", "--model", bad, "-t", data["test"]], ["info", bad],
                  ["recommend", "--model", bad, "-i", data["test"], "-o", tmp_path / "r.tsv"]):
@@ -384,9 +483,9 @@ def test_corrupt_model_file(trained: dict[str, Any], data: dict[str, Path], tmp_
 
 
 def test_missing_model_file(data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["evaluate", "--model", tmp_path / "none.gru4rec", "-t", data["test"]], capsys)
+    code, _, err = run(["evaluate", "--model", tmp_path / "none.safetensors", "-t", data["test"]], capsys)
     assert code == 1
-    assert_one_line_error(err, "none.gru4rec", "not found")
+    assert_one_line_error(err, "none.safetensors", "not found")
 
 
 def test_bad_device(data: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -522,10 +621,10 @@ def _expected_recs(model: Any, items: list[Any], k: int, exclude_seen: bool) -> 
     index = {item: i for i, item in enumerate(model.item_map.to_list())}
     known = [index[i] for i in items if i in index]
     ids = model.item_map.to_list()
-    if not known:
+    if not known:  # the most popular items, without a score
         support = np.asarray(model.item_support, dtype=np.float64)
         order = np.argsort(-support, kind="stable")[:k]
-        return [ids[j] for j in order], support[order]
+        return [ids[j] for j in order], np.full(len(order), np.nan)
     net = model.net
     net.eval()
     with torch.no_grad():
@@ -587,6 +686,22 @@ def test_recommend_unknown_only_session_gets_popular_items(
     assert s1["Fallback"].tolist() == [True] * 3
     assert recs[recs["SessionId"] == 2]["Fallback"].tolist() == [False] * 3
     assert "unknown" in err  # the skipped items are counted in a warning
+    # Fallback rows have no model score: the Score field is empty (not the training counts).
+    rows = [line.split("\t") for line in outp.read_text().splitlines()]
+    assert rows[0] == ["SessionId", "Rank", "ItemId", "Score", "Fallback"]
+    assert [r[3] for r in rows[1:] if r[0] == "1"] == ["", "", ""]
+    assert all(r[3] != "" and np.isfinite(float(r[3])) for r in rows[1:] if r[0] == "2")
+
+
+def test_recommend_to_standard_output(trained: dict[str, Any], data: dict[str, Path], tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    outp = tmp_path / "recs.tsv"
+    code, _, err = run(["recommend", "--model", trained["model"], "-i", data["test"], "-o", outp, "-k", 3], capsys)
+    assert code == 0, err
+    code, out, err = run(["recommend", "--model", trained["model"], "-i", data["test"], "-o", "-", "-k", 3], capsys)
+    assert code == 0, err
+    assert out == outp.read_text()  # the same TSV, and nothing else on standard output
+    assert "standard output" in err and not (Path.cwd() / "-").exists()
 
 
 def test_recommend_parquet_and_overwrite(
@@ -662,9 +777,9 @@ def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0, err
     block = parse_metrics(out)
     assert len(block) == 1 and set(block[0]) == {1, 5, 10, 20}
-    assert (tmp_path / "demo.gru4rec").exists()
+    assert (tmp_path / "model.safetensors").exists()
     # The demo's printed numbers are those of its saved model on its test file.
-    code, out2, err = run(["evaluate", "--model", tmp_path / "demo.gru4rec", "-t",
+    code, out2, err = run(["evaluate", "--model", tmp_path / "model.safetensors", "-t",
                            tmp_path / "synthetic" / "test.tsv", "-m", 1, 5, 10, 20, "-e", "conservative"], capsys)
     assert code == 0, err
     assert parse_metrics(out2) == block
@@ -761,11 +876,11 @@ def test_quickstart_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     metrics = quickstart["main"](["--workdir", str(tmp_path), "--n-sessions", "300", "--epochs", "1",
                                   "--device", "cpu"])
     out = capsys.readouterr().out
-    assert (tmp_path / "model.gru4rec").exists()
+    assert (tmp_path / "model.safetensors").exists()
     # The printed result lines are the returned metrics, which a fresh CLI evaluation reproduces.
     assert parse_metrics(out)[0] == {c: (round(metrics[f"recall@{c}"], 6), round(metrics[f"mrr@{c}"], 6))
                                      for c in (1, 5, 20)}
-    code, out2, err = run(["evaluate", "--model", tmp_path / "model.gru4rec", "-t", tmp_path / "data" / "test.tsv",
+    code, out2, err = run(["evaluate", "--model", tmp_path / "model.safetensors", "-t", tmp_path / "data" / "test.tsv",
                            "-m", 1, 5, 20, "-e", "conservative"], capsys)
     assert code == 0, err
     assert parse_metrics(out2)[0] == parse_metrics(out)[0]
@@ -788,9 +903,11 @@ def test_cli_sh_example(tmp_path: Path) -> None:
                           env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     blocks = parse_metrics(proc.stdout)
-    # train -t, evaluate and run.py -l report the same model on the same test file.
-    assert len(blocks) == 3
-    assert blocks[0] == blocks[1] and blocks[2][20] == blocks[0][20]
+    # train -t, evaluate and run.py -l (the last block) report the same model on the same test
+    # file; between them pop and itemknn in the same lines (their numbers: tests/test_baseline_cli.py).
+    assert len(blocks) == 5
+    assert blocks[0] == blocks[1] and blocks[4] == {20: blocks[0][20]}
+    assert set(blocks[2]) == set(blocks[3]) == {1, 5, 20} and blocks[2] != blocks[0]
     assert "PRIMARY METRIC: " in proc.stdout
     recs = pd.read_csv(tmp_path / "recs.tsv", sep="\t")
     assert list(recs.columns) == ["SessionId", "Rank", "ItemId", "Score", "Fallback"]

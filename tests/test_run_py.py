@@ -65,7 +65,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def trained(data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One training run through run.py, shared by the tests that only read its results."""
     torch.set_num_threads(1)
-    model = tmp_path_factory.mktemp("m") / "model.gru4rec"
+    model = tmp_path_factory.mktemp("m") / "model.safetensors"
     mp = pytest.MonkeyPatch()
     try:
         mp.setattr(sys, "argv", ["run.py", str(data["train_full"]), "-ps", TINY, "-s", str(model),

@@ -232,14 +232,14 @@ def test_killed_run_resumes_to_the_uninterrupted_model(events: pd.DataFrame, tmp
 
 def test_resume_can_extend_a_finished_run(events: pd.DataFrame, tmp_path) -> None:
     three = GRU4Rec(small("n_epochs=3"), device="cpu").fit(events, progress=False)
-    GRU4Rec(small("n_epochs=2"), device="cpu").fit(events, checkpoint_dir=tmp_path, progress=False)
+    GRU4Rec(small("n_epochs=2"), device="cpu").fit(events, checkpoint_dir=tmp_path, keep_checkpoint=True, progress=False)
     more = GRU4Rec(small("n_epochs=3"), device="cpu").fit(events, checkpoint_dir=tmp_path, resume=True, progress=False)
     assert more.epochs_trained == 3 and [s.epoch for s in more.history] == [3]
     assert torch.equal(more.net.Wy, three.net.Wy)
 
 
 def test_resume_refuses_other_hyperparameters_or_data(events: pd.DataFrame, tmp_path) -> None:
-    GRU4Rec(small("n_epochs=1"), device="cpu").fit(events, checkpoint_dir=tmp_path, progress=False)
+    GRU4Rec(small("n_epochs=1"), device="cpu").fit(events, checkpoint_dir=tmp_path, keep_checkpoint=True, progress=False)
     with pytest.raises(ModelFileError, match=r"other hyperparameters \(learning_rate\)"):
         GRU4Rec(small("n_epochs=1,learning_rate=0.1"), device="cpu").fit(events, checkpoint_dir=tmp_path, resume=True, progress=False)
     with pytest.raises(ModelFileError, match="other training data"):

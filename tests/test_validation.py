@@ -97,14 +97,14 @@ def test_a_killed_run_with_early_stopping_resumes_to_the_same_model(data: tuple[
         GRU4Rec(PARAMS, device="cpu").fit(train, valid=valid, early_stop=2, metric="mrr@20", checkpoint_dir=tmp_path,
                                           callback=kill_after_three, progress=False)
     resumed = GRU4Rec(PARAMS, device="cpu").fit(train, valid=valid, early_stop=2, metric="mrr@20", checkpoint_dir=tmp_path,
-                                                resume=True, progress=False)
+                                                resume=True, keep_checkpoint=True, progress=False)
     assert resumed.best_epoch == whole.best_epoch
     assert resumed.valid_history == whole.valid_history
     assert same_weights(resumed, whole)
     # Resuming a run that already stopped early trains no further epoch.
     seen = []
     again = GRU4Rec(PARAMS, device="cpu").fit(train, valid=valid, early_stop=2, metric="mrr@20", checkpoint_dir=tmp_path,
-                                              resume=True, callback=seen.append, progress=False)
+                                              resume=True, keep_checkpoint=True, callback=seen.append, progress=False)
     assert seen == [] and same_weights(again, whole)
     with pytest.raises(Gru4RecError, match="validating on mrr@20"):
         GRU4Rec(PARAMS, device="cpu").fit(train, valid=valid, early_stop=2, metric="recall@20", checkpoint_dir=tmp_path,

@@ -3,6 +3,7 @@
     gru4rec demo                                   synthetic data -> train -> evaluate, one command
     gru4rec train DATA [-ps STR] [-pf FILE] [--save MODEL] [--test TEST ...] [-m 1 5 10 20] ...
     gru4rec evaluate --model MODEL --test TEST [TEST ...] [-m ...] [-e MODE]
+    gru4rec baseline pop|spop|itemknn TRAIN --test TEST [TEST ...] [-m ...] [-e MODE]
     gru4rec recommend --model MODEL --input SESSIONS --output RECS [--k 20] [--exclude-seen]
     gru4rec info MODEL
     gru4rec synth OUT_DIR
@@ -11,7 +12,7 @@
     gru4rec report RUN_DIR [RUN_DIR ...] [--study URL --study-name NAME] -o report.html
 
 Each command is a module of this package with its flags (``add_arguments``) and its action
-(``run``): :mod:`~gru4rec.cli.train`, :mod:`~gru4rec.cli.evaluate`,
+(``run``): :mod:`~gru4rec.cli.train`, :mod:`~gru4rec.cli.evaluate`, :mod:`~gru4rec.cli.baseline`,
 :mod:`~gru4rec.cli.recommend`, :mod:`~gru4rec.cli.info`, :mod:`~gru4rec.cli.synth` (synth,
 demo), :mod:`~gru4rec.cli.preprocess` (preprocess, split); what they share is in
 :mod:`~gru4rec.cli.common` and :mod:`~gru4rec.cli.console`. This module holds the registry,
@@ -20,7 +21,8 @@ the parser, the dispatch and the entry points.
 Conventions shared by every subcommand:
 
 * exit code 0 on success, 1 for a runtime error (bad data, unreadable or corrupt file, ...),
-  2 for a usage error (bad flags, invalid hyperparameters), 130 when interrupted;
+  2 for a usage error (bad flags, invalid hyperparameters), 130 when interrupted (143 for SIGTERM),
+  with a line that says how to resume or that nothing was kept;
 * an error from :mod:`gru4rec.errors` (or a missing/unreadable file) prints one line
   ``gru4rec: error: ...`` and no traceback; ``--debug`` shows the traceback instead;
 * results go to stdout, messages (progress, timings, warnings) to stderr through logging:
@@ -42,7 +44,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from gru4rec.cli import evaluate, info, preprocess, recommend, report, run_py, synth, train
+from gru4rec.cli import baseline, evaluate, info, preprocess, recommend, report, run_py, synth, train
 from gru4rec.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError
 from gru4rec.cli.console import VERBOSITY_DESTS, add_verbosity_flags, command_console, verbosity
 from gru4rec.errors import ConfigError, Gru4RecError
@@ -135,6 +137,8 @@ register(Command("train", "train a model on an event file (optionally save and e
                  train.add_arguments, train.run))
 register(Command("evaluate", "evaluate a saved model on test files (Recall, MRR, NDCG, ...)",
                  evaluate.add_arguments, evaluate.run))
+register(Command("baseline", "fit pop, spop or itemknn and evaluate it like 'evaluate' (to compare with GRU4Rec)",
+                 baseline.add_arguments, baseline.run, description=baseline.DESCRIPTION))
 register(Command("recommend", "top-k recommendations for the sessions in a file",
                  recommend.add_arguments, recommend.run, description=recommend.DESCRIPTION))
 register(Command("info", "show a model file's format version, item count and configuration",
@@ -249,9 +253,11 @@ def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str],
     try:
         code = run(args)
         return EXIT_OK if code is None else int(code)
-    except KeyboardInterrupt:
-        _report(prog, "interrupted", debug=debug)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        # A command that knows what was kept says so (how to resume, or that nothing was).
+        hint = getattr(exc, "hint", "")
+        _report(prog, "interrupted" + (f"; {hint}" if hint else ""), debug=debug)
+        return int(getattr(exc, "exit_code", EXIT_INTERRUPTED))
     except (UsageError, ConfigError) as exc:
         _report(prog, f"error: {_error_message(exc)}", debug=debug)
         return EXIT_USAGE
@@ -300,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_OK
         cmd = COMMANDS[name]
-        args.command_line = [PROG, *argv]  # as run (a run folder records it)
+        args.command_line = [PROG, *argv]  # as given: a run folder records it, an interrupted run tells how to resume
         with command_console(PROG, level=verbosity(args), messages_on_stdout=cmd.messages_on_stdout):
             log.debug("%s %s with %s", PROG, name, vars(args))
             return cmd.run(args)

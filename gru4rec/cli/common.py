@@ -6,15 +6,16 @@ Nothing here imports torch or pandas at import time: ``gru4rec --help`` stays fa
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gru4rec.errors import Gru4RecError
-from gru4rec.files import atomic_write
+from gru4rec.errors import Gru4RecError, OutputPathError
+from gru4rec.files import atomic_write, check_output_path
 
 if TYPE_CHECKING:  # the heavy import happens inside load_model
     from gru4rec.recommender import GRU4Rec
@@ -25,6 +26,8 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "Interrupted",
+    "MODEL_FILE_EXAMPLE",
     "PROG",
     "UsageError",
     "add_column_keys",
@@ -32,6 +35,7 @@ __all__ = [
     "add_eval_flags",
     "add_force",
     "add_precision",
+    "add_threads",
     "check_readable",
     "check_writable_target",
     "load_model",
@@ -39,18 +43,32 @@ __all__ = [
     "nonnegative_int",
     "positive_int",
     "reset_device_memory_peak",
+    "uses_threads",
     "write_json",
 ]
 
 log = logging.getLogger(__name__)
 
 PROG = "gru4rec"
+#: The model file name the help texts show: ``model`` + :data:`gru4rec.checkpoint.MODEL_SUFFIX`
+#: (written out so that building a parser imports no torch; a test holds the two equal).
+MODEL_FILE_EXAMPLE = "model.safetensors"
 EVAL_MODES = ("standard", "conservative", "median", "tiebreaking")
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class UsageError(Exception):
     """A problem with the command line itself (exit code 2); raised by the commands' checks."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A command stopped by Ctrl-C or SIGTERM, with what the user can do next (``hint``: how to
+    resume, or that nothing was kept) and the exit code (128 + the signal's number)."""
+
+    def __init__(self, hint: str, exit_code: int = EXIT_INTERRUPTED) -> None:
+        super().__init__(hint)
+        self.hint = hint
+        self.exit_code = exit_code
 
 
 # ------------------------------------------------------------------------------ argument types
@@ -126,6 +144,28 @@ def add_precision(parser: argparse.ArgumentParser) -> None:
                              "the gates and the optimiser stay float32)")
 
 
+def add_threads(parser: argparse.ArgumentParser) -> None:
+    """``--threads``: torch's threads for the command (see :mod:`gru4rec.threads`)."""
+    parser.add_argument("--threads", metavar="N", type=positive_int, default=None,
+                        help="CPU threads (default: the CPUs this process may use — its affinity "
+                             "and cgroup quota — or OMP_NUM_THREADS when set); on a shared or busy "
+                             "machine use fewer, often 1: idle-waiting threads slow training down many times")
+
+
+def uses_threads(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Run a command under its ``--threads``; torch's setting is restored afterwards, so that
+    calling the command line from Python leaves the caller's as it was."""
+
+    @functools.wraps(run)
+    def wrapped(args: argparse.Namespace) -> int:
+        from gru4rec.threads import using_threads
+
+        with using_threads(args.threads):
+            return run(args)
+
+    return wrapped
+
+
 def add_force(parser: argparse.ArgumentParser) -> None:
     """``-f/--force``: allow replacing existing output files."""
     parser.add_argument("-f", "--force", action="store_true",
@@ -135,18 +175,15 @@ def add_force(parser: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------ checks up front
 
 
-def check_writable_target(path: str | None, force: bool, what: str) -> None:
-    """Fail before hours of training, not after, when an output could not be written."""
+def check_writable_target(path: str | None, force: bool, what: str, *, folder: bool = False) -> None:
+    """Fail before hours of training, not after, when an output file (or ``folder``) could not be
+    written (:func:`gru4rec.files.check_output_path`; a usage error)."""
     if path is None:
         return
-    p = Path(path)
-    if p.is_dir():
-        raise UsageError(f"{what} {p} is a directory")
-    if p.exists() and not force:
-        raise UsageError(f"{what} {p} already exists; use --force to overwrite it")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"cannot write {what} {p}: directory {parent} does not exist")
+    try:
+        check_output_path(path, what, force, folder=folder)
+    except OutputPathError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def check_readable(paths: Sequence[str] | None, what: str) -> None:

@@ -17,11 +17,13 @@ from gru4rec.cli.common import (
     add_device,
     add_eval_flags,
     add_force,
+    add_threads,
     check_readable,
     check_writable_target,
     load_model,
     log_device_memory,
     reset_device_memory_peak,
+    uses_threads,
     write_json,
 )
 from gru4rec.cli.console import result
@@ -39,9 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_eval_flags(parser, test_required=True)
     add_column_keys(parser, default_from="the model's")
     add_device(parser)
+    add_threads(parser)
     add_force(parser)
 
 
+@uses_threads
 def run(args: argparse.Namespace) -> int:
     """Run ``gru4rec evaluate``."""
     check_writable_target(args.metrics_json, args.force, "metrics file")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
 import warnings
 
@@ -11,10 +12,12 @@ from gru4rec.cli.common import (
     add_column_keys,
     add_device,
     add_force,
+    add_threads,
     check_readable,
     check_writable_target,
     load_model,
     positive_int,
+    uses_threads,
 )
 
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
@@ -26,7 +29,8 @@ DESCRIPTION = (
     "Output columns: the session column, Rank (1..k), the item column, Score\n"
     "(the model's raw score) and Fallback. Items the model does not know are\n"
     "skipped with a counted warning; a session with no known item gets the\n"
-    "most popular items (Score = training support, Fallback = True)."
+    "most popular items, with Fallback = True and an empty Score (no model\n"
+    "score exists for them). -o - writes TSV to standard output."
 )
 
 
@@ -38,15 +42,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "columns; each session's items in time order)")
     parser.add_argument("-o", "--output", metavar="RECS", required=True,
                         help="where to write the recommendations: .tsv/.csv (optionally .gz) or "
-                             ".parquet; one row per session and rank")
+                             ".parquet, or - for TSV on standard output; one row per session and rank")
     parser.add_argument("-k", "--k", type=positive_int, default=20, help="items per session (default: 20)")
     parser.add_argument("--exclude-seen", action="store_true",
                         help="never recommend an item the session already contains")
     add_column_keys(parser, default_from="the model's")
     add_device(parser)
+    add_threads(parser)
     add_force(parser)
 
 
+@uses_threads
 def run(args: argparse.Namespace) -> int:
     """Run ``gru4rec recommend``: one row per session and rank in ``--output``."""
     import numpy as np
@@ -54,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
 
     from gru4rec.data import read_events, write_events
 
-    check_writable_target(args.output, args.force, "output file")
+    to_stdout = args.output == "-"
+    if not to_stdout:
+        check_writable_target(args.output, args.force, "output file")
     check_readable([args.input], "input file")
     model = load_model(args.model, args.device)
     config = model.config
@@ -78,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         sk: np.repeat(sessions.index.to_numpy(), counts),
         "Rank": np.concatenate([np.arange(1, n + 1) for n in counts]) if counts else np.zeros(0, np.int64),
         ik: np.concatenate([np.asarray(r.item_ids) for r in recs]) if recs else [],
+        # Fallback rows have no model score: NaN, written as an empty field (a null in Parquet).
         "Score": np.concatenate([np.asarray(r.scores, dtype=np.float64) for r in recs]) if recs else [],
         "Fallback": np.repeat([r.fallback for r in recs], counts).astype(bool),
     })
@@ -85,7 +94,11 @@ def run(args: argparse.Namespace) -> int:
     if n_fallback:
         log.warning("%d session(s) had no item known to the model and got the most popular items "
                     "(Fallback=True)", n_fallback)
-    write_events(recs_frame, args.output, force=args.force)
+    if to_stdout:
+        recs_frame.to_csv(sys.stdout, sep="\t", index=False)
+        sys.stdout.flush()
+    else:
+        write_events(recs_frame, args.output, force=args.force)
     log.info("Wrote %d recommendations for %d sessions to %s (%.2fs)",
-             len(recs_frame), len(sessions), args.output, elapsed)
+             len(recs_frame), len(sessions), "standard output" if to_stdout else args.output, elapsed)
     return EXIT_OK

@@ -12,17 +12,20 @@ import logging
 from gru4rec.cli.common import (
     EVAL_MODES,
     EXIT_OK,
+    MODEL_FILE_EXAMPLE,
     UsageError,
     add_precision,
+    add_threads,
     check_readable,
     check_writable_target,
     load_model,
     nonnegative_int,
     positive_int,
+    uses_threads,
 )
 from gru4rec.cli import observe
 from gru4rec.cli.evaluate import evaluate_files
-from gru4rec.cli.train import build_config, train_model
+from gru4rec.cli.train import build_config, interruption, train_model
 
 __all__ = ["PROG", "build_parser", "run"]
 
@@ -49,8 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("-l", "--load_model", action="store_true",
                       help="PATH is a saved model: load it instead of training")
     parser.add_argument("-s", "--save_model", metavar="MODEL_PATH",
-                        help="save the trained model to MODEL_PATH (refuses to overwrite an "
-                             "existing file unless --force)")
+                        help=f"save the trained model to MODEL_PATH, e.g. {MODEL_FILE_EXAMPLE} (refuses to "
+                             "overwrite an existing file unless --force)")
     parser.add_argument("-t", "--test", metavar="TEST_PATH", nargs="+",
                         help="evaluate on these test files (one result block per file)")
     parser.add_argument("-m", "--measure", metavar="AT", type=positive_int, nargs="*", default=[20],
@@ -66,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-d", "--device", default="auto",
                         help="torch device: auto, cpu, cuda, cuda:0, ... (default: auto)")
     add_precision(parser)
+    add_threads(parser)
     parser.add_argument("-ik", "--item_key", metavar="IK", default=None,
                         help="item id column (default: ItemId, or the loaded model's)")
     parser.add_argument("-sk", "--session_key", metavar="SK", default=None,
@@ -83,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@uses_threads
 def run(args: argparse.Namespace) -> int:
     """Train (or load with ``-l``), optionally save, then evaluate on every ``-t`` file."""
     if args.gru4rec_model is not None:
@@ -106,7 +111,10 @@ def run(args: argparse.Namespace) -> int:
                               sample_store_size=args.sample_store_size, **keys)
         try:
             fit_options = watch.start(config, device=args.device, precision=args.precision, data=args.path, tests=args.test)
-            model = train_model(args.path, config, device=args.device, precision=args.precision, fit_options=fit_options)
+            model = train_model(args.path, config, device=args.device, precision=args.precision, threads=args.threads,
+                                fit_options=fit_options)
+        except KeyboardInterrupt as exc:  # run.py keeps no checkpoints (gru4rec train does)
+            raise interruption(exc, checkpoint_dir=None, argv=None) from exc
         finally:
             watch.close()
         watch.trained(model)

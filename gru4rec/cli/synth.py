@@ -10,7 +10,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gru4rec.cli.common import EXIT_OK, UsageError, add_device, add_force, add_precision, positive_int
+from gru4rec.cli.common import (
+    EXIT_OK,
+    MODEL_FILE_EXAMPLE,
+    UsageError,
+    add_device,
+    add_force,
+    add_precision,
+    add_threads,
+    positive_int,
+    uses_threads,
+)
 from gru4rec.cli.console import result
 from gru4rec.cli.evaluate import evaluate_files
 from gru4rec.cli.train import build_config, train_model
@@ -118,10 +128,13 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cutoffs (default: 1 5 10 20)")
     add_device(parser)
     add_precision(parser)
+    add_threads(parser)
 
 
+@uses_threads
 def run_demo(args: argparse.Namespace) -> int:
     """Run ``gru4rec demo``: the result lines are the saved model's on the synthetic test set."""
+    from gru4rec.checkpoint import MODEL_SUFFIX
     from gru4rec.datasets.synthetic import write_synthetic
 
     owned = args.workdir is None
@@ -140,15 +153,15 @@ def run_demo(args: argparse.Namespace) -> int:
         config = build_config(None, DEMO_PARAMS, seed=args.seed)
         if args.params:
             config = config.replace_from_string(args.params)
-        model = train_model(str(train_path), config, device=args.device, precision=args.precision)
-        model_path = workdir / "demo.gru4rec"
+        model = train_model(str(train_path), config, device=args.device, precision=args.precision, threads=args.threads)
+        model_path = workdir / f"model{MODEL_SUFFIX}"
         model.save(model_path, overwrite=True)
         if not owned:
             log.info("Saved model to %s", model_path)
         evaluate_files(model, [str(test_path)], cutoffs=args.measure, mode="conservative",
                        batch_size=512, extended=True)
         log.info("Demo finished in %.1fs. Next: 'gru4rec train YOUR_EVENTS.tsv -t YOUR_TEST.tsv "
-                 "--save model.gru4rec' (see gru4rec train --help)", time.perf_counter() - start)
+                 "--save %s' (see gru4rec train --help)", time.perf_counter() - start, MODEL_FILE_EXAMPLE)
     finally:
         if owned:
             shutil.rmtree(workdir, ignore_errors=True)

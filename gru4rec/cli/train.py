@@ -1,27 +1,37 @@
 """``gru4rec train``: train a model on an event file, optionally save and evaluate it.
 
-:func:`build_config` and :func:`train_model` are shared with ``demo`` and ``run.py``.
+:func:`build_config` and :func:`train_model` are shared with ``demo`` and ``run.py``;
+:func:`interruption` (what Ctrl-C or SIGTERM leaves behind) with ``run.py``.
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gru4rec.cli.common import (
+    EXIT_INTERRUPTED,
     EXIT_OK,
+    MODEL_FILE_EXAMPLE,
+    PROG,
+    Interrupted,
     UsageError,
     add_column_keys,
     add_device,
     add_eval_flags,
     add_force,
     add_precision,
+    add_threads,
     check_readable,
     check_writable_target,
     log_device_memory,
     nonnegative_int,
     reset_device_memory_peak,
+    uses_threads,
     write_json,
 )
 from gru4rec.cli import observe
@@ -31,7 +41,7 @@ if TYPE_CHECKING:  # the heavy imports (torch, pandas) happen inside the functio
     from gru4rec.config import Config
     from gru4rec.recommender import GRU4Rec
 
-__all__ = ["add_arguments", "build_config", "run", "train_model"]
+__all__ = ["add_arguments", "build_config", "interruption", "run", "train_model"]
 
 log = logging.getLogger(__name__)
 
@@ -56,24 +66,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_column_keys(parser, default_from="the params")
     out = parser.add_argument_group("output")
     out.add_argument("-s", "--save", metavar="MODEL", default=None,
-                     help="save the trained model to MODEL (a safe single-file format)")
+                     help=f"save the trained model to MODEL (a safe single-file format, e.g. {MODEL_FILE_EXAMPLE})")
     out.add_argument("--checkpoint-dir", metavar="DIR", default=None,
-                     help="write a resumable checkpoint to DIR after every epoch")
+                     help="keep a resumable checkpoint in DIR: after every epoch, every --checkpoint-every "
+                          "minutes, and on Ctrl-C/SIGTERM (at the next step); removed when training completes")
+    out.add_argument("--checkpoint-every", metavar="MINUTES", type=positive_float, default=None,
+                     help="also checkpoint inside an epoch, at the first step after every MINUTES minutes")
     out.add_argument("--resume", action="store_true",
-                     help="continue the run whose checkpoint is in --checkpoint-dir")
+                     help="continue the run whose checkpoint is in --checkpoint-dir, to the same final model "
+                          "as an uninterrupted run (an error if there is none)")
+    out.add_argument("--keep-checkpoint", action="store_true",
+                     help="keep the checkpoint after training completes (e.g. to resume with more n_epochs)")
     add_force(out)
     add_eval_flags(parser, test_required=False)
     observe.add_arguments(parser)
     add_device(parser)
     add_precision(parser)
+    add_threads(parser)
 
 
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+@uses_threads
 def run(args: argparse.Namespace) -> int:
     """Run ``gru4rec train``: every check first, then train, save, evaluate."""
-    if args.resume and not args.checkpoint_dir:
-        raise UsageError("--resume needs --checkpoint-dir (where the checkpoint is)")
+    if args.checkpoint_dir is None:
+        given = [flag for flag, on in (("--resume", args.resume), ("--checkpoint-every", args.checkpoint_every),
+                                       ("--keep-checkpoint", args.keep_checkpoint)) if on]
+        if given:
+            raise UsageError(f"{', '.join(given)} needs --checkpoint-dir (where the checkpoint is)")
     check_writable_target(args.save, args.force, "model file")
     check_writable_target(args.metrics_json, args.force, "metrics file")
+    check_writable_target(args.checkpoint_dir, True, "checkpoint folder", folder=True)  # fit checks its content
     check_readable([args.data], "training data")
     check_readable(args.test, "test file")
     watch = observe.Observation(args, command=getattr(args, "command_line", ["gru4rec", "train"]),
@@ -82,23 +115,58 @@ def run(args: argparse.Namespace) -> int:
         args.param_file, args.params, seed=args.seed, sample_store_size=args.sample_store_size,
         session_key=args.session_key, item_key=args.item_key, time_key=args.time_key,
     )
+    saved = None
     try:
-        fit_options = watch.start(config, device=args.device, precision=args.precision, data=args.data, tests=args.test)
-        model = train_model(args.data, config, device=args.device, precision=args.precision,
-                            checkpoint_dir=args.checkpoint_dir, resume=args.resume, fit_options=fit_options)
-    finally:
-        watch.close()
-    watch.trained(model)
-    if args.save:
-        model.save(args.save, overwrite=args.force)
-        log.info("Saved model to %s", args.save)
-    if args.test:
-        report = evaluate_files(model, args.test, cutoffs=args.measure, mode=args.eval_mode,
-                                batch_size=args.eval_batch_size, extended=True, json_cutoffs=watch.eval_cutoffs)
-        watch.evaluated(report)
-        if args.metrics_json:
-            write_json(args.metrics_json, report, force=args.force)
+        try:
+            fit_options = watch.start(config, device=args.device, precision=args.precision, data=args.data, tests=args.test)
+            model = train_model(args.data, config, device=args.device, precision=args.precision, threads=args.threads,
+                                checkpoint_dir=args.checkpoint_dir, resume=args.resume,
+                                checkpoint_every=args.checkpoint_every, fit_options=fit_options)
+        finally:
+            watch.close()
+        watch.trained(model)
+        if args.save:
+            model.save(args.save, overwrite=args.force)
+            saved = args.save
+            log.info("Saved model to %s", args.save)
+        if args.checkpoint_dir and not args.keep_checkpoint:
+            _remove_checkpoint(args.checkpoint_dir)  # only now: the saved model replaces it
+        if args.test:
+            report = evaluate_files(model, args.test, cutoffs=args.measure, mode=args.eval_mode,
+                                    batch_size=args.eval_batch_size, extended=True, json_cutoffs=watch.eval_cutoffs)
+            watch.evaluated(report)
+            if args.metrics_json:
+                write_json(args.metrics_json, report, force=args.force)
+    except KeyboardInterrupt as exc:
+        command = getattr(args, "command_line", None)
+        raise interruption(exc, checkpoint_dir=args.checkpoint_dir, argv=command[1:] if command else None,
+                           saved=saved) from exc
     return EXIT_OK
+
+
+def _remove_checkpoint(folder: str) -> None:
+    from gru4rec.training.resume import CHECKPOINT_NAME
+
+    (Path(folder) / CHECKPOINT_NAME).unlink(missing_ok=True)
+
+
+def interruption(exc: KeyboardInterrupt, *, checkpoint_dir: str | None, argv: Sequence[str] | None,
+                 saved: str | None = None, program: str = PROG) -> Interrupted:
+    """What to tell a user whose training was stopped by Ctrl-C or SIGTERM: the exact command
+    that resumes it when a checkpoint exists, else that nothing was kept (or what was)."""
+    from gru4rec.errors import TrainingInterrupted
+    from gru4rec.training.resume import CHECKPOINT_NAME
+
+    code = 128 + exc.signal_number if isinstance(exc, TrainingInterrupted) else EXIT_INTERRUPTED
+    ckpt = Path(checkpoint_dir) / CHECKPOINT_NAME if checkpoint_dir else None
+    if saved is not None:
+        return Interrupted(f"training had finished: the model was saved to {saved}", code)
+    if ckpt is not None and ckpt.exists() and argv is not None:
+        words = [program, *argv] + ([] if "--resume" in argv else ["--resume"])
+        return Interrupted(f"checkpoint in {ckpt}; resume with: {shlex.join(words)}", code)
+    if checkpoint_dir:
+        return Interrupted("nothing was kept: no checkpoint had been written yet", code)
+    return Interrupted("nothing was kept (gru4rec train --checkpoint-dir DIR makes a run resumable)", code)
 
 
 def build_config(
@@ -134,22 +202,26 @@ def train_model(
     *,
     device: str,
     precision: str = "float32",
+    threads: int | None = None,
     checkpoint_dir: str | None = None,
     resume: bool = False,
+    checkpoint_every: float | None = None,
     fit_options: dict[str, Any] | None = None,
 ) -> GRU4Rec:
     """Train a GRU4Rec on the event file ``data``, with the original's per-epoch lines and a
-    progress bar (on a terminal), then the time it took and (on CUDA) the peak memory.
+    progress bar (on a terminal), then the time it took and (on CUDA) the peak memory. A
+    checkpoint in ``checkpoint_dir`` is kept (the caller removes it once the model is safe).
     ``fit_options``: more keyword arguments of ``fit`` (validation, callbacks: see
     :class:`gru4rec.cli.observe.Observation`)."""
     from gru4rec.recommender import GRU4Rec
 
     log.info("Training GRU4Rec on %s", data)
     log.info("Parameters: %s", config.to_param_string())
-    model = GRU4Rec(config, device=device, precision=precision)
+    model = GRU4Rec(config, device=device, precision=precision, threads=threads)
     reset_device_memory_peak(model)
     start = time.perf_counter()
-    model.fit(data, checkpoint_dir=checkpoint_dir, resume=resume, progress=True, **(fit_options or {}))
+    model.fit(data, checkpoint_dir=checkpoint_dir, resume=resume, checkpoint_every=checkpoint_every,
+              keep_checkpoint=True, progress=True, **(fit_options or {}))
     elapsed = time.perf_counter() - start
     log.info("Training took %.2fs on %s (%d items)", elapsed, model.device, len(model.item_map))
     log_device_memory(model, "training")

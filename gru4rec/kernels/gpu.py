@@ -14,7 +14,10 @@ of launch overhead). The training step is written so that it can be captured onc
 * inputs by position: the captured step reads its schedule row and its sample-store row through
   two device counters, filled before each replay (two tiny kernels, no copies);
 * RNG: dropout draws from the trainer's own generator, registered with the graph so that each
-  replay advances it like an eager step would.
+  replay advances it like an eager step would;
+* checkpoints (``gru4rec/training/resume.py``) are taken between two replays, at a step
+  boundary: the registered generator's state already counts every replay, the sample store's
+  cursor lives on the host, and a resumed epoch warms up and captures again from its first step.
 
 The first steps of an epoch run eagerly on a side stream (CUDA libraries initialise their
 workspaces there), then the step is captured; if anything about capture fails, the epoch simply
@@ -145,15 +148,17 @@ def graphed_epoch_runner(
 
     graph: torch.cuda.CUDAGraph | None = None
     failed = False
+    warmed_up = 0  # counted, not read from t: an epoch resumed from a checkpoint starts at any t
 
     def run(t: int) -> None:
-        nonlocal graph, failed
+        nonlocal graph, failed, warmed_up
         prepare(t)
         if graph is not None:
             graph.replay()
         elif failed:
             body()
-        elif t < WARMUP_STEPS:
+        elif warmed_up < WARMUP_STEPS:
+            warmed_up += 1
             side = torch.cuda.Stream(device)  # warm-up off the capture stream, as CUDA graphs need
             side.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(side):

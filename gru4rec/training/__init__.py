@@ -15,6 +15,7 @@ Reading order, from the data to the loop:
 ``step``               one step with the backward pass written out: the mathematics
 ``reference``          the same step by autograd, which the fast one is tested against
 ``trainer``            the training state and one step over it (:class:`Trainer`)
+``resume``             checkpoints at step boundaries and resuming from them (:class:`TrainingCheckpoint`)
 ``loop``               the epoch loop (:func:`train_epochs`, :class:`EpochStats`)
 =====================  ==========================================================================
 
@@ -30,6 +31,8 @@ _LAZY = {
     "train_epochs": "loop",
     "reorder": "loop",
     "Trainer": "trainer",
+    "TrainingCheckpoint": "resume",
+    "EpochPosition": "resume",
     "Matmuls": "precision",
     "PRECISIONS": "precision",
     "check_precision": "precision",

@@ -6,6 +6,12 @@ zero the hidden states, run every step of the schedule (replayed from a CUDA gra
 :mod:`gru4rec.kernels.gpu`), and log the original's per-epoch line. Step losses are accumulated
 on the device; the host reads them at most twice a second — for the progress bar and to stop a
 diverged run — and once at the end of the epoch.
+
+Checkpoints (:mod:`gru4rec.training.resume`): at every step boundary the loop asks its
+``checkpoints`` whether one is due (a clock and a flag, no device sync) and hands it the
+:class:`~gru4rec.training.resume.EpochPosition`; it also hands it every epoch's end. A run
+started from a position redraws that epoch's session order from the position's generator
+state, takes the slots' hidden states and the step losses so far, and skips the steps done.
 """
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 import torch
@@ -23,9 +29,10 @@ from gru4rec.errors import TrainingDivergedError
 from gru4rec.kernels.gpu import cuda_graphs_enabled, graphed_epoch_runner
 from gru4rec.log import progress_bar
 from gru4rec.training.batching import Schedule, build_schedule
+from gru4rec.training.resume import EpochPosition
 from gru4rec.training.trainer import Trainer
 
-__all__ = ["EpochStats", "reorder", "train_epochs"]
+__all__ = ["EpochStats", "StepCheckpoints", "reorder", "train_epochs"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +68,18 @@ class EpochStats:
         )
 
 
+class StepCheckpoints(Protocol):
+    """Where the loop hands its positions (:class:`gru4rec.training.resume.TrainingCheckpoint`)."""
+
+    def due(self, now: float) -> bool:
+        """Whether to write a checkpoint at this step boundary (cheap: called at every step)."""
+        ...
+
+    def write(self, position: EpochPosition) -> None:
+        """Write the checkpoint of ``position``; may raise to stop training."""
+        ...
+
+
 def reorder(items: np.ndarray, offsets: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Items and offsets with the sessions rearranged in ``order`` (vectorised)."""
     lengths = np.diff(offsets)[order]
@@ -79,19 +98,30 @@ def train_epochs(
     n_epochs: int | None = None,
     rng: np.random.Generator | None = None,
     progress: bool = True,
+    start: EpochPosition | None = None,
+    checkpoints: StepCheckpoints | None = None,
+    on_epoch_end: Callable[[EpochStats], None] | None = None,
 ) -> Iterator[EpochStats]:
     """Train epoch after epoch, yielding each epoch's statistics (the caller may stop early).
 
     ``first_epoch``/``n_epochs``: the epochs to run (default: 1 to ``config.n_epochs``); ``rng``:
     the generator of the random session orders (``train_random_order``); ``progress``: a
-    progress bar on a terminal. Each epoch's line is logged at INFO. Raises
+    progress bar on a terminal. ``start``: continue from a checkpoint's position instead (its
+    epoch and step; ``rng`` is set to its state). ``checkpoints``: asked at every step boundary
+    and told every epoch's end. ``on_epoch_end(stats)`` runs after each epoch and before its
+    checkpoint (validation: the checkpoint of epoch e then holds e's validation). Each epoch's
+    line is logged at INFO. Raises
     :class:`TrainingDivergedError` when the loss becomes NaN or infinite.
     """
     config = trainer.config
     last = config.n_epochs if n_epochs is None else n_epochs
     rng = rng if rng is not None else np.random.default_rng(config.seed + 3)
+    if start is not None:
+        first_epoch = start.epoch
+        rng.bit_generator.state = start.rng_state
     schedule: Schedule | None = None
     for epoch in range(first_epoch, last + 1):
+        rng_state = rng.bit_generator.state  # a mid-epoch checkpoint redraws this epoch's order from it
         if schedule is None or config.train_random_order:
             if config.train_random_order:
                 ep_items, ep_offsets = reorder(items, offsets, rng.permutation(len(offsets) - 1))
@@ -101,19 +131,46 @@ def train_epochs(
         if schedule.n_steps == 0:
             raise TrainingDivergedError("the training data has no session of length 2 or more: nothing to train on")
         trainer.net.train()
-        trainer.reset_hidden()
-        stats = _run_epoch(trainer, schedule, epoch, progress)
+        resumed = start if start is not None and start.epoch == epoch and start.step > 0 else None
+        if resumed is not None:
+            assert resumed.hidden is not None
+            for h, saved in zip(trainer.hidden, resumed.hidden):
+                h.copy_(saved)  # in place: a captured CUDA graph reads these buffers
+        else:
+            trainer.reset_hidden()
+        stats = _run_epoch(trainer, schedule, epoch, progress, rng_state, resumed, checkpoints)
         log.info(stats.line())
+        if on_epoch_end is not None:
+            on_epoch_end(stats)  # before the epoch's checkpoint, which then holds what it did
+        if checkpoints is not None:
+            checkpoints.write(EpochPosition(epoch + 1, 0, 0, 0.0, None, rng.bit_generator.state))
         yield stats
 
 
-def _run_epoch(trainer: Trainer, schedule: Schedule, epoch: int, progress: bool) -> EpochStats:
-    """One epoch of ``schedule``'s steps; the epoch loss is the step losses' mean weighted by
-    their active rows."""
+def _run_epoch(
+    trainer: Trainer,
+    schedule: Schedule,
+    epoch: int,
+    progress: bool,
+    rng_state: dict[str, Any],
+    resumed: EpochPosition | None,
+    checkpoints: StepCheckpoints | None,
+) -> EpochStats:
+    """One epoch of ``schedule``'s steps (from ``resumed``'s step when given); the epoch loss is
+    the step losses' mean weighted by their active rows."""
     device = trainer.device
     weights = torch.as_tensor(schedule.n_active, device=device, dtype=torch.float64)
     step_ids = torch.arange(schedule.n_steps, device=device)
     step_losses = torch.zeros(schedule.n_steps, device=device, dtype=torch.float64)
+    first_step, seconds_before = 0, 0.0
+    if resumed is not None:
+        assert resumed.step_losses is not None
+        if resumed.n_steps != schedule.n_steps:
+            raise TrainingDivergedError(  # the data fingerprint matched, so this is not the user's doing
+                f"the checkpoint's epoch {epoch} has {resumed.n_steps} steps, this one {schedule.n_steps}"
+            )
+        first_step, seconds_before = resumed.step, resumed.seconds
+        step_losses[:first_step].copy_(resumed.step_losses)
 
     def accumulate(loss: Tensor, t: Tensor) -> None:
         """Device-side bookkeeping of step ``t``: its loss goes into the epoch's loss vector."""
@@ -139,18 +196,23 @@ def _run_epoch(trainer: Trainer, schedule: Schedule, epoch: int, progress: bool)
         def run(t: int) -> None:
             accumulate(trainer.train_step(inputs[t], targets[t], active[t], keep[t]), step_ids[t])
 
-    bar = progress_bar(schedule.n_steps, f"Epoch{epoch}", enabled=progress, unit="mb")
+    bar = progress_bar(schedule.n_steps, f"Epoch{epoch}", enabled=progress, unit="mb", initial=first_step)
     try:
         start = last = time.perf_counter()
-        for t in range(schedule.n_steps):
+        paused = 0.0  # seconds spent writing checkpoints: not training time
+        for t in range(first_step, schedule.n_steps):
             run(t)
             now = time.perf_counter()
+            if checkpoints is not None and checkpoints.due(now):
+                checkpoints.write(EpochPosition(epoch, t + 1, schedule.n_steps, seconds_before + now - start - paused,
+                                                step_losses[: t + 1], rng_state))
+                paused += time.perf_counter() - now
             if now - last >= CHECK_INTERVAL:  # also bounds how long a diverged run goes on unnoticed
                 last = now
                 bar.set_postfix_str(f"loss {check(t + 1):.4f}", refresh=False)
                 bar.update(t + 1 - bar.n)
         mean_loss = check(schedule.n_steps)
-        seconds = time.perf_counter() - start
+        seconds = seconds_before + time.perf_counter() - start - paused
     finally:
         bar.close()
     return EpochStats(epoch=epoch, loss=mean_loss, seconds=seconds, n_steps=schedule.n_steps, n_events=schedule.n_events)

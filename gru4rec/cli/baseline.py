@@ -1,0 +1,119 @@
+"""``gru4rec baseline pop|spop|itemknn TRAIN -t TEST ...``: fit a simple baseline
+(:mod:`gru4rec.baselines`) and evaluate it exactly as ``gru4rec evaluate`` evaluates a GRU4Rec
+model — same metric lines, cutoffs, tie modes and ``--metrics-json`` — so that the figures of
+both go into one table."""
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from typing import Any
+
+from gru4rec.cli.common import (
+    EXIT_OK,
+    UsageError,
+    add_column_keys,
+    add_device,
+    add_eval_flags,
+    add_force,
+    add_threads,
+    check_readable,
+    check_writable_target,
+    positive_int,
+    uses_threads,
+    write_json,
+)
+from gru4rec.cli.evaluate import evaluate_files
+
+__all__ = ["BASELINES", "add_arguments", "run"]
+
+log = logging.getLogger(__name__)
+
+#: The baselines by command-line name: (class name in gru4rec.baselines, what it recommends).
+BASELINES = {
+    "pop": ("Pop", "the most popular items (training events), the same list for every session"),
+    "spop": ("SessionPop", "the session's own items, most visited first, then the most popular ones"),
+    "itemknn": ("ItemKNN", "the items most often in the same training sessions as the last item (cosine)"),
+}
+_KNN_FLAGS = {"neighbors": "--neighbors", "knn_lambda": "--lambda", "knn_alpha": "--alpha"}
+
+DESCRIPTION = (
+    "Fit a baseline on TRAIN and evaluate it on the test files with the same metrics as\n"
+    "'gru4rec evaluate' (cutoffs, tie modes, --metrics-json), to compare with GRU4Rec:\n\n"
+    + "\n".join(f"  {name:<8} {what}" for name, (_, what) in BASELINES.items())
+)
+
+
+def _unit_interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``gru4rec baseline``."""
+    parser.add_argument("baseline", choices=tuple(BASELINES), help="which baseline (see above)")
+    parser.add_argument("data", metavar="TRAIN",
+                        help="training events: TSV/CSV/Parquet (optionally .gz) with session, item and time columns")
+    add_eval_flags(parser, test_required=True)
+    knn = parser.add_argument_group("itemknn")
+    knn.add_argument("--neighbors", metavar="K", type=positive_int, default=None,
+                     help="neighbours kept per item (default: 100)")
+    knn.add_argument("--lambda", dest="knn_lambda", metavar="L", type=_nonnegative_float, default=None,
+                     help="added to the items' session counts in the normalisation: damps rare items (default: 20)")
+    knn.add_argument("--alpha", dest="knn_alpha", metavar="A", type=_unit_interval, default=None,
+                     help="weight of the source item's count in the normalisation, 0.5 = cosine (default: 0.5)")
+    add_column_keys(parser, default_from="SessionId/ItemId/Time")
+    add_device(parser)
+    add_threads(parser)
+    add_force(parser)
+
+
+def _fit(args: argparse.Namespace) -> Any:
+    """The fitted baseline of ``args``."""
+    from gru4rec import baselines
+
+    keys = {"session_key": args.session_key or "SessionId", "item_key": args.item_key or "ItemId",
+            "time_key": args.time_key or "Time"}
+    knn: dict[str, Any] = {name: getattr(args, name) for name in _KNN_FLAGS if getattr(args, name) is not None}
+    if args.baseline != "itemknn" and knn:
+        raise UsageError(f"{', '.join(_KNN_FLAGS[name] for name in knn)}: only with itemknn")
+    cls = getattr(baselines, BASELINES[args.baseline][0])
+    if args.baseline == "itemknn":
+        renamed = {"neighbors": "n_neighbors", "knn_lambda": "lmbd", "knn_alpha": "alpha"}
+        model = cls(**{renamed[k]: v for k, v in knn.items()}, device=args.device, **keys)
+    else:
+        model = cls(device=args.device, **keys)
+    start = time.perf_counter()
+    model.fit(args.data)
+    log.info("Fitted %s on %s in %.2fs (%d items)", type(model).__name__, args.data, time.perf_counter() - start,
+             len(model.item_map))
+    return model
+
+
+@uses_threads
+def run(args: argparse.Namespace) -> int:
+    """Run ``gru4rec baseline``: fit, then the metric lines of every test file."""
+    check_writable_target(args.metrics_json, args.force, "metrics file")
+    check_readable([args.data], "training data")
+    check_readable(args.test, "test file")
+    model = _fit(args)
+    report = evaluate_files(model, args.test, cutoffs=args.measure, mode=args.eval_mode,
+                            batch_size=args.eval_batch_size, extended=True)
+    if args.metrics_json:
+        write_json(args.metrics_json, report, force=args.force)
+    return EXIT_OK
