@@ -1,18 +1,18 @@
 """Run folders: everything one training run leaves behind, in one folder that ``gru4rec report``
 reads back.
 
-================  ==========================================================================
-``command.txt``   the exact command line (shell-quoted), after a comment with the folder it ran in
-``config.json``   the hyperparameters (``config``) and how the run was made: device, precision,
-                  threads, the data files, validation settings, versions, start time
-``epochs.jsonl``  one JSON object per epoch: ``epoch``, ``loss``, ``seconds``, ``mb_per_s``,
-                  ``events_per_s``, ``peak_host_mb`` (the process's peak resident memory),
-                  ``peak_device_mb`` (CUDA: peak allocated by torch; null elsewhere) and, when
-                  validating, ``valid`` (``{'recall@20': ..., ...}``) and ``best_epoch``
-``metrics.json``  the final evaluation of every test file, breakdowns included (the payload of
-                  ``--metrics-json``)
-``model.pt``      the trained model (:meth:`gru4rec.GRU4Rec.save`)
-================  ==========================================================================
+=====================  =====================================================================
+``command.txt``        the exact command line (shell-quoted), after a comment with the folder it ran in
+``config.json``        the hyperparameters (``config``) and how the run was made: device, precision,
+                       threads, the data files, validation settings, versions, start time
+``epochs.jsonl``       one JSON object per epoch: ``epoch``, ``loss``, ``seconds``, ``mb_per_s``,
+                       ``events_per_s``, ``peak_host_mb`` (the process's peak resident memory),
+                       ``peak_device_mb`` (CUDA: peak allocated by torch; null elsewhere) and, when
+                       validating, ``valid`` (``{'recall@20': ..., ...}``) and ``best_epoch``
+``metrics.json``       the final evaluation of every test file, breakdowns included (the payload of
+                       ``--metrics-json``)
+``model.safetensors``  the trained model (:meth:`gru4rec.GRU4Rec.save`)
+=====================  =====================================================================
 
 Every file is written atomically (:func:`gru4rec.files.atomic_write`); ``epochs.jsonl`` is
 rewritten whole after every epoch, so it is complete up to the last finished epoch even when the
@@ -46,7 +46,7 @@ COMMAND_FILE = "command.txt"
 CONFIG_FILE = "config.json"
 EPOCHS_FILE = "epochs.jsonl"
 METRICS_FILE = "metrics.json"
-MODEL_FILE = "model.pt"
+MODEL_FILE = "model.safetensors"  # "model" + checkpoint.MODEL_SUFFIX, written out: importing this module loads no torch (tested)
 _OURS = (COMMAND_FILE, CONFIG_FILE, EPOCHS_FILE, METRICS_FILE, MODEL_FILE)
 #: A run folder's final evaluation also covers these cutoffs (in metrics.json, not in the printed
 #: lines), so that the report can draw Recall@k and MRR@k against k.

@@ -458,7 +458,9 @@ def test_help_names_one_model_file_extension(capsys: pytest.CaptureFixture[str])
     from gru4rec.checkpoint import MODEL_SUFFIX
     from gru4rec.cli.common import MODEL_FILE_EXAMPLE
 
-    assert MODEL_FILE_EXAMPLE == "model" + MODEL_SUFFIX
+    from gru4rec.runs import MODEL_FILE
+
+    assert MODEL_FILE_EXAMPLE == MODEL_FILE == "model" + MODEL_SUFFIX  # run folders name it the same way
     code, out, _ = run(["train", "--help"], capsys)
     assert code == 0 and MODEL_FILE_EXAMPLE in " ".join(out.split())
     for command in COMMANDS:

@@ -48,7 +48,7 @@ def run_a(data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> di
 
 def test_the_run_folder_holds_the_command_config_epochs_metrics_and_model(run_a: dict[str, Any], data: dict[str, Path]) -> None:
     folder = run_a["dir"]
-    assert sorted(p.name for p in folder.iterdir()) == ["command.txt", "config.json", "epochs.jsonl", "metrics.json", "model.pt"]
+    assert sorted(p.name for p in folder.iterdir()) == ["command.txt", "config.json", "epochs.jsonl", "metrics.json", "model.safetensors"]
     command = (folder / "command.txt").read_text().splitlines()
     assert command[0].startswith("# run in ") and shlex.split(command[-1]) == ["gru4rec", *run_a["argv"]]
     config = json.loads((folder / "config.json").read_text())
@@ -58,7 +58,7 @@ def test_the_run_folder_holds_the_command_config_epochs_metrics_and_model(run_a:
 
     epochs = [json.loads(line) for line in (folder / "epochs.jsonl").read_text().splitlines()]
     assert [e["epoch"] for e in epochs] == [1, 2, 3]
-    model = GRU4Rec.load(folder / "model.pt", device="cpu")
+    model = GRU4Rec.load(folder / "model.safetensors", device="cpu")
     assert model.epochs_trained == 3 and model.config.to_dict() == config["config"]
     for e in epochs:
         assert e["loss"] > 0 and e["seconds"] > 0 and e["peak_host_mb"] > 10 and e["peak_device_mb"] is None
@@ -107,7 +107,7 @@ def test_early_stopping_from_the_command_line(data: dict[str, Path], tmp_path: P
     assert mrr[best - 1] == max(mrr)
     if len(epochs) < 6:  # it stopped: the epoch after the best did not improve
         assert len(epochs) == best + 1 and "Early stopping after epoch" in err
-    model = GRU4Rec.load(tmp_path / "run" / "model.pt", device="cpu")
+    model = GRU4Rec.load(tmp_path / "run" / "model.safetensors", device="cpu")
     assert model.epochs_trained == best
     assert evaluate(model, data["train_valid"], cutoffs=(5,)).mrr[5] == pytest.approx(mrr[best - 1], abs=1e-12)
 
@@ -125,7 +125,7 @@ def test_a_used_run_folder_is_refused_before_training(run_a: dict[str, Any], dat
     (folder / "metrics.json").write_text("{}")
     code, _, err = run(argv + ["--force"], capsys)
     assert code == 0, err
-    assert sorted(p.name for p in folder.iterdir()) == ["command.txt", "config.json", "epochs.jsonl", "model.pt", "notes.txt"]
+    assert sorted(p.name for p in folder.iterdir()) == ["command.txt", "config.json", "epochs.jsonl", "model.safetensors", "notes.txt"]
     assert (folder / "notes.txt").read_text() == "mine"
     # A file where the folder should be.
     code, _, err = run(argv[:-1] + [str(folder / "notes.txt")], capsys)
@@ -169,7 +169,7 @@ def test_run_py_writes_a_run_folder_too(data: dict[str, Path], tmp_path: Path, c
     entry = folder["metrics"][str(data["test"])]
     assert f"Recall@5: {entry['recall']['5']:.6f} MRR@5: {entry['mrr']['5']:.6f}" in out  # the printed lines, the same numbers
     assert "breakdown" in entry
-    code = run_py_main([str(tmp_path / "run" / "model.pt"), "-l", "--run-dir", str(tmp_path / "other")])
+    code = run_py_main([str(tmp_path / "run" / "model.safetensors"), "-l", "--run-dir", str(tmp_path / "other")])
     assert code == 2
 
 

@@ -39,7 +39,7 @@ def test_trials_stop_early_and_write_their_run_folders(data: dict[str, Path], tm
         (valid,) = folder["metrics"].values()
         assert valid["mrr"]["20"] == pytest.approx(trial.value, abs=1e-12)  # the kept model on VALID
         assert valid["breakdown"]["popularity"]
-        assert not (tmp_path / "runs" / "watch" / f"trial-{trial.number:05d}" / "model.pt").exists()
+        assert not (tmp_path / "runs" / "watch" / f"trial-{trial.number:05d}" / "model.safetensors").exists()
 
     # The command in a trial's folder retrains exactly that trial.
     trial = trials[0]

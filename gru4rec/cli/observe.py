@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--run-dir", metavar="DIR", default=None,
                        help="write the run to DIR: command.txt, config.json, epochs.jsonl (per epoch: loss, "
                             "time, speed, peak memory, validation metrics), metrics.json (the test evaluation "
-                            "with breakdowns) and model.pt; a folder with files in it needs --force. "
+                            "with breakdowns) and model.safetensors; a folder with files in it needs --force. "
                             "Look at it with 'gru4rec report DIR'")
     group.add_argument("--tensorboard", metavar="DIR", default=None,
                        help="write per-epoch scalars (loss, speed, memory, validation metrics; on CUDA GPU "
