@@ -73,7 +73,10 @@ def _envelope(path: Path) -> dict[str, Any]:
     if _is_foreign_zip(path):
         raise ModelFileError(f"{path} is not a gru4rec model file (it is a zip archive of other data)")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        # A file object, not the path: torch.load picks a reader by the name's extension
+        # (safetensors for '.safetensors'), and the content has been recognised already.
+        with open(path, "rb") as fh:
+            obj = torch.load(fh, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         if "weights only" not in str(exc).lower():
             raise ModelFileError(

@@ -335,17 +335,37 @@ class GRU4Rec:
         """Top-``k`` next items for one session given the items clicked so far (oldest first)."""
         return self.recommend_batch([list(session_items)], k, exclude_seen=exclude_seen)[0]
 
-    @torch.no_grad()
-    def score_sessions(self, sessions: Sequence[Iterable[Any]]) -> np.ndarray:
-        """Raw scores of every item (B×N, columns in item-map order) after each session."""
-        net, item_map, _ = self._require_fitted()
+    def _known_items(self, sessions: Sequence[Iterable[Any]], purpose: str) -> list[np.ndarray]:
+        """Each session's known item indices (unknown ids skipped); every session needs one."""
+        _, item_map, _ = self._require_fitted()
         known = []
         for s in sessions:
             idx = item_map.index_of(list(s))
             known.append(idx[idx >= 0])
         if any(len(seq) == 0 for seq in known):
-            raise Gru4RecError("every session needs at least one known item to be scored")
-        return net.score_all(self._final_states(known)).cpu().numpy()
+            raise Gru4RecError(f"every session needs at least one known item {purpose}")
+        return known
+
+    @torch.no_grad()
+    def score_sessions(self, sessions: Sequence[Iterable[Any]]) -> np.ndarray:
+        """Raw scores of every item (B×N, columns in item-map order) after each session."""
+        net, _, _ = self._require_fitted()
+        return net.score_all(self._final_states(self._known_items(sessions, "to be scored"))).cpu().numpy()
+
+    @torch.no_grad()
+    def session_embeddings(self, sessions: Sequence[Iterable[Any]], *, batch_size: int = 1024) -> np.ndarray:
+        """The final hidden state of each session (B×L float32): the last layer's output after
+        its known items, from a zero state — ``score_sessions(s)`` is
+        ``session_embeddings(s) @ Wyᵀ + By``. Unknown items are skipped; a session with no known
+        item is an error. Sessions run ``batch_size`` at a time, grouped by length."""
+        net, _, _ = self._require_fitted()
+        known = self._known_items(sessions, "for its embedding")
+        out = np.empty((len(known), net.sizes[-1]), dtype=np.float32)
+        by_length = np.argsort([len(seq) for seq in known], kind="stable")
+        for start in range(0, len(known), batch_size):
+            rows = by_length[start:start + batch_size]
+            out[rows] = self._final_states([known[i] for i in rows]).float().cpu().numpy()
+        return out
 
     @torch.no_grad()
     def predict_next_batch(self, session_ids: Sequence[Any], input_item_ids: Sequence[Any], predict_for_item_ids: Sequence[Any] | None = None) -> pd.DataFrame:

@@ -39,6 +39,15 @@ def test_recommendations_as_when_written() -> None:
     np.testing.assert_allclose(model.score_sessions(sessions).astype(np.float64).sum(1), EXPECTED["score_sums"], atol=1e-4)
 
 
+def test_detected_by_content_not_by_name(tmp_path: Path) -> None:
+    renamed = tmp_path / "model.safetensors"  # a format-1 file under the new format's name
+    shutil.copy(V1_MODEL, renamed)
+    assert file_info(renamed)["format_version"] == 1
+    renamed.write_bytes(V1_MODEL.read_bytes()[:500])
+    with pytest.raises(ModelFileError, match="truncated or corrupt"):
+        load_file(renamed)
+
+
 def test_resaved_in_format_2_recommends_the_same(tmp_path: Path) -> None:
     model = GRU4Rec.load(V1_MODEL, device="cpu")
     model.save(tmp_path / "m.safetensors")
