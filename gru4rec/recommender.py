@@ -338,10 +338,7 @@ class GRU4Rec:
     def _known_items(self, sessions: Sequence[Iterable[Any]], purpose: str) -> list[np.ndarray]:
         """Each session's known item indices (unknown ids skipped); every session needs one."""
         _, item_map, _ = self._require_fitted()
-        known = []
-        for s in sessions:
-            idx = item_map.index_of(list(s))
-            known.append(idx[idx >= 0])
+        known = [idx[idx >= 0] for idx in (item_map.index_of(list(s)) for s in sessions)]
         if any(len(seq) == 0 for seq in known):
             raise Gru4RecError(f"every session needs at least one known item {purpose}")
         return known
@@ -359,6 +356,8 @@ class GRU4Rec:
         ``session_embeddings(s) @ Wyᵀ + By``. Unknown items are skipped; a session with no known
         item is an error. Sessions run ``batch_size`` at a time, grouped by length."""
         net, _, _ = self._require_fitted()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         known = self._known_items(sessions, "for its embedding")
         out = np.empty((len(known), net.sizes[-1]), dtype=np.float32)
         by_length = np.argsort([len(seq) for seq in known], kind="stable")

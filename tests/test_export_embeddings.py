@@ -112,6 +112,10 @@ def test_session_states_are_the_networks_last_layer_output(models: dict[str, GRU
             for item in model.item_map.index_of(session):
                 out = net.step(torch.tensor([item]), hidden)
         np.testing.assert_allclose(got[row], out[0].numpy(), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        model.session_embeddings(sessions, batch_size=0)
+    with pytest.raises(Gru4RecError, match="at least one known item for its embedding"):
+        model.session_embeddings([[-12345]])
 
 
 def test_unknown_items_and_sessions_are_skipped_with_warnings(models: dict[str, GRU4Rec], caplog: pytest.LogCaptureFixture) -> None:
