@@ -69,7 +69,7 @@ def build_model(data: Path | None) -> Any:
     if data is not None and (data / "train_full.tsv").exists():
         events = pd.read_csv(data / "train_full.tsv", sep="\t", usecols=["ItemId"])
         model.item_map = ItemMap.from_ids(events["ItemId"])
-        model.item_support = events["ItemId"].value_counts().reindex(model.item_map.ids).to_numpy(np.int64)
+        model.item_support = events["ItemId"].value_counts().reindex(model.item_map.ids).to_numpy(np.int64, copy=True)
     else:
         model.item_map = ItemMap.from_ids(np.arange(DIGINETICA_ITEMS) * 7 + 1000)
         model.item_support = np.ones(DIGINETICA_ITEMS, np.int64)
