@@ -220,3 +220,12 @@ def test_missing_exporter_says_how_to_install(model: GRU4Rec, tmp_path: Path, mo
     with pytest.raises(ImportError, match=r"pip install 'gru4rec\[export\]'"):
         export_onnx(model, tmp_path / "step.onnx")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_too_large_for_one_onnx_file(model: GRU4Rec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gru4rec.export import onnx as onnx_export
+
+    monkeypatch.setattr(onnx_export, "_MAX_ONNX_BYTES", 1000)
+    with pytest.raises(Gru4RecError, match=r"weights are 0\.0 GiB; one ONNX file holds at most 2 GiB"):
+        export_onnx(model, tmp_path / "step.onnx")
+    assert list(tmp_path.iterdir()) == []

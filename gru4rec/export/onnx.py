@@ -19,6 +19,7 @@ is PyTorch's default since 2.9 (the TorchScript one is deprecated); it needs ``o
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import logging
 import os
@@ -157,6 +158,8 @@ def _trace(step: OneClickStep, n_layers: int, top_k: int | None, opset: int) -> 
         import onnxscript  # noqa: F401
     except ImportError as exc:
         raise ImportError(f"{ONNX_HINT} ({exc})") from exc
+    if "dynamo" not in inspect.signature(torch.onnx.export).parameters:
+        raise Gru4RecError(f"ONNX export needs torch >= 2.5 (its torch.export-based exporter); this is torch {torch.__version__}")
     inputs, outputs = _names(n_layers, top_k)
     # A batch of 2 in the example: torch.export would specialise a batch of 1 to a constant.
     # The states are one varargs input to torch.export, hence their dynamic shapes in one tuple.
