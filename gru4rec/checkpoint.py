@@ -1,48 +1,54 @@
-"""Safe single-file model format: named tensors + JSON metadata, written atomically.
+"""Model files and training checkpoints: named tensors + JSON metadata in one safetensors file.
 
-A file is a ``torch.save`` archive of one plain dict (the *envelope*)::
+Format version 2 (written by this release) is a plain `safetensors <https://huggingface.co/docs/safetensors>`_
+file — readable without gru4rec from Python, Rust or JavaScript, memory-mappable, and free of
+code on load. The tensors are its body; its ``__metadata__`` (a string -> string map) holds one
+JSON document per entry::
 
-    {"format": "gru4rec",          # tells a gru4rec file from any other torch file
-     "version": FORMAT_VERSION,    # layout of the envelope and of the meta the model writes
-     "writer": "0.1.0",            # gru4rec version that wrote it (for messages only)
-     "meta_json": "{...}",         # the metadata as a JSON string (config, item map, ...)
-     "meta_crc32": int,            # CRC-32 of meta_json (UTF-8)
-     "tensors": {name: Tensor},    # CPU tensors, contiguous, no shared storage
-     "crc32": {name: int}}         # CRC-32 of each tensor's raw bytes
+    format          "gru4rec"                    tells a gru4rec file from any other safetensors file
+    format_version  2
+    writer          "0.1.0"                      the gru4rec version that wrote it (for messages only)
+    checksums       {"algorithm": "sha256",
+                     "tensors": {name: hex},     SHA-256 of each tensor's raw bytes
+                     "header": hex}              SHA-256 of every tensor's dtype and shape and of
+                                                 every other metadata entry, as stored
+    <key>           <value>                      one entry per key of the ``meta`` dict given to
+                                                 save_file: a model has kind, config, item_ids,
+                                                 epochs_trained; a training checkpoint its own
 
-Why this shape:
+so ``{k: json.loads(v) for k, v in safe_open(path, "np").metadata().items()}`` reads it all.
+safetensors itself rejects a truncated file or a header that does not describe the body
+exactly; the checksums turn a flipped byte anywhere else (a tensor, a name, a metadata value)
+into a clear error instead of a model that quietly recommends garbage.
 
-* Loading uses ``torch.load(weights_only=True)``: the unpickler accepts only tensors and
-  builtin containers/scalars, so a file can never run code on load. The metadata travels as a
-  JSON *string* so that its structure is ours to validate, not the unpickler's.
-* The zip container of ``torch.save`` detects truncation but not flipped bytes inside a tensor
-  record; the per-tensor CRC-32s make silent corruption a clear error instead of a model that
-  quietly recommends garbage.
-* Writes go to a temporary file in the target folder, are fsync'ed and then renamed over the
-  target, so a crash leaves either the old file or the new one, never half of one.
+Format version 1 (``torch.save`` envelopes, :mod:`gru4rec.checkpoint_v1`) is still read. The
+format is recognised by the file's first bytes, never by its name. Writes go to a temporary
+file in the target folder, are fsync'ed and renamed over the target (:func:`gru4rec.files.atomic_write`),
+so a crash leaves the old file or the new one, never half of one.
 
 The model (``GRU4Rec.save/load``) and the resume checkpoints of training both use
 :func:`save_file` / :func:`load_file`; neither needs anything else from this module.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import pickle
-import zipfile
-import zlib
+import struct
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file as write_safetensors
 
+from gru4rec import checkpoint_v1
 from gru4rec.errors import ModelFileError
 from gru4rec.files import atomic_write
 
-MODEL_SUFFIX = ".safetensors"  # the one default extension of model files and checkpoints (loading detects the format by content)
-
 __all__ = [
+    "MODEL_SUFFIX",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "SUPPORTED_VERSIONS",
@@ -51,14 +57,25 @@ __all__ = [
     "file_info",
 ]
 
+MODEL_SUFFIX = ".safetensors"  # the one default extension of model files and checkpoints (loading detects the format by content)
 FORMAT_NAME = "gru4rec"
-#: Version of the file layout written by this release.
-FORMAT_VERSION = 1
-#: Versions this release can read (a future release may add migrations for older ones here).
-SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+#: Version of the file layout written by this release (2: safetensors).
+FORMAT_VERSION = 2
+#: Versions this release can read (1: the torch.save envelope of gru4rec 0.1).
+SUPPORTED_VERSIONS: tuple[int, ...] = (1, 2)
+#: Metadata entries the format itself uses; ``meta`` keys may not take these names.
+RESERVED_KEYS: tuple[str, ...] = ("format", "format_version", "writer", "checksums")
 
-_ZIP_MAGIC = b"PK\x03\x04"
-_ENVELOPE_KEYS = ("format", "version", "meta_json", "meta_crc32", "tensors", "crc32")
+# safetensors refuses to read a header over 100 MB (the metadata, mostly the item ids, counts).
+_MAX_HEADER_BYTES = 100_000_000
+_CONTAINERS = {1: "torch.save zip", 2: "safetensors"}
+
+
+class _Loaded(NamedTuple):
+    tensors: dict[str, torch.Tensor]
+    meta: dict[str, Any]
+    version: int
+    writer: str
 
 
 def _package_version() -> str:
@@ -72,15 +89,12 @@ def _package_version() -> str:
 
 def _json_default(obj: Any) -> Any:
     """Make numpy scalars/arrays, paths and sets JSON-serialisable; reject anything else."""
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover - numpy is a hard dependency
-        np = None  # type: ignore[assignment]
-    if np is not None:
-        if isinstance(obj, np.generic):
-            return obj.item()
-        if isinstance(obj, np.ndarray):
-            return obj.tolist()
+    import numpy as np
+
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
     if isinstance(obj, os.PathLike):
         return os.fspath(obj)
     if isinstance(obj, (set, frozenset)):
@@ -91,16 +105,31 @@ def _json_default(obj: Any) -> Any:
     )
 
 
-def _raw_bytes(t: torch.Tensor) -> memoryview:
-    """The tensor's bytes as a buffer (any dtype, including bfloat16 and bool)."""
+def _to_json(key: str, value: Any) -> str:
+    # allow_nan=False: NaN/Infinity are not JSON and other readers of the file would choke.
+    try:
+        return json.dumps(value, default=_json_default, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except ValueError as exc:
+        raise TypeError(f"model metadata {key!r} is not valid JSON: {exc}") from exc
+
+
+def _sha256(t: torch.Tensor) -> str:
+    """SHA-256 of a tensor's raw bytes (any dtype, including bfloat16 and bool)."""
     flat = t.reshape(-1)
     if flat.numel() == 0:
-        return memoryview(b"")
-    return memoryview(flat.view(torch.uint8).numpy())
+        return hashlib.sha256(b"").hexdigest()
+    return hashlib.sha256(memoryview(flat.view(torch.uint8).numpy())).hexdigest()
 
 
-def _crc(t: torch.Tensor) -> int:
-    return zlib.crc32(_raw_bytes(t))
+def _header_digest(tensors: Mapping[str, torch.Tensor], entries: Mapping[str, str]) -> str:
+    """SHA-256 over what the body's checksums do not cover: the tensors' names, dtypes and
+    shapes and every metadata entry except ``checksums`` itself, in a canonical form."""
+    described = {
+        "tensors": {name: [str(t.dtype).removeprefix("torch."), list(t.shape)] for name, t in tensors.items()},
+        "metadata": {k: v for k, v in entries.items() if k != "checksums"},
+    }
+    text = json.dumps(described, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def _prepare_tensors(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -114,10 +143,35 @@ def _prepare_tensors(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Ten
             raise TypeError(f"tensors[{name!r}] is a {type(t).__name__}, not a torch.Tensor")
         if t.is_sparse or t.layout != torch.strided:
             raise TypeError(f"tensors[{name!r}] must be a dense (strided) tensor")
-        # clone() gives each entry its own compact storage: torch.save would otherwise write
-        # the whole storage behind a view, and two names sharing memory would load as one.
+        # clone() gives each entry its own compact storage: safetensors refuses tensors that
+        # share memory, and a view must not drag its whole storage into the file.
         out[name] = t.detach().to("cpu").contiguous().clone()
     return out
+
+
+def _metadata_entries(tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any]) -> dict[str, str]:
+    """The safetensors ``__metadata__`` of a file holding ``tensors`` and ``meta``."""
+    if not isinstance(meta, Mapping):
+        raise TypeError(f"meta must be a dict, got {type(meta).__name__}")
+    entries = {"format": _to_json("format", FORMAT_NAME), "format_version": _to_json("format_version", FORMAT_VERSION),
+               "writer": _to_json("writer", _package_version())}
+    for key, value in meta.items():
+        if not isinstance(key, str):
+            raise TypeError(f"metadata keys must be strings, got {key!r}")
+        if key in RESERVED_KEYS:
+            raise TypeError(f"metadata key {key!r} is reserved for the file format itself")
+        entries[key] = _to_json(key, value)
+    checksums = {"algorithm": "sha256", "tensors": {name: _sha256(t) for name, t in tensors.items()},
+                 "header": _header_digest(tensors, entries)}
+    entries["checksums"] = _to_json("checksums", checksums)
+    size = sum(len(k.encode("utf-8")) + len(v.encode("utf-8")) for k, v in entries.items())
+    if size > _MAX_HEADER_BYTES * 0.95:  # JSON escaping in the header adds a little more
+        largest = max(entries, key=lambda k: len(entries[k]))
+        raise ModelFileError(
+            f"the model's metadata is {size / 1e6:.0f} MB (mostly {largest!r}); a safetensors header "
+            f"holds at most {_MAX_HEADER_BYTES / 1e6:.0f} MB"
+        )
+    return entries
 
 
 def save_file(
@@ -127,10 +181,11 @@ def save_file(
     *,
     overwrite: bool = False,
 ) -> Path:
-    """Write ``tensors`` and the JSON-serialisable ``meta`` to ``path`` atomically.
+    """Write ``tensors`` and the JSON-serialisable ``meta`` to ``path`` atomically (format 2).
 
-    Tensors are stored as contiguous CPU copies. ``meta`` may hold dicts, lists, strings,
-    numbers, booleans and None (numpy scalars/arrays and paths are converted).
+    Tensors are stored as contiguous CPU copies. ``meta`` maps string keys (not one of
+    :data:`RESERVED_KEYS`) to dicts, lists, strings, numbers, booleans or None (numpy
+    scalars/arrays and paths are converted).
 
     Raises:
         ModelFileError: ``path`` exists and ``overwrite`` is False; ``path`` is a directory;
@@ -142,23 +197,7 @@ def save_file(
     """
     path = Path(path)
     prepared = _prepare_tensors(tensors)
-    if not isinstance(meta, Mapping):
-        raise TypeError(f"meta must be a dict, got {type(meta).__name__}")
-    # allow_nan=False: NaN/Infinity are not JSON and other readers of the file would choke.
-    try:
-        meta_json = json.dumps(dict(meta), default=_json_default, allow_nan=False, ensure_ascii=False)
-    except ValueError as exc:
-        raise TypeError(f"model metadata is not valid JSON: {exc}") from exc
-    envelope = {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "writer": _package_version(),
-        "meta_json": meta_json,
-        "meta_crc32": zlib.crc32(meta_json.encode("utf-8")),
-        "tensors": prepared,
-        "crc32": {name: _crc(t) for name, t in prepared.items()},
-    }
-
+    entries = _metadata_entries(prepared, meta)
     if path.is_dir():
         raise ModelFileError(f"cannot write model file {path}: it is a directory")
     if path.exists() and not overwrite:
@@ -172,14 +211,12 @@ def save_file(
     def write(tmp: Path) -> None:
         nonlocal started
         started = True
-        with open(tmp, "wb") as fh:
-            torch.save(envelope, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+        write_safetensors(prepared, str(tmp), metadata=entries)
+        _fsync(tmp, os.O_RDONLY)
 
     try:
         atomic_write(path, write, overwrite=overwrite)
-        _fsync_directory(directory)
+        _fsync(directory, os.O_RDONLY, best_effort=True)
     except FileExistsError as exc:  # the file appeared since the check above
         raise ModelFileError(f"refusing to overwrite existing file {path} (use overwrite/--force)") from exc
     except OSError as exc:
@@ -188,102 +225,68 @@ def save_file(
                 f"cannot write model file {path}: directory {directory} is not writable ({exc.strerror})"
             ) from exc
         raise ModelFileError(f"cannot write model file {path}: {exc.strerror or exc}") from exc
+    except SafetensorError as exc:  # how safetensors reports a failed write (e.g. a full disk)
+        raise ModelFileError(f"cannot write model file {path}: {_first_line(exc)}") from exc
     return path
 
 
-def _fsync_directory(directory: Path) -> None:
-    """Persist the rename itself (best effort: not every platform can open a directory)."""
+def _fsync(path: Path, flags: int, *, best_effort: bool = False) -> None:
+    """Persist a file's data or a directory's entries (the rename); a directory may not open
+    on every platform, hence ``best_effort``."""
     try:
-        fd = os.open(directory, os.O_RDONLY)
+        fd = os.open(path, flags)
     except OSError:
-        return
+        if best_effort:
+            return
+        raise
     try:
         os.fsync(fd)
     except OSError:
-        pass
+        if not best_effort:
+            raise
     finally:
         os.close(fd)
 
 
-def _read_envelope(path: Path) -> dict[str, Any]:
-    """Load and structurally validate the envelope; every failure is a ModelFileError."""
+# ------------------------------------------------------------------------------------ reading
+
+
+def _sniff(path: Path) -> int:
+    """The format version family of ``path`` by its first bytes (1: zip, 2: safetensors), or a
+    ModelFileError saying what the file is instead."""
     if not path.exists():
         raise ModelFileError(f"model file not found: {path}")
     if path.is_dir():
         raise ModelFileError(f"{path} is a directory, not a model file")
     try:
+        size = path.stat().st_size
         with open(path, "rb") as fh:
-            head = fh.read(4)
+            head = fh.read(4096)
     except OSError as exc:
         raise ModelFileError(f"cannot read model file {path}: {exc.strerror or exc}") from exc
     if not head:
         raise ModelFileError(f"model file {path} is empty (truncated or not written completely)")
-    if head != _ZIP_MAGIC:
-        kind = "a text file" if _looks_like_text(path) else "an unknown binary format"
-        raise ModelFileError(f"{path} is not a gru4rec model file (it is {kind})")
-    if _is_foreign_zip(path):
-        raise ModelFileError(f"{path} is not a gru4rec model file (it is a zip archive of other data)")
-    try:
-        with open(path, "rb") as fh:  # a file object: torch.load would hand a *.safetensors path to safetensors
-            obj = torch.load(fh, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        if "weights only" not in str(exc).lower():
+    if head.startswith(checkpoint_v1.ZIP_MAGIC):
+        return 1
+    text = _looks_like_text(head)
+    if len(head) > 8 and head[8:9] == b"{":
+        # A safetensors file: an 8-byte little-endian header length, then the JSON header.
+        (header_len,) = struct.unpack("<Q", head[:8])
+        if 8 + header_len <= size:
+            return 2
+        if not text:  # the length of a real header has zero bytes; a text file's has none
             raise ModelFileError(
-                f"model file {path} is truncated or corrupt and cannot be read "
-                f"(UnpicklingError: {_first_line(exc)})"
-            ) from exc
-        # weights_only refused a Python object: no gru4rec file ever contains one.
-        raise ModelFileError(
-            f"{path} is not a gru4rec model file: it contains Python objects that a model "
-            "file never holds; refusing to load it"
-        ) from exc
-    except (RuntimeError, EOFError, OSError, ValueError, KeyError, IndexError) as exc:
-        raise ModelFileError(
-            f"model file {path} is truncated or corrupt and cannot be read "
-            f"({type(exc).__name__}: {_first_line(exc)})"
-        ) from exc
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT_NAME:
-        raise ModelFileError(
-            f"{path} is a PyTorch file but not a gru4rec model file (no gru4rec format marker)"
-        )
-    version = obj.get("version")
-    writer = obj.get("writer", "unknown")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise ModelFileError(f"model file {path} is corrupt: invalid format version {version!r}")
-    if version not in SUPPORTED_VERSIONS:
-        supported = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
-        if version > max(SUPPORTED_VERSIONS):
-            hint = "upgrade gru4rec to read it"
-            age = "newer"
-        else:
-            hint = "re-save it with the gru4rec release that wrote it, or retrain"
-            age = "older"
-        raise ModelFileError(
-            f"model file {path} has format version {version} (written by gru4rec {writer}), "
-            f"{age} than this gru4rec {_package_version()} reads (format version {supported}); {hint}"
-        )
-    missing = [k for k in _ENVELOPE_KEYS if k not in obj]
-    if missing:
-        raise ModelFileError(f"model file {path} is corrupt: missing {', '.join(missing)}")
-    return obj
+                f"model file {path} is truncated or corrupt and cannot be read (its header "
+                f"claims {header_len:,} bytes, the file has {size:,})"
+            )
+    if text:
+        raise ModelFileError(f"{path} is not a gru4rec model file (it is a text file)")
+    if size < 9:
+        raise ModelFileError(f"{path} is not a gru4rec model file (only {size} bytes: truncated?)")
+    raise ModelFileError(f"{path} is not a gru4rec model file (it is an unknown binary format)")
 
 
-def _is_foreign_zip(path: Path) -> bool:
-    """A readable zip without torch's ``<archive>/data.pkl`` record (a damaged one is not "foreign")."""
-    try:
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError):
-        return False
-    return not any(n.endswith("/data.pkl") for n in names)
-
-
-def _looks_like_text(path: Path) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            chunk = fh.read(4096)
-    except OSError:
-        return False
+def _looks_like_text(chunk: bytes) -> bool:
     if b"\0" in chunk:
         return False
     try:
@@ -299,14 +302,82 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else "no details"
 
 
+def _check_version(path: Path, version: int, writer: str, readable: tuple[int, ...]) -> None:
+    """Accept ``version`` if this container carries it; else say whether to upgrade or re-save."""
+    if version in readable:
+        return
+    supported = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
+    if version > max(SUPPORTED_VERSIONS):
+        age, hint = "newer", "upgrade gru4rec to read it"
+    elif version < min(SUPPORTED_VERSIONS):
+        age, hint = "older", "re-save it with the gru4rec release that wrote it, or retrain"
+    else:
+        raise ModelFileError(f"model file {path} is corrupt: format version {version} in a {_CONTAINERS[readable[0]]} file")
+    raise ModelFileError(
+        f"model file {path} has format version {version} (written by gru4rec {writer}), "
+        f"{age} than this gru4rec {_package_version()} reads (format version {supported}); {hint}"
+    )
+
+
+def _corrupt(path: Path, what: str) -> ModelFileError:
+    return ModelFileError(f"model file {path} is corrupt: {what} (the file was damaged after it was written)")
+
+
+def _read_safetensors(path: Path) -> _Loaded:
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as fh:
+            entries = fh.metadata() or {}
+            if entries.get("format") != json.dumps(FORMAT_NAME):
+                raise ModelFileError(
+                    f"{path} is a safetensors file but not a gru4rec model file (no gru4rec format marker)"
+                )
+            tensors = {name: fh.get_tensor(name) for name in fh.keys()}
+    except (SafetensorError, OSError, ValueError, RuntimeError, TypeError, OverflowError) as exc:
+        raise ModelFileError(
+            f"model file {path} is truncated or corrupt and cannot be read "
+            f"({type(exc).__name__}: {_first_line(exc)})"
+        ) from exc
+    try:
+        decoded = {key: json.loads(value) for key, value in entries.items()}
+    except json.JSONDecodeError as exc:
+        raise _corrupt(path, f"a metadata entry is not JSON ({exc})") from exc
+    version, writer = decoded.get("format_version"), decoded.get("writer", "unknown")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise _corrupt(path, f"invalid format version {version!r}")
+    _check_version(path, version, str(writer), (2,))
+    checksums = decoded.get("checksums")
+    if not isinstance(checksums, dict) or checksums.get("algorithm") != "sha256" \
+            or not isinstance(checksums.get("tensors"), dict):
+        raise _corrupt(path, "the checksums are missing or unreadable")
+    if checksums.get("header") != _header_digest(tensors, entries):
+        raise _corrupt(path, "header checksum mismatch (a tensor's name, dtype or shape, or the metadata, changed)")
+    if set(checksums["tensors"]) != set(tensors):
+        raise _corrupt(path, "tensor list and checksums disagree")
+    for name, t in tensors.items():
+        if _sha256(t) != checksums["tensors"][name]:
+            raise _corrupt(path, f"checksum mismatch in tensor {name!r}")
+    meta = {k: v for k, v in decoded.items() if k not in RESERVED_KEYS}
+    return _Loaded(tensors, meta, version, str(writer))
+
+
+def _load(path: Path) -> _Loaded:
+    if _sniff(path) == 2:
+        return _read_safetensors(path)
+    version, writer, env = checkpoint_v1.version_of(path)
+    _check_version(path, version, writer, (1,))
+    old = checkpoint_v1.read(path, env)
+    return _Loaded(old.tensors, old.meta, old.version, old.writer)
+
+
 def load_file(
     path: str | os.PathLike[str],
     *,
     map_location: str | torch.device = "cpu",
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Read a file written by :func:`save_file`; never executes code from the file.
+    """Read a file written by :func:`save_file` (format 2) or by gru4rec 0.1 (format 1).
 
-    Every tensor's checksum is verified before it is moved to ``map_location``.
+    Never executes code from the file; every checksum is verified before a tensor is moved to
+    ``map_location``.
 
     Raises:
         ModelFileError: the file is missing, empty, truncated, corrupt (checksum mismatch),
@@ -315,55 +386,28 @@ def load_file(
     Returns:
         ``(tensors, meta)``: a dict of name -> Tensor on ``map_location`` and the metadata dict.
     """
-    tensors, meta, _ = _load(Path(path), map_location)
-    return tensors, meta
-
-
-def _load(
-    path: Path, map_location: str | torch.device
-) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
-    env = _read_envelope(path)
-    meta_json, tensors, crcs = env["meta_json"], env["tensors"], env["crc32"]
-    if not isinstance(meta_json, str) or not isinstance(tensors, dict) or not isinstance(crcs, dict):
-        raise ModelFileError(f"model file {path} is corrupt: unexpected envelope types")
-    if zlib.crc32(meta_json.encode("utf-8")) != env["meta_crc32"]:
-        raise ModelFileError(f"model file {path} is corrupt: metadata checksum mismatch")
-    try:
-        meta = json.loads(meta_json)
-    except json.JSONDecodeError as exc:
-        raise ModelFileError(f"model file {path} is corrupt: metadata is not JSON ({exc})") from exc
-    if not isinstance(meta, dict):
-        raise ModelFileError(f"model file {path} is corrupt: metadata is not a JSON object")
-    if set(tensors) != set(crcs):
-        raise ModelFileError(f"model file {path} is corrupt: tensor list and checksums disagree")
+    loaded = _load(Path(path))
     device = torch.device(map_location)
-    out: dict[str, torch.Tensor] = {}
-    for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor):
-            raise ModelFileError(f"model file {path} is corrupt: entry {name!r} is not a tensor")
-        if _crc(t) != crcs[name]:
-            raise ModelFileError(
-                f"model file {path} is corrupt: checksum mismatch in tensor {name!r} "
-                "(the file was damaged after it was written)"
-            )
-        out[name] = t if device.type == "cpu" else t.to(device)
-    return out, meta, env
+    tensors = loaded.tensors if device.type == "cpu" else {n: t.to(device) for n, t in loaded.tensors.items()}
+    return tensors, loaded.meta
 
 
 def file_info(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Describe a model file without interpreting its metadata.
 
-    Returns a dict with ``format_version``, ``writer`` (gru4rec version that wrote it),
-    ``size_bytes``, ``tensors`` (name -> {"shape", "dtype"}) and ``meta``. Raises
-    ModelFileError like :func:`load_file` (the checksums are verified too).
+    Returns a dict with ``format_version``, ``container`` (``"safetensors"``, or ``"torch.save zip"``
+    for format 1), ``writer`` (gru4rec version that wrote it), ``size_bytes``, ``tensors``
+    (name -> {"shape", "dtype"}) and ``meta``. Raises ModelFileError like :func:`load_file`
+    (the checksums are verified too).
     """
     path = Path(path)
-    tensors, meta, env = _load(path, "cpu")
+    loaded = _load(path)
     return {
-        "format_version": env["version"],
-        "writer": str(env.get("writer", "unknown")),
+        "format_version": loaded.version,
+        "container": _CONTAINERS[loaded.version],
+        "writer": loaded.writer,
         "size_bytes": path.stat().st_size,
         "tensors": {n: {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
-                    for n, t in tensors.items()},
-        "meta": meta,
+                    for n, t in loaded.tensors.items()},
+        "meta": loaded.meta,
     }

@@ -357,17 +357,38 @@ class GRU4Rec:
             warnings.warn(f"{sum(n_unknown)} unknown item id(s) skipped in {sum(1 for n in n_unknown if n)} session(s)", stacklevel=3)
         return [idx[idx >= 0] for idx in indexed], n_unknown
 
+    def _known_nonempty(self, sessions: Sequence[Iterable[Any]], purpose: str) -> list[np.ndarray]:
+        """:meth:`_known_items` where every session needs at least one known item."""
+        known, _ = self._known_items(sessions)
+        empty = [i for i, seq in enumerate(known) if len(seq) == 0]
+        if empty:
+            raise Gru4RecError(f"every session needs at least one known item {purpose}; session(s) at position {', '.join(map(str, empty[:5]))} have none")
+        return known
+
     @torch.no_grad()
     def score_sessions(self, sessions: Sequence[Iterable[Any]]) -> np.ndarray:
         """Raw scores of every item (B×N, columns in item-map order) after each session.
         Unknown item ids are skipped with one warning that counts them, as in
         :meth:`recommend_batch`; a session with no known item is an error."""
         net, _, _ = self._require_fitted()
-        known, _ = self._known_items(sessions)
-        empty = [i for i, seq in enumerate(known) if len(seq) == 0]
-        if empty:
-            raise Gru4RecError(f"every session needs at least one known item to be scored; session(s) at position {', '.join(map(str, empty[:5]))} have none")
-        return net.score_all(self._final_states(known)).cpu().numpy()
+        return net.score_all(self._final_states(self._known_nonempty(sessions, "to be scored"))).cpu().numpy()
+
+    @torch.no_grad()
+    def session_embeddings(self, sessions: Sequence[Iterable[Any]], *, batch_size: int = 1024) -> np.ndarray:
+        """The final hidden state of each session (B×L float32): the last layer's output after
+        its known items, from a zero state — ``score_sessions(s)`` is
+        ``session_embeddings(s) @ Wyᵀ + By``. Unknown items are skipped with a counted warning; a
+        session with no known item is an error. Sessions run ``batch_size`` at a time, grouped by length."""
+        net, _, _ = self._require_fitted()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        known = self._known_nonempty(sessions, "for its embedding")
+        out = np.empty((len(known), net.sizes[-1]), dtype=np.float32)
+        by_length = np.argsort([len(seq) for seq in known], kind="stable")
+        for start in range(0, len(known), batch_size):
+            rows = by_length[start:start + batch_size]
+            out[rows] = self._final_states([known[i] for i in rows]).float().cpu().numpy()
+        return out
 
     @torch.no_grad()
     def predict_next_batch(self, session_ids: Sequence[Any], input_item_ids: Sequence[Any], predict_for_item_ids: Sequence[Any] | None = None) -> pd.DataFrame:

@@ -74,3 +74,25 @@ def test_port_params_follow_the_parameter_file() -> None:
 def test_port_params_refuse_what_the_port_cannot_train(change: dict) -> None:
     with pytest.raises(SystemExit, match="port"):
         port_compare.port_params(Config(**change), epochs=1)
+
+
+def test_export_benchmarks_format_1_file_is_what_the_reader_reads(tmp_path: Path) -> None:
+    """export_speed.py compares file sizes against format 1, which no current code writes: the
+    file it rebuilds must be one the format-1 reader accepts, with the model inside."""
+    import numpy as np
+
+    from gru4rec import GRU4Rec
+    from gru4rec.checkpoint import file_info
+    from gru4rec.data import ItemMap
+    from gru4rec.model import GRU4RecNet
+
+    export_speed = load("export_speed")
+    model = GRU4Rec("layers=4", device="cpu")
+    model.item_map = ItemMap.from_ids([5, 7, 9])
+    model.item_support = np.array([3, 2, 1], np.int64)
+    model.net = GRU4RecNet(3, model.config).eval()
+    export_speed.save_format_1(model, tmp_path / "m.pt")
+    assert file_info(tmp_path / "m.pt")["format_version"] == 1
+    again = GRU4Rec.load(tmp_path / "m.pt", device="cpu")
+    assert again.item_map.to_list() == [5, 7, 9]
+    np.testing.assert_array_equal(again.score_sessions([[7, 9]]), model.score_sessions([[7, 9]]))

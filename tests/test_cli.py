@@ -310,6 +310,7 @@ def test_checkpoint_resume(
     assert code == 0, err
     info = json.loads(out)
     assert info["meta"]["kind"] == "gru4rec-training-checkpoint" and info["meta"]["epoch"] == 3
+    assert info["container"] == "safetensors"  # training checkpoints use the model file format
     assert info["n_items"] == pd.read_csv(data["train_tr"], sep="\t")["ItemId"].nunique()
     code, _, err = run(["train", data["train_tr"], "-ps", ps, "--save", tmp_path / "c"], capsys)
     assert code == 0, err
@@ -605,13 +606,13 @@ def test_info(trained: dict[str, Any], loaded: Any, capsys: pytest.CaptureFixtur
 
     code, out, _ = run(["info", trained["model"]], capsys)
     assert code == 0
-    assert f"format version: {FORMAT_VERSION}" in out
+    assert f"format version: {FORMAT_VERSION} (safetensors, written by gru4rec " in out
     assert f"items: {len(loaded.item_map)}" in out
     assert "  layers = [8]" in out and "  n_sample = 16" in out and "  seed = 7" in out
     code, out, _ = run(["info", trained["model"], "--json"], capsys)
     info = json.loads(out)
     assert info["n_items"] == len(loaded.item_map)
-    assert info["format_version"] == FORMAT_VERSION
+    assert info["format_version"] == FORMAT_VERSION and info["container"] == "safetensors"
     assert info["config"] == loaded.config.to_dict()
 
 

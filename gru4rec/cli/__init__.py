@@ -6,6 +6,7 @@
     gru4rec baseline pop|spop|itemknn TRAIN --test TEST [TEST ...] [-m ...] [-e MODE]
     gru4rec recommend --model MODEL --input SESSIONS --output RECS [--k 20] [--exclude-seen]
     gru4rec info MODEL
+    gru4rec export MODEL [--onnx STEP.onnx [--top-k K]] [--item-embeddings FILE] [--session-embeddings TEST FILE]
     gru4rec synth OUT_DIR
     gru4rec preprocess DATASET RAW_PATH... --out DIR | split INPUT --out DIR
     gru4rec paropt ...                             (registered from its module's hooks)
@@ -13,7 +14,7 @@
 
 Each command is a module of this package with its flags (``add_arguments``) and its action
 (``run``): :mod:`~gru4rec.cli.train`, :mod:`~gru4rec.cli.evaluate`, :mod:`~gru4rec.cli.baseline`,
-:mod:`~gru4rec.cli.recommend`, :mod:`~gru4rec.cli.info`, :mod:`~gru4rec.cli.synth` (synth,
+:mod:`~gru4rec.cli.recommend`, :mod:`~gru4rec.cli.info`, :mod:`~gru4rec.cli.export`, :mod:`~gru4rec.cli.synth` (synth,
 demo), :mod:`~gru4rec.cli.preprocess` (preprocess, split); what they share is in
 :mod:`~gru4rec.cli.common` and :mod:`~gru4rec.cli.console`. This module holds the registry,
 the parser, the dispatch and the entry points.
@@ -44,7 +45,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from gru4rec.cli import baseline, evaluate, info, preprocess, recommend, report, run_py, synth, train
+from gru4rec.cli import baseline, evaluate, export, info, preprocess, recommend, report, run_py, synth, train
 from gru4rec.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError
 from gru4rec.cli.console import VERBOSITY_DESTS, add_verbosity_flags, command_console, verbosity
 from gru4rec.errors import ConfigError, Gru4RecError
@@ -143,6 +144,8 @@ register(Command("recommend", "top-k recommendations for the sessions in a file"
                  recommend.add_arguments, recommend.run, description=recommend.DESCRIPTION))
 register(Command("info", "show a model file's format version, item count and configuration",
                  info.add_arguments, info.run))
+register(Command("export", "export a model: the one-click step as ONNX, item or session embeddings",
+                 export.add_arguments, export.run, description=export.DESCRIPTION))
 register(Command("synth", "write the synthetic data set (train_full, test, train_tr, train_valid)",
                  synth.add_synth_arguments, synth.run_synth))
 register(Command("demo", "one-command quick start: synthetic data -> train -> evaluate",

@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     summary = {
         "file": args.model,
         "format_version": info["format_version"],
+        "container": info["container"],
         "written_by": info["writer"],
         "size_bytes": info["size_bytes"],
         "n_items": n_items,
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         result(json.dumps(summary, indent=2))
         return EXIT_OK
     result(f"file: {args.model} ({info['size_bytes']:,} bytes)")
-    result(f"format version: {info['format_version']} (written by gru4rec {info['writer']})")
+    result(f"format version: {info['format_version']} ({info['container']}, written by gru4rec {info['writer']})")
     result(f"items: {n_items if n_items is not None else 'unknown'}")
     for key, value in extra.items():
         result(f"{key}: {json.dumps(value)}")

@@ -1,0 +1,51 @@
+"""What the exports share: checking an output path before any work, writing it atomically, and
+the fitted network they read."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from gru4rec.errors import Gru4RecError
+from gru4rec.files import atomic_write
+
+if TYPE_CHECKING:
+    from gru4rec.data import ItemMap
+    from gru4rec.model import GRU4RecNet
+    from gru4rec.recommender import GRU4Rec
+
+__all__ = ["check_target", "fitted", "write_atomically"]
+
+
+def check_target(path: str | os.PathLike[str], what: str, *, overwrite: bool) -> Path:
+    """``path`` as a Path, or a Gru4RecError naming it when it cannot be written: a directory,
+    an existing file (unless ``overwrite``), a folder that does not exist or is not writable."""
+    p = Path(path)
+    if p.is_dir():
+        raise Gru4RecError(f"{what} {p} is a directory")
+    if p.exists() and not overwrite:
+        raise Gru4RecError(f"{what} {p} already exists; pass overwrite=True (--force) to replace it")
+    folder = p.parent if str(p.parent) else Path(".")
+    if not folder.is_dir():
+        raise Gru4RecError(f"cannot write {what} {p}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise Gru4RecError(f"cannot write {what} {p}: folder {folder} is not writable")
+    return p
+
+
+def write_atomically(path: Path, write: Callable[[Path], None], *, what: str, overwrite: bool) -> Path:
+    """:func:`gru4rec.files.atomic_write` with its failures as one Gru4RecError naming ``path``
+    (the old file, if any, is left as it was)."""
+    try:
+        return atomic_write(path, write, overwrite=overwrite)
+    except FileExistsError as exc:  # created by someone else since check_target
+        raise Gru4RecError(f"{what} {path} already exists; pass overwrite=True (--force) to replace it") from exc
+    except OSError as exc:
+        raise Gru4RecError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
+
+
+def fitted(model: GRU4Rec) -> tuple[GRU4RecNet, ItemMap]:
+    """The network and item map of a trained or loaded model (a Gru4RecError otherwise)."""
+    if model.net is None or model.item_map is None:
+        raise Gru4RecError("the model is not trained yet: call fit() or GRU4Rec.load() before exporting it")
+    return model.net, model.item_map
