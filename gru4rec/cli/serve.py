@@ -77,8 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "(default: auto)")
     scoring.add_argument("--candidates", type=positive_int, default=128,
                          help="int8 candidates per row (default: 128)")
-    scoring.add_argument("--int8-max-batch", type=positive_int, default=8,
-                         help="batches larger than this are scored in float32 (default: 8)")
+    scoring.add_argument("--int8-max-batch", type=positive_int, default=64,
+                         help="batches larger than this are scored in float32 (default: 64)")
     limits = parser.add_argument_group("limits and resources")
     limits.add_argument("--max-body-bytes", type=positive_int, default=65_536,
                         help="larger request bodies get 413 (default: 65536)")

@@ -10,9 +10,9 @@
  * never differs from the float32 one.
  *
  * Rows of Wy are quantised once (Python side): w_i = c_i q_i + e_i with q_i in [-127, 127] and
- * the residual norm r_i = ||e_i|| (rounded up). Each query row x is quantised here: x = a p + f,
- * p in [-127, 127]. With P_i = p . q_i (exact integer arithmetic) and the triangle and
- * Cauchy-Schwarz inequalities,
+ * the residual norm r_i = ||e_i|| (rounded up); the table holds q_i + 128 as unsigned bytes. Each
+ * query row x is quantised here to 7 bits: x = a p + f, p in [-64, 64]. With P_i = p . q_i (exact
+ * integer arithmetic) and the triangle and Cauchy-Schwarz inequalities,
  *
  *   | x . w_i - a c_i P_i |  <=  ||a p|| r_i + ||f|| (||c_i q_i|| + r_i)
  *
@@ -22,10 +22,10 @@
  * (done in double precision, where that rounding is below 1e-13 relative; rounded up to float32
  * at the end).
  *
- * The int8 products use AVX2's maddubs with the sign trick (|p| as the unsigned operand, q
- * negated where p < 0): every pair sum is at most 2*127*127 < 2^15, so nothing saturates and P_i
- * is exact. Without AVX2 a plain loop computes the same integers. Four query rows share each
- * load of an item row.
+ * The products use AVX2's maddubs on the unsigned item bytes u = q + 128 (at most 255) and the
+ * signed query bytes p (|p| <= 64): every pair sum is at most 2*255*64 < 2^15, so nothing
+ * saturates, and P_i = u . p - 128 sum(p) is exact. Without AVX2 a plain loop computes the same
+ * integers. Four query rows share each load of an item row.
  */
 #include <math.h>
 #include <stdint.h>
@@ -40,12 +40,15 @@
 
 #define U32 (1.0 / 16777216.0) /* unit roundoff of float32, 2^-24 */
 
-/* One query row, quantised: p (int8), |p| (uint8), and the norms the bound needs. */
+/* One query row, quantised: p (int8, |p| <= 64), and what the bound needs. */
 typedef struct {
     double a, nx, nxh, nf; /* scale, ||x||, ||a p||, ||x - a p|| */
+    int32_t psum;          /* sum of p: removes the +128 of the item bytes */
 } query_t;
 
-static void quantise_query(int64_t L, const float *x, int8_t *p, uint8_t *pabs, query_t *qt)
+#define QMAX 64.0
+
+static void quantise_query(int64_t L, const float *x, int8_t *p, query_t *qt)
 {
     double amax = 0.0, nx = 0.0;
     for (int64_t j = 0; j < L; j++) {
@@ -53,15 +56,16 @@ static void quantise_query(int64_t L, const float *x, int8_t *p, uint8_t *pabs, 
         nx += v * v;
         if (fabs(v) > amax) amax = fabs(v);
     }
-    double a = amax > 0.0 ? amax / 127.0 : 1.0;
+    double a = amax > 0.0 ? amax / QMAX : 1.0;
     double nxh = 0.0, nf = 0.0;
+    int32_t psum = 0;
     for (int64_t j = 0; j < L; j++) {
         double v = x[j];
         double r = nearbyint(v / a);
-        if (r > 127.0) r = 127.0;
-        if (r < -127.0) r = -127.0;
+        if (r > QMAX) r = QMAX;
+        if (r < -QMAX) r = -QMAX;
         p[j] = (int8_t)r;
-        pabs[j] = (uint8_t)fabs(r);
+        psum += (int32_t)r;
         nxh += (a * r) * (a * r);
         nf += (v - a * r) * (v - a * r);
     }
@@ -69,13 +73,13 @@ static void quantise_query(int64_t L, const float *x, int8_t *p, uint8_t *pabs, 
     qt->nx = sqrt(nx);
     qt->nxh = sqrt(nxh);
     qt->nf = sqrt(nf);
+    qt->psum = psum;
 }
 
-/* n <= 4 dot products p_t . q at once (t < n), loading q once: the integer sums are exact.
+/* n <= 4 dot products u . p_t at once (t < n), loading the item row u once: exact integer sums.
  * Called with a constant n, so that the loops over t unroll. */
 static inline __attribute__((always_inline)) void
-dotn_i8(const int n, const int8_t *restrict q, const int8_t *const p[4], const uint8_t *const pabs[4], int64_t L,
-        int32_t out[4])
+dotn_u8(const int n, const uint8_t *restrict u, const int8_t *const p[4], int64_t L, int32_t out[4])
 {
     int64_t j = 0;
     int32_t total[4] = {0, 0, 0, 0};
@@ -83,22 +87,20 @@ dotn_i8(const int n, const int8_t *restrict q, const int8_t *const p[4], const u
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
     for (; j + 32 <= L; j += 32) {
-        __m256i qj = _mm256_loadu_si256((const __m256i *)(q + j));
+        __m256i uj = _mm256_loadu_si256((const __m256i *)(u + j));
         for (int t = 0; t < n; t++) {
-            __m256i sq = _mm256_sign_epi8(qj, _mm256_loadu_si256((const __m256i *)(p[t] + j)));
-            __m256i pr = _mm256_maddubs_epi16(_mm256_loadu_si256((const __m256i *)(pabs[t] + j)), sq);
+            __m256i pr = _mm256_maddubs_epi16(uj, _mm256_loadu_si256((const __m256i *)(p[t] + j)));
             acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(pr, ones));
         }
     }
-    for (int t = 0; t < n; t++) {
-        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc[t]), _mm256_extracti128_si256(acc[t], 1));
-        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-        total[t] = _mm_cvtsi128_si32(s);
-    }
+    /* The four horizontal sums together: lanes [t0, t1, t2, t3]. */
+    __m256i s01 = _mm256_hadd_epi32(acc[0], acc[1]), s23 = _mm256_hadd_epi32(acc[2], acc[3]);
+    __m256i s = _mm256_hadd_epi32(s01, s23);
+    __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    _mm_storeu_si128((__m128i *)total, sums);
 #endif
     for (; j < L; j++)
-        for (int t = 0; t < n; t++) total[t] += (int32_t)q[j] * (int32_t)p[t][j];
+        for (int t = 0; t < n; t++) total[t] += (int32_t)u[j] * (int32_t)p[t][j];
     for (int t = 0; t < n; t++) out[t] = total[t];
 }
 
@@ -150,15 +152,14 @@ static inline float round_up_f32(double v)
 /* For each of the B query rows x (B x L float32): the m items with the largest upper bounds on
  * their float32 score b_i + x . w_i, as cand_idx/cand_upper (B x m, in no particular order).
  * Every item not returned has an upper bound <= min(cand_upper[b, :]). Needs 1 <= m <= N.
- * Item tables: q (N x L int8), c (scale), bias, r (residual norm), nqh (||c_i q_i||), nw
+ * Item tables: q (N x L, q_i + 128 as uint8), c (scale), bias, r (residual norm), nqh (||c_i q_i||), nw
  * (||w_i||), all rounded up where they are norms. Returns 0, or -1 when memory ran out. */
-int g4r_int8_candidates(int64_t B, int64_t L, int64_t N, int64_t m, const float *x, const int8_t *q,
+int g4r_int8_candidates(int64_t B, int64_t L, int64_t N, int64_t m, const float *x, const uint8_t *q,
                         const float *c, const float *bias, const float *r, const float *nqh, const float *nw,
                         int64_t *cand_idx, float *cand_upper)
 {
     const double G = (double)(L + 2) * U32 / (1.0 - (double)(L + 2) * U32);
     int8_t *p = malloc((size_t)(B * L));
-    uint8_t *pabs = malloc((size_t)(B * L));
     query_t *qt = malloc(sizeof(query_t) * (size_t)B);
     int nthreads = 1;
 #ifdef _OPENMP
@@ -168,11 +169,11 @@ int g4r_int8_candidates(int64_t B, int64_t L, int64_t N, int64_t m, const float 
     float *hv = malloc(sizeof(float) * (size_t)(nthreads * B * m));
     int64_t *hi = malloc(sizeof(int64_t) * (size_t)(nthreads * B * m));
     int64_t *hn = calloc((size_t)(nthreads * B), sizeof(int64_t));
-    if (!p || !pabs || !qt || !hv || !hi || !hn) {
-        free(p); free(pabs); free(qt); free(hv); free(hi); free(hn);
+    if (!p || !qt || !hv || !hi || !hn) {
+        free(p); free(qt); free(hv); free(hi); free(hn);
         return -1;
     }
-    for (int64_t b = 0; b < B; b++) quantise_query(L, x + b * L, p + b * L, pabs + b * L, qt + b);
+    for (int64_t b = 0; b < B; b++) quantise_query(L, x + b * L, p + b * L, qt + b);
 
 #pragma omp parallel num_threads(nthreads)
     {
@@ -188,27 +189,23 @@ int g4r_int8_candidates(int64_t B, int64_t L, int64_t N, int64_t m, const float 
             heaps[b] = (heap_t){hv + slot * m, hi + slot * m, 0, m};
         }
         for (int64_t i = i0; heaps && i < i1; i++) {
-            const int8_t *qi = q + i * L;
+            const uint8_t *qi = q + i * L;
             const double ci = c[i], bi = bias[i], ri = r[i], nqhi = nqh[i], nwi = nw[i];
             for (int64_t b0 = 0; b0 < B; b0 += 4) {
                 const int n = B - b0 < 4 ? (int)(B - b0) : 4;
                 const int8_t *pt[4];
-                const uint8_t *pa[4];
-                for (int t = 0; t < n; t++) {
-                    pt[t] = p + (b0 + t) * L;
-                    pa[t] = pabs + (b0 + t) * L;
-                }
+                for (int t = 0; t < n; t++) pt[t] = p + (b0 + t) * L;
                 int32_t dots[4];
                 switch (n) {
-                case 4: dotn_i8(4, qi, pt, pa, L, dots); break;
-                case 3: dotn_i8(3, qi, pt, pa, L, dots); break;
-                case 2: dotn_i8(2, qi, pt, pa, L, dots); break;
-                default: dotn_i8(1, qi, pt, pa, L, dots); break;
+                case 4: dotn_u8(4, qi, pt, L, dots); break;
+                case 3: dotn_u8(3, qi, pt, L, dots); break;
+                case 2: dotn_u8(2, qi, pt, L, dots); break;
+                default: dotn_u8(1, qi, pt, L, dots); break;
                 }
                 for (int t = 0; t < n; t++) {
                     const query_t *qb = qt + b0 + t;
                     heap_t *h = heaps + b0 + t;
-                    double approx = (double)dots[t] * (qb->a * ci);
+                    double approx = (double)(dots[t] - 128 * qb->psum) * (qb->a * ci);
                     double delta = qb->nxh * ri + qb->nf * (nqhi + ri) + G * (fabs(bi) + qb->nx * nwi);
                     double upper = approx + bi + delta * (1.0 + 1e-6);
                     if (h->n < h->cap || upper > (double)h->v[0]) heap_push(h, round_up_f32(upper), i);
@@ -232,7 +229,7 @@ int g4r_int8_candidates(int64_t B, int64_t L, int64_t N, int64_t m, const float 
             cand_idx[b * m + k] = -1;
         }
     }
-    free(p); free(pabs); free(qt); free(hv); free(hi); free(hn);
+    free(p); free(qt); free(hv); free(hi); free(hn);
     return 0;
 }
 

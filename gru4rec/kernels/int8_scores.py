@@ -61,7 +61,8 @@ class Int8Table:
         self.w = w.detach().contiguous()
         self.bias = bias.detach().to(torch.float32).contiguous()
         self.n_items, self.width = self.w.shape
-        self.q = torch.empty(self.w.shape, dtype=torch.int8)
+        # q_i + 128 as unsigned bytes: the kernel's products take an unsigned operand (int8_scores.c).
+        self.q = torch.empty(self.w.shape, dtype=torch.uint8)
         self.scale, self.residual, self.qhat_norm, self.w_norm = (torch.empty(self.n_items) for _ in range(4))
         for start in range(0, self.n_items, _CHUNK):  # in slices: the float64 copies stay small
             rows = slice(start, start + _CHUNK)
@@ -70,7 +71,7 @@ class Int8Table:
             scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
             q = torch.round(w / scale[:, None]).clamp_(-127, 127)
             w64, qhat = w.double(), q.double() * scale.double()[:, None]
-            self.q[rows] = q.to(torch.int8)
+            self.q[rows] = (q + 128).to(torch.uint8)
             self.scale[rows] = scale
             self.residual[rows] = _round_up_f32(torch.linalg.vector_norm(w64 - qhat, dim=1))
             self.qhat_norm[rows] = _round_up_f32(torch.linalg.vector_norm(qhat, dim=1))

@@ -51,7 +51,7 @@ class Answer:
 class Engine:
     """A loaded model ready to serve. Not thread-safe: one worker thread calls :meth:`run`."""
 
-    def __init__(self, model: GRU4Rec, *, scoring: str = "auto", candidates: int = 128, int8_max_batch: int = 8) -> None:
+    def __init__(self, model: GRU4Rec, *, scoring: str = "auto", candidates: int = 128, int8_max_batch: int = 64) -> None:
         net, item_map, support = model._require_fitted()
         self.model, self.net, self.device = model, net.eval(), model.device
         self.sizes = net.sizes

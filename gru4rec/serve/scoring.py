@@ -86,21 +86,22 @@ class Float32TopK:
 class CertifiedTopK:
     """int8 candidates, float32 rescoring, certification; uncertified rows in float32.
 
-    ``n_candidates`` is m, the candidates per row (at least k + 16 are taken for a request's k).
+    ``n_candidates`` is m, the candidates per row (at least 3k are taken for a request's k).
     ``max_batch``: larger batches go to float32 as a whole (the int8 products are compute-bound
-    there, and one float32 product for many rows costs less per row).
+    at large batches, where a float32 product reads its matrix once for many rows; on the 2-core
+    machine measured, int8 stayed 2x faster per row up to 64 rows, see benchmarks/README.md).
     """
 
     name = "int8"
 
-    def __init__(self, table: Int8Table, exact: Float32TopK, *, n_candidates: int = 256, max_batch: int = 8) -> None:
+    def __init__(self, table: Int8Table, exact: Float32TopK, *, n_candidates: int = 128, max_batch: int = 64) -> None:
         self.table, self.exact = table, exact
         self.n_candidates, self.max_batch = n_candidates, max_batch
         self.counts = {"certified": 0, "float32": 0}
 
     def __call__(self, out: Tensor, ks: Sequence[int], exclude: Sequence[np.ndarray]) -> TopKResult:
         B, kmax = out.shape[0], max(ks)
-        m = max(self.n_candidates, kmax + 16)
+        m = max(self.n_candidates, 3 * kmax)
         if B > self.max_batch or m >= self.table.n_items:
             result = self.exact(out, ks, exclude)
             self.counts["float32"] += B
@@ -133,7 +134,7 @@ class CertifiedTopK:
         return TopKResult(indices, values)
 
 
-def make_topk(wy: Tensor, by: Tensor, scoring: str = "auto", *, n_candidates: int = 256, max_batch: int = 8) -> TopK:
+def make_topk(wy: Tensor, by: Tensor, scoring: str = "auto", *, n_candidates: int = 128, max_batch: int = 64) -> TopK:
     """The scorer for ``scoring``: ``'float32'``; ``'int8'`` (certified candidates, an error
     where the kernel cannot be built or the matrix is not on the CPU); ``'auto'`` — int8 on the
     CPU when the kernel builds and the matrix has at least :data:`AUTO_INT8_WEIGHTS` entries
@@ -146,8 +147,8 @@ def make_topk(wy: Tensor, by: Tensor, scoring: str = "auto", *, n_candidates: in
     why = None
     if wy.device.type != "cpu":
         why = f"the model is on {wy.device} (int8 candidates are a CPU path)"
-    elif wy.shape[0] <= n_candidates + 16:
-        why = f"the catalogue ({wy.shape[0]} items) is not larger than the candidates ({n_candidates}+16)"
+    elif wy.shape[0] <= n_candidates:
+        why = f"the catalogue ({wy.shape[0]} items) is not larger than the candidates ({n_candidates})"
     elif scoring == "auto" and wy.numel() < AUTO_INT8_WEIGHTS:
         why = f"the item matrix is small ({wy.shape[0]} x {wy.shape[1]})"
     else:

@@ -49,7 +49,7 @@ class ServeSettings:
     #: Candidates per row for int8 scoring (at least 3k are taken for a request's k).
     candidates: int = 128
     #: Batches larger than this are scored in float32 (cheaper per row there).
-    int8_max_batch: int = 8
+    int8_max_batch: int = 64
     #: torch threads for the model's work (None: torch's default).
     threads: int | None = None
     #: Seconds between the one-line activity logs.
