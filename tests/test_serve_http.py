@@ -74,7 +74,8 @@ def test_stateless_answers_equal_recommend(server: httpx.Client, model_file: tup
         body = r.json()
         check_answer(body, recommend(model, items, k, exclude))
         assert body["unknown"] == [i for i in items if i not in set(ids)]
-    assert len(server.post("/v1/recommend", json={"items": [ids[5], ids[6]], "k": len(ids), "exclude_seen": True}).json()["items"]) == len(ids) - 2
+    everything = server.post("/v1/recommend", json={"items": [ids[5], ids[6]], "k": len(ids), "exclude_seen": True}).json()
+    assert len(everything["items"]) == len(ids) - 2
     assert server.post("/v1/recommend", json={"items": [ids[1]]}).json()["items"] == recommend(model, [ids[1]], 20)[0]  # k=20 by default
 
 
@@ -136,7 +137,7 @@ def test_concurrent_requests_share_batches_and_keep_their_answers(model_file: tu
             runs = metric(client, "gru4rec_serve_batch_size_sum")
     for items, body in zip(stateless, flat):
         check_answer(body, recommend(model, items, 5))
-    for (name, clicks), answers in zip(sessions.items(), per_session):
+    for clicks, answers in zip(sessions.values(), per_session):
         for t, body in enumerate(answers):
             check_answer(body, recommend(model, clicks[: t + 1], 5))
     assert runs == 16 + 48 and batches < runs  # every request ran once, several per batch
@@ -147,6 +148,7 @@ BAD_REQUESTS = [
     ("POST", "/v1/recommend", b"", 400, r"^the request body is empty"),
     ("POST", "/v1/recommend", b'{"items": ["\xff"]}', 400, r"^the request body is not UTF-8 text \(byte 12\)$"),
     ("POST", "/v1/recommend", b'{"items": [NaN]}', 400, r"^malformed JSON: NaN is not valid JSON"),
+    ("POST", "/v1/recommend", b"[" * 2000 + b"]" * 2000, 400, r"^malformed JSON: nested too deeply$"),
     ("POST", "/v1/recommend", b"[1, 2]", 422, r"^the body must be a JSON object, got an array$"),
     ("POST", "/v1/recommend", b'{"k": 3}', 422, r"^missing field 'items'$"),
     ("POST", "/v1/recommend", b'{"items": [], "kk": 3}', 422, r"^unknown field 'kk' \(fields: items, k, exclude_seen\)$"),
@@ -165,7 +167,8 @@ BAD_REQUESTS = [
     ("POST", "/v1/recommend", b'{"items": [' + b",".join([b"1"] * 41) + b"]}", 422, r"^'items' has 41 entries, more than the limit of 40$"),
     ("POST", "/v1/sessions/s/events", b'{"items": [1]}', 422, r"^unknown field 'items' \(fields: item, k, exclude_seen\)$"),
     ("POST", "/v1/sessions/s/events", b"{}", 422, r"^missing field 'item'$"),
-    ("POST", "/v1/sessions/s/events", b'{"item": {"id": 1}}', 422, r"^'item' must be an item id \(an integer or a string\), got an object$"),
+    ("POST", "/v1/sessions/s/events", b'{"item": {"id": 1}}', 422,
+     r"^'item' must be an item id \(an integer or a string\), got an object$"),
     ("POST", "/v1/sessions/s/events", b'{"item": 1, "k": 0}', 422, r"^'k' must be between 1 and {N} "),
     ("POST", "/v1/sessions/" + "x" * 201 + "/events", b'{"item": 1}', 422, r"^the session id must have 1 to 200 characters, got 201$"),
     ("POST", "/v1/recommend", b'{"items": ["' + b"a" * 5000 + b'"]}', 413, r"^the request body is larger than the limit of 4096 bytes$"),
@@ -176,7 +179,8 @@ BAD_REQUESTS = [
 ]
 
 
-@pytest.mark.parametrize("method,path,body,status,message", BAD_REQUESTS, ids=[f"{m} {p[:30]} {s} {i}" for i, (m, p, _, s, _) in enumerate(BAD_REQUESTS)])
+@pytest.mark.parametrize("method,path,body,status,message", BAD_REQUESTS,
+                         ids=[f"{m} {p[:30]} {s} {i}" for i, (m, p, _, s, _) in enumerate(BAD_REQUESTS)])
 def test_bad_requests_get_a_4xx_and_one_line(server: httpx.Client, model_file: tuple[GRU4Rec, Path], method: str, path: str,
                                              body: bytes | None, status: int, message: str) -> None:
     n = len(model_file[0].item_map)  # {N}: the catalogue's size in the messages

@@ -76,6 +76,8 @@ def parse_json(body: bytes) -> dict[str, Any]:
         value = json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:
         raise ApiError(400, f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "malformed JSON: nested too deeply") from None
     if not isinstance(value, dict):
         raise ApiError(422, f"the body must be a JSON object, got {_kind(value)}")
     return value

@@ -74,8 +74,9 @@ def decode_state(data: bytes, hidden_size: int) -> SessionState | None:
     if len(data) != _HEADER.size + 4 * (n_hidden + n_seen):
         return None
     offset = _HEADER.size
-    hidden = np.frombuffer(data, dtype="<f4", count=n_hidden, offset=offset).astype(np.float32) if n_hidden else None
-    seen = np.frombuffer(data, dtype="<i4", count=n_seen, offset=offset + 4 * n_hidden).astype(np.int32)
+    # Read-only views of the bytes, no copies: the engine only reads a stored state.
+    hidden = np.frombuffer(data, dtype="<f4", count=n_hidden, offset=offset) if n_hidden else None
+    seen = np.frombuffer(data, dtype="<i4", count=n_seen, offset=offset + 4 * n_hidden)
     return SessionState(hidden, seen)
 
 
