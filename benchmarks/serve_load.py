@@ -168,6 +168,22 @@ async def closed_loop(url: str, mode: str, sessions: list[list[Any]], concurrenc
     return {**summarize(latencies, elapsed), "requests": len(latencies), "errors": errors}
 
 
+def measured_run(url: str, mode: str, sessions: list[list[Any]], concurrency: int, args: argparse.Namespace,
+                 tag: str) -> dict[str, Any]:
+    """One closed-loop run, with the server's mean batch size and int8-certified share during it."""
+    before = server_counters(url)
+    run = asyncio.run(closed_loop(url, mode, sessions, concurrency, args.requests, args.seconds, args.warmup, tag))
+    after = server_counters(url)
+
+    def grown(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    batches, rows = grown("gru4rec_serve_batch_size_count"), grown("gru4rec_serve_batch_size_sum")
+    certified, scored = grown("rows_certified"), grown("rows_certified") + grown("rows_float32")
+    return {**run, "mean_batch": round(rows / batches, 2) if batches else None,
+            "int8_certified_share": round(certified / scored, 3) if scored else None}
+
+
 # ----------------------------------------------------------------------------------------- main
 
 
@@ -198,26 +214,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--sessions is needed with --model")
     sessions = read_sessions(sessions_file, args.max_sessions)
     results: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
-    for batching in args.batching:
-        proc, url = start_server(model, 64 if batching == "on" else 1, args.threads, args.server_args.split())
-        try:
-            for repeat in range(args.repeats):
-                for mode in args.modes:
-                    for c in args.concurrency:
-                        before = server_counters(url)
-                        run = asyncio.run(closed_loop(url, mode, sessions, c, args.requests, args.seconds, args.warmup,
-                                                      tag=f"{batching}{repeat}{c}"))
-                        after = server_counters(url)
-                        batches = after.get("gru4rec_serve_batch_size_count", 0) - before.get("gru4rec_serve_batch_size_count", 0)
-                        rows = after.get("gru4rec_serve_batch_size_sum", 0) - before.get("gru4rec_serve_batch_size_sum", 0)
-                        cert = after.get("rows_certified", 0) - before.get("rows_certified", 0)
-                        f32 = after.get("rows_float32", 0) - before.get("rows_float32", 0)
-                        line = {"mode": mode, "batching": batching, "concurrency": c, "repeat": repeat, **run,
-                                "mean_batch": round(rows / batches, 2) if batches else None,
-                                "int8_certified_share": round(cert / (cert + f32), 3) if cert + f32 else None}
+    servers: dict[str, tuple[subprocess.Popen[str], str]] = {}
+    try:
+        # Both servers stay up, and each setting runs with batching on and off back to back, so
+        # that a ratio compares runs a few seconds apart on this shared machine.
+        for batching in args.batching:
+            servers[batching] = start_server(model, 64 if batching == "on" else 1, args.threads, args.server_args.split())
+        for repeat in range(args.repeats):
+            for mode in args.modes:
+                for c in args.concurrency:
+                    for batching, (_, url) in servers.items():
+                        line = {"mode": mode, "batching": batching, "concurrency": c, "repeat": repeat,
+                                **measured_run(url, mode, sessions, c, args, tag=f"{batching}{repeat}{c}")}
                         results.setdefault((mode, batching, c), []).append(line)
                         print(json.dumps(line), flush=True)
-        finally:
+    finally:
+        for proc, _ in servers.values():
             proc.terminate()
             proc.wait(30)
     if args.repeats > 1:
