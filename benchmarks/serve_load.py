@@ -13,7 +13,8 @@ errors.
 
 The model: ``--model FILE``, or (by default) a synthetic one of the DIGINETICA configuration's
 size (43,097 items, 512 units, the published diginetica parameters, one epoch on synthetic
-sessions), built once into ``--work``. The sessions: ``--sessions FILE`` (session, item, time
+sessions, with short filler sessions so that every one of the 43,097 items occurs), built once
+into ``--work``. The sessions: ``--sessions FILE`` (session, item, time
 columns), or the synthetic test sessions written next to the synthetic model.
 
     python benchmarks/serve_load.py --repeats 3
@@ -56,11 +57,30 @@ def synthetic_model(work: Path, n_sessions: int) -> tuple[Path, Path]:
     work.mkdir(parents=True, exist_ok=True)
     events = generate(n_sessions=n_sessions, n_items=DIGINETICA_ITEMS, seed=5)
     train, test = time_split(events, 86_400)
+    train = _fill_catalogue(train, DIGINETICA_ITEMS)
     print(f"training the synthetic model on {len(train):,} events (one epoch) ...", file=sys.stderr, flush=True)
     config = Config.from_file(PARAMS).replace(n_epochs=1)
     GRU4Rec(config, device="cpu").fit(train, progress=False).save(model_path, overwrite=True)
     write_events(test, test_path, force=True)
     return model_path, test_path
+
+
+def _fill_catalogue(train: Any, n_items: int) -> Any:
+    """Add two-click sessions of new items until the training data has ``n_items`` distinct items:
+    the synthetic popularity tail leaves many of the generator's items unclicked, and the model's
+    size (its item matrix) is the point here."""
+    import pandas as pd
+
+    missing = n_items - train["ItemId"].nunique()
+    if missing <= 0:
+        return train
+    ids = np.arange(missing, dtype=np.int64) + int(train["ItemId"].max()) + 1
+    partner = train["ItemId"].sample(missing, replace=True, random_state=0).to_numpy()
+    sessions = np.arange(missing, dtype=np.int64) + int(train["SessionId"].max()) + 1
+    t0 = int(train["Time"].min())
+    filler = pd.DataFrame({"SessionId": np.repeat(sessions, 2), "ItemId": np.column_stack([partner, ids]).ravel(),
+                           "Time": np.repeat(t0 + np.arange(missing), 2) + np.tile([0, 1], missing)})
+    return pd.concat([train, filler.astype(train.dtypes.to_dict())], ignore_index=True)
 
 
 def read_sessions(path: Path, limit: int) -> list[list[Any]]:

@@ -49,3 +49,16 @@ def test_the_closed_loop_stops_after_its_requests(mode: str) -> None:
     assert got["errors"] == 0
     assert 25 <= got["requests"] <= 25 + 2  # users still waiting on an answer when the count is reached finish it
     assert got["p50_ms"] <= got["p95_ms"] <= got["p99_ms"] and got["requests_per_s"] > 0
+
+
+def test_the_synthetic_catalogue_is_filled_to_its_size() -> None:
+    import pandas as pd
+
+    train = pd.DataFrame({"SessionId": [1, 1, 2, 2], "ItemId": [10, 11, 11, 12], "Time": [5, 6, 7, 8]})
+    filled = serve_load._fill_catalogue(train, 7)
+    assert filled["ItemId"].nunique() == 7 and len(filled) == 4 + 2 * 4
+    pd.testing.assert_frame_equal(filled.iloc[:4], train)
+    extra = filled.iloc[4:]
+    assert set(extra["ItemId"]) - {10, 11, 12} == {13, 14, 15, 16}  # the new items, each in one two-click session
+    assert (extra.groupby("SessionId").size() == 2).all() and extra["SessionId"].min() > 2
+    assert serve_load._fill_catalogue(train, 3) is train
