@@ -7,6 +7,7 @@
     gru4rec recommend --model MODEL --input SESSIONS --output RECS [--k 20] [--exclude-seen]
     gru4rec info MODEL
     gru4rec export MODEL [--onnx STEP.onnx [--top-k K]] [--item-embeddings FILE] [--session-embeddings TEST FILE]
+    gru4rec serve MODEL [--host H] [--port P] [--state memory|redis://...]
     gru4rec synth OUT_DIR
     gru4rec preprocess DATASET RAW_PATH... --out DIR | split INPUT --out DIR
     gru4rec paropt ...                             (registered from its module's hooks)
@@ -45,7 +46,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from gru4rec.cli import baseline, evaluate, export, info, preprocess, recommend, report, run_py, synth, train
+from gru4rec.cli import baseline, evaluate, export, info, preprocess, recommend, report, run_py, serve, synth, train
 from gru4rec.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError
 from gru4rec.cli.console import VERBOSITY_DESTS, add_verbosity_flags, command_console, verbosity
 from gru4rec.errors import ConfigError, Gru4RecError
@@ -146,6 +147,8 @@ register(Command("info", "show a model file's format version, item count and con
                  info.add_arguments, info.run))
 register(Command("export", "export a model: the one-click step as ONNX, item or session embeddings",
                  export.add_arguments, export.run, description=export.DESCRIPTION))
+register(Command("serve", "serve live next-item recommendations over HTTP (needs gru4rec[serve])",
+                 serve.add_arguments, serve.run, description=serve.DESCRIPTION))
 register(Command("synth", "write the synthetic data set (train_full, test, train_tr, train_valid)",
                  synth.add_synth_arguments, synth.run_synth))
 register(Command("demo", "one-command quick start: synthetic data -> train -> evaluate",

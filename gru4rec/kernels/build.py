@@ -1,4 +1,4 @@
-"""Building the fused CPU kernels: ``cpu_kernels.c`` is compiled on first use with the system's C
+"""Building the fused CPU kernels: ``cpu_kernels.c`` (and ``int8_scores.c`` for serving) is compiled on first use with the system's C
 compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) into a cache (``$GRU4REC_CACHE_DIR``, else ``$XDG_CACHE_HOME/gru4rec`` or ``~/.cache/gru4rec``), keyed by
 the source, the flags, the compiler and the CPU, so that a build is reused until one of them
 changes. :mod:`gru4rec.kernels.cpu` loads the library.
@@ -41,27 +41,26 @@ def kernel_cache_dir() -> Path:
     return Path(base) / "gru4rec"
 
 
-def build_library(cache_dir: Path | None = None, compiler: str | None = None) -> Path:
-    """The shared library of ``cpu_kernels.c`` in the cache, compiled unless the cache has this
-    build. Raises :class:`KernelBuildError` saying why when it cannot."""
+def build_library(cache_dir: Path | None = None, compiler: str | None = None, *, source: Path = _SOURCE) -> Path:
+    """The shared library of ``source`` (default ``cpu_kernels.c``) in the cache, compiled unless
+    the cache has this build. Raises :class:`KernelBuildError` saying why when it cannot."""
     cc = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not cc:
         raise KernelBuildError("no C compiler found: set CC")
     cache = Path(cache_dir) if cache_dir is not None else kernel_cache_dir()
-    source = _SOURCE.read_bytes()
-    parts = [source, repr(_FLAG_SETS).encode(), cc.encode(), platform.machine().encode(), cpu_flags().encode()]
+    parts = [source.read_bytes(), repr(_FLAG_SETS).encode(), cc.encode(), platform.machine().encode(), cpu_flags().encode()]
     key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
-    target = cache / f"cpu_kernels-{key}.so"
+    target = cache / f"{source.stem}-{key}.so"
     if not target.exists():
         try:
             cache.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise KernelBuildError(f"cannot create the kernel cache {cache}: {exc.strerror}") from None
-        _compile(cc, cache, target)
+        _compile(cc, cache, source, target)
     return target
 
 
-def _compile(cc: str, cache: Path, target: Path) -> None:
+def _compile(cc: str, cache: Path, source: Path, target: Path) -> None:
     """Compile into a private file next to ``target``, then rename it into place (atomic: a
     concurrent process sees either no file or a whole one)."""
     errors = []
@@ -73,7 +72,7 @@ def _compile(cc: str, cache: Path, target: Path) -> None:
         os.close(fd)
         try:
             done = subprocess.run(
-                [cc, *flags, "-fPIC", "-shared", str(_SOURCE), "-o", tmp, "-lm"],
+                [cc, *flags, "-fPIC", "-shared", str(source), "-o", tmp, "-lm"],
                 capture_output=True, text=True, timeout=300,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:

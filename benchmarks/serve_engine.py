@@ -1,0 +1,59 @@
+"""The model side of one serving batch, in-process: ``Engine.run`` with int8 candidates and exact
+rescoring against the float32 product, at several batch sizes (alternating, medians), and the
+time of one read of the float32 item matrix (the floor of any float32 scoring of one click).
+
+    python benchmarks/serve_engine.py --model model.pt [--batches 1 8 32 64] [--rounds 5]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gru4rec import GRU4Rec  # noqa: E402
+from gru4rec.serve.engine import Engine, Work  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model = GRU4Rec.load(args.model, device="cpu")
+    engines = {"int8": Engine(model, scoring="int8", int8_max_batch=max(args.batches)), "float32": Engine(model, scoring="float32")}
+    rng = np.random.default_rng(0)
+    times: dict[tuple[int, str], list[float]] = {}
+    for _ in range(args.rounds):
+        for b in args.batches:
+            works = [Work(None, rng.integers(0, engines["int8"].n_items, 1), 20) for _ in range(b)]
+            for name, engine in engines.items():
+                engine.run(works)  # warm
+                start = time.perf_counter()
+                engine.run(works)
+                times.setdefault((b, name), []).append(time.perf_counter() - start)
+    for b in args.batches:
+        i8, f32 = (float(np.median(times[(b, n)])) * 1e3 for n in ("int8", "float32"))
+        print(json.dumps({"rows": b, "int8_ms": round(i8, 2), "float32_ms": round(f32, 2), "float32_over_int8": round(f32 / i8, 2)}))
+    print(json.dumps({"certified_rows": engines["int8"].topk.counts}))
+    wy = model.net.Wy.detach()
+    reads = []
+    for _ in range(20):
+        start = time.perf_counter()
+        wy.sum()
+        reads.append(time.perf_counter() - start)
+    print(json.dumps({"read_item_matrix_ms_fastest": round(min(reads) * 1e3, 2), "bytes": wy.numel() * 4}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""Load test of ``gru4rec serve``: a real server process on loopback, driven by a closed-loop
+load generator (aiohttp, asyncio) with sessions replayed from an event file.
+
+For each setting — micro-batching on (``--max-batch 64``) and off (``--max-batch 1``), stateful
+clicks (``POST /v1/sessions/{id}/events``, one session's clicks one after the other) and
+stateless requests (``POST /v1/recommend`` with the session's clicks so far), at each
+concurrency — it runs until ``--requests`` answers or ``--seconds`` have passed (whichever comes
+first; the first ``--warmup`` answers are not counted) and prints one JSON line: p50/p95/p99
+latency (ms), requests/s, the server's mean batch size and the share of rows whose top-k the
+int8 path certified. With ``--repeats R`` every setting runs R times; the last lines are the
+medians. Everything is bounded and stops by itself; the server is stopped at the end, also on
+errors.
+
+The model: ``--model FILE``, or (by default) a synthetic one of the DIGINETICA configuration's
+size (43,097 items, 512 units, the published diginetica parameters, one epoch on synthetic
+sessions, with short filler sessions so that every one of the 43,097 items occurs), built once
+into ``--work``. The sessions: ``--sessions FILE`` (session, item, time
+columns), or the synthetic test sessions written next to the synthetic model.
+
+    python benchmarks/serve_load.py --repeats 3
+    python benchmarks/serve_load.py --model digi.pt --sessions ../shared/data/diginetica_srgnn/test.tsv
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DIGINETICA_ITEMS = 43_097
+PARAMS = ROOT / "paramfiles" / "diginetica_bprmax_shared_512_best.py"
+
+
+# ----------------------------------------------------------------------------- model, sessions
+
+
+def synthetic_model(work: Path, n_sessions: int) -> tuple[Path, Path]:
+    """The synthetic DIGINETICA-size model and its test sessions in ``work`` (built once)."""
+    from gru4rec import Config, GRU4Rec
+    from gru4rec.data.events import write_events
+    from gru4rec.datasets.synthetic import generate, time_split
+
+    model_path, test_path = work / "serve_model.pt", work / "serve_sessions.tsv"
+    if model_path.exists() and test_path.exists():
+        return model_path, test_path
+    work.mkdir(parents=True, exist_ok=True)
+    events = generate(n_sessions=n_sessions, n_items=DIGINETICA_ITEMS, seed=5)
+    train, test = time_split(events, 86_400)
+    train = _fill_catalogue(train, DIGINETICA_ITEMS)
+    print(f"training the synthetic model on {len(train):,} events (one epoch) ...", file=sys.stderr, flush=True)
+    config = Config.from_file(PARAMS).replace(n_epochs=1)
+    GRU4Rec(config, device="cpu").fit(train, progress=False).save(model_path, overwrite=True)
+    write_events(test, test_path, force=True)
+    return model_path, test_path
+
+
+def _fill_catalogue(train: Any, n_items: int) -> Any:
+    """Add two-click sessions of new items until the training data has ``n_items`` distinct items:
+    the synthetic popularity tail leaves many of the generator's items unclicked, and the model's
+    size (its item matrix) is the point here."""
+    import pandas as pd
+
+    missing = n_items - train["ItemId"].nunique()
+    if missing <= 0:
+        return train
+    ids = np.arange(missing, dtype=np.int64) + int(train["ItemId"].max()) + 1
+    partner = train["ItemId"].sample(missing, replace=True, random_state=0).to_numpy()
+    sessions = np.arange(missing, dtype=np.int64) + int(train["SessionId"].max()) + 1
+    t0 = int(train["Time"].min())
+    filler = pd.DataFrame({"SessionId": np.repeat(sessions, 2), "ItemId": np.column_stack([partner, ids]).ravel(),
+                           "Time": np.repeat(t0 + np.arange(missing), 2) + np.tile([0, 1], missing)})
+    return pd.concat([train, filler.astype(train.dtypes.to_dict())], ignore_index=True)
+
+
+def read_sessions(path: Path, limit: int) -> list[list[Any]]:
+    """Sessions of at least two clicks, in file order, as lists of item ids (plain Python)."""
+    from gru4rec.data.events import read_events
+
+    events = read_events(path, session_key="SessionId", item_key="ItemId", time_key="Time")
+    events = events.sort_values(["SessionId", "Time"], kind="stable")
+    sessions = [s for s in events.groupby("SessionId", sort=False)["ItemId"].agg(list).tolist() if len(s) >= 2]
+    return [[v.item() if hasattr(v, "item") else v for v in s] for s in sessions[:limit]]
+
+
+# --------------------------------------------------------------------------------- the server
+
+
+def start_server(model: Path, max_batch: int, threads: int, extra: list[str]) -> tuple[subprocess.Popen[str], str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "gru4rec", "serve", str(model), "--port", "0", "--device", "cpu",
+           "--max-batch", str(max_batch), "--threads", str(threads), "--log-interval", "3600", *extra]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    line = proc.stdout.readline()  # type: ignore[union-attr]
+    if " at http://" not in line:
+        proc.kill()
+        raise RuntimeError(f"the server did not start: {line!r}")
+    return proc, line.split(" at ")[1].split()[0]
+
+
+def server_counters(url: str) -> dict[str, float]:
+    """Batch-size sum/count and rows per scoring path from /metrics."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    counters: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=30).text):
+        for sample in family.samples:
+            if sample.name in ("gru4rec_serve_batch_size_sum", "gru4rec_serve_batch_size_count"):
+                counters[sample.name] = sample.value
+            elif sample.name == "gru4rec_serve_scored_rows_total":
+                counters[f"rows_{sample.labels['path']}"] = sample.value
+    return counters
+
+
+# ------------------------------------------------------------------------------ load generator
+
+
+def summarize(latencies_s: list[float], elapsed_s: float) -> dict[str, float]:
+    """Percentiles in ms and the rate of counted answers."""
+    ms = np.asarray(latencies_s) * 1e3
+    p50, p95, p99 = np.percentile(ms, [50, 95, 99]) if len(ms) else (float("nan"),) * 3
+    return {"p50_ms": round(float(p50), 2), "p95_ms": round(float(p95), 2), "p99_ms": round(float(p99), 2),
+            "requests_per_s": round(len(ms) / elapsed_s, 1) if elapsed_s > 0 else float("nan")}
+
+
+def requests_of(session: list[Any], mode: str, sid: str) -> list[tuple[str, dict[str, Any]]]:
+    """The requests that replay one session: one click each (stateful) or each prefix (stateless)."""
+    if mode == "stateful":
+        return [(f"/v1/sessions/{sid}/events", {"item": item, "k": 20}) for item in session]
+    return [("/v1/recommend", {"items": session[: t + 1], "k": 20}) for t in range(len(session))]
+
+
+async def closed_loop(url: str, mode: str, sessions: list[list[Any]], concurrency: int, max_requests: int,
+                      max_seconds: float, warmup: int, tag: str) -> dict[str, float]:
+    """``concurrency`` virtual users, each replaying whole sessions, each sending its next
+    request when the previous answer came (closed loop). aiohttp, not httpx: httpx's async
+    client costs ~10 ms per request at concurrency 32 here and would measure itself."""
+    try:
+        import aiohttp
+    except ImportError as exc:
+        raise SystemExit("the load generator needs aiohttp: pip install aiohttp") from exc
+
+    latencies: list[float] = []
+    answered, errors, next_session = 0, 0, 0
+    started = time.perf_counter()
+    deadline = started + max_seconds
+    counting_since: float | None = None
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(url, connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as client:
+
+        async def user(u: int) -> None:
+            nonlocal answered, errors, next_session, counting_since
+            while answered < max_requests + warmup and time.perf_counter() < deadline:
+                s = next_session % len(sessions)
+                next_session += 1
+                sid = f"{tag}-{u}-{s}"
+                for path, body in requests_of(sessions[s], mode, sid):
+                    t0 = time.perf_counter()
+                    async with client.post(path, json=body) as r:
+                        await r.read()
+                        ok = r.status == 200
+                    dt = time.perf_counter() - t0
+                    errors += not ok
+                    answered += 1
+                    if answered == warmup:
+                        counting_since = time.perf_counter()
+                    elif answered > warmup:
+                        latencies.append(dt)
+                    if answered >= max_requests + warmup or time.perf_counter() >= deadline:
+                        return
+                if mode == "stateful":
+                    async with client.delete(f"/v1/sessions/{sid}") as r:
+                        await r.read()
+
+        await asyncio.gather(*(user(u) for u in range(concurrency)))
+    elapsed = time.perf_counter() - (counting_since if counting_since is not None else started)
+    return {**summarize(latencies, elapsed), "requests": len(latencies), "errors": errors}
+
+
+def measured_run(url: str, mode: str, sessions: list[list[Any]], concurrency: int, args: argparse.Namespace,
+                 tag: str) -> dict[str, Any]:
+    """One closed-loop run, with the server's mean batch size and int8-certified share during it."""
+    before = server_counters(url)
+    run = asyncio.run(closed_loop(url, mode, sessions, concurrency, args.requests, args.seconds, args.warmup, tag))
+    after = server_counters(url)
+
+    def grown(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    batches, rows = grown("gru4rec_serve_batch_size_count"), grown("gru4rec_serve_batch_size_sum")
+    certified, scored = grown("rows_certified"), grown("rows_certified") + grown("rows_float32")
+    return {**run, "mean_batch": round(rows / batches, 2) if batches else None,
+            "int8_certified_share": round(certified / scored, 3) if scored else None}
+
+
+# ----------------------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=None, help="a model file (default: the synthetic DIGINETICA-size one)")
+    parser.add_argument("--sessions", type=Path, default=None, help="events to replay (default: the synthetic test sessions)")
+    parser.add_argument("--work", type=Path, default=ROOT / ".bench" / "serve", help="where the synthetic model is kept")
+    parser.add_argument("--synthetic-sessions", type=int, default=20_000, help="training sessions of the synthetic model")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 128])
+    parser.add_argument("--modes", nargs="+", choices=("stateful", "stateless"), default=["stateful", "stateless"])
+    parser.add_argument("--batching", nargs="+", choices=("on", "off"), default=["on", "off"])
+    parser.add_argument("--requests", type=int, default=1500, help="answers counted per run (at most)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="longest run")
+    parser.add_argument("--warmup", type=int, default=50, help="answers not counted at the start of a run")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per setting; the medians are printed last")
+    parser.add_argument("--threads", type=int, default=1, help="the server's torch threads")
+    parser.add_argument("--server-args", default="", help="more flags for gru4rec serve (e.g. '--scoring float32')")
+    parser.add_argument("--max-sessions", type=int, default=2000, help="sessions replayed (cycled)")
+    args = parser.parse_args(argv)
+
+    if args.model is None:
+        model, default_sessions = synthetic_model(args.work, args.synthetic_sessions)
+    else:
+        model, default_sessions = args.model, None
+    sessions_file = args.sessions or default_sessions
+    if sessions_file is None:
+        parser.error("--sessions is needed with --model")
+    sessions = read_sessions(sessions_file, args.max_sessions)
+    results: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    servers: dict[str, tuple[subprocess.Popen[str], str]] = {}
+    try:
+        # Both servers stay up, and each setting runs with batching on and off back to back, so
+        # that a ratio compares runs a few seconds apart on this shared machine.
+        for batching in args.batching:
+            servers[batching] = start_server(model, 64 if batching == "on" else 1, args.threads, args.server_args.split())
+        for repeat in range(args.repeats):
+            for mode in args.modes:
+                for c in args.concurrency:
+                    for batching, (_, url) in servers.items():
+                        line = {"mode": mode, "batching": batching, "concurrency": c, "repeat": repeat,
+                                **measured_run(url, mode, sessions, c, args, tag=f"{batching}{repeat}{c}")}
+                        results.setdefault((mode, batching, c), []).append(line)
+                        print(json.dumps(line), flush=True)
+    finally:
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait(30)
+    if args.repeats > 1:
+        for (mode, batching, c), lines in results.items():
+            med = {key: round(statistics.median(line[key] for line in lines), 2)
+                   for key in ("p50_ms", "p95_ms", "p99_ms", "requests_per_s", "mean_batch") if lines[0][key] is not None}
+            print(json.dumps({"median_of": len(lines), "mode": mode, "batching": batching, "concurrency": c, **med}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

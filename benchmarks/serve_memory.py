@@ -1,0 +1,117 @@
+"""Memory per live session of ``gru4rec serve``, measured, for the memory store and for Redis.
+
+A session's state is its hidden state (float32, every layer: 512 floats for the DIGINETICA
+configuration) and its known items (int32), in the layout of ``gru4rec.serve.state``. This
+script fills
+
+* a :class:`~gru4rec.serve.state.MemoryStore` with ``--sessions`` states in this process and
+  reads the growth of the resident set (``/proc/self/statm``), and
+* a real ``redis-server`` (started here on a free loopback port, no persistence, stopped at the
+  end) through :class:`~gru4rec.serve.state.RedisStore` and reads the growth of its
+  ``used_memory`` (``INFO memory``),
+
+and prints bytes per session and what 1M live sessions need, as one JSON line per store.
+
+    python benchmarks/serve_memory.py --sessions 200000 --hidden 512 --clicks 5
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gru4rec.serve.state import MemoryStore, RedisStore, SessionState, encode_state  # noqa: E402
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def states(n: int, hidden: int, clicks: int, seed: int = 0) -> list[tuple[str, bytes]]:
+    """``n`` (session id, encoded state) pairs with ids as a web shop's would look (uuid-like)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        s = SessionState(rng.standard_normal(hidden).astype(np.float32), rng.integers(0, 43_097, clicks).astype(np.int32))
+        out.append((f"{i:08x}-{rng.integers(1 << 62):016x}", encode_state(s)))
+    return out
+
+
+def measure_memory(n: int, hidden: int, clicks: int) -> dict[str, float]:
+    store = MemoryStore(max_sessions=n + 1, ttl_s=3600)
+    gc.collect()
+    before = rss_bytes()
+    for start in range(0, n, 10_000):
+        store.put_many(states(min(10_000, n - start), hidden, clicks, seed=start + 1))
+    gc.collect()
+    grown = rss_bytes() - before
+    assert store.size() == n
+    return {"store": "memory", "sessions": n, "bytes_per_session": round(grown / n), "gib_per_1m": round(grown / n * 1e6 / 2**30, 2)}
+
+
+def measure_redis(n: int, hidden: int, clicks: int) -> dict[str, float] | None:
+    server = shutil.which("redis-server") or ("/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None)
+    if server is None:
+        print("redis-server is not installed: no Redis figure", file=sys.stderr)
+        return None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    workdir = tempfile.mkdtemp(prefix="gru4rec-redis-")
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=port)
+        for _ in range(200):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        store = RedisStore(f"redis://127.0.0.1:{port}/0", ttl_s=3600, namespace="0123456789abcdef")
+        before = int(client.info("memory")["used_memory"])
+        for start in range(0, n, 10_000):
+            store.put_many(states(min(10_000, n - start), hidden, clicks, seed=start + 1))
+        grown = int(client.info("memory")["used_memory"]) - before
+        assert client.dbsize() == n
+        store.close()
+        client.close()
+        return {"store": "redis", "sessions": n, "bytes_per_session": round(grown / n), "gib_per_1m": round(grown / n * 1e6 / 2**30, 2)}
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=200_000)
+    parser.add_argument("--hidden", type=int, default=512, help="floats of hidden state (sum of the layers)")
+    parser.add_argument("--clicks", type=int, default=5, help="known items per session")
+    args = parser.parse_args(argv)
+    payload = len(encode_state(SessionState(np.zeros(args.hidden, np.float32), np.zeros(args.clicks, np.int32))))
+    print(json.dumps({"state_bytes": payload, "hidden": args.hidden, "clicks": args.clicks}), flush=True)
+    print(json.dumps(measure_memory(args.sessions, args.hidden, args.clicks)), flush=True)
+    line = measure_redis(args.sessions, args.hidden, args.clicks)
+    if line is not None:
+        print(json.dumps(line), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""``gru4rec serve MODEL``: the HTTP service (:mod:`gru4rec.serve`) on uvicorn, until SIGINT/SIGTERM."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import logging
+import os
+import signal
+import socket
+import threading
+from typing import Any, Iterator
+
+from gru4rec.cli.common import EXIT_OK, add_device, positive_int
+from gru4rec.cli.console import result
+from gru4rec.errors import Gru4RecError
+
+__all__ = ["DESCRIPTION", "add_arguments", "run"]
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = (
+    "Serve next-item recommendations over HTTP (FastAPI on uvicorn).\n\n"
+    "  POST /v1/recommend                  {\"items\": [...], \"k\": 20, \"exclude_seen\": false}\n"
+    "  POST /v1/sessions/ID/events         {\"item\": ..., \"k\": 20}  (state kept on the server)\n"
+    "  DELETE /v1/sessions/ID              end a session\n"
+    "  GET /healthz, /v1/model, /metrics   health, the model, Prometheus metrics\n\n"
+    "Prints the URL, logs one line per minute (requests, p50/p99, sessions held) and stops\n"
+    "cleanly on Ctrl-C or SIGTERM. Needs the serve extra: pip install 'gru4rec[serve]'."
+)
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``gru4rec serve``."""
+    parser.add_argument("model", metavar="MODEL", help="a model file saved by train --save")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1; 0.0.0.0 for all)")
+    parser.add_argument("--port", type=_port, default=8000, help="port (default: 8000; 0 picks a free one)")
+    add_device(parser)
+    parser.add_argument("--state", default="memory", metavar="memory|redis://HOST:PORT/DB",
+                        help="where sessions live: in this process (default) or in Redis, shared by replicas")
+    sessions = parser.add_argument_group("sessions")
+    sessions.add_argument("--max-sessions", type=positive_int, default=1_000_000,
+                          help="memory store: sessions held at most, least recently used out first (default: 1000000)")
+    sessions.add_argument("--session-ttl", type=_nonnegative_float, default=1800.0, metavar="SECONDS",
+                          help="a session is dropped this long after its last click (default: 1800)")
+    batching = parser.add_argument_group("micro-batching")
+    batching.add_argument("--max-batch", type=positive_int, default=64,
+                          help="most requests in one batch; 1 turns batching off (default: 64)")
+    batching.add_argument("--batch-window-ms", type=_nonnegative_float, default=0.0,
+                          help="how long a batch waits for more requests after its first (default: 0, "
+                               "it takes what arrived while the previous batch ran)")
+    batching.add_argument("--max-queue", type=positive_int, default=4096,
+                          help="requests waiting beyond this get 503 (default: 4096)")
+    scoring = parser.add_argument_group("scoring (every choice gives the same answers)")
+    scoring.add_argument("--scoring", choices=("auto", "float32", "int8"), default="auto",
+                         help="auto: int8 candidates with a certified exact top-k on the CPU, float32 on a GPU "
+                              "(default: auto)")
+    scoring.add_argument("--candidates", type=positive_int, default=128,
+                         help="int8 candidates per row (default: 128)")
+    scoring.add_argument("--int8-max-batch", type=positive_int, default=64,
+                         help="batches larger than this are scored in float32 (default: 64)")
+    limits = parser.add_argument_group("limits and resources")
+    limits.add_argument("--max-body-bytes", type=positive_int, default=65_536,
+                        help="larger request bodies get 413 (default: 65536)")
+    limits.add_argument("--max-items", type=positive_int, default=1000,
+                        help="most items in one stateless request (default: 1000)")
+    limits.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
+    limits.add_argument("--log-interval", type=float, default=60.0, metavar="SECONDS",
+                        help="seconds between activity lines (default: 60)")
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the server starts (so the URL printed is the real one)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise Gru4RecError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        reason = "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+        raise Gru4RecError(f"cannot listen on {host}:{port}: {reason}") from None
+    sock.listen(2048)
+    return sock
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``gru4rec serve``: load the model, listen, serve until a signal."""
+    try:
+        import uvicorn
+
+        from gru4rec.serve.app import create_app
+    except ImportError as exc:
+        raise ImportError(f"gru4rec serve needs fastapi and uvicorn ({exc}): pip install 'gru4rec[serve]'") from exc
+    from gru4rec.serve.settings import ServeSettings
+
+    if not os.path.exists(args.model):
+        raise FileNotFoundError(2, "model file not found", args.model)
+    settings = ServeSettings(
+        model=args.model, device=args.device, state=args.state, max_sessions=args.max_sessions,
+        session_ttl_s=args.session_ttl, max_batch=args.max_batch, batch_window_ms=args.batch_window_ms,
+        max_queue=args.max_queue, max_body_bytes=args.max_body_bytes, max_items=args.max_items, scoring=args.scoring,
+        candidates=args.candidates, int8_max_batch=args.int8_max_batch, threads=args.threads,
+        log_interval_s=args.log_interval,
+    )
+    sock = _listen(args.host, args.port)  # first: a taken port fails before the model loads
+    try:
+        app = create_app(args.model, settings)
+    except ValueError as exc:  # e.g. --scoring int8 where it cannot run
+        sock.close()
+        raise Gru4RecError(str(exc)) from exc
+    except BaseException:
+        sock.close()
+        raise
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    server = _server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
+    result(f"Serving {args.model} at http://{shown}:{port} (Ctrl-C to stop)")
+    server.run(sockets=[sock])
+    log.info("Stopped serving %s", args.model)
+    return EXIT_OK
+
+
+def _server(config: Any) -> Any:
+    """uvicorn's server, stopping on SIGINT/SIGTERM with exit code 0 (uvicorn itself re-raises
+    the signal after its graceful shutdown, which would end the process by the signal)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield  # signals can only be handled on the main thread
+                return
+
+            def stop(signum: int, frame: Any) -> None:
+                if self.should_exit:  # a second signal: do not wait for open connections
+                    self.force_exit = True
+                self.should_exit = True
+                log.info("Received %s, shutting down", signal.Signals(signum).name)
+
+            previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server(config)

@@ -1,0 +1,224 @@
+"""The HTTP service: a FastAPI app over one model, its session store and its micro-batcher.
+
+Routes (every error is ``{"error": "one line"}`` with a 4xx status, or 503 when the server
+cannot take the request now; see the README's "Serve it" section):
+
+* ``POST /v1/recommend`` ``{"items": [...], "k": 20, "exclude_seen": false}`` — stateless: the
+  session's clicks so far, oldest first;
+* ``POST /v1/sessions/{session_id}/events`` ``{"item": ..., "k": 20, "exclude_seen": false}`` —
+  one click; the session's state stays on the server (``"new_session": true`` when it was not
+  held: a new, evicted or expired session starts fresh);
+* ``DELETE /v1/sessions/{session_id}`` — end a session;
+* ``GET /healthz``, ``GET /v1/model``, ``GET /metrics`` (Prometheus text format).
+
+Answers: ``{"items": [...], "scores": [...], "unknown": [...], "fallback": false}``; a session
+without a known item gets the most popular items with ``"fallback": true`` and
+``"scores": null``. They equal ``GRU4Rec.recommend`` on the same clicks.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import torch
+
+from gru4rec.errors import Gru4RecError
+from gru4rec.recommender import GRU4Rec
+from gru4rec.serve.batcher import Job, JobResult, MicroBatcher, Overloaded, ShuttingDown
+from gru4rec.serve.engine import Answer, Engine
+from gru4rec.serve.metrics import CONTENT_TYPE, ServeMetrics
+from gru4rec.serve.middleware import BodyLimit, RequestMetrics
+from gru4rec.serve.schema import ApiError, check_session_id, parse_event, parse_json, parse_recommend
+from gru4rec.serve.settings import ServeSettings
+from gru4rec.serve.state import StoreUnavailable, open_store
+
+try:
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, Response
+    from starlette.exceptions import HTTPException
+except ImportError as exc:  # pragma: no cover - the serve extra installs it
+    raise ImportError("gru4rec serve needs fastapi and uvicorn: pip install 'gru4rec[serve]'") from exc
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _weights_digest(model: GRU4Rec) -> str:
+    """A checksum of a model that has no file: its weights and item ids."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.net.state_dict().items()):  # type: ignore[union-attr]
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    digest.update(repr(model.item_map.to_list()).encode())  # type: ignore[union-attr]
+    return digest.hexdigest()
+
+
+def _answer(engine: Engine, answer: Answer, unknown: list[Any]) -> dict[str, Any]:
+    ids = engine.item_ids
+    return {
+        "items": [ids[i] for i in answer.items.tolist()],
+        "scores": None if answer.scores is None else answer.scores.tolist(),
+        "unknown": unknown,
+        "fallback": answer.fallback,
+    }
+
+
+def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: ServeSettings | None = None) -> FastAPI:
+    """The app for ``model`` (a model file or a loaded ``GRU4Rec``) with ``settings``.
+
+    Without arguments — as ``uvicorn --factory gru4rec.serve:create_app`` calls it — everything
+    comes from ``GRU4REC_*`` environment variables (``GRU4REC_MODEL`` is the model file), see
+    :class:`ServeSettings`. The model is loaded here, so that a bad file fails at start-up.
+    """
+    settings = settings if settings is not None else ServeSettings.from_env()
+    if settings.threads is not None:
+        torch.set_num_threads(settings.threads)
+    if model is None:
+        if settings.model is None:
+            raise Gru4RecError("no model to serve: give create_app(model=...) or set GRU4REC_MODEL to a model file")
+        model = settings.model
+    if isinstance(model, GRU4Rec):
+        loaded, model_file, checksum = model, None, _weights_digest(model)
+    else:
+        model_file = Path(model)
+        loaded = GRU4Rec.load(model_file, device=settings.device)
+        checksum = _sha256(model_file)
+    engine = Engine(loaded, scoring=settings.scoring, candidates=settings.candidates, int8_max_batch=settings.int8_max_batch)
+    store = open_store(settings.state, max_sessions=settings.max_sessions, ttl_s=settings.session_ttl_s, namespace=checksum[:16])
+    metrics = ServeMetrics(store.size, lambda: dict(store.evictions), lambda: dict(engine.topk.counts))
+    batcher = MicroBatcher(engine, store, max_batch=settings.max_batch, window_s=settings.batch_window_ms / 1000,
+                           max_queue=settings.max_queue, on_batch=metrics.batch_size.observe)
+    log.info("Serving %s: %d items, layers %s, on %s, scoring %s, sessions in %s", model_file or "a model in memory",
+             engine.n_items, engine.sizes, engine.device, engine.topk.name, store.kind)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        batcher.start()
+
+        async def log_activity() -> None:
+            while True:
+                await asyncio.sleep(settings.log_interval_s)
+                log.info("%s", metrics.activity_line(settings.log_interval_s))
+
+        task = asyncio.create_task(log_activity())
+        try:
+            yield
+        finally:
+            task.cancel()
+            batcher.stop()
+            store.close()
+
+    app = FastAPI(title="gru4rec", summary="GRU4Rec next-item recommendations for live sessions",
+                  lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.engine, app.state.store, app.state.batcher, app.state.settings = engine, store, batcher, settings
+
+    async def run(job: Job) -> JobResult:
+        try:
+            future = batcher.submit(job)
+        except (Overloaded, ShuttingDown) as exc:
+            raise ApiError(503, str(exc)) from None
+        try:
+            return await asyncio.wrap_future(future)
+        except (StoreUnavailable, ShuttingDown) as exc:
+            raise ApiError(503, str(exc)) from None
+
+    @app.post("/v1/recommend")
+    async def recommend(request: Request) -> JSONResponse:
+        body = parse_recommend(parse_json(await request.body()), n_items=engine.n_items, max_items=settings.max_items)
+        known, unknown = engine.index_of(body.items)
+        result = await run(Job("recommend", None, known, body.k, body.exclude_seen))
+        assert result.answer is not None
+        if result.answer.fallback:
+            metrics.fallbacks.inc()
+        return JSONResponse(_answer(engine, result.answer, unknown))
+
+    @app.post("/v1/sessions/{session_id}/events")
+    async def event(session_id: str, request: Request) -> JSONResponse:
+        check_session_id(session_id)
+        body = parse_event(parse_json(await request.body()), n_items=engine.n_items)
+        known, unknown = engine.index_of([body.item])
+        result = await run(Job("event", session_id, known, body.k, body.exclude_seen))
+        assert result.answer is not None
+        if result.answer.fallback:
+            metrics.fallbacks.inc()
+        payload = _answer(engine, result.answer, unknown)
+        payload.update(session_id=session_id, new_session=result.new_session)
+        return JSONResponse(payload)
+
+    @app.delete("/v1/sessions/{session_id}")
+    async def end_session(session_id: str) -> JSONResponse:
+        check_session_id(session_id)
+        result = await run(Job("delete", session_id))
+        return JSONResponse({"session_id": session_id, "deleted": result.existed})
+
+    @app.get("/healthz")
+    async def healthz() -> JSONResponse:
+        try:
+            await asyncio.to_thread(store.ping)
+        except StoreUnavailable as exc:
+            raise ApiError(503, str(exc)) from None
+        return JSONResponse({"status": "ok", "waiting": batcher.waiting})
+
+    @app.get("/v1/model")
+    async def model_info() -> JSONResponse:
+        return JSONResponse({
+            "file": None if model_file is None else str(model_file),
+            "sha256": checksum,
+            "n_items": engine.n_items,
+            "layers": engine.sizes,
+            "epochs_trained": loaded.epochs_trained,
+            "config": loaded.config.to_dict(),
+            "device": str(engine.device),
+            "scoring": engine.topk.name,
+            "state": store.kind,
+            "max_batch": settings.max_batch,
+        })
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse({"error": exc.message}, status_code=exc.status)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            message = f"no such route: {request.method} {request.url.path}"
+        elif exc.status_code == 405:
+            allowed = (exc.headers or {}).get("Allow", "")
+            message = f"method {request.method} is not allowed on {request.url.path}" + (f" (allowed: {allowed})" if allowed else "")
+        else:
+            message = str(exc.detail)
+        return JSONResponse({"error": message}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid request')}"}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        log.error("internal error on %s %s: %r", request.method, request.url.path, exc, exc_info=exc)
+        return JSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
+
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetrics, metrics=metrics)  # outermost: it also times refused bodies
+    return app

@@ -1,0 +1,226 @@
+"""The micro-batcher: requests from the event loop, one worker thread doing the model's work.
+
+Requests are queued in arrival order. The worker takes the first one waiting, then every other
+one that has arrived (waiting up to ``window_s`` for more, if set) up to ``max_batch``, and runs
+them as one batch: the sessions' states in one store call, one :meth:`Engine.run` (one GRU step
+per position and one scoring product for all rows), the new states in one store call, then each
+request's future gets its answer. While a batch runs, the next one fills up, so batches grow with
+the load and a lone request never waits for company.
+
+A batch holds at most one request per session: a second click of a session (or its DELETE) waits
+for the next batch, and so does everything after it for that session, so a session's clicks are
+applied in arrival order. Torch releases the GIL in its kernels, so the event loop keeps serving
+while the worker computes. A failing batch fails its own requests and nothing else: the worker
+lives on.
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import numpy as np
+
+from gru4rec.serve.engine import Answer, Engine, Work
+from gru4rec.serve.state import SessionStore, StoreUnavailable, decode_state, encode_state
+
+__all__ = ["Job", "JobResult", "MicroBatcher", "Overloaded", "ShuttingDown"]
+
+log = logging.getLogger(__name__)
+
+
+class Overloaded(RuntimeError):
+    """More requests are waiting than the queue holds."""
+
+
+class ShuttingDown(RuntimeError):
+    """The server is stopping; the request was not run."""
+
+
+@dataclass
+class Job:
+    """One request for the worker: ``kind`` 'recommend' (stateless: ``items`` from a zero
+    state), 'event' (``items`` added to session ``session``) or 'delete'."""
+
+    kind: Literal["recommend", "event", "delete"]
+    session: str | None = None
+    items: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    k: int = 20
+    exclude_seen: bool = False
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+
+
+@dataclass
+class JobResult:
+    """What a job's future resolves to: the answer (None for a delete), whether the session
+    was new (an event for a session not held) or existed (a delete that removed one)."""
+
+    answer: Answer | None
+    new_session: bool = False
+    existed: bool = False
+
+
+class MicroBatcher:
+    """Runs :class:`Job`\\ s in batches on one worker thread (see the module docstring).
+
+    ``on_batch(size)`` is called after each batch (metrics).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        store: SessionStore,
+        *,
+        max_batch: int = 64,
+        window_s: float = 0.0,
+        max_queue: int = 4096,
+        on_batch: Callable[[int], Any] | None = None,
+    ) -> None:
+        self.engine, self.store = engine, store
+        self.max_batch, self.window_s = max_batch, window_s
+        # Unbounded, so that stop()'s sentinel never blocks; submit() enforces max_queue.
+        self._queue: queue.Queue[Job | None] = queue.Queue()
+        self.max_queue = max_queue
+        self._deferred: collections.deque[Job] = collections.deque()
+        self._on_batch = on_batch
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    # ------------------------------------------------------------------ event-loop side
+
+    def start(self) -> None:
+        """Start the worker thread."""
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="gru4rec-batcher", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Let the worker finish what is queued, then stop it; anything left fails with
+        :class:`ShuttingDown`."""
+        self._stopping = True
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout_s)
+            self._thread = None
+        for job in [*self._deferred, *_drain(self._queue)]:
+            if job is not None and not job.future.done():
+                job.future.set_exception(ShuttingDown("the server is shutting down"))
+        self._deferred.clear()
+
+    def submit(self, job: Job) -> concurrent.futures.Future:
+        """Queue ``job`` (before :meth:`start` too: it runs once the worker starts); its future
+        resolves to a :class:`JobResult`. Raises :class:`Overloaded` when the queue is full,
+        :class:`ShuttingDown` after :meth:`stop`."""
+        if self._stopping:
+            raise ShuttingDown("the server is shutting down")
+        if self._queue.qsize() >= self.max_queue:
+            raise Overloaded(f"{self.max_queue} requests are already waiting")
+        self._queue.put_nowait(job)
+        return job.future
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued and not yet taken by the worker."""
+        return self._queue.qsize() + len(self._deferred)
+
+    # ------------------------------------------------------------------ worker side
+
+    def _loop(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            if batch:
+                try:
+                    self._run(batch)
+                except Exception as exc:  # noqa: BLE001 - a bad batch must not kill the worker
+                    if isinstance(exc, StoreUnavailable):
+                        log.warning("%s; %d request(s) failed", exc, len(batch))
+                    else:
+                        log.exception("a batch of %d request(s) failed", len(batch))
+                    for job in batch:
+                        if not job.future.done():
+                            job.future.set_exception(exc)
+                if self._on_batch is not None:
+                    self._on_batch(len(batch))
+
+    def _next_batch(self) -> list[Job] | None:
+        """Up to ``max_batch`` jobs, at most one per session, oldest first; None to stop."""
+        taken: list[Job] = []
+        sessions: set[str] = set()
+        held_back: list[Job] = []
+        stop = False
+
+        def offer(job: Job) -> None:
+            if job.session is not None and job.session in sessions:
+                held_back.append(job)  # the session's earlier job is in this batch
+            elif len(taken) < self.max_batch:
+                taken.append(job)
+                if job.session is not None:
+                    sessions.add(job.session)
+            else:
+                held_back.append(job)
+            if job.session is not None:
+                sessions.add(job.session)  # later jobs of a held-back session wait too
+
+        while self._deferred:
+            offer(self._deferred.popleft())
+        if not taken:
+            first = self._queue.get()
+            if first is None:
+                return None
+            offer(first)
+        deadline = time.monotonic() + self.window_s
+        while len(taken) < self.max_batch:
+            try:
+                wait = deadline - time.monotonic()
+                job = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                stop = True
+                break
+            offer(job)
+        self._deferred.extend(held_back)
+        if stop:
+            self._queue.put(None)  # seen again once the held-back jobs have run
+        return taken
+
+    def _run(self, batch: list[Job]) -> None:
+        deletes = [job for job in batch if job.kind == "delete"]
+        for job in deletes:
+            job.future.set_result(JobResult(None, existed=self.store.delete(job.session or "")))
+        jobs = [job for job in batch if job.kind != "delete"]
+        if not jobs:
+            return
+        events = [job for job in jobs if job.kind == "event"]
+        keys = [j.session or "" for j in events]
+        stored = dict(zip(keys, self.store.get_many(keys))) if keys else {}
+        works = []
+        for job in jobs:
+            state = None
+            if job.kind == "event":
+                raw = stored.get(job.session)
+                state = None if raw is None else decode_state(raw, self.engine.hidden_size)
+                if raw is not None and state is None:
+                    log.warning("session %r: its stored state is not one of this model's; it starts afresh", job.session)
+            works.append(Work(state, job.items, job.k, job.exclude_seen))
+        answers = self.engine.run(works)
+        self.store.put_many([(job.session or "", encode_state(a.state)) for job, a in zip(jobs, answers) if job.kind == "event"])
+        for job, work, answer in zip(jobs, works, answers):
+            if not job.future.done():
+                job.future.set_result(JobResult(answer, new_session=job.kind == "event" and work.state is None))
+
+
+def _drain(q: "queue.Queue[Job | None]") -> list[Job | None]:
+    items = []
+    while True:
+        try:
+            items.append(q.get_nowait())
+        except queue.Empty:
+            return items

@@ -1,0 +1,97 @@
+"""What the server measures: Prometheus metrics for ``GET /metrics`` and the one-line log.
+
+One :class:`ServeMetrics` per app, on its own registry (several apps in one process, as in the
+tests, do not share counters):
+
+* ``gru4rec_serve_requests_total{route,method,status}`` and
+  ``gru4rec_serve_request_seconds{route}`` (histogram) — every HTTP request, by route template;
+* ``gru4rec_serve_batch_size`` (histogram) — requests per micro-batch;
+* ``gru4rec_serve_sessions`` — sessions held (memory store only: Redis is shared);
+* ``gru4rec_serve_session_evictions_total{reason}`` — sessions dropped for the cap or the TTL;
+* ``gru4rec_serve_scored_rows_total{path}`` — rows scored with a certified int8 top-k or in float32;
+* ``gru4rec_serve_popularity_fallbacks_total`` — answers for sessions without a known item.
+
+:meth:`ServeMetrics.activity_line` gives the line logged once a minute: requests, p50/p99 of the
+period's latencies and the sessions held.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable, Iterator
+
+import numpy as np
+
+__all__ = ["ServeMetrics", "CONTENT_TYPE"]
+
+try:
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST as CONTENT_TYPE
+except ImportError as exc:  # pragma: no cover - the serve extra installs it
+    raise ImportError("gru4rec serve needs prometheus-client: pip install 'gru4rec[serve]'") from exc
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class _StateCollector:
+    """Reads the store's and the scorer's counters when scraped (they keep plain ints)."""
+
+    def __init__(self, sessions: Callable[[], int | None], evictions: Callable[[], dict[str, int]],
+                 scored: Callable[[], dict[str, int]]) -> None:
+        self._sessions, self._evictions, self._scored = sessions, evictions, scored
+
+    def collect(self) -> Iterator[object]:
+        held = self._sessions()
+        if held is not None:
+            yield GaugeMetricFamily("gru4rec_serve_sessions", "Sessions held by this process", value=held)
+        evictions = CounterMetricFamily("gru4rec_serve_session_evictions", "Sessions dropped by the store", labels=["reason"])
+        for reason, n in self._evictions().items():
+            evictions.add_metric([reason], n)
+        yield evictions
+        scored = CounterMetricFamily("gru4rec_serve_scored_rows", "Rows scored, by path", labels=["path"])
+        for path, n in self._scored().items():
+            scored.add_metric([path], n)
+        yield scored
+
+
+class ServeMetrics:
+    """The app's metrics (see the module docstring)."""
+
+    def __init__(self, sessions: Callable[[], int | None], evictions: Callable[[], dict[str, int]],
+                 scored: Callable[[], dict[str, int]]) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("gru4rec_serve_requests", "HTTP requests", ["route", "method", "status"], registry=self.registry)
+        self.latency = Histogram("gru4rec_serve_request_seconds", "HTTP request latency", ["route"],
+                                 buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.batch_size = Histogram("gru4rec_serve_batch_size", "Requests per micro-batch", buckets=_BATCH_BUCKETS,
+                                    registry=self.registry)
+        self.fallbacks = Counter("gru4rec_serve_popularity_fallbacks", "Answers from the popularity fallback",
+                                 registry=self.registry)
+        self.registry.register(_StateCollector(sessions, evictions, scored))  # type: ignore[arg-type]
+        self._sessions = sessions
+        self._period: list[float] = []
+        self._lock = threading.Lock()
+
+    def observe(self, route: str, method: str, status: int, seconds: float) -> None:
+        """One finished HTTP request."""
+        self.requests.labels(route, method, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+        with self._lock:
+            self._period.append(seconds)
+
+    def render(self) -> bytes:
+        """The Prometheus text format of every metric."""
+        return generate_latest(self.registry)
+
+    def activity_line(self, period_s: float) -> str:
+        """The log line for the period since the last call (and start a new period)."""
+        with self._lock:
+            period, self._period = self._period, []
+        held = self._sessions()
+        sessions = f", {held} sessions held" if held is not None else ""
+        if not period:
+            return f"0 requests in the last {period_s:.0f} s{sessions}"
+        p50, p99 = np.percentile(np.asarray(period) * 1e3, [50, 99])
+        return (f"{len(period)} requests in the last {period_s:.0f} s ({len(period) / period_s:.1f}/s), "
+                f"p50 {p50:.1f} ms, p99 {p99:.1f} ms{sessions}")

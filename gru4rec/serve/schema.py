@@ -1,0 +1,142 @@
+"""Request bodies: parsed and checked by hand, so that every bad input gets one line saying
+what is wrong and where (``items[3] must be an item id ...``), as ``{"error": ...}`` with a 4xx.
+
+Item ids are JSON integers or strings, as the model's item map holds them (an id of the other
+type is simply unknown). JSON's ``true``/``false`` are not ids, and NaN/Infinity are not JSON.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ApiError", "EventBody", "RecommendBody", "parse_event", "parse_json", "parse_recommend", "check_session_id",
+           "MAX_SESSION_ID"]
+
+#: Longest session id accepted in a URL.
+MAX_SESSION_ID = 200
+
+
+class ApiError(Exception):
+    """A request the server refuses: the HTTP status and a one-line reason."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+@dataclass(frozen=True)
+class RecommendBody:
+    """``POST /v1/recommend``."""
+
+    items: list[Any]
+    k: int
+    exclude_seen: bool
+
+
+@dataclass(frozen=True)
+class EventBody:
+    """``POST /v1/sessions/{id}/events``."""
+
+    item: Any
+    k: int
+    exclude_seen: bool
+
+
+def _kind(value: Any) -> str:
+    """A value's JSON type, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object (400 when it is not JSON, 422 when it is not an object)."""
+    if not body.strip():
+        raise ApiError(400, "the request body is empty; send a JSON object")
+    try:
+        text = body.decode("utf-8")  # JSON on the wire is UTF-8 (RFC 8259)
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, f"the request body is not UTF-8 text (byte {exc.start})") from None
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise ApiError(400, f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "malformed JSON: nested too deeply") from None
+    if not isinstance(value, dict):
+        raise ApiError(422, f"the body must be a JSON object, got {_kind(value)}")
+    return value
+
+
+def _check_fields(body: dict[str, Any], allowed: tuple[str, ...], required: tuple[str, ...]) -> None:
+    for name in body:
+        if name not in allowed:
+            raise ApiError(422, f"unknown field {name!r} (fields: {', '.join(allowed)})")
+    for name in required:
+        if name not in body:
+            raise ApiError(422, f"missing field {name!r}")
+
+
+def _is_item_id(value: Any) -> bool:
+    return isinstance(value, (int, str)) and not isinstance(value, bool)
+
+
+def _k(body: dict[str, Any], n_items: int) -> int:
+    k = body.get("k", 20)
+    if not isinstance(k, int) or isinstance(k, bool):
+        raise ApiError(422, f"'k' must be an integer, got {_kind(k)}")
+    if not 1 <= k <= n_items:
+        raise ApiError(422, f"'k' must be between 1 and {n_items} (the number of items), got {k}")
+    return k
+
+
+def _exclude_seen(body: dict[str, Any]) -> bool:
+    value = body.get("exclude_seen", False)
+    if not isinstance(value, bool):
+        raise ApiError(422, f"'exclude_seen' must be true or false, got {_kind(value)}")
+    return value
+
+
+def parse_recommend(body: dict[str, Any], *, n_items: int, max_items: int) -> RecommendBody:
+    """``{"items": [...], "k": 20, "exclude_seen": false}``: the session's clicks so far."""
+    _check_fields(body, ("items", "k", "exclude_seen"), ("items",))
+    items = body["items"]
+    if not isinstance(items, list):
+        raise ApiError(422, f"'items' must be an array of item ids, got {_kind(items)}")
+    if len(items) > max_items:
+        raise ApiError(422, f"'items' has {len(items)} entries, more than the limit of {max_items}")
+    for i, item in enumerate(items):
+        if not _is_item_id(item):
+            raise ApiError(422, f"items[{i}] must be an item id (an integer or a string), got {_kind(item)}")
+    return RecommendBody(items, _k(body, n_items), _exclude_seen(body))
+
+
+def parse_event(body: dict[str, Any], *, n_items: int) -> EventBody:
+    """``{"item": ..., "k": 20, "exclude_seen": false}``: one click of a session."""
+    _check_fields(body, ("item", "k", "exclude_seen"), ("item",))
+    item = body["item"]
+    if not _is_item_id(item):
+        raise ApiError(422, f"'item' must be an item id (an integer or a string), got {_kind(item)}")
+    return EventBody(item, _k(body, n_items), _exclude_seen(body))
+
+
+def check_session_id(session_id: str) -> str:
+    """A session id from the URL: 1 to :data:`MAX_SESSION_ID` characters."""
+    if not session_id or len(session_id) > MAX_SESSION_ID:
+        raise ApiError(422, f"the session id must have 1 to {MAX_SESSION_ID} characters, got {len(session_id)}")
+    return session_id

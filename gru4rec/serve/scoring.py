@@ -1,0 +1,164 @@
+"""Exact top-k of ``out·Wyᵀ + By`` for a batch of sessions, with exclusions.
+
+Two ways to the same answer:
+
+* :class:`Float32TopK` — the full float32 product and ``torch.topk``, as ``GRU4Rec.recommend``
+  computes it. Used on a GPU and for large batches (where the product is compute-bound and the
+  matrix is read once for many rows).
+* :class:`CertifiedTopK` — for small batches on the CPU, where one product row reads the whole
+  float32 matrix (88 MB at the DIGINETICA size) and memory bandwidth sets the latency. An int8
+  copy of the matrix (4× smaller, :mod:`gru4rec.kernels.int8_scores`) yields ``m`` candidates per
+  row with rigorous upper bounds on every item's float32 score; the candidates are rescored from
+  the float32 matrix with lower bounds. A row is *certified* when its k-th best lower bound is
+  above the largest upper bound left outside the candidates: then no other item can be in its
+  float32 top k, and the top k of the rescored candidates is the answer. Rows that are not
+  certified (a flat score distribution, many exclusions, k close to m) are scored by
+  :class:`Float32TopK`. The answer never differs from the float32 one; the counters say how often
+  each path ran.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gru4rec.kernels.int8_scores import Int8Table, int8_kernels
+
+__all__ = ["AUTO_INT8_WEIGHTS", "CertifiedTopK", "Float32TopK", "TopK", "TopKResult", "make_topk", "SCORING_CHOICES"]
+
+log = logging.getLogger(__name__)
+
+SCORING_CHOICES = ("auto", "float32", "int8")
+#: ``scoring='auto'`` uses int8 candidates from this many entries of Wy up (4 MB of float32).
+AUTO_INT8_WEIGHTS = 1 << 20
+
+
+@dataclass
+class TopKResult:
+    """Item indices and scores per row (B×kmax, CPU, best first); row b's first ``k[b]`` count."""
+
+    indices: np.ndarray
+    scores: np.ndarray
+
+
+class TopK(Protocol):
+    """What the engine needs from a scorer."""
+
+    name: str
+    counts: dict[str, int]
+
+    def __call__(self, out: Tensor, ks: Sequence[int], exclude: Sequence[np.ndarray]) -> TopKResult: ...
+
+
+def _exclusion_pairs(exclude: Sequence[np.ndarray], device: torch.device) -> tuple[Tensor, Tensor] | None:
+    """The (row, item) pairs to exclude as two index tensors, built in one go."""
+    lengths = [len(e) for e in exclude]
+    if not sum(lengths):
+        return None
+    rows = torch.from_numpy(np.repeat(np.arange(len(exclude)), lengths)).to(device)
+    items = torch.from_numpy(np.concatenate([np.asarray(e, dtype=np.int64) for e in exclude])).to(device)
+    return rows, items
+
+
+class Float32TopK:
+    """The full float32 product ``out·Wyᵀ + By``, exclusions set to −inf, ``torch.topk``."""
+
+    name = "float32"
+
+    def __init__(self, wy: Tensor, by: Tensor) -> None:
+        self.wy, self.by = wy.detach(), by.detach()
+        self.counts = {"float32": 0}
+
+    def __call__(self, out: Tensor, ks: Sequence[int], exclude: Sequence[np.ndarray]) -> TopKResult:
+        scores = torch.addmm(self.by, out, self.wy.t())
+        pairs = _exclusion_pairs(exclude, scores.device)
+        if pairs is not None:
+            scores[pairs] = -torch.inf
+        top = torch.topk(scores, max(ks), dim=1)
+        self.counts["float32"] += out.shape[0]
+        return TopKResult(top.indices.cpu().numpy(), top.values.cpu().numpy())
+
+
+class CertifiedTopK:
+    """int8 candidates, float32 rescoring, certification; uncertified rows in float32.
+
+    ``n_candidates`` is m, the candidates per row (at least 3k are taken for a request's k).
+    ``max_batch``: larger batches go to float32 as a whole (the int8 products are compute-bound
+    at large batches, where a float32 product reads its matrix once for many rows; on the 2-core
+    machine measured, int8 stayed 2x faster per row up to 64 rows, see benchmarks/README.md).
+    """
+
+    name = "int8"
+
+    def __init__(self, table: Int8Table, exact: Float32TopK, *, n_candidates: int = 128, max_batch: int = 64) -> None:
+        self.table, self.exact = table, exact
+        self.n_candidates, self.max_batch = n_candidates, max_batch
+        self.counts = {"certified": 0, "float32": 0}
+
+    def __call__(self, out: Tensor, ks: Sequence[int], exclude: Sequence[np.ndarray]) -> TopKResult:
+        B, kmax = out.shape[0], max(ks)
+        m = max(self.n_candidates, 3 * kmax)
+        if B > self.max_batch or m >= self.table.n_items:
+            result = self.exact(out, ks, exclude)
+            self.counts["float32"] += B
+            return result
+        idx, upper = self.table.candidates(out, m)
+        score, lower = self.table.rescore(out, idx)
+        pairs = _exclusion_pairs(exclude, idx.device)
+        if pairs is not None:
+            # An excluded candidate leaves the list; the bound outside the candidates stays valid.
+            n = self.table.n_items
+            excluded = torch.isin(idx + torch.arange(B).unsqueeze(1) * n, pairs[0] * n + pairs[1])
+            score.masked_fill_(excluded, -torch.inf)
+            lower.masked_fill_(excluded, -torch.inf)
+        outside = upper.min(dim=1).values  # every non-candidate's float32 score is at most this
+        kth_lower = lower.sort(dim=1, descending=True).values[torch.arange(B), torch.tensor(ks) - 1]
+        certified = kth_lower > outside
+        top = torch.topk(score, kmax, dim=1)
+        indices = idx.gather(1, top.indices).numpy()
+        values = top.values.numpy()
+        n_cert = int(certified.sum())
+        if n_cert < B:
+            rows = (~certified).nonzero().squeeze(1)
+            rows_np = rows.numpy()
+            redo = self.exact(out[rows], [ks[r] for r in rows_np], [exclude[r] for r in rows_np])
+            width = redo.indices.shape[1]
+            indices[rows_np, :width] = redo.indices
+            values[rows_np, :width] = redo.scores
+        self.counts["certified"] += n_cert
+        self.counts["float32"] += B - n_cert
+        return TopKResult(indices, values)
+
+
+def make_topk(wy: Tensor, by: Tensor, scoring: str = "auto", *, n_candidates: int = 128, max_batch: int = 64) -> TopK:
+    """The scorer for ``scoring``: ``'float32'``; ``'int8'`` (certified candidates, an error
+    where the kernel cannot be built or the matrix is not on the CPU); ``'auto'`` — int8 on the
+    CPU when the kernel builds and the matrix has at least :data:`AUTO_INT8_WEIGHTS` entries
+    (a smaller one stays in the CPU's caches, where float32 is as fast), else float32."""
+    if scoring not in SCORING_CHOICES:
+        raise ValueError(f"scoring must be one of {', '.join(SCORING_CHOICES)}, got {scoring!r}")
+    exact = Float32TopK(wy, by)
+    if scoring == "float32":
+        return exact
+    why = None
+    if wy.device.type != "cpu":
+        why = f"the model is on {wy.device} (int8 candidates are a CPU path)"
+    elif wy.shape[0] <= n_candidates:
+        why = f"the catalogue ({wy.shape[0]} items) is not larger than the candidates ({n_candidates})"
+    elif scoring == "auto" and wy.numel() < AUTO_INT8_WEIGHTS:
+        why = f"the item matrix is small ({wy.shape[0]} x {wy.shape[1]})"
+    else:
+        kernels, reason = int8_kernels()
+        if kernels is None:
+            why = f"the int8 kernel could not be built ({reason})"
+    if why is not None:
+        if scoring == "int8":
+            raise ValueError(f"scoring='int8' is not available: {why}")
+        log.info("Scoring in float32: %s", why)
+        return exact
+    assert kernels is not None
+    return CertifiedTopK(Int8Table(kernels, wy, by), exact, n_candidates=n_candidates, max_batch=max_batch)

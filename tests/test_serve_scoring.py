@@ -1,0 +1,156 @@
+"""Serving's exact top-k: the int8 kernel's bounds against float32 and float64 scores, and the
+certified top-k against a brute-force NumPy top-k (with exclusions, uncertified rows, big batches)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gru4rec.kernels.int8_scores import Int8Table, int8_kernels
+from gru4rec.serve.scoring import CertifiedTopK, Float32TopK, make_topk
+
+torch.set_num_threads(1)
+
+kernels, why_not = int8_kernels()
+needs_kernel = pytest.mark.skipif(kernels is None, reason=f"the int8 kernel cannot be built here: {why_not}")
+
+
+def trained_like(n: int, width: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An item matrix whose scores have a heavy upper tail, as a trained model's do: queries
+    are close to a few items' rows (plus noise); rows have different norms; a bias."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, width, generator=g) * (0.5 + torch.rand(n, 1, generator=g)) * 0.1
+    b = torch.randn(n, generator=g) * 0.05
+    anchors = torch.randint(0, n, (6, 2), generator=g)
+    x = torch.tanh(3 * (w[anchors[:, 0]] + w[anchors[:, 1]]) + 0.3 * torch.randn(6, width, generator=g))
+    return w, b, x
+
+
+def numpy_topk(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor, k: int, exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Brute force in float64: every item's score, exclusions removed, sorted."""
+    scores = (x.double().numpy() @ w.double().numpy().T + b.double().numpy()).ravel()
+    scores[exclude] = -np.inf
+    order = np.argsort(-scores, kind="stable")[:k]
+    return order, scores[order]
+
+
+@needs_kernel
+@pytest.mark.parametrize("width", [64, 37])  # 37: the kernel's tail loop (not a multiple of 32)
+@pytest.mark.parametrize("batch", [1, 3, 6])  # 3, 6: query rows not a multiple of 4
+def test_bounds_hold_for_every_item(width: int, batch: int) -> None:
+    g = torch.Generator().manual_seed(width + batch)
+    w = torch.randn(900, width, generator=g) * torch.rand(900, 1, generator=g)
+    w[5] = 0.0  # an all-zero row (scale 1, residual 0)
+    b = torch.randn(900, generator=g)
+    x = torch.randn(batch, width, generator=g) * 3
+    x[0, :] = 0.0  # an all-zero query
+    table = Int8Table(kernels, w, b)
+    m = 40
+    idx, upper = table.candidates(x, m)
+    assert idx.shape == (batch, m) and bool((idx >= 0).all())
+    assert all(len(set(row.tolist())) == m for row in idx)  # m distinct items per row
+    ref32 = torch.addmm(b, x, w.t())  # what recommend() computes
+    ref64 = (x.double() @ w.double().t() + b.double()).float()
+    outside = torch.ones_like(ref32, dtype=torch.bool).scatter_(1, idx, False)
+    for ref in (ref32, ref64):
+        assert bool((ref.gather(1, idx) <= upper).all())
+        worst_outside = torch.where(outside, ref, torch.full_like(ref, -torch.inf)).max(dim=1).values
+        assert bool((worst_outside <= upper.min(dim=1).values).all())
+    # The candidates are the items with the largest upper bounds: the true top few are among them.
+    assert all(set(ref64[r].topk(3).indices.tolist()) <= set(idx[r].tolist()) for r in range(1, batch))
+    score, lower = table.rescore(x, idx)
+    np.testing.assert_allclose(score.numpy(), ref64.gather(1, idx).numpy(), rtol=1e-5, atol=1e-5)
+    assert bool((lower <= ref32.gather(1, idx)).all()) and bool((lower <= ref64.gather(1, idx)).all())
+
+
+@needs_kernel
+def test_int8_table_rejects_bad_inputs() -> None:
+    w = torch.randn(50, 8)
+    with pytest.raises(ValueError, match="non-finite"):
+        Int8Table(kernels, torch.where(torch.arange(50)[:, None] == 3, torch.nan, w), torch.zeros(50))
+    table = Int8Table(kernels, w, torch.zeros(50))
+    with pytest.raises(ValueError, match="8 columns"):
+        table.candidates(torch.randn(2, 9), 5)
+    with pytest.raises(ValueError, match="m must be between 1 and 50"):
+        table.candidates(torch.randn(2, 8), 51)
+    with pytest.raises(ValueError, match="outside"):
+        table.rescore(torch.randn(1, 8), torch.tensor([[50]]))
+
+
+@needs_kernel
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_certified_topk_equals_brute_force(seed: int) -> None:
+    w, b, x = trained_like(3000, 48, seed)
+    scorer = CertifiedTopK(Int8Table(kernels, w, b), Float32TopK(w, b), n_candidates=64, max_batch=8)
+    rng = np.random.default_rng(seed)
+    ks = [1, 5, 20, 7, 3, 10]
+    exclude = [rng.choice(3000, size=n, replace=False) for n in (0, 3, 0, 10, 1, 0)]
+    # The true top items excluded in row 1: the answer must skip them.
+    exclude[1] = numpy_topk(w, b, x[1:2], 3, np.zeros(0, np.int64))[0].ravel()
+    got = scorer(x, ks, exclude)
+    for row, (k, ex) in enumerate(zip(ks, exclude)):
+        order, scores = numpy_topk(w, b, x[row:row + 1], k, ex)
+        np.testing.assert_array_equal(got.indices[row, :k], order.ravel())
+        np.testing.assert_allclose(got.scores[row, :k], scores.ravel(), rtol=1e-5, atol=1e-5)
+    assert scorer.counts["certified"] == 6 and scorer.counts["float32"] == 0
+
+
+@needs_kernel
+def test_rows_that_cannot_be_certified_are_scored_in_float32() -> None:
+    """Row 0 has a heavy-tailed score distribution (certified); row 1 is a zero query, for which
+    every score is its bias, and the biases are equal beyond the k-th: ties at the boundary
+    can never be certified. Row 2 asks for more items than fit (k > candidates left after
+    exclusions)."""
+    w, b, x = trained_like(2000, 32, 5)
+    b = b.clone()
+    b[:] = 0.0
+    b[:4] = torch.tensor([3.0, 2.0, 1.0, 0.5])
+    x = torch.cat([x[:1], torch.zeros(2, 32)])
+    scorer = CertifiedTopK(Int8Table(kernels, w, b), Float32TopK(w, b), n_candidates=32, max_batch=8)
+    exclude = [np.zeros(0, np.int64), np.zeros(0, np.int64), np.arange(4, 40)]
+    got = scorer(x, [10, 6, 10], exclude)
+    assert scorer.counts == {"certified": 1, "float32": 2}
+    # The float32 path's answer: the 4 biased items first, then ties in torch.topk's order.
+    ref = torch.addmm(b, x, w.t())
+    ref[2, 4:40] = -torch.inf
+    for row, k in enumerate([10, 6, 10]):
+        top = torch.topk(ref[row], k)
+        np.testing.assert_allclose(got.scores[row, :k], top.values.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got.indices[1, :4], [0, 1, 2, 3])
+    np.testing.assert_array_equal(got.indices[2, :4], [0, 1, 2, 3])
+    assert not set(got.indices[2, :10].tolist()) & set(range(4, 40))
+
+
+@needs_kernel
+def test_large_batches_use_the_float32_product() -> None:
+    w, b, _ = trained_like(1500, 16, 3)
+    x = torch.randn(12, 16)
+    scorer = CertifiedTopK(Int8Table(kernels, w, b), Float32TopK(w, b), n_candidates=32, max_batch=8)
+    got = scorer(x, [5] * 12, [np.zeros(0, np.int64)] * 12)
+    assert scorer.counts == {"certified": 0, "float32": 12}
+    for row in range(12):
+        np.testing.assert_array_equal(got.indices[row, :5], numpy_topk(w, b, x[row:row + 1], 5, np.zeros(0, np.int64))[0].ravel())
+
+
+def test_float32_topk_with_exclusions_against_numpy() -> None:
+    w, b, x = trained_like(400, 24, 9)
+    exclude = [np.array([3, 7]), np.zeros(0, np.int64), np.arange(0, 400, 2), np.zeros(0, np.int64), np.array([1]), np.array([0])]
+    got = Float32TopK(w, b)(x, [4, 4, 9, 1, 2, 3], exclude)
+    for row, (k, ex) in enumerate(zip([4, 4, 9, 1, 2, 3], exclude)):
+        order, scores = numpy_topk(w, b, x[row:row + 1], k, ex)
+        np.testing.assert_array_equal(got.indices[row, :k], order.ravel())
+        np.testing.assert_allclose(got.scores[row, :k], scores.ravel(), rtol=1e-5, atol=1e-6)
+
+
+def test_make_topk_chooses_and_refuses() -> None:
+    small_w, small_b = torch.randn(300, 16), torch.zeros(300)
+    assert make_topk(small_w, small_b, "auto").name == "float32"  # cache-sized: no int8 copy
+    assert make_topk(small_w, small_b, "float32").name == "float32"
+    with pytest.raises(ValueError, match="scoring must be one of"):
+        make_topk(small_w, small_b, "fast")
+    with pytest.raises(ValueError, match="not larger than the candidates"):
+        make_topk(small_w, small_b, "int8", n_candidates=400)
+    if kernels is not None:
+        assert make_topk(small_w, small_b, "int8", n_candidates=16).name == "int8"
+        big = torch.randn(1 << 14, 64)
+        assert make_topk(big, torch.zeros(1 << 14), "auto").name == "int8"
