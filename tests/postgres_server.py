@@ -5,7 +5,8 @@ also when a test fails.
 PostgreSQL refuses to run as root, and CI runs the tests as root: then the server binaries run as
 the unprivileged user ``gru4rec_pg`` (``runuser -u gru4rec_pg --``), created here if it does not
 exist and creating it works. Where no server can be had (no binaries, no psycopg, no such user)
-the fixture skips with the reason.
+the fixture skips with the reason. :func:`temporary_postgres` is the same server for scripts
+(``benchmarks/paropt_scale.py``).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,10 +29,15 @@ import pytest
 SERVER_USER = "gru4rec_pg"
 
 
+class PostgresUnavailable(Exception):
+    """No PostgreSQL server can be started here; the message says why."""
+
+
 def _bin_dir() -> Path | None:
     """Where pg_ctl and initdb are: $GRU4REC_TEST_PG_BIN, the newest /usr/lib/postgresql/*/bin, or PATH."""
     if os.environ.get("GRU4REC_TEST_PG_BIN"):
-        return Path(os.environ["GRU4REC_TEST_PG_BIN"])
+        given = Path(os.environ["GRU4REC_TEST_PG_BIN"])
+        return given if (given / "pg_ctl").is_file() and (given / "initdb").is_file() else None
     candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name)
                         if Path(p).parent.name.isdigit() else 0)
     for folder in reversed(candidates):
@@ -58,8 +65,8 @@ def _run_as_prefix() -> tuple[list[str], str | None]:
             capture_output=True, text=True,
         )
         if created.returncode != 0:
-            pytest.skip(f"PostgreSQL cannot run as root and creating the user {SERVER_USER} failed: "
-                        f"{created.stderr.strip() or created.returncode}")
+            raise PostgresUnavailable(f"PostgreSQL cannot run as root and creating the user {SERVER_USER} failed: "
+                                      f"{created.stderr.strip() or created.returncode}")
     runuser = shutil.which("runuser")
     if runuser:
         return [runuser, "-u", SERVER_USER, "--"], SERVER_USER
@@ -67,7 +74,7 @@ def _run_as_prefix() -> tuple[list[str], str | None]:
     if setpriv:
         user = pwd.getpwnam(SERVER_USER)
         return [setpriv, f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups"], SERVER_USER
-    pytest.skip("PostgreSQL cannot run as root and neither runuser nor setpriv is installed")
+    raise PostgresUnavailable("PostgreSQL cannot run as root and neither runuser nor setpriv is installed")
 
 
 @dataclass
@@ -95,13 +102,18 @@ class PostgresServer:
         return name
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresServer]:
-    """A PostgreSQL server for the whole test session (skips with the reason when none can run)."""
-    pytest.importorskip("psycopg", reason="the PostgreSQL tests need psycopg (pip install 'psycopg[binary]')")
+@contextmanager
+def temporary_postgres(*, fsync: bool = False) -> Iterator[PostgresServer]:
+    """Start a server in a temporary folder, yield it, stop it and remove the folder (also on an
+    error); raises :class:`PostgresUnavailable` when none can run here. ``fsync=False`` (tests)
+    skips flushing commits to disk; a benchmark keeps it as a real server has it."""
+    try:
+        import psycopg  # noqa: F401 - new_database() needs it
+    except ImportError:
+        raise PostgresUnavailable("the PostgreSQL tests need psycopg (pip install 'psycopg[binary]')") from None
     bin_dir = _bin_dir()
     if bin_dir is None:
-        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not found; set GRU4REC_TEST_PG_BIN")
+        raise PostgresUnavailable("PostgreSQL server binaries (initdb, pg_ctl) not found; set GRU4REC_TEST_PG_BIN")
     prefix, user = _run_as_prefix()
     folder = Path(tempfile.mkdtemp(prefix="gru4rec-pg-"))
     data = folder / "data"
@@ -118,10 +130,11 @@ def postgres() -> Iterator[PostgresServer]:
     try:
         init = server(str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
         if init.returncode != 0:
-            pytest.skip(f"initdb failed: {(init.stderr or init.stdout).strip()[-300:]}")
+            raise PostgresUnavailable(f"initdb failed: {(init.stderr or init.stdout).strip()[-300:]}")
         for _attempt in range(3):  # the free port can be taken between choosing and binding it
             port = _free_port()
-            options = f"-k {folder} -p {port} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60"
+            options = (f"-k {folder} -p {port} -c listen_addresses=127.0.0.1 -c fsync={'on' if fsync else 'off'} "
+                       "-c max_connections=60")
             start = server(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(folder / "server.log"), "-o", options,
                            "-w", "-t", "60", "start")
             if start.returncode == 0:
@@ -129,9 +142,19 @@ def postgres() -> Iterator[PostgresServer]:
                 break
         if not started:
             log = (folder / "server.log").read_text(errors="replace")[-500:] if (folder / "server.log").exists() else ""
-            pytest.skip(f"pg_ctl start failed: {(start.stderr or start.stdout).strip()[-300:]} {log}")
+            raise PostgresUnavailable(f"pg_ctl start failed: {(start.stderr or start.stdout).strip()[-300:]} {log}")
         yield PostgresServer(port=port, socket_dir=folder)
     finally:
         if started:
             server(str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server for the whole test session (skips with the reason when none can run)."""
+    try:
+        with temporary_postgres() as server:
+            yield server
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))

@@ -74,7 +74,8 @@ def _log_plan(settings: ParoptSettings, prepared: Prepared, url: str, study: "op
     if settings.total:
         plan = f"until the study holds {settings.n_trials} finished trials ({n_finished(study)} now)"
     else:
-        held = len(study.get_trials(deepcopy=False))
+        # Queued (WAITING) trials are among the ones this run runs.
+        held = sum(t.state.name != "WAITING" for t in study.get_trials(deepcopy=False))
         plan = (f"{settings.n_trials} more trial(s) in this run (-nt counts this run's trials; "
                 f"the study will hold {held + settings.n_trials})")
     seed = "unseeded" if settings.sampler_seed is None else f"seed {settings.sampler_seed}"
