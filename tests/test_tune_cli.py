@@ -70,3 +70,14 @@ def test_help_says_what_nt_counts(capsys: pytest.CaptureFixture[str]) -> None:
     text = " ".join(capsys.readouterr().out.split())
     assert "trials THIS RUN adds to the study (failed and pruned ones included), not the study's total" in text
     assert "seed of the TPE sampler (default 42)" in text and "--enqueue PARAMFILE" in text
+
+
+def test_an_interrupted_run_says_what_to_rerun(data: dict[str, Path], tmp_path: Path) -> None:
+    from gru4rec.tune.runner import _resume_hint
+    from tune_helpers import settings
+
+    hint = _resume_hint(settings(data, tmp_path, n_trials=50), finished_before=20)
+    assert hint == ("interrupted; the study keeps its finished trials: rerun with '-nt 70 --total' to finish this run's "
+                    "plan (70 finished trials in the study); the same command would run 50 more")
+    assert "rerun the same command to continue until it holds 70" in _resume_hint(
+        settings(data, tmp_path, n_trials=70, total=True), finished_before=20)
