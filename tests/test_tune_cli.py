@@ -44,6 +44,7 @@ def test_reruns_extend_the_study_and_print_both_counts(data: dict[str, Path], tm
     assert "Starting study 'again' in sqlite:///" in first and ": no trials so far" in first
     assert "1 more trial(s) in this run (-nt counts this run's trials; the study will hold 1)" in first
     assert "TPE sampler seed 42" in first  # seeded by default
+    assert "Heartbeat every 60 s: the trial of a worker killed anywhere is run again once silent for 180 s" in first
     assert f"Watch it live: optuna-dashboard 'sqlite:///{(out / 'paropt.db').resolve()}'  (study 'again')" in first
     # The same command again: the study has finished, and it extends it.
     assert main(args) == 0

@@ -72,6 +72,14 @@ def test_files_that_are_not_this_studys_reports_are_never_overwritten(tmp_path: 
     paths["best_json"].write_text('{"layers": [64]}\n')
     with pytest.raises(ReportConflict, match=r"s\.best\.json was changed after paropt wrote it.*no trial was run"):
         check_reports(paths, OWNER, force=False)
+    # A file the study's summary does not list (this study never wrote one there).
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    unlisted = output_paths(fresh, "s")
+    write_reports(unlisted, OWNER, _render("one", ("trials_csv", "trials_json")), force=False)
+    unlisted["best_json"].write_text('{"layers": [64]}\n')
+    with pytest.raises(ReportConflict, match=r"s\.best\.json is not a report of this study \(no s\.summary\.json lists it\)"):
+        check_reports(unlisted, OWNER, force=False)
     # A user's own file that no summary lists, and a summary that is not paropt's.
     mine = tmp_path / "mine"
     mine.mkdir()

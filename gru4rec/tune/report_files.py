@@ -125,9 +125,10 @@ def _conflicts(paths: Mapping[str, Path], owner: ReportOwner) -> list[str]:
     for key, path in existing.items():
         if key == "summary":
             continue
-        if recorded is None:
+        listed = _recorded_digests(summary, key)
+        if recorded is None or not listed:
             problems.append(f"{path} is not a report of this study (no {summary_path.name} lists it)")
-        elif _file_digest(path) not in _recorded_digests(summary, key):
+        elif _file_digest(path) not in listed:
             problems.append(f"{path} was changed after paropt wrote it")
     return problems
 

@@ -30,7 +30,7 @@ from gru4rec.tune.reports import (
 )
 from gru4rec.tune.settings import ParoptSettings, metric_label
 from gru4rec.tune.space import join_params, trial_param_string
-from gru4rec.tune.storage import dashboard_command, redact
+from gru4rec.tune.storage import dashboard_command, has_heartbeat, redact
 from gru4rec.tune.study import (
     Prepared,
     find_study,
@@ -67,8 +67,8 @@ def _run_counts(study: "optuna.Study", run_id: str) -> dict[str, int]:
     return counts
 
 
-def _log_plan(settings: ParoptSettings, prepared: Prepared, url: str, study: "optuna.Study", resumed: bool,
-              pruning: bool) -> None:
+def _log_plan(settings: ParoptSettings, prepared: Prepared, storage: Any, url: str, study: "optuna.Study",
+              resumed: bool, pruning: bool) -> None:
     what = "Resuming" if resumed else "Starting"
     log.info(f"{what} study {prepared.study_name!r} in {redact(url)}: {_counts_text(state_counts(study))} so far")
     if settings.total:
@@ -81,6 +81,12 @@ def _log_plan(settings: ParoptSettings, prepared: Prepared, url: str, study: "op
     seed = "unseeded" if settings.sampler_seed is None else f"seed {settings.sampler_seed}"
     log.info(f"Running {plan} with {settings.workers} worker(s); objective {metric_label(settings)} "
              f"({settings.eval_mode}) on {settings.valid}; pruning {'on' if pruning else 'off'}; TPE sampler {seed}")
+    if has_heartbeat(storage):
+        log.info(f"Heartbeat every {settings.heartbeat_interval} s: the trial of a worker killed anywhere is run "
+                 f"again once silent for {settings.grace_period} s")
+    else:
+        log.info("This storage has no heartbeat: the trial of a killed local worker is run again, that of a "
+                 "process killed elsewhere stays RUNNING")
     log.info(f"Watch it live: {dashboard_command(url)}  (study {prepared.study_name!r})")
 
 
@@ -168,7 +174,7 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
                                 sampler or default_sampler, pruner or default_pruner)
     owner = ReportOwner(prepared.study_name, redact(url), study_uid(study))
     enqueue(study, queued)
-    _log_plan(settings, prepared, url, study, resumed, settings.pruning or pruner is not None)
+    _log_plan(settings, prepared, storage, url, study, resumed, settings.pruning or pruner is not None)
 
     run_id = uuid.uuid4().hex[:12]
     finished_before = n_finished(study)
