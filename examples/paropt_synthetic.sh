@@ -36,7 +36,7 @@ FIXED="loss=cross-entropy,constrained_embedding=True,logq=1.0,n_sample=256,n_epo
 $PYTHON "$ROOT/paropt.py" "$WORK/data/train_tr.tsv" "$WORK/data/train_valid.tsv" \
     -opf "$ROOT/paramspaces/gru4rec_xe_shared_parspace.json" -fp "$FIXED" \
     -nt "$N_TRIALS" --total -m 20 -pm mrr -e conservative -fm 1 5 10 20 \
-    --workers "$WORKERS" --prune-startup 2 --study-name synthetic_xe --out "$WORK/out" --force \
+    --workers "$WORKERS" --prune-startup 2 --study-name synthetic_xe --out "$WORK/out" \
     --final-test "$WORK/data/test.tsv"
 
 # 3. What it left: the best parameters as parameter files (JSON and the original's .py), every

@@ -96,3 +96,22 @@ def test_export_benchmarks_format_1_file_is_what_the_reader_reads(tmp_path: Path
     again = GRU4Rec.load(tmp_path / "m.pt", device="cpu")
     assert again.item_map.to_list() == [5, 7, 9]
     np.testing.assert_array_equal(again.score_sessions([[7, 9]]), model.score_sessions([[7, 9]]))
+
+
+def test_paropt_scale_counts_trials_per_hour_from_the_storage_timestamps(tmp_path: Path) -> None:
+    optuna = pytest.importorskip("optuna")
+    import datetime
+
+    paropt_scale = load("paropt_scale")
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(storage=url, study_name="s")
+    t0 = datetime.datetime(2026, 1, 1, 12, 0, 0)
+    # Three complete trials over 90 s (one of them 60 s long) and a failed one that does not count.
+    for start, seconds, state in ((0, 30, "COMPLETE"), (10, 60, "COMPLETE"), (60, 30, "COMPLETE"), (95, 5, "FAIL")):
+        trial = optuna.trial.create_trial(state=getattr(optuna.trial.TrialState, state),
+                                          value=1.0 if state == "COMPLETE" else None)
+        trial.datetime_start = t0 + datetime.timedelta(seconds=start)
+        trial.datetime_complete = t0 + datetime.timedelta(seconds=start + seconds)
+        study.add_trial(trial)
+    assert paropt_scale.trials_per_hour(url, "s") == {"complete": 3, "span_s": 90.0, "trials_per_hour": 120.0,
+                                                      "median_trial_s": 30.0}

@@ -265,9 +265,12 @@ def cli_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"train": train, "model": model}
 
 
-def _train_then_signal(argv: list[str], signum: int, *, after_line: str = "Epoch1 -->", delay: float = 0.3) -> tuple[int, str]:
+def _train_then_signal(argv: list[str], signum: int, *, after_line: str = "Checkpoint at end of epoch 1", delay: float = 0.1) -> tuple[int, str]:
     """Run ``gru4rec train`` in a subprocess, send it ``signum`` ``delay`` s after its stderr
-    shows ``after_line``; returns its exit code and stderr."""
+    shows ``after_line``; returns its exit code and stderr. The default line (logged at DEBUG:
+    ``argv`` needs ``-v``) comes after epoch 1's checkpoint is written, so that a signal sent then
+    lands inside epoch 2 however slow the machine is (a signal before that write would make it
+    the epoch-end checkpoint)."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, "-m", "gru4rec.cli", *argv], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
@@ -318,7 +321,7 @@ def test_a_killed_training_process_resumes_to_the_same_model(
     cli_run: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], signum: int, exit_code: int, timed: bool
 ) -> None:
     ck, model = tmp_path / "ck", tmp_path / "model.safetensors"
-    argv = ["train", str(cli_run["train"]), "-ps", CLI_PARAMS, "-d", "cpu", "--threads", "1",
+    argv = ["train", str(cli_run["train"]), "-ps", CLI_PARAMS, "-d", "cpu", "--threads", "1", "-v",
             "--checkpoint-dir", str(ck), "--save", str(model)]
     if timed:
         argv += ["--checkpoint-every", "0.005"]  # timed checkpoints before the signal's

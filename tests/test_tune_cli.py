@@ -1,5 +1,5 @@
-"""Tests of gru4rec.tune.cli: exit codes and one-line errors of paropt.py, and `gru4rec paropt`
-running the same command."""
+"""Tests of gru4rec.tune.cli: exit codes and one-line errors of paropt.py, `gru4rec paropt`
+running the same command, and what a rerun prints and refuses."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +19,8 @@ def test_command_lines(data: dict[str, Path], tmp_path: Path, capsys: pytest.Cap
     assert main([str(data["train"]), str(data["valid"]), "-opf", str(bad), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: invalid paramspace") and "line 1" in err and "Traceback" not in err
-    # Missing data: the same, before any storage is created.
-    assert main([str(tmp_path / "nope.tsv"), str(data["valid"]), "-opf", str(data["space"]), "--out", str(tmp_path / "m")]) == 2
+    # Missing data: a runtime error (1), before any storage is created.
+    assert main([str(tmp_path / "nope.tsv"), str(data["valid"]), "-opf", str(data["space"]), "--out", str(tmp_path / "m")]) == 1
     assert "nope.tsv: file not found" in capsys.readouterr().err and not (tmp_path / "m").exists()
     # `gru4rec paropt` runs the same command.
     from gru4rec import cli
@@ -33,3 +33,52 @@ def test_command_lines(data: dict[str, Path], tmp_path: Path, capsys: pytest.Cap
     assert "Best parameters: loss=cross-entropy,n_sample=16,n_epochs=2,logq=1.0,layers=" in printed
     assert "Recall@5: " in printed and "MRR@10: " in printed
     assert (out / "cli.best.json").is_file() and (out / "cli.best.py").is_file() and (out / "paropt.db").is_file()
+
+
+def test_reruns_extend_the_study_and_print_both_counts(data: dict[str, Path], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    args = [*cli_args(data, out=str(out), study_name="again"), "-nt", "1", "--no-pruning"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert "Starting study 'again' in sqlite:///" in first and ": no trials so far" in first
+    assert "1 more trial(s) in this run (-nt counts this run's trials; the study will hold 1)" in first
+    assert "TPE sampler seed 42" in first  # seeded by default
+    assert "Heartbeat every 60 s: the trial of a worker killed anywhere is run again once silent for 180 s" in first
+    assert f"Watch it live: optuna-dashboard 'sqlite:///{(out / 'paropt.db').resolve()}'  (study 'again')" in first
+    # The same command again: the study has finished, and it extends it.
+    assert main(args) == 0
+    second = capsys.readouterr().out
+    assert "Resuming study 'again'" in second and ": 1 trial (1 COMPLETE) so far" in second
+    assert "the study will hold 2" in second
+    assert "This run: 1 trial (1 COMPLETE) in " in second and "study 'again': 2 trials (2 COMPLETE)" in second
+    # The same study name in another storage: a runtime error (1) that says whose the files are
+    # and that nothing happened; the files stay as they were.
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    other = tmp_path / "other.db"
+    assert main([*args, "--storage", str(other), "--seed", "7"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: the reports ") and err.count("\n") == 1
+    assert f"belong to study 'again' in sqlite:///{(out / 'paropt.db').resolve()}, not to this run's new study 'again' in " \
+           f"sqlite:///{other.resolve()}" in err
+    assert "Nothing was overwritten and no trial was run" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_help_says_what_nt_counts(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "trials THIS RUN adds to the study (failed and pruned ones included), not the study's total" in text
+    assert "seed of the TPE sampler (default 42)" in text and "--enqueue PARAMFILE" in text
+
+
+def test_an_interrupted_run_says_what_to_rerun(data: dict[str, Path], tmp_path: Path) -> None:
+    from gru4rec.tune.runner import _resume_hint
+    from tune_helpers import settings
+
+    hint = _resume_hint(settings(data, tmp_path, n_trials=50), finished_before=20)
+    assert hint == ("interrupted; the study keeps its finished trials: rerun with '-nt 70 --total' to finish this run's "
+                    "plan (70 finished trials in the study); the same command would run 50 more")
+    assert "rerun the same command to continue until it holds 70" in _resume_hint(
+        settings(data, tmp_path, n_trials=70, total=True), finished_before=20)

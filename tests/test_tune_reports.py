@@ -1,6 +1,6 @@
 """Tests of gru4rec.tune.reports through a whole study: the best-parameter files reproduce the
 best trial's value, the final test matches an independent run, the exports hold every trial and
-existing outputs are kept without --force."""
+a rerun of the same study replaces its reports."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,6 @@ optuna = pytest.importorskip("optuna")
 from gru4rec import GRU4Rec, evaluate  # noqa: E402
 from gru4rec.config import Config  # noqa: E402
 from gru4rec.data.events import read_events  # noqa: E402
-from gru4rec.errors import Gru4RecError  # noqa: E402
 from gru4rec.tune import load_paramspace, run_study  # noqa: E402
 from tune_helpers import TrialState, data, settings, trials_of  # noqa: E402,F401 - data is a fixture
 
@@ -66,6 +65,18 @@ def test_three_trial_study_writes_best_parameters_that_reproduce_its_value(data:
     summary = json.loads(Path(report.files["summary"]).read_text())
     assert summary["best_trial"] == best.number and summary["final_test"]["recall"]["20"] == report.final["recall"]["20"]
 
-    # Outputs are not overwritten without --force.
-    with pytest.raises(Gru4RecError, match="--force"):
-        run_study(s)
+    assert summary["counts"] == {"COMPLETE": 3} and summary["this_run"]["counts"] == {"COMPLETE": 3}
+
+    # Extending the study is rerunning it: the reports are its own, so they are replaced.
+    again = run_study(settings(data, tmp_path, n_trials=1))
+    trials = trials_of(storage, report.study_name)
+    assert again.counts == {"COMPLETE": 4} and again.run_counts == {"COMPLETE": 1}
+    exported = json.loads(Path(again.files["trials_json"]).read_text())
+    assert [(r["number"], r["value"]) for r in exported] == [(t.number, t.value) for t in trials]
+    best = max(trials, key=lambda t: t.value)
+    summary = json.loads(Path(again.files["summary"]).read_text())
+    assert summary["counts"] == {"COMPLETE": 4} and summary["this_run"]["counts"] == {"COMPLETE": 1}
+    assert summary["best_trial"] == best.number and summary["best_value"] == best.value
+    assert Config.from_file(again.files["best_json"]) == Config.from_string(again.best_param_string)
+    # The final test ran for the best trial of the first run and names it.
+    assert report.final["best_trial"] == report.best_number and again.final is None

@@ -1,7 +1,8 @@
-"""Tests of gru4rec.tune.runner: worker processes sharing one study (SQLite and journal
-storages) and a worker that stops after too many failed trials in a row."""
+"""Tests of gru4rec.tune.runner: worker processes sharing one study (SQLite, a real PostgreSQL
+server and journal storages) and a worker that stops after too many failed trials in a row."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,12 +12,14 @@ import pytest
 optuna = pytest.importorskip("optuna")
 
 from gru4rec.tune import open_storage, parse_paramspace, run_study  # noqa: E402
-from tune_helpers import (  # noqa: E402,F401 - data is a fixture
+from tune_helpers import (  # noqa: E402,F401 - data and postgres are fixtures
     ROOT,
     TrialState,
     cli_args,
     data,
+    postgres,
     settings,
+    stop,
     subprocess_env,
     trials_of,
 )
@@ -36,6 +39,37 @@ def test_two_worker_processes_share_one_study(data: dict[str, Path], tmp_path: P
     assert all(t.state == TrialState.COMPLETE for t in trials)
     workers = [t.user_attrs["worker"] for t in trials]
     assert len(set(workers)) == 2 and sorted(workers.count(w) for w in set(workers)) == [3, 3]
+
+
+def test_two_commands_with_two_workers_each_share_one_postgresql_study(data: dict[str, Path], tmp_path: Path,
+                                                                       postgres: object) -> None:
+    url = postgres.url(postgres.new_database(), password="s3cret")  # type: ignore[attr-defined]
+    out = tmp_path / "out"  # shared: both commands write the study's reports here at their end
+    args = [*cli_args(data, storage=url, study_name="pg", out=str(out)), "-nt", "3", "--workers", "2"]
+    processes = [subprocess.Popen([sys.executable, str(ROOT / "paropt.py"), *args], env=subprocess_env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(2)]
+    try:
+        outputs = [p.communicate(timeout=300)[0].decode() for p in processes]
+    finally:
+        for p in processes:
+            stop(p)
+    assert [p.returncode for p in processes] == [0, 0], outputs
+    trials = trials_of(url, "pg")
+    # Exactly the 2 x 3 trials asked for, each number once, all finished.
+    assert [t.number for t in trials] == list(range(6)) and all(t.state == TrialState.COMPLETE for t in trials)
+    runs = [t.user_attrs["run"] for t in trials]
+    assert sorted(runs.count(r) for r in set(runs)) == [3, 3]
+    assert len({t.user_attrs["worker"] for t in trials}) == 4  # 2 commands x 2 worker processes
+    # The report of the last command to finish holds every trial's value as the storage has it.
+    exported = json.loads((out / "pg.trials.json").read_text())
+    assert [(r["number"], r["state"], r["value"]) for r in exported] == [(t.number, "COMPLETE", t.value) for t in trials]
+    summary = json.loads((out / "pg.summary.json").read_text())
+    assert summary["counts"] == {"COMPLETE": 6} and summary["this_run"]["counts"] == {"COMPLETE": 3}
+    assert summary["best_value"] == max(t.value for t in trials)
+    # The URL is printed for the dashboard, without the password.
+    for text in outputs:
+        assert "s3cret" not in text and "Watch it live: optuna-dashboard 'postgresql" in text and "postgres:***@" in text
+    assert "s3cret" not in (out / "pg.summary.json").read_text()
 
 
 def test_local_workers_on_a_journal_storage(data: dict[str, Path], tmp_path: Path) -> None:

@@ -23,6 +23,9 @@ from tune_helpers import data, settings  # noqa: E402,F401 - data is a fixture
         ({"workers": 0}, "--workers must be >= 1"),
         ({"threads": 0}, "--threads must be >= 1"),
         ({"fixed": "n_epochs=zero"}, "fixed parameters (-fp)"),
+        ({"heartbeat_interval": 0}, "--heartbeat-interval must be >= 1"),
+        ({"heartbeat_interval": 10, "grace_period": 10}, "--grace-period longer than it, got 10 and 10"),
+        ({"enqueue": ("nothere.py",)}, "--enqueue 'nothere.py': param file 'nothere.py' does not exist"),
     ],
 )
 def test_invalid_settings(data: dict[str, Path], tmp_path: Path, change: dict[str, object], message: str) -> None:

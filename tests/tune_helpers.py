@@ -7,7 +7,10 @@ reports are checked against models trained and evaluated independently in the te
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -15,7 +18,8 @@ optuna = pytest.importorskip("optuna")
 
 from gru4rec.data.events import write_events  # noqa: E402
 from gru4rec.datasets.synthetic import generate, time_split  # noqa: E402
-from gru4rec.tune import STORAGE_ENV, ParoptSettings  # noqa: E402
+from gru4rec.tune import STORAGE_ENV, ParoptSettings, open_storage  # noqa: E402
+from postgres_server import postgres  # noqa: E402,F401 - a fixture, for storage_url
 
 ROOT = Path(__file__).resolve().parents[1]
 TrialState = optuna.trial.TrialState
@@ -66,7 +70,9 @@ def settings(data: dict[str, Path], tmp: Path, **kw: object) -> ParoptSettings:
 
 
 def trials_of(storage: str, name: str) -> list[optuna.trial.FrozenTrial]:
-    return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+    """The trials of study ``name`` in the storage of URL ``storage`` (read independently of any run)."""
+    opened, _ = open_storage(storage)
+    return optuna.load_study(study_name=name, storage=opened).get_trials(deepcopy=False)
 
 
 def subprocess_env() -> dict[str, str]:
@@ -89,3 +95,53 @@ class AlwaysPrune(optuna.pruners.BasePruner):
     def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
         return True
 
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh storage URL: a SQLite file, and a database of a real PostgreSQL server
+    (tests/postgres_server.py; skipped where none can run)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'study.db'}"
+    server = request.getfixturevalue("postgres")
+    return str(server.url(server.new_database()))
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 240, process: "subprocess.Popen[bytes] | None" = None) -> object:
+    """Poll ``condition`` until it returns something true; fails after ``timeout`` seconds or when
+    ``process`` ends first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = condition()
+        except KeyError:  # the study does not exist yet
+            result = None
+        if result:
+            return result
+        if process is not None and process.poll() is not None:
+            output = process.stdout.read().decode() if process.stdout else ""
+            pytest.fail(f"the process ended (code {process.returncode}) before {what}:\n{output[-3000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def running_trial(storage: str, name: str, *, not_pid: int | None = None, only_pid: int | None = None) -> "optuna.trial.FrozenTrial | None":
+    """A RUNNING trial of the study whose worker process is (not) the given one, or None."""
+    for t in trials_of(storage, name):
+        worker = t.user_attrs.get("worker", "")
+        if t.state != TrialState.RUNNING or not worker:
+            continue
+        pid = int(worker.rsplit(":", 1)[1])
+        if (not_pid is None or pid != not_pid) and (only_pid is None or pid == only_pid):
+            return t
+    return None
+
+
+def stop(process: "subprocess.Popen[bytes]") -> None:
+    """Kill ``process`` if it still runs (test teardown, also after a failure)."""
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    if process.stdout:
+        process.stdout.close()

@@ -6,12 +6,18 @@ The original GRU4Rec tuned its published settings with Optuna, one trial at a ti
 * trials run in-process through the Python API (``GRU4Rec(config).fit(...)`` and ``evaluate``);
   each worker process reads TRAIN and VALID once and reuses the frames in all of its trials;
 * the study lives in an Optuna storage named by a URL (``--storage`` or the environment variable
-  ``GRU4REC_OPTUNA_STORAGE``), by default a SQLite file ``paropt.db`` in the output folder, so a
-  killed run resumes where it stopped (same ``--study-name``; the default name is derived from
-  the search space and the training file, so rerunning the same command resumes);
+  ``GRU4REC_OPTUNA_STORAGE``: SQLite, PostgreSQL or any SQLAlchemy URL, or ``journal:PATH`` for
+  Optuna's journal file), by default a SQLite file ``paropt.db`` in the output folder; the same
+  ``--study-name`` (the default name is derived from the search space and the training file)
+  continues the study, so extending a study — finished or killed — is rerunning its command;
 * several worker processes share one study through that storage, Optuna's own distributed
   mode: ``--workers W`` starts W local processes, and processes on other machines join by
   running the same command with the same ``--storage`` URL (e.g. PostgreSQL) and study name;
+* no trial is lost to a killed worker: the parent of a killed local worker marks its trial FAIL,
+  queues it again and replaces the worker; on RDB storages the heartbeat does the same for a
+  process killed anywhere (``--heartbeat-interval``, ``--grace-period``);
+* ``--enqueue PARAMFILE`` queues known-good parameters (the published best) as the first trials;
+* the TPE sampler is seeded (``--seed``, default 42) per trial: trial n draws from (seed, n);
 * after every epoch the validation metric is reported to Optuna so that a median pruner stops
   hopeless trials (``--no-pruning`` to disable);
 * a trial that fails (the loss diverges to NaN, out of memory, an invalid combination of
@@ -29,7 +35,8 @@ Search spaces are the original's JSON-lines format, one parameter per line
     {"name": "final_act", "dtype": "categorical", "values": ["elu-0.5", "elu-1", "linear"]}
 
 Trial counting (``-nt N``): by default, as in the original, N is the number of trials this run
-starts (failed and pruned ones included), split over its ``--workers``. With ``--total`` N is the
+starts (failed and pruned ones included, a trial queued again after its worker died counted
+once), split over its ``--workers``; the run prints both its own and the study's counts. With ``--total`` N is the
 size the study should reach: the run stops once the study holds N finished trials (COMPLETE or
 PRUNED), so a resumed run only runs the missing ones; failed trials do not count. Concurrent
 workers check the count after each trial, so with W workers the study can end up to W-1 trials
@@ -44,22 +51,28 @@ With ``--no-pruning`` the metric is only measured once, after the last epoch.
 Files in ``--out`` (STUDY = the study name): ``STUDY.best.json`` and ``STUDY.best.py`` (the fixed
 and the best searched parameters, readable with ``-pf``), ``STUDY.trials.csv`` and
 ``STUDY.trials.json`` (every trial: state, value, parameters, per-epoch values, fail reasons),
-``STUDY.summary.json`` (counts, best trial, final test), and ``paropt.db`` when the storage is
-the default. Existing files are only replaced with ``--force``. Every process that runs
-``paropt`` writes these at its end, so with several machines the last one to finish has them all.
+``STUDY.summary.json`` (owner, counts, best trial, final test), and ``paropt.db`` when the
+storage is the default. They are derived from the study's storage, so a rerun of the same study
+replaces them; files of another study or storage, or a user's own files, are never replaced
+without ``--force`` (:mod:`~gru4rec.tune.report_files`). Every process that runs ``paropt``
+writes these at its end, so with several machines the last one to finish has them all.
 
 The package, one concern per module: :mod:`~gru4rec.tune.space` (search spaces),
 :mod:`~gru4rec.tune.settings` (:class:`ParoptSettings`), :mod:`~gru4rec.tune.storage` (storage
-URLs), :mod:`~gru4rec.tune.study` (creating, checking and resuming a study),
-:mod:`~gru4rec.tune.objective` (one trial), :mod:`~gru4rec.tune.runner` (:func:`run_study` and its
-workers), :mod:`~gru4rec.tune.reports` (the output files), :mod:`~gru4rec.tune.final_test` and
-:mod:`~gru4rec.tune.cli` (the command line; ``python -m gru4rec.tune`` runs it too). None of them
-imports Optuna or torch before it is used, so importing this package is cheap.
+URLs, heartbeats), :mod:`~gru4rec.tune.study` (creating, checking and resuming a study),
+:mod:`~gru4rec.tune.sampler` (the per-trial seeded TPE), :mod:`~gru4rec.tune.enqueue`
+(``--enqueue``), :mod:`~gru4rec.tune.objective` (one trial), :mod:`~gru4rec.tune.workers` (the
+worker processes, recovering killed ones), :mod:`~gru4rec.tune.runner` (:func:`run_study`),
+:mod:`~gru4rec.tune.reports` (the reports' contents), :mod:`~gru4rec.tune.report_files` (their
+files and owner), :mod:`~gru4rec.tune.final_test` and :mod:`~gru4rec.tune.cli` (the command
+line; ``python -m gru4rec.tune`` runs it too). None of them imports Optuna or torch before it is
+used, so importing this package is cheap.
 """
 from __future__ import annotations
 
 from gru4rec.tune.cli import add_arguments, main, run, settings_from_args
-from gru4rec.tune.reports import StudyReport, best_param_dict, output_paths
+from gru4rec.tune.report_files import ReportConflict, output_paths
+from gru4rec.tune.reports import StudyReport, best_param_dict
 from gru4rec.tune.runner import MAX_CONSECUTIVE_FAILURES, run_study
 from gru4rec.tune.settings import DEFAULT_OUT, ParoptSettings
 from gru4rec.tune.space import ParamSpec, check_paramspace, load_paramspace, parse_paramspace, trial_param_string
@@ -70,6 +83,7 @@ __all__ = [
     "ParamSpec",
     "ParoptSettings",
     "StudyReport",
+    "ReportConflict",
     "parse_paramspace",
     "load_paramspace",
     "check_paramspace",

@@ -1,8 +1,12 @@
 """The command line of the search: ``python paropt.py`` and ``gru4rec paropt`` (the original's
 ``paropt.py`` flags plus the storage, parallel and pruning options).
 
-Exit codes: 0 done; 1 no trial completed or a worker stopped early; 2 invalid input (a one-line
-error, no traceback unless ``--debug``); 130 interrupted (rerun the same command to resume).
+Exit codes, as for every ``gru4rec`` command: 0 done; 1 a runtime error (a data file missing or
+bad, the storage unreachable, ``--out`` holding files that are not this study's reports) or a run
+that ended without a completed trial or with a worker stopped early; 2 a usage error (an invalid
+option, search space, fixed parameter or ``--enqueue`` file; a study of that name that optimises
+something else); 130 interrupted (the message says how to continue). Errors are one line, without
+a traceback unless ``--debug``.
 """
 from __future__ import annotations
 
@@ -10,10 +14,10 @@ import argparse
 import logging
 from typing import Sequence
 
-from gru4rec.errors import Gru4RecError
+from gru4rec.errors import ConfigError, Gru4RecError
 from gru4rec.tune.runner import run_study
 from gru4rec.tune.settings import DEFAULT_OUT, EVAL_MODES, METRICS, ParoptSettings
-from gru4rec.tune.storage import STORAGE_ENV
+from gru4rec.tune.storage import HEARTBEAT_GRACE_S, HEARTBEAT_INTERVAL_S, STORAGE_ENV
 
 __all__ = ["add_arguments", "main", "run", "settings_from_args"]
 
@@ -29,9 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-fp", "--fixed_parameters", metavar="PARAM_STRING", default="",
                         help="fixed parameters, e.g. 'loss=cross-entropy,constrained_embedding=True,n_epochs=10'")
     parser.add_argument("-nt", "--ntrials", metavar="NT", type=int, default=50,
-                        help="trials to run in this invocation (with --total: finished trials the study should hold); default 50")
+                        help="trials THIS RUN adds to the study (failed and pruned ones included), not the study's "
+                             "total: a rerun of the same command extends the study by NT more; default 50")
     parser.add_argument("--total", action="store_true",
-                        help="-nt counts the study's finished (COMPLETE+PRUNED) trials, so a resumed run only runs the missing ones")
+                        help="-nt is the study's total instead: run until the study holds NT finished "
+                             "(COMPLETE+PRUNED) trials, so a rerun after an interruption only runs the missing ones")
     parser.add_argument("-m", "--measure", metavar="AT", type=int, default=20, help="cutoff of the objective metric (default 20)")
     parser.add_argument("-fm", "--final_measure", metavar="AT", type=int, nargs="*", default=[20],
                         help="cutoffs of the final test (--final-test); default 20")
@@ -59,8 +65,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local worker processes sharing the study (default 1)")
     parser.add_argument("--threads", type=int, default=None, metavar="T",
                         help="torch threads per worker (default: 1 with several workers, else torch's default)")
-    parser.add_argument("--seed", type=int, default=None, dest="sampler_seed",
-                        help="seed of the TPE sampler (worker i uses seed+i; give distinct seeds on other machines)")
+    parser.add_argument("--seed", type=int, default=42, dest="sampler_seed",
+                        help="seed of the TPE sampler (default 42): trial n draws from (seed, n), so the same command "
+                             "on a new study proposes the same trials and no two trials draw alike")
+    parser.add_argument("--enqueue", action="append", default=[], metavar="PARAMFILE",
+                        help="queue the searched values of a parameter file (e.g. paramfiles/*_best.py) as one of the "
+                             "first trials; repeatable; its fixed (-fp) values must agree")
+    parser.add_argument("--heartbeat-interval", type=int, default=HEARTBEAT_INTERVAL_S, metavar="S",
+                        help=f"seconds between a running trial's heartbeats in an RDB storage (default {HEARTBEAT_INTERVAL_S})")
+    parser.add_argument("--grace-period", type=int, default=HEARTBEAT_GRACE_S, metavar="S",
+                        help="seconds without a heartbeat after which a trial (its worker killed) is marked FAIL and "
+                             f"queued again (default {HEARTBEAT_GRACE_S})")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="start no new trial after S seconds")
     parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
@@ -74,7 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a run folder per trial in DIR/<study>/trial-NNNNN (config.json, epochs.jsonl, "
                              "metrics.json on VALID with breakdowns, command.txt to retrain it; no model file), "
                              "for 'gru4rec report'")
-    parser.add_argument("--force", action="store_true", help="overwrite existing output files")
+    parser.add_argument("--force", action="store_true",
+                        help="replace files in --out that are not this study's reports (a rerun of the same study "
+                             "replaces its own reports without it)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show Optuna's own log messages")
 
 
@@ -109,16 +126,18 @@ def settings_from_args(args: argparse.Namespace) -> ParoptSettings:
         final_test=args.final_test,
         early_stop=args.early_stop,
         run_dirs=args.run_dirs,
+        enqueue=tuple(args.enqueue or ()),
+        heartbeat_interval=args.heartbeat_interval,
+        grace_period=args.grace_period,
         force=args.force,
         verbose=args.verbose,
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run paropt for parsed arguments; returns the exit code.
+    """Run paropt for parsed arguments; returns the exit code (see the module).
 
-    0: done; 1: no trial completed or a worker stopped early; 2: invalid input (one-line error
-    on stderr; with ``args.debug`` the exception propagates); 130: interrupted.
+    An error is one line on stderr; with ``args.debug`` the exception propagates.
     """
     try:
         report = run_study(settings_from_args(args))
@@ -126,10 +145,9 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, "debug", False):
             raise
         log.error(str(exc))  # the default handler writes it as "error: ..." on stderr
-        return 2
+        return 2 if isinstance(exc, ConfigError) else 1
     except KeyboardInterrupt:
-        log.warning("interrupted; rerun the same command to resume the study")
-        return 130
+        return 130  # run_study said how to continue
     return 1 if report.problems else 0
 
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
     from gru4rec.config import Config
 
-__all__ = ["Objective", "TrialFailed", "quiet_training"]
+__all__ = ["Objective", "TrialFailed", "quiet_training", "worker_tag"]
 
 # The loggers of the training loop and of validation (the per-epoch lines); a trial silences
 # them unless verbose.
@@ -60,6 +60,11 @@ def _one_line(exc: BaseException, limit: int = 1000) -> str:
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return f"{type(exc).__name__}: {text}".rstrip(": ")
+
+
+def worker_tag(pid: int | None = None) -> str:
+    """``host:pid`` of the process ``pid`` (default: this one), the trials' ``worker`` attribute."""
+    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
 
 
 class _EpochReporter:
@@ -104,14 +109,16 @@ class Objective:
         train: "pd.DataFrame",
         valid: "pd.DataFrame",
         per_epoch: bool,
+        run_id: str = "",
     ) -> None:
         self.settings = settings
+        self.run_id = run_id
         self.space = list(space)
         self.base = base
         self.train = train
         self.valid = valid
         self.per_epoch = per_epoch
-        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        self.worker = worker_tag()
 
     @property
     def metric_key(self) -> str:
@@ -145,10 +152,13 @@ class Objective:
         optuna = import_optuna()
         from gru4rec.recommender import GRU4Rec
 
+        # Who runs the trial, first: a run counts its trials by "run", and the parent of a killed
+        # local worker finds the trial it was running by "worker".
+        trial.set_user_attr("run", self.run_id)
+        trial.set_user_attr("worker", self.worker)
         params = {spec.name: spec.suggest(trial) for spec in self.space}
         searched = trial_param_string(self.space, params)
         trial.set_user_attr("param_string", searched)
-        trial.set_user_attr("worker", self.worker)
         model = None
         reporter: _EpochReporter | None = None
         start = time.perf_counter()

@@ -27,7 +27,8 @@ class ParoptSettings:
     fixed: str = ""
     """Fixed parameters as a parameter string (``-fp``)."""
     n_trials: int = 50
-    """Trials to run (``-nt``); with ``total`` the number of finished trials the study should hold."""
+    """Trials this run adds to the study (``-nt``); with ``total`` the number of finished trials the
+    study should hold."""
     total: bool = False
     measure: int = 20
     """Cutoff of the objective (``-m``)."""
@@ -51,8 +52,9 @@ class ParoptSettings:
     """Median pruner: completed trials before any pruning."""
     prune_warmup: int = 1
     """Median pruner: epochs exempt from pruning (a trial can first be pruned after epoch warmup+1)."""
-    sampler_seed: int | None = None
-    """Seed of the TPE sampler (worker i uses seed + i); None: random."""
+    sampler_seed: int | None = 42
+    """Seed of the TPE sampler: trial n draws from a generator seeded with (seed, n), so the same
+    command on a new study proposes the same trials; None: unseeded."""
     timeout: float | None = None
     """Stop starting trials after this many seconds (per worker)."""
     out: str = DEFAULT_OUT
@@ -62,6 +64,12 @@ class ParoptSettings:
     its best epoch (the trial's value is that epoch's); None: train every epoch."""
     run_dirs: str | None = None
     """A run folder per trial under ``run_dirs/<study name>/trial-NNNNN`` (:mod:`gru4rec.runs`)."""
+    enqueue: tuple[str, ...] = ()
+    """Parameter files whose searched values are queued as the first trials (``--enqueue``)."""
+    heartbeat_interval: int = 60
+    """Seconds between the heartbeats a running trial writes to an RDB storage."""
+    grace_period: int = 180
+    """Seconds without a heartbeat after which another worker marks a trial FAIL and queues it again."""
     force: bool = False
     verbose: bool = False
 
@@ -86,6 +94,11 @@ class ParoptSettings:
             problems.append("--prune-startup and --prune-warmup must be >= 0")
         if self.early_stop is not None and self.early_stop < 1:
             problems.append(f"--early-stop must be >= 1, got {self.early_stop}")
+        if self.heartbeat_interval < 1 or self.grace_period <= self.heartbeat_interval:
+            problems.append(
+                f"--heartbeat-interval must be >= 1 and --grace-period longer than it, got "
+                f"{self.heartbeat_interval} and {self.grace_period} (a shorter grace period fails live trials)"
+            )
         if self.timeout is not None and self.timeout <= 0:
             problems.append(f"--timeout must be > 0, got {self.timeout}")
         try:

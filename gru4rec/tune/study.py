@@ -5,6 +5,7 @@ resumed run optimises the same thing, and opening (creating or resuming) the stu
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,10 +26,12 @@ __all__ = [
     "default_study_name",
     "make_sampler_pruner",
     "n_finished",
+    "find_study",
     "open_study",
     "prepare",
     "state_counts",
     "study_identity",
+    "study_uid",
 ]
 
 # Study user attribute recording what the study optimises, checked when a study is resumed.
@@ -82,11 +85,13 @@ def prepare(settings: ParoptSettings) -> Prepared:
     return Prepared(space=space, base=base, keys=keys, study_name=name, storage_url=url)
 
 
-def make_sampler_pruner(settings: ParoptSettings, worker: int) -> tuple[Any, Any]:
-    """The default sampler (TPE, seeded per worker) and pruner (median, or none) of ``worker``."""
+def make_sampler_pruner(settings: ParoptSettings) -> tuple[Any, Any]:
+    """The default sampler (TPE, seeded per trial: :mod:`gru4rec.tune.sampler`) and pruner
+    (median, or none)."""
     optuna = import_optuna()
-    seed = None if settings.sampler_seed is None else settings.sampler_seed + worker
-    sampler = optuna.samplers.TPESampler(seed=seed)
+    from gru4rec.tune.sampler import PerTrialSeededTPE
+
+    sampler = PerTrialSeededTPE(settings.sampler_seed)
     if settings.pruning:
         pruner = optuna.pruners.MedianPruner(n_startup_trials=settings.prune_startup, n_warmup_steps=settings.prune_warmup)
     else:
@@ -121,7 +126,8 @@ def open_study(
 
     Refuses to resume a study that optimises something else (other space, fixed parameters,
     metric, cutoff or tie mode) or that was not made by this tool, since mixing trials of
-    different objectives would make the best trial meaningless.
+    different objectives would make the best trial meaningless. A new study gets a random id
+    (:func:`study_uid`) that its report files record as their owner.
     """
     optuna = import_optuna()
     study = optuna.create_study(
@@ -137,7 +143,7 @@ def open_study(
             )
         if study.direction != optuna.study.StudyDirection.MAXIMIZE:
             raise ConfigError(f"study {name!r} exists and minimises; choose another --study-name")
-        study.set_user_attr(_STUDY_ATTR, identity)
+        study.set_user_attr(_STUDY_ATTR, {**identity, "uid": uuid.uuid4().hex})
         return study, False
     differences = [
         f"{key}: study has {recorded.get(key)!r}, this run has {identity[key]!r}"
@@ -149,7 +155,25 @@ def open_study(
             f"study {name!r} in this storage optimises something else; use another --study-name "
             "(or the same settings) to resume it:\n" + "\n".join(f"  - {d}" for d in differences)
         )
+    if not recorded.get("uid"):  # a study made before studies had ids
+        study.set_user_attr(_STUDY_ATTR, {**recorded, "uid": uuid.uuid4().hex})
     return study, n_trials > 0
+
+
+def find_study(storage: Any, name: str) -> "optuna.Study | None":
+    """The study ``name`` in ``storage``, or None when there is none (nothing is created)."""
+    optuna = import_optuna()
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return None
+
+
+def study_uid(study: "optuna.Study") -> str | None:
+    """The id :func:`open_study` gave the study (None for a study not made by paropt): the owner
+    its report files record, so that a rerun tells its own reports from another study's."""
+    recorded = study.user_attrs.get(_STUDY_ATTR)
+    return recorded.get("uid") if isinstance(recorded, dict) else None
 
 
 def default_study_name(paramspace: str | os.PathLike[str], train: str | os.PathLike[str]) -> str:
