@@ -56,12 +56,14 @@ storage is the default. They are derived from the study's storage, so a rerun of
 replaces them; files of another study or storage, or a user's own files, are never replaced
 without ``--force`` (:mod:`~gru4rec.tune.report_files`). Every process that runs ``paropt``
 writes these at its end, so with several machines the last one to finish has them all.
+``STUDY.trials.json`` also carries a study to another machine: ``--add-trials`` it there and the
+study continues (:mod:`~gru4rec.tune.trial_import`).
 
 The package, one concern per module: :mod:`~gru4rec.tune.space` (search spaces),
 :mod:`~gru4rec.tune.settings` (:class:`ParoptSettings`), :mod:`~gru4rec.tune.storage` (storage
 URLs, heartbeats), :mod:`~gru4rec.tune.study` (creating, checking and resuming a study),
 :mod:`~gru4rec.tune.sampler` (the per-trial seeded TPE), :mod:`~gru4rec.tune.enqueue`
-(``--enqueue``), :mod:`~gru4rec.tune.objective` (one trial), :mod:`~gru4rec.tune.workers` (the
+(``--enqueue``), :mod:`~gru4rec.tune.trial_import` (``--add-trials``), :mod:`~gru4rec.tune.objective` (one trial), :mod:`~gru4rec.tune.workers` (the
 worker processes, recovering killed ones), :mod:`~gru4rec.tune.runner` (:func:`run_study`),
 :mod:`~gru4rec.tune.reports` (the reports' contents), :mod:`~gru4rec.tune.report_files` (their
 files and owner), :mod:`~gru4rec.tune.final_test` and :mod:`~gru4rec.tune.cli` (the command

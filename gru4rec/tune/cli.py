@@ -71,6 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--enqueue", action="append", default=[], metavar="PARAMFILE",
                         help="queue the searched values of a parameter file (e.g. paramfiles/*_best.py) as one of the "
                              "first trials; repeatable; its fixed (-fp) values must agree")
+    parser.add_argument("--add-trials", action="append", default=[], metavar="TRIALS_JSON",
+                        help="continue a study from its export (STUDY.trials.json, e.g. from another machine): its "
+                             "finished trials are added as they were, its unfinished ones queued again; repeatable")
     parser.add_argument("--heartbeat-interval", type=int, default=HEARTBEAT_INTERVAL_S, metavar="S",
                         help=f"seconds between a running trial's heartbeats in an RDB storage (default {HEARTBEAT_INTERVAL_S})")
     parser.add_argument("--grace-period", type=int, default=HEARTBEAT_GRACE_S, metavar="S",
@@ -127,6 +130,7 @@ def settings_from_args(args: argparse.Namespace) -> ParoptSettings:
         early_stop=args.early_stop,
         run_dirs=args.run_dirs,
         enqueue=tuple(args.enqueue or ()),
+        add_trials=tuple(args.add_trials or ()),
         heartbeat_interval=args.heartbeat_interval,
         grace_period=args.grace_period,
         force=args.force,

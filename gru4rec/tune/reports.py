@@ -113,6 +113,8 @@ def _trial_records(study: "optuna.Study", space: Sequence[ParamSpec]) -> list[di
                 "state": t.state.name,
                 "value": t.value,
                 "params": {k: specs[k].clean(v) if k in specs else v for k, v in t.params.items()},
+                # An enqueued trial that has not started holds its values here only.
+                "queued_params": t.system_attrs.get("fixed_params"),
                 "intermediate_values": {str(k): v for k, v in sorted(t.intermediate_values.items())},
                 "user_attrs": t.user_attrs,
                 "retry_of": t.system_attrs.get("failed_trial"),

@@ -1,5 +1,5 @@
-"""Running a study: :func:`run_study` opens (or creates) the study, queues the ``--enqueue``
-parameter files, runs this run's trials in its workers (:mod:`gru4rec.tune.workers`) and writes
+"""Running a study: :func:`run_study` opens (or creates) the study, adds the ``--add-trials``
+exports, queues the ``--enqueue`` parameter files, runs this run's trials in its workers (:mod:`gru4rec.tune.workers`) and writes
 what the study holds into ``--out`` (:mod:`gru4rec.tune.reports`,
 :mod:`gru4rec.tune.report_files`).
 
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from gru4rec.errors import DataError
 from gru4rec.tune._optuna import import_optuna
 from gru4rec.tune.enqueue import enqueue, read_enqueued
+from gru4rec.tune.trial_import import add_trials, read_trial_records
 from gru4rec.tune.final_test import final_test
 from gru4rec.tune.report_files import ReportOwner, check_reports, output_paths, write_reports
 from gru4rec.tune.reports import (
@@ -157,6 +158,8 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
     optuna.logging.set_verbosity(optuna.logging.WARNING if settings.verbose else optuna.logging.ERROR)
     prepared = prepare(settings)
     queued = [read_enqueued(path, prepared.space, prepared.base, settings.fixed) for path in settings.enqueue]
+    for path in settings.add_trials:  # an unreadable export fails now, before a study is created
+        read_trial_records(path)
     # Missing data fails now, before a study is created for it.
     for label, path in (("TRAIN", settings.train), ("VALID", settings.valid), ("--final-test", settings.final_test)):
         if path is not None and not Path(path).is_file():
@@ -173,6 +176,8 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
     study, resumed = open_study(storage, prepared.study_name, study_identity(settings, prepared),
                                 sampler or default_sampler, pruner or default_pruner)
     owner = ReportOwner(prepared.study_name, redact(url), study_uid(study))
+    for path in settings.add_trials:
+        add_trials(study, path, prepared.space)
     enqueue(study, queued)
     _log_plan(settings, prepared, storage, url, study, resumed, settings.pruning or pruner is not None)
 

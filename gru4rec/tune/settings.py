@@ -66,6 +66,8 @@ class ParoptSettings:
     """A run folder per trial under ``run_dirs/<study name>/trial-NNNNN`` (:mod:`gru4rec.runs`)."""
     enqueue: tuple[str, ...] = ()
     """Parameter files whose searched values are queued as the first trials (``--enqueue``)."""
+    add_trials: tuple[str, ...] = ()
+    """``STUDY.trials.json`` exports whose trials are added to the study (``--add-trials``)."""
     heartbeat_interval: int = 60
     """Seconds between the heartbeats a running trial writes to an RDB storage."""
     grace_period: int = 180
