@@ -20,7 +20,7 @@ import torch
 from gru4rec import GRU4Rec, evaluate
 from gru4rec.baselines import BaselineConfig, Pop
 from gru4rec.data import ItemMap, read_events
-from gru4rec.datasets.intents import ORACLE_FILE, IntentModel, generate_intents, write_intents
+from gru4rec.datasets.intents import ORACLE_FILE, IntentModel, IntentParams, generate_intents, write_intents
 from gru4rec.datasets.synthetic import time_split
 from gru4rec.errors import ConfigError, DataError
 
@@ -438,3 +438,14 @@ def test_write_and_generate_share_defaults() -> None:
     write = inspect.signature(write_intents).parameters
     for name, p in gen.items():
         assert write[name].default == p.default, name
+
+
+def test_parameters_are_one_object_and_a_misspelt_one_is_named() -> None:
+    base = IntentParams(n_sessions=300, n_items=100, n_intents=4, intent_size=20, seed=11)
+    a, _ = generate_intents(base)
+    b, _ = generate_intents(**{f: getattr(base, f) for f in ("n_sessions", "n_items", "n_intents", "intent_size", "seed")})
+    pd.testing.assert_frame_equal(a, b)
+    c, _ = generate_intents(base, seed=12)  # a change on top of an object
+    assert not a.equals(c)
+    with pytest.raises(ConfigError, match=r"unknown intents parameter\(s\) \['n_session'\]"):
+        generate_intents(n_session=5)

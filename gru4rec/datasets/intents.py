@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -48,7 +49,7 @@ from gru4rec.datasets.synthetic import SPLIT_FILES, time_split
 from gru4rec.errors import ConfigError, DataError
 from gru4rec.files import atomic_write
 
-__all__ = ["IntentModel", "generate_intents", "write_intents", "ORACLE_FILE", "DEFAULT_CUTOFFS"]
+__all__ = ["IntentModel", "IntentParams", "generate_intents", "write_intents", "ORACLE_FILE", "DEFAULT_CUTOFFS"]
 
 ORACLE_FILE = "oracle.json"
 _SECONDS_PER_DAY = 86_400
@@ -67,30 +68,65 @@ def _is_real(x: object) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _check_params(
-    *, n_sessions: Any, n_items: Any, n_intents: Any, intent_size: Any, intent_concentration: Any,
-    n_successors: Any, mix: Any, zipf_exponent: Any, prior_concentration: Any, mean_length: Any,
-    max_length: Any, n_days: Any, start_time: Any, seed: Any,
-) -> tuple[float, float, float]:
-    """Raise ConfigError naming the first bad parameter; return ``mix`` as three floats."""
-    _check(_is_int(n_sessions) and n_sessions >= 1, "n_sessions", n_sessions, "need an int >= 1")
-    _check(_is_int(n_items) and 2 <= n_items <= 900_000_000, "n_items", n_items, "need an int in [2, 900000000]")
-    _check(_is_int(n_intents) and n_intents >= 1, "n_intents", n_intents, "need an int >= 1")
-    _check(_is_int(intent_size) and 1 <= intent_size <= n_items, "intent_size", intent_size, f"need an int in [1, n_items={n_items}]")
-    _check(_is_real(intent_concentration) and intent_concentration > 0, "intent_concentration", intent_concentration, "need a number > 0")
-    _check(_is_int(n_successors) and 1 <= n_successors < n_items, "n_successors", n_successors, f"need an int in [1, n_items - 1={n_items - 1}]")
-    ok = isinstance(mix, (tuple, list)) and len(mix) == 3 and all(_is_real(w) and w >= 0 for w in mix)
-    _check(ok and abs(sum(mix) - 1.0) < 1e-9 and mix[2] > 0, "mix", mix,
-           "need three weights (a, b, c) >= 0 of T, phi_k and pop summing to 1, with c > 0")
-    _check(_is_real(zipf_exponent) and zipf_exponent > 0, "zipf_exponent", zipf_exponent, "need a number > 0 (popularity strictly decreasing)")
-    _check(_is_real(prior_concentration) and prior_concentration > 0, "prior_concentration", prior_concentration, "need a number > 0")
-    _check(_is_real(mean_length) and mean_length >= 2, "mean_length", mean_length, "need a number >= 2 (sessions have at least 2 events)")
-    _check(_is_int(max_length) and max_length >= 2, "max_length", max_length, "need an int >= 2")
-    _check(_is_real(n_days) and n_days > 0, "n_days", n_days, "need a number > 0")
-    _check(_is_int(start_time) and start_time >= 0, "start_time", start_time, "need an int >= 0 (unix seconds)")
-    _check(_is_int(seed) and seed >= 0, "seed", seed, "need an int >= 0")
-    a, b, c = (float(w) / float(sum(mix)) for w in mix)  # exactly normalised
-    return a, b, c
+@dataclass(frozen=True)
+class IntentParams:
+    """The generator's parameters (see the module docstring); checked when made: ConfigError
+    naming the first bad one. ``mix`` is kept exactly normalised."""
+
+    n_sessions: int = 20_000
+    n_items: int = 3_000
+    n_intents: int = 50
+    intent_size: int = 150
+    intent_concentration: float = 0.3
+    n_successors: int = 4
+    mix: tuple[float, float, float] = (0.2, 0.65, 0.15)
+    zipf_exponent: float = 1.0
+    prior_concentration: float = 10.0
+    mean_length: float = 6.0
+    max_length: int = 50
+    n_days: float = 30.0
+    start_time: int = 1_600_000_000
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        n_items, mix = self.n_items, self.mix
+        _check(_is_int(self.n_sessions) and self.n_sessions >= 1, "n_sessions", self.n_sessions, "need an int >= 1")
+        _check(_is_int(n_items) and 2 <= n_items <= 900_000_000, "n_items", n_items, "need an int in [2, 900000000]")
+        _check(_is_int(self.n_intents) and self.n_intents >= 1, "n_intents", self.n_intents, "need an int >= 1")
+        _check(_is_int(self.intent_size) and 1 <= self.intent_size <= n_items, "intent_size", self.intent_size,
+               f"need an int in [1, n_items={n_items}]")
+        _check(_is_real(self.intent_concentration) and self.intent_concentration > 0, "intent_concentration",
+               self.intent_concentration, "need a number > 0")
+        _check(_is_int(self.n_successors) and 1 <= self.n_successors < n_items, "n_successors", self.n_successors,
+               f"need an int in [1, n_items - 1={n_items - 1}]")
+        ok = isinstance(mix, (tuple, list)) and len(mix) == 3 and all(_is_real(w) and w >= 0 for w in mix)
+        _check(ok and abs(sum(mix) - 1.0) < 1e-9 and mix[2] > 0, "mix", mix,
+               "need three weights (a, b, c) >= 0 of T, phi_k and pop summing to 1, with c > 0")
+        _check(_is_real(self.zipf_exponent) and self.zipf_exponent > 0, "zipf_exponent", self.zipf_exponent,
+               "need a number > 0 (popularity strictly decreasing)")
+        _check(_is_real(self.prior_concentration) and self.prior_concentration > 0, "prior_concentration",
+               self.prior_concentration, "need a number > 0")
+        _check(_is_real(self.mean_length) and self.mean_length >= 2, "mean_length", self.mean_length,
+               "need a number >= 2 (sessions have at least 2 events)")
+        _check(_is_int(self.max_length) and self.max_length >= 2, "max_length", self.max_length, "need an int >= 2")
+        _check(_is_real(self.n_days) and self.n_days > 0, "n_days", self.n_days, "need a number > 0")
+        _check(_is_int(self.start_time) and self.start_time >= 0, "start_time", self.start_time,
+               "need an int >= 0 (unix seconds)")
+        _check(_is_int(self.seed) and self.seed >= 0, "seed", self.seed, "need an int >= 0")
+        object.__setattr__(self, "mix", tuple(float(w) / float(sum(mix)) for w in mix))
+
+    @classmethod
+    def of(cls, params: "IntentParams | None" = None, **changes: Any) -> "IntentParams":
+        """``params`` (default: the defaults) with ``changes``; ConfigError naming an unknown one."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ConfigError(f"unknown intents parameter(s) {unknown}; known: {sorted(known)}")
+        return replace(params or cls(), **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        """The parameters as plain JSON values (as ``oracle.json`` records them)."""
+        return {k: (list(v) if k == "mix" else v.item() if isinstance(v, np.generic) else v) for k, v in asdict(self).items()}
 
 
 def _dirichlet_rows(rng: np.random.Generator, alpha: float, shape: tuple[int, int], name: str) -> np.ndarray:
@@ -130,39 +166,24 @@ def _model(rng: np.random.Generator, n_items: int, n_intents: int, intent_size: 
     return IntentModel(item_ids, pop, phi, rho, indptr, succ.ravel().astype(np.int64), probs.ravel(), mix)
 
 
-def generate_intents(
-    n_sessions: int = 20_000,
-    n_items: int = 3_000,
-    n_intents: int = 50,
-    *,
-    intent_size: int = 150,
-    intent_concentration: float = 0.3,
-    n_successors: int = 4,
-    mix: tuple[float, float, float] = (0.2, 0.65, 0.15),
-    zipf_exponent: float = 1.0,
-    prior_concentration: float = 10.0,
-    mean_length: float = 6.0,
-    max_length: int = 50,
-    n_days: float = 30.0,
-    start_time: int = 1_600_000_000,
-    seed: int = 42,
-) -> tuple[pd.DataFrame, IntentModel]:
+def generate_intents(params: IntentParams | None = None, /, **changes: Any) -> tuple[pd.DataFrame, IntentModel]:
     """Generate an event log from the intent model (see the module docstring) and return it
     with the model: ``(events, model)``, events with int64 columns SessionId, ItemId, Time,
     ordered by session (in start-time order) and time.
 
-    Deterministic for a given ``seed`` and arguments. ``mix = (a, b, c)`` weighs the successor
-    table, the session's intent and global popularity. The defaults (about 120,000 events) train
-    10 epochs of GRU4Rec with 100 units in one to two minutes on one CPU core. Invalid arguments
-    raise ConfigError naming the parameter.
+    The parameters are an :class:`IntentParams` and/or its fields as keywords
+    (``generate_intents(n_sessions=5000, seed=3)``). Deterministic for given parameters. ``mix =
+    (a, b, c)`` weighs the successor table, the session's intent and global popularity. The
+    defaults (about 120,000 events) train 10 epochs of GRU4Rec with 100 units in one to two
+    minutes on one CPU core. Invalid parameters raise ConfigError naming the parameter.
     """
-    mix = _check_params(n_sessions=n_sessions, n_items=n_items, n_intents=n_intents, intent_size=intent_size,
-                        intent_concentration=intent_concentration, n_successors=n_successors, mix=mix,
-                        zipf_exponent=zipf_exponent, prior_concentration=prior_concentration, mean_length=mean_length,
-                        max_length=max_length, n_days=n_days, start_time=start_time, seed=seed)
-    rng = np.random.default_rng(seed)
-    model = _model(rng, int(n_items), int(n_intents), int(intent_size), float(intent_concentration),
-                   int(n_successors), mix, float(zipf_exponent), float(prior_concentration))
+    p = IntentParams.of(params, **changes)
+    n_sessions, mean_length, max_length = p.n_sessions, p.mean_length, p.max_length
+    n_days, start_time = p.n_days, p.start_time
+    mix: tuple[float, float, float] = p.mix  # type: ignore[assignment]
+    rng = np.random.default_rng(p.seed)
+    model = _model(rng, int(p.n_items), int(p.n_intents), int(p.intent_size), float(p.intent_concentration),
+                   int(p.n_successors), mix, float(p.zipf_exponent), float(p.prior_concentration))
     extra = rng.geometric(1.0 / (mean_length - 1.0), size=n_sessions) - 1
     lengths = np.minimum(2 + extra, max_length).astype(np.int64)
     items, _ = model.sample(lengths, rng)
@@ -192,26 +213,15 @@ def _flat_metrics(m: dict[str, Any], train_file: str) -> dict[str, Any]:
 
 def write_intents(
     out_dir: str | os.PathLike[str],
+    params: IntentParams | None = None,
+    /,
     *,
-    n_sessions: int = 20_000,
-    n_items: int = 3_000,
-    n_intents: int = 50,
-    intent_size: int = 150,
-    intent_concentration: float = 0.3,
-    n_successors: int = 4,
-    mix: tuple[float, float, float] = (0.2, 0.65, 0.15),
-    zipf_exponent: float = 1.0,
-    prior_concentration: float = 10.0,
-    mean_length: float = 6.0,
-    max_length: int = 50,
-    n_days: float = 30.0,
-    start_time: int = 1_600_000_000,
-    seed: int = 42,
     test_days: float = 1.0,
     cutoffs: int | Sequence[int] = DEFAULT_CUTOFFS,
     force: bool = False,
+    **changes: Any,
 ) -> dict[str, Path]:
-    """Generate an intents data set (see :func:`generate_intents` for the parameters) and write
+    """Generate an intents data set (``params`` and/or ``changes`` as in :func:`generate_intents`) and write
     the four TSVs of the public data sets (``train_full``, ``test``, ``train_tr``,
     ``train_valid``) and ``oracle.json`` into ``out_dir``.
 
@@ -224,11 +234,8 @@ def write_intents(
     ``force`` (DataError naming the first existing file, and nothing is written). Returns
     ``{name: path}`` for ``train_full``, ``test``, ``train_tr``, ``train_valid`` and ``oracle``.
     """
-    params = dict(n_sessions=n_sessions, n_items=n_items, n_intents=n_intents, intent_size=intent_size,
-                  intent_concentration=intent_concentration, n_successors=n_successors, mix=mix,
-                  zipf_exponent=zipf_exponent, prior_concentration=prior_concentration, mean_length=mean_length,
-                  max_length=max_length, n_days=n_days, start_time=start_time, seed=seed)
-    _check_params(**params)
+    spec = IntentParams.of(params, **changes)
+    n_days = spec.n_days
     _check(_is_real(test_days) and 0 < test_days < n_days / 2, "test_days", test_days, f"need a number in (0, n_days / 2 = {n_days / 2})")
     cut = check_cutoffs(cutoffs)
     out = Path(out_dir)
@@ -240,19 +247,18 @@ def write_intents(
         for p in paths.values():
             if p.exists():
                 raise DataError(f"{p}: file exists; pass force=True (--force) to overwrite it")
-    df, model = generate_intents(**params)  # type: ignore[arg-type]
+    df, model = generate_intents(spec)
     seconds = test_days * _SECONDS_PER_DAY
     train_full, test = time_split(df, seconds)
     train_tr, train_valid = time_split(train_full, seconds)
     frames = {"train_full": train_full, "test": test, "train_tr": train_tr, "train_valid": train_valid}
     for name, frame in frames.items():
         if len(frame) == 0:
-            raise DataError(f"{paths[name]}: the split would be empty (n_sessions={n_sessions}, "
+            raise DataError(f"{paths[name]}: the split would be empty (n_sessions={spec.n_sessions}, "
                             f"test_days={test_days}); use more sessions or fewer test days")
     report = {
         "generator": "gru4rec.datasets.intents",
-        "params": {k: (list(map(float, v)) if k == "mix" else v.item() if isinstance(v, np.generic) else v)
-                   for k, v in {**params, "test_days": test_days}.items()},
+        "params": {**spec.to_json(), "test_days": test_days},
         "mode": "conservative",
         "cutoffs": cut,
         "test": _flat_metrics(model.oracle_metrics(test, train_full["ItemId"].unique(), cut), "train_full.tsv"),
