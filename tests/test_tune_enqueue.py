@@ -42,12 +42,17 @@ def test_the_published_best_files_against_the_originals_spaces() -> None:
                            "dropout_p_hidden": 0.3, "momentum": 0.15, "sample_alpha": 0.3, "bpreg": 0.9,
                            "final_act": "elu-1"}
     assert digi.warnings == ()
+    # A study of shorter trials is seeded from the same file: n_epochs only warns.
+    short = _read(ROOT / "paramfiles" / "diginetica_bprmax_shared_512_best.py", BPRMAX_SPACE,
+                  fixed.replace("n_epochs=10", "n_epochs=4"))
+    assert short.params == digi.params
+    assert short.warnings == ("n_epochs=10: the trial trains for the study's n_epochs=4",)
 
 
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"n_epochs": 3}, "n_epochs=3 but the study fixes n_epochs=10 (-fp)"),
+        ({"n_sample": 1024}, "n_sample=1024 but the study fixes n_sample=2048 (-fp)"),
         ({"learning_rate": 0.0123}, "learning_rate=0.0123 has more digits than the space's step 0.005 (a trial would run 0.012)"),
         ({"layers": [100, 100]}, "layers=[100, 100]: the space searches one int, the file gives 2 values"),
         ({"loss": "bpr-max", "final_act": "elu-2"}, "final_act='elu-2' is not among the space's choices"),

@@ -5,7 +5,8 @@ the study's next trials (Optuna's ``enqueue_trial``), so that a search starts fr
 A parameter file describes a whole configuration, while a trial can only choose the searched
 parameters; the rest comes from ``-fp`` and the defaults. So a file is checked before anything is
 queued: a value the file gives for a fixed (``-fp``) parameter must agree with it (an error
-naming each that does not), a value for a parameter that is neither fixed nor searched should
+naming each that does not; ``n_epochs`` only warns, so that a published file seeds a study of
+shorter trials), a value for a parameter that is neither fixed nor searched should
 agree with the study's default (a warning: the trial runs the default), and a searched value
 must be one the trial can take (a categorical value among the choices, a number that the space's
 step does not round). A number outside the searched range or off its grid (the published rsc15
@@ -29,6 +30,10 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 __all__ = ["Enqueued", "enqueue", "read_enqueued"]
 
 log = logging.getLogger(__name__)
+
+# How long to train is the study's choice, not the configuration's: a published file (10 epochs)
+# seeds a study of shorter trials with a warning.
+_TRAINING_LENGTH = frozenset({"n_epochs"})
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,9 @@ def read_enqueued(path: str | os.PathLike[str], space: Sequence[ParamSpec], base
     for name in dict.fromkeys(given):
         if name in searched or name not in trial or trial[name] == wanted[name]:
             continue
-        if name in fixed_set:
+        if name in _TRAINING_LENGTH:
+            warnings.append(f"{name}={wanted[name]!r}: the trial trains for the study's {name}={trial[name]!r}")
+        elif name in fixed_set:
             problems.append(f"{name}={wanted[name]!r} but the study fixes {name}={trial[name]!r} (-fp)")
         else:
             warnings.append(f"{name}={wanted[name]!r} is neither fixed nor searched: the trial runs the default "
