@@ -43,10 +43,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from gru4rec.data.events import write_events
 from gru4rec.datasets.intent_model import DEFAULT_CUTOFFS, IntentModel, check_cutoffs
-from gru4rec.datasets.synthetic import SPLIT_FILES, time_split
-from gru4rec.errors import ConfigError, DataError
+from gru4rec.datasets.synthetic import split_frames, split_paths, write_splits
+from gru4rec.errors import ConfigError
 from gru4rec.files import atomic_write
 
 __all__ = ["IntentModel", "IntentParams", "generate_intents", "write_intents", "ORACLE_FILE", "DEFAULT_CUTOFFS"]
@@ -238,24 +237,10 @@ def write_intents(
     n_days = spec.n_days
     _check(_is_real(test_days) and 0 < test_days < n_days / 2, "test_days", test_days, f"need a number in (0, n_days / 2 = {n_days / 2})")
     cut = check_cutoffs(cutoffs)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise DataError(f"{out}: exists and is not a directory")
-    paths = {name.removesuffix(".tsv"): out / name for name in SPLIT_FILES}
-    paths["oracle"] = out / ORACLE_FILE
-    if not force:
-        for p in paths.values():
-            if p.exists():
-                raise DataError(f"{p}: file exists; pass force=True (--force) to overwrite it")
+    paths = split_paths(out_dir, force, extra={"oracle": ORACLE_FILE})
     df, model = generate_intents(spec)
-    seconds = test_days * _SECONDS_PER_DAY
-    train_full, test = time_split(df, seconds)
-    train_tr, train_valid = time_split(train_full, seconds)
-    frames = {"train_full": train_full, "test": test, "train_tr": train_tr, "train_valid": train_valid}
-    for name, frame in frames.items():
-        if len(frame) == 0:
-            raise DataError(f"{paths[name]}: the split would be empty (n_sessions={spec.n_sessions}, "
-                            f"test_days={test_days}); use more sessions or fewer test days")
+    frames = split_frames(df, test_days, paths, spec.n_sessions)
+    train_full, test, train_tr, train_valid = (frames[n] for n in ("train_full", "test", "train_tr", "train_valid"))
     report = {
         "generator": "gru4rec.datasets.intents",
         "params": {**spec.to_json(), "test_days": test_days},
@@ -264,8 +249,6 @@ def write_intents(
         "test": _flat_metrics(model.oracle_metrics(test, train_full["ItemId"].unique(), cut), "train_full.tsv"),
         "train_valid": _flat_metrics(model.oracle_metrics(train_valid, train_tr["ItemId"].unique(), cut), "train_tr.tsv"),
     }
-    out.mkdir(parents=True, exist_ok=True)
-    for name, frame in frames.items():
-        write_events(frame, paths[name], force=force)
+    write_splits(frames, paths, force)
     atomic_write(paths["oracle"], lambda tmp: tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8"))
     return paths

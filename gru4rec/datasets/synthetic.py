@@ -34,7 +34,7 @@ import pandas as pd
 from gru4rec.data.events import write_events
 from gru4rec.errors import ConfigError, DataError
 
-__all__ = ["generate", "write_synthetic", "time_split", "SPLIT_FILES"]
+__all__ = ["generate", "write_synthetic", "time_split", "split_paths", "split_frames", "write_splits", "SPLIT_FILES"]
 
 # Defaults sized so that 10 epochs of the default GRU4Rec train in about a minute on 2 cores.
 DEFAULT_N_SESSIONS = 25_000
@@ -218,17 +218,34 @@ def write_synthetic(
     ``train_valid``.
     """
     _check(test_days > 0, "test_days", test_days, "need > 0")
+    paths = split_paths(out_dir, force)
+    frames = split_frames(generate(n_sessions, n_items, seed), test_days, paths, n_sessions)
+    write_splits(frames, paths, force)
+    return paths
+
+
+def split_paths(out_dir: str | os.PathLike[str], force: bool, extra: dict[str, str] | None = None) -> dict[str, Path]:
+    """``{name: path}`` of the four split files (and of ``extra``: name -> file name) in
+    ``out_dir``, checked before anything is generated: DataError when ``out_dir`` is a file, or
+    (unless ``force``) naming the first file that exists."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise DataError(f"{out}: exists and is not a directory")
     paths = {name.removesuffix(".tsv"): out / name for name in SPLIT_FILES}
+    paths.update({name: out / file for name, file in (extra or {}).items()})
     if not force:
-        for p in paths.values():
-            if p.exists():
-                raise DataError(f"{p}: file exists; pass force=True (--force) to overwrite it")
-    df = generate(n_sessions, n_items, seed)
+        for path in paths.values():
+            if path.exists():
+                raise DataError(f"{path}: file exists; pass force=True (--force) to overwrite it")
+    return paths
+
+
+def split_frames(events: pd.DataFrame, test_days: float, paths: dict[str, Path], n_sessions: int) -> dict[str, pd.DataFrame]:
+    """The four splits of ``events``: test = sessions starting in the last ``test_days`` days,
+    the same rule on train_full for train_tr / train_valid; DataError naming a split that would
+    be empty."""
     seconds = test_days * _SECONDS_PER_DAY
-    train_full, test = time_split(df, seconds)
+    train_full, test = time_split(events, seconds)
     train_tr, train_valid = time_split(train_full, seconds)
     frames = {"train_full": train_full, "test": test, "train_tr": train_tr, "train_valid": train_valid}
     for name, frame in frames.items():
@@ -237,7 +254,11 @@ def write_synthetic(
                 f"{paths[name]}: the split would be empty (n_sessions={n_sessions}, test_days={test_days}); "
                 "use more sessions or fewer test days"
             )
-    out.mkdir(parents=True, exist_ok=True)
+    return frames
+
+
+def write_splits(frames: dict[str, pd.DataFrame], paths: dict[str, Path], force: bool) -> None:
+    """Write each split to its path (atomically, creating the folder)."""
+    next(iter(paths.values())).parent.mkdir(parents=True, exist_ok=True)
     for name, frame in frames.items():
         write_events(frame, paths[name], force=force)
-    return paths
