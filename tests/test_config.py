@@ -371,6 +371,7 @@ TUNED = {
     "diginetica_srgnn_xe_best": ("diginetica_srgnn_xe", 10),
     "tmall_srgnn_bprmax_best": ("tmall_srgnn_bprmax", 3),
     "tmall_srgnn_xe_best": ("tmall_srgnn_xe", 4),
+    "synthetic_intents_best": ("synthetic_intents_xe", 10),
 }
 
 
