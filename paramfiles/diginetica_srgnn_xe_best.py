@@ -4,7 +4,8 @@ Chosen by an Optuna study (gru4rec paropt, paramspaces/gru4rec_xe_shared_parspac
 objective MRR@20 on train_valid after training on train_tr, conservative ties, trials of 4
 epochs): trial 4, the best of 6 finished trials (12 started, 2026-12-03), validation MRR@20
 0.1766 (epochs 1-4: 0.1529, 0.1675, 0.1738, 0.1766; the enqueued published-shaped configuration
-with 512 units: 0.1760 in three times the time). n_epochs is the published 10: trained that long, validation MRR@20 reaches 0.1805, still rising slowly.
+with 512 units: 0.1760 in three times the time). n_epochs is the published 10: trained that
+long, validation MRR@20 reaches 0.1805, still rising slowly.
 Study: results/diginetica_srgnn_xe.trials.json.
 
 Read by gru4rec.config without being executed."""

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import signal
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -14,9 +13,6 @@ def python_sigint_handler() -> Iterator[None]:
     raises KeyboardInterrupt. A shell starts background jobs (``make test &``, ``nohup``, CI
     runners) with SIGINT ignored, and Python then keeps it ignored, so the Ctrl-C tests would
     test nothing there; the inherited handler is put back after each test."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
