@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import logging
 import os
@@ -78,6 +79,16 @@ def _answer(engine: Engine, answer: Answer, unknown: list[Any]) -> dict[str, Any
     }
 
 
+def freeze_startup_objects() -> None:
+    """Move every object alive now (the imported libraries, the model, the item map: ~235,000 at
+    the DIGINETICA size) out of the garbage collector's reach. A full collection otherwise scans
+    them all — about 100 ms, every few thousand requests — and every request in flight waits for
+    it: that was the whole p99 tail under load. Requests allocate little that lives on, so what
+    is collected afterwards stays small."""
+    gc.collect()
+    gc.freeze()
+
+
 def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: ServeSettings | None = None) -> FastAPI:
     """The app for ``model`` (a model file or a loaded ``GRU4Rec``) with ``settings``.
 
@@ -108,6 +119,7 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        freeze_startup_objects()
         batcher.start()
 
         async def log_activity() -> None:
