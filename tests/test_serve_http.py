@@ -4,6 +4,7 @@ TTL, the metrics, and concurrent requests in shared micro-batches."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import hashlib
 import time
@@ -141,6 +142,22 @@ def test_concurrent_requests_share_batches_and_keep_their_answers(model_file: tu
         for t, body in enumerate(answers):
             check_answer(body, recommend(model, clicks[: t + 1], 5))
     assert runs == 16 + 48 and batches < runs  # every request ran once, several per batch
+
+
+def test_the_start_up_objects_are_out_of_the_collectors_reach(model_file: tuple[GRU4Rec, Path]) -> None:
+    """A full garbage collection would scan the model and the libraries at every run (~100 ms
+    at the DIGINETICA size, a stall for every request in flight): the server freezes them when
+    it starts. Frozen objects are those gc.get_objects() no longer lists."""
+    gc.unfreeze()
+    app = create_app(model_file[1], ServeSettings(device="cpu"))
+    engine = app.state.engine
+
+    def tracked() -> bool:
+        return any(o is engine for o in gc.get_objects())
+
+    assert tracked()
+    with running(app):
+        assert not tracked() and gc.get_freeze_count() > 10_000
 
 
 BAD_REQUESTS = [
