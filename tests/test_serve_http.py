@@ -165,7 +165,11 @@ BAD_REQUESTS = [
     ("POST", "/v1/recommend", b"", 400, r"^the request body is empty"),
     ("POST", "/v1/recommend", b'{"items": ["\xff"]}', 400, r"^the request body is not UTF-8 text \(byte 12\)$"),
     ("POST", "/v1/recommend", b'{"items": [NaN]}', 400, r"^malformed JSON: NaN is not valid JSON"),
-    ("POST", "/v1/recommend", b"[" * 2000 + b"]" * 2000, 400, r"^malformed JSON: nested too deeply$"),
+    ("POST", "/v1/recommend", b"[" * 2000 + b"]" * 2000, 400, r"^malformed JSON: nested more than 32 levels deep$"),
+    ("POST", "/v1/recommend", b'{"items": ' + b"[" * 33 + b"]" * 33 + b"}", 400, r"^malformed JSON: nested more than 32 levels deep$"),
+    ("POST", "/v1/recommend", b'{"items": ' + b"[" * 31 + b"]" * 31 + b"}", 422, r"^items\[0\] must be an item id .*got an array$"),  # 32 levels: read
+    # 40 brackets inside a string id are no nesting: the body is read, and the id is unknown
+    ("POST", "/v1/recommend", b'{"items": [1, 2], "k": 0, "x": "' + b"[" * 40 + b'"}', 422, r"^unknown field 'x'"),
     ("POST", "/v1/recommend", b"[1, 2]", 422, r"^the body must be a JSON object, got an array$"),
     ("POST", "/v1/recommend", b'{"k": 3}', 422, r"^missing field 'items'$"),
     ("POST", "/v1/recommend", b'{"items": [], "kk": 3}', 422, r"^unknown field 'kk' \(fields: items, k, exclude_seen\)$"),

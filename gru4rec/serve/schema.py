@@ -7,6 +7,7 @@ type is simply unknown). JSON's ``true``/``false`` are not ids, and NaN/Infinity
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,20 +65,41 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+#: Deepest nesting of arrays and objects accepted in a body (a request needs 2). Python's own
+#: limit depends on its version (3.11's decoder fails near 1,000 levels, 3.12's does not), so the
+#: answer to a deep body must not.
+MAX_NESTING = 32
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _nesting(text: str) -> int:
+    """The deepest nesting of arrays and objects in ``text`` (brackets inside strings ignored)."""
+    depth = deepest = 0
+    for bracket in _BRACKET.findall(_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def parse_json(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object (400 when it is not JSON, 422 when it is not an object)."""
+    """The body as a JSON object (400 when it is not JSON or nested deeper than
+    :data:`MAX_NESTING`, 422 when it is not an object)."""
     if not body.strip():
         raise ApiError(400, "the request body is empty; send a JSON object")
     try:
         text = body.decode("utf-8")  # JSON on the wire is UTF-8 (RFC 8259)
     except UnicodeDecodeError as exc:
         raise ApiError(400, f"the request body is not UTF-8 text (byte {exc.start})") from None
+    # Counting brackets is cheap; only a body with many of them is scanned properly.
+    if text.count("[") + text.count("{") > MAX_NESTING and _nesting(text) > MAX_NESTING:
+        raise ApiError(400, f"malformed JSON: nested more than {MAX_NESTING} levels deep")
     try:
         value = json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:
         raise ApiError(400, f"malformed JSON: {exc}") from None
-    except RecursionError:
-        raise ApiError(400, "malformed JSON: nested too deeply") from None
+    except RecursionError:  # not reached below MAX_NESTING; kept for any decoder's own limit
+        raise ApiError(400, f"malformed JSON: nested more than {MAX_NESTING} levels deep") from None
     if not isinstance(value, dict):
         raise ApiError(422, f"the body must be a JSON object, got {_kind(value)}")
     return value
