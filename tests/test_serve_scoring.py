@@ -6,13 +6,38 @@ import numpy as np
 import pytest
 import torch
 
-from gru4rec.kernels.int8_scores import Int8Table, int8_kernels
+from gru4rec.kernels.build import KernelBuildError
+from gru4rec.kernels.cpu_features import cpu_flags
+from gru4rec.kernels.int8_scores import Int8Kernels, Int8Table, int8_kernels, load_int8_kernels
 from gru4rec.serve.scoring import CertifiedTopK, Float32TopK, make_topk
 
 torch.set_num_threads(1)
 
 kernels, why_not = int8_kernels()
 needs_kernel = pytest.mark.skipif(kernels is None, reason=f"the int8 kernel cannot be built here: {why_not}")
+
+_COMMON = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp"]
+#: The kernel's product code for other instruction sets than this CPU's best, built on purpose:
+#: every path must compute the same integers and hence the same certified answers.
+_PATHS = {"avx2": ["-mavx2", "-mfma"], "scalar": []}
+
+
+@pytest.fixture(scope="module", params=["native", "avx2", "scalar"])
+def built(request: pytest.FixtureRequest) -> Int8Kernels:
+    """The kernels as this machine builds them by default, and with the AVX2 and the plain C
+    products (where the CPU can run them)."""
+    if kernels is None:
+        pytest.skip(f"the int8 kernel cannot be built here: {why_not}")
+    if request.param == "native":
+        return kernels
+    if request.param == "avx2" and "avx2" not in cpu_flags().split():
+        pytest.skip("this CPU has no AVX2")
+    try:
+        built = load_int8_kernels(flag_sets=(_COMMON + _PATHS[request.param],))
+    except KernelBuildError as exc:
+        pytest.skip(f"cannot build the {request.param} path: {exc}")
+    assert built.simd == request.param
+    return built
 
 
 def trained_like(n: int, width: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -34,17 +59,17 @@ def numpy_topk(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor, k: int, exclud
     return order, scores[order]
 
 
-@needs_kernel
-@pytest.mark.parametrize("width", [64, 37])  # 37: the kernel's tail loop (not a multiple of 32)
-@pytest.mark.parametrize("batch", [1, 3, 6])  # 3, 6: query rows not a multiple of 4
-def test_bounds_hold_for_every_item(width: int, batch: int) -> None:
+@pytest.mark.parametrize("width", [64, 37])  # 37: columns padded to a whole group of 4
+@pytest.mark.parametrize("batch", [1, 3, 6, 17])  # 17: rows in 3 groups (6 + 6 + 5 on AVX-512)
+def test_bounds_hold_for_every_item(built: Int8Kernels, width: int, batch: int) -> None:
+    """900 items: the last block of 16 is padding for 12 of its slots."""
     g = torch.Generator().manual_seed(width + batch)
     w = torch.randn(900, width, generator=g) * torch.rand(900, 1, generator=g)
     w[5] = 0.0  # an all-zero row (scale 1, residual 0)
     b = torch.randn(900, generator=g)
     x = torch.randn(batch, width, generator=g) * 3
     x[0, :] = 0.0  # an all-zero query
-    table = Int8Table(kernels, w, b)
+    table = Int8Table(built, w, b)
     m = 40
     idx, upper = table.candidates(x, m)
     assert idx.shape == (batch, m) and bool((idx >= 0).all())
@@ -63,6 +88,63 @@ def test_bounds_hold_for_every_item(width: int, batch: int) -> None:
     assert bool((lower <= ref32.gather(1, idx)).all()) and bool((lower <= ref64.gather(1, idx)).all())
 
 
+def numpy_upper_bounds(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor) -> np.ndarray:
+    """The bound of int8_scores.c, computed independently in float64 from its definition: rows
+    quantised to 8 bits (scale max|w|/127), queries to 7 (scale max|x|/64), the exact integer
+    products, the Cauchy-Schwarz terms and float32's rounding allowance."""
+    w64, x64, b64 = w.double().numpy(), x.double().numpy(), b.double().numpy()
+    scale = torch.where(w.abs().amax(dim=1) > 0, w.abs().amax(dim=1) / 127.0, 1.0)  # float32, as stored
+    q = torch.round(w / scale[:, None]).clamp(-127, 127).double().numpy()
+    c = scale.double().numpy()
+    r, nqh, nw = (np.linalg.norm(v, axis=1) for v in (w64 - c[:, None] * q, c[:, None] * q, w64))
+    L = w.shape[1]
+    G = (L + 2) * 2.0**-24 / (1 - (L + 2) * 2.0**-24)
+    out = []
+    for xb in x64:
+        a = np.abs(xb).max() / 64 if np.abs(xb).max() > 0 else 1.0
+        p = np.clip(np.rint(xb / a), -64, 64)
+        f = xb - a * p
+        P = q @ p  # exact: integers below 2^53
+        delta = np.linalg.norm(a * p) * r + np.linalg.norm(f) * (nqh + r) + G * (np.abs(b64) + np.linalg.norm(xb) * nw)
+        out.append(a * c * P + b64 + delta * (1 + 1e-6))
+    return np.asarray(out)
+
+
+def test_upper_bounds_equal_a_numpy_reimplementation(built: Int8Kernels) -> None:
+    """Every term of the bound, not only its validity: a bound that dropped or halved a term
+    would still hold on most data (here the smallest term, float32's allowance, is ~7e-5; the
+    norms are stored rounded up to float32, hence 1e-6). All scores negative (bias -10): the table's padding items,
+    whose bound is 0, must still never be returned."""
+    g = torch.Generator().manual_seed(4)
+    n, width = 901, 40
+    w = torch.randn(n, width, generator=g) * torch.rand(n, 1, generator=g)
+    b = -10.0 - torch.rand(n, generator=g)
+    x = torch.randn(5, width, generator=g)
+    table = Int8Table(built, w, b)
+    idx, upper = table.candidates(x, 50)
+    assert bool((idx >= 0).all()) and bool((idx < n).all())
+    want = numpy_upper_bounds(w, b, x)
+    np.testing.assert_allclose(upper.double().numpy(), np.take_along_axis(want, idx.numpy(), axis=1), rtol=0, atol=1e-6)
+    # and they are the 50 largest of all items' bounds
+    np.testing.assert_allclose(np.sort(upper.double().numpy(), axis=1), np.sort(want, axis=1)[:, -50:], rtol=0, atol=1e-6)
+
+
+def test_a_row_is_certified_when_k_candidates_are_proven_above_the_rest(built: Int8Kernels) -> None:
+    """The rule from its definition, with candidates() and rescore(): with c candidates whose
+    lower bound is above the smallest candidate upper bound, k = c is certified and k = c + 1
+    is not."""
+    w, b, x = trained_like(3000, 48, 7)
+    table = Int8Table(built, w, b)
+    m = 64
+    idx, upper = table.candidates(x, m)
+    _, lower = table.rescore(x, idx)
+    proven = (lower > upper.min(dim=1, keepdim=True).values).sum(dim=1).tolist()
+    assert all(0 < c < m for c in proven)
+    none = [np.zeros(0, np.int64)] * len(proven)
+    assert table.topk(x, proven, none, m).certified.all()
+    assert not table.topk(x, [c + 1 for c in proven], none, m).certified.any()
+
+
 @needs_kernel
 def test_int8_table_rejects_bad_inputs() -> None:
     w = torch.randn(50, 8)
@@ -77,11 +159,10 @@ def test_int8_table_rejects_bad_inputs() -> None:
         table.rescore(torch.randn(1, 8), torch.tensor([[50]]))
 
 
-@needs_kernel
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_certified_topk_equals_brute_force(seed: int) -> None:
+def test_certified_topk_equals_brute_force(built: Int8Kernels, seed: int) -> None:
     w, b, x = trained_like(3000, 48, seed)
-    scorer = CertifiedTopK(Int8Table(kernels, w, b), Float32TopK(w, b), n_candidates=64, max_batch=8)
+    scorer = CertifiedTopK(Int8Table(built, w, b), Float32TopK(w, b), n_candidates=64, max_batch=8)
     rng = np.random.default_rng(seed)
     ks = [1, 5, 20, 7, 3, 10]
     exclude = [rng.choice(3000, size=n, replace=False) for n in (0, 3, 0, 10, 1, 0)]

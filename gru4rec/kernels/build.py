@@ -41,14 +41,18 @@ def kernel_cache_dir() -> Path:
     return Path(base) / "gru4rec"
 
 
-def build_library(cache_dir: Path | None = None, compiler: str | None = None, *, source: Path = _SOURCE) -> Path:
+def build_library(cache_dir: Path | None = None, compiler: str | None = None, *, source: Path = _SOURCE,
+                  flag_sets: tuple[list[str], ...] | None = None) -> Path:
     """The shared library of ``source`` (default ``cpu_kernels.c``) in the cache, compiled unless
-    the cache has this build. Raises :class:`KernelBuildError` saying why when it cannot."""
+    the cache has this build. ``flag_sets`` replaces the flag sets tried (the tests build the
+    kernels' other instruction-set paths this way). Raises :class:`KernelBuildError` saying why
+    when it cannot."""
+    flag_sets = _FLAG_SETS if flag_sets is None else flag_sets
     cc = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not cc:
         raise KernelBuildError("no C compiler found: set CC")
     cache = Path(cache_dir) if cache_dir is not None else kernel_cache_dir()
-    parts = [source.read_bytes(), repr(_FLAG_SETS).encode(), cc.encode(), platform.machine().encode(), cpu_flags().encode()]
+    parts = [source.read_bytes(), repr(flag_sets).encode(), cc.encode(), platform.machine().encode(), cpu_flags().encode()]
     key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
     target = cache / f"{source.stem}-{key}.so"
     if not target.exists():
@@ -56,15 +60,15 @@ def build_library(cache_dir: Path | None = None, compiler: str | None = None, *,
             cache.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise KernelBuildError(f"cannot create the kernel cache {cache}: {exc.strerror}") from None
-        _compile(cc, cache, source, target)
+        _compile(cc, cache, source, target, flag_sets)
     return target
 
 
-def _compile(cc: str, cache: Path, source: Path, target: Path) -> None:
+def _compile(cc: str, cache: Path, source: Path, target: Path, flag_sets: tuple[list[str], ...]) -> None:
     """Compile into a private file next to ``target``, then rename it into place (atomic: a
     concurrent process sees either no file or a whole one)."""
     errors = []
-    for flags in _FLAG_SETS:
+    for flags in flag_sets:
         try:
             fd, tmp = tempfile.mkstemp(dir=cache, prefix=".build-", suffix=".so")
         except OSError as exc:

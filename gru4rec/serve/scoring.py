@@ -106,29 +106,15 @@ class CertifiedTopK:
             result = self.exact(out, ks, exclude)
             self.counts["float32"] += B
             return result
-        idx, upper = self.table.candidates(out, m)
-        score, lower = self.table.rescore(out, idx)
-        pairs = _exclusion_pairs(exclude, idx.device)
-        if pairs is not None:
-            # An excluded candidate leaves the list; the bound outside the candidates stays valid.
-            n = self.table.n_items
-            excluded = torch.isin(idx + torch.arange(B).unsqueeze(1) * n, pairs[0] * n + pairs[1])
-            score.masked_fill_(excluded, -torch.inf)
-            lower.masked_fill_(excluded, -torch.inf)
-        outside = upper.min(dim=1).values  # every non-candidate's float32 score is at most this
-        kth_lower = lower.sort(dim=1, descending=True).values[torch.arange(B), torch.tensor(ks) - 1]
-        certified = kth_lower > outside
-        top = torch.topk(score, kmax, dim=1)
-        indices = idx.gather(1, top.indices).numpy()
-        values = top.values.numpy()
-        n_cert = int(certified.sum())
+        rows = self.table.topk(out, ks, exclude, m)  # one kernel call for the whole batch
+        indices, values = rows.indices, rows.scores
+        n_cert = int(rows.certified.sum())
         if n_cert < B:
-            rows = (~certified).nonzero().squeeze(1)
-            rows_np = rows.numpy()
-            redo = self.exact(out[rows], [ks[r] for r in rows_np], [exclude[r] for r in rows_np])
+            redo_rows = np.flatnonzero(~rows.certified)
+            redo = self.exact(out[torch.from_numpy(redo_rows)], [ks[r] for r in redo_rows], [exclude[r] for r in redo_rows])
             width = redo.indices.shape[1]
-            indices[rows_np, :width] = redo.indices
-            values[rows_np, :width] = redo.scores
+            indices[redo_rows, :width] = redo.indices
+            values[redo_rows, :width] = redo.scores
         self.counts["certified"] += n_cert
         self.counts["float32"] += B - n_cert
         return TopKResult(indices, values)
