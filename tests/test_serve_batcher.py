@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from serve_helpers import recommend, train_small  # noqa: E402 - skips without the serve extra
 
@@ -35,9 +37,19 @@ def assert_same(got: tuple[list[Any], list[float] | None], want: tuple[list[Any]
         np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("scoring", ["float32", "int8"])
-def test_one_batch_of_ragged_sessions_equals_recommend(model: GRU4Rec, scoring: str) -> None:
-    engine = Engine(model, scoring=scoring, candidates=16)
+CUDA = pytest.param("cuda", "float32", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")])
+
+
+@pytest.mark.parametrize("device,scoring", [("cpu", "float32"), ("cpu", "int8"), CUDA])
+def test_one_batch_of_ragged_sessions_equals_recommend(model: GRU4Rec, device: str, scoring: str, tmp_path: Path) -> None:
+    """On a GPU the same batch (one GRU step per position on the device, one product) gives the
+    CPU model's recommend()."""
+    served = model
+    if device != "cpu":
+        model.save(tmp_path / "model.safetensors")
+        served = GRU4Rec.load(tmp_path / "model.safetensors", device=device)
+    engine = Engine(served, scoring=scoring, candidates=16)
+    assert engine.topk.name == scoring
     ids = model.item_map.to_list()
     sessions = [[ids[4], ids[9], ids[4], ids[120]], [ids[7]], [], ["unknown", -5], [ids[33], "unknown", ids[2], ids[2], ids[8], ids[1]]]
     ks = [5, 1, 4, 6, 12]

@@ -13,6 +13,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
+import torch
 
 from serve_helpers import httpx, recommend, running, train_small  # noqa: E402 - skips without the serve extra
 
@@ -158,6 +159,25 @@ def test_the_start_up_objects_are_out_of_the_collectors_reach(model_file: tuple[
     assert tracked()
     with running(app):
         assert not tracked() and gc.get_freeze_count() > 10_000
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_server_on_cuda_answers_as_recommend_on_the_cpu(model_file: tuple[GRU4Rec, Path]) -> None:
+    """The model on the GPU (float32 scoring there), a session's clicks and stateless requests of
+    several lengths: the answers of the CPU model's recommend()."""
+    model, path = model_file
+    ids = model.item_map.to_list()
+    with running(create_app(path, ServeSettings(device="cuda", max_batch=64))) as url, \
+            httpx.Client(base_url=url, timeout=60) as client:
+        info = client.get("/v1/model").json()
+        assert info["device"].startswith("cuda") and info["scoring"] == "float32"
+        clicks = [ids[10], ids[11], "unknown-item", ids[10], ids[42]]
+        for t, item in enumerate(clicks):
+            body = client.post("/v1/sessions/gpu/events", json={"item": item, "k": 9, "exclude_seen": t == 3}).json()
+            check_answer(body, recommend(model, clicks[: t + 1], 9, t == 3))
+        for items in ([ids[5]], [ids[7], ids[9], ids[7]], [ids[i] for i in range(0, 60, 3)]):
+            check_answer(client.post("/v1/recommend", json={"items": items, "k": 12}).json(), recommend(model, items, 12))
 
 
 BAD_REQUESTS = [
