@@ -92,12 +92,16 @@ static void quantise_query(int64_t L, int64_t L4, double G, const float *x, int8
 }
 
 /* dots[t * BLOCK + j] = u_j . p_t for the BLOCK items of one block (ub: L4 * 64 bytes) and nr
- * query rows p_t = p + t * P. Called with a constant nr, so that the loops over t unroll. */
+ * query rows p_t = p + t * P. Called with a constant nr, so that the loops over t unroll. next,
+ * unless NULL, is the block to read after this one: every pass over this block asks for its
+ * lines (measured on a Zen 4 at 17 rows: 4.7 -> 4.1 ms; asking in the first pass only gained
+ * nothing, in the last pass half of that). */
 #if defined(__AVX512F__) && defined(__AVX512VNNI__)
 #define PATH "avx512-vnni"
 #define ROWS 8
 static inline __attribute__((always_inline)) void
-block_dots(const int nr, const uint8_t *restrict ub, const int8_t *restrict p, int64_t P, int64_t L4, int32_t *restrict dots)
+block_dots(const int nr, const uint8_t *restrict ub, const uint8_t *next, const int8_t *restrict p, int64_t P, int64_t L4,
+           int32_t *restrict dots)
 {
     /* vpdpbusd adds into its accumulator, so each accumulator is a chain of dependent
      * instructions: with fewer than 4 rows, every row gets 2 chains (even and odd groups) to keep
@@ -108,6 +112,10 @@ block_dots(const int nr, const uint8_t *restrict ub, const int8_t *restrict p, i
     int64_t g = 0;
     if (chains == 2)
         for (; g + 2 <= L4; g += 2) {
+            if (next) {
+                __builtin_prefetch(next + 64 * g);
+                __builtin_prefetch(next + 64 * g + 64);
+            }
             const __m512i v0 = _mm512_loadu_si512((const void *)(ub + 64 * g));
             const __m512i v1 = _mm512_loadu_si512((const void *)(ub + 64 * g + 64));
             for (int t = 0; t < nr; t++) {
@@ -119,6 +127,7 @@ block_dots(const int nr, const uint8_t *restrict ub, const int8_t *restrict p, i
             }
         }
     for (; g < L4; g++) {
+        if (next) __builtin_prefetch(next + 64 * g);
         const __m512i v = _mm512_loadu_si512((const void *)(ub + 64 * g));
         for (int t = 0; t < nr; t++) {
             int32_t pg;
@@ -132,12 +141,14 @@ block_dots(const int nr, const uint8_t *restrict ub, const int8_t *restrict p, i
 #define PATH "avx2"
 #define ROWS 4
 static inline __attribute__((always_inline)) void
-block_dots(const int nr, const uint8_t *restrict ub, const int8_t *restrict p, int64_t P, int64_t L4, int32_t *restrict dots)
+block_dots(const int nr, const uint8_t *restrict ub, const uint8_t *next, const int8_t *restrict p, int64_t P, int64_t L4,
+           int32_t *restrict dots)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i lo[ROWS], hi[ROWS]; /* items 0-7 and 8-15 */
     for (int t = 0; t < nr; t++) lo[t] = hi[t] = _mm256_setzero_si256();
     for (int64_t g = 0; g < L4; g++) {
+        if (next) __builtin_prefetch(next + 64 * g);
         const __m256i v0 = _mm256_loadu_si256((const __m256i *)(ub + 64 * g));
         const __m256i v1 = _mm256_loadu_si256((const __m256i *)(ub + 64 * g + 32));
         for (int t = 0; t < nr; t++) {
@@ -157,8 +168,10 @@ block_dots(const int nr, const uint8_t *restrict ub, const int8_t *restrict p, i
 #define PATH "scalar"
 #define ROWS 4
 static inline __attribute__((always_inline)) void
-block_dots(const int nr, const uint8_t *restrict ub, const int8_t *restrict p, int64_t P, int64_t L4, int32_t *restrict dots)
+block_dots(const int nr, const uint8_t *restrict ub, const uint8_t *next, const int8_t *restrict p, int64_t P, int64_t L4,
+           int32_t *restrict dots)
 {
+    for (int64_t g = 0; next && g < L4; g++) __builtin_prefetch(next + 64 * g);
     for (int t = 0; t < nr; t++) {
         int32_t acc[BLOCK] = {0};
         for (int64_t g = 0; g < L4; g++)
@@ -219,9 +232,49 @@ static inline float round_up_f32(double v)
     return f;
 }
 
+/* Push the items of a block whose bounds up[j] (j in mask) are above the heap's smallest (rare once
+ * the heap is full). Items >= N are the table's padding. */
+static inline void push_above(const double *up, uint32_t mask, int64_t i0, int64_t N, heap_t *h)
+{
+    double thr = heap_threshold(h);
+    for (int j = 0; mask; j++, mask >>= 1) {
+        if ((mask & 1) && up[j] > thr && i0 + j < N) {
+            heap_push(h, round_up_f32(up[j]), i0 + j);
+            thr = heap_threshold(h);
+        }
+    }
+}
+
 /* The upper bounds of one block's items (i0 .. i0 + BLOCK - 1) for one query row, and the heap
- * pushes of those above the heap's smallest (rare once the heap is full). Items >= N are the
- * table's padding. */
+ * pushes of those above the heap's smallest. */
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+static inline void block_bounds(const int32_t *restrict dot, int64_t i0, int64_t N, const query_t *qt, double G,
+                                const float *restrict c, const float *restrict bias, const float *restrict r,
+                                const float *restrict nqh, const float *restrict nw, heap_t *h)
+{
+    /* 8 items per vector of doubles; the mask of the items above the heap's smallest decides
+     * whether anything is pushed at all */
+    const __m512d a = _mm512_set1_pd(qt->a), s = _mm512_set1_pd(qt->s), k1 = _mm512_set1_pd(qt->k1),
+                  k2 = _mm512_set1_pd(qt->k2), k3 = _mm512_set1_pd(qt->k3), g = _mm512_set1_pd(G),
+                  widen = _mm512_set1_pd(1.0 + 1e-6), thr = _mm512_set1_pd(heap_threshold(h));
+    double up[BLOCK];
+    uint32_t mask = 0;
+    for (int half = 0; half < BLOCK / 8; half++) {
+        const int64_t i = i0 + 8 * half;
+        const __m512d bj = _mm512_cvtps_pd(_mm256_loadu_ps(bias + i));
+        __m512d delta = _mm512_mul_pd(g, _mm512_abs_pd(bj));
+        delta = _mm512_fmadd_pd(k3, _mm512_cvtps_pd(_mm256_loadu_ps(nw + i)), delta);
+        delta = _mm512_fmadd_pd(k2, _mm512_cvtps_pd(_mm256_loadu_ps(nqh + i)), delta);
+        delta = _mm512_fmadd_pd(k1, _mm512_cvtps_pd(_mm256_loadu_ps(r + i)), delta);
+        const __m512d d = _mm512_add_pd(_mm512_cvtepi32_pd(_mm256_loadu_si256((const __m256i *)(dot + 8 * half))), s);
+        const __m512d v = _mm512_fmadd_pd(d, _mm512_mul_pd(a, _mm512_cvtps_pd(_mm256_loadu_ps(c + i))),
+                                          _mm512_fmadd_pd(delta, widen, bj));
+        _mm512_storeu_pd(up + 8 * half, v);
+        mask |= (uint32_t)_mm512_cmp_pd_mask(v, thr, _CMP_GT_OQ) << (8 * half);
+    }
+    if (mask) push_above(up, mask, i0, N, h);
+}
+#else
 static inline void block_bounds(const int32_t *restrict dot, int64_t i0, int64_t N, const query_t *qt, double G,
                                 const float *restrict c, const float *restrict bias, const float *restrict r,
                                 const float *restrict nqh, const float *restrict nw, heap_t *h)
@@ -232,16 +285,12 @@ static inline void block_bounds(const int32_t *restrict dot, int64_t i0, int64_t
         const double delta = qt->k1 * r[i0 + j] + qt->k2 * nqh[i0 + j] + qt->k3 * nw[i0 + j] + G * fabs(bj);
         up[j] = ((double)dot[j] + qt->s) * (qt->a * c[i0 + j]) + bj + delta * (1.0 + 1e-6);
     }
-    double thr = heap_threshold(h), best = up[0];
-    for (int j = 1; j < BLOCK; j++) best = up[j] > best ? up[j] : best; /* vectorised; usually below thr */
-    if (!(best > thr)) return;
-    for (int j = 0; j < BLOCK; j++) {
-        if (up[j] > thr && i0 + j < N) {
-            heap_push(h, round_up_f32(up[j]), i0 + j);
-            thr = heap_threshold(h);
-        }
-    }
+    const double thr = heap_threshold(h);
+    uint32_t mask = 0;
+    for (int j = 0; j < BLOCK; j++) mask |= (uint32_t)(up[j] > thr) << j;
+    if (mask) push_above(up, mask, i0, N, h);
 }
+#endif
 
 /* For each of the B query rows x (B x L float32): the m items with the largest upper bounds on
  * their float32 score b_i + x . w_i, as cand_idx/cand_upper (B x m, in no particular order).
@@ -296,17 +345,18 @@ int g4r_int8_candidates(int64_t B, int64_t L, int64_t N, int64_t m, int64_t thre
                 const int64_t b0 = B * gi / groups;
                 const int nr = (int)(B * (gi + 1) / groups - b0);
                 const int8_t *pb = p + b0 * P;
+                const uint8_t *next = k + 1 < k1 ? ub + L4 * 64 : NULL;
                 switch (nr) { /* constant row counts: the compiler unrolls each */
 #if ROWS == 8
-                case 8: block_dots(8, ub, pb, P, L4, dots); break;
-                case 7: block_dots(7, ub, pb, P, L4, dots); break;
-                case 6: block_dots(6, ub, pb, P, L4, dots); break;
-                case 5: block_dots(5, ub, pb, P, L4, dots); break;
+                case 8: block_dots(8, ub, next, pb, P, L4, dots); break;
+                case 7: block_dots(7, ub, next, pb, P, L4, dots); break;
+                case 6: block_dots(6, ub, next, pb, P, L4, dots); break;
+                case 5: block_dots(5, ub, next, pb, P, L4, dots); break;
 #endif
-                case 4: block_dots(4, ub, pb, P, L4, dots); break;
-                case 3: block_dots(3, ub, pb, P, L4, dots); break;
-                case 2: block_dots(2, ub, pb, P, L4, dots); break;
-                default: block_dots(1, ub, pb, P, L4, dots); break;
+                case 4: block_dots(4, ub, next, pb, P, L4, dots); break;
+                case 3: block_dots(3, ub, next, pb, P, L4, dots); break;
+                case 2: block_dots(2, ub, next, pb, P, L4, dots); break;
+                default: block_dots(1, ub, next, pb, P, L4, dots); break;
                 }
                 for (int t = 0; t < nr; t++)
                     block_bounds(dots + BLOCK * t, i0, N, qt + b0 + t, G, c, bias, r, nqh, nw, heaps + b0 + t);
