@@ -3,7 +3,7 @@
 # benchmarks/serve_load.py with the model on the GPU. Installs nothing from a registry: the serve
 # extra's wheels come in .whl/ (see benchmarks/README.md "Serving on a GPU"); results land in $OUT.
 #
-#   OUT=/tmp/out bash benchmarks/gpu_serve_check.sh       # ~5 minutes on an H200
+#   OUT=/tmp/out bash benchmarks/gpu_serve_check.sh       # ~5 minutes on an H200 (+2 with CUDA_TESTS=1)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -25,7 +25,14 @@ echo "serve tests exit $?" >> "$OUT/serve_tests.txt"
 
 # 2. Load on the GPU: the DIGINETICA-size synthetic model (built here on the CPU), stateful and
 #    stateless, concurrency 1-128, batching on and off back to back.
-timeout 300 $PY benchmarks/serve_load.py --device cuda --requests 3000 --seconds 10 --repeats 1 \
+timeout 300 $PY benchmarks/serve_load.py --device cuda --requests 2000 --seconds 10 --repeats 3 \
     --concurrency 1 8 32 128 > "$OUT/serve_load_cuda.jsonl" 2> "$OUT/serve_load_cuda.err"
 echo "serve_load exit $?" >> "$OUT/serve_load_cuda.err"
+
+# 3. If time is left (CUDA_TESTS=1): the training contract tests' CUDA cases.
+if [ "${CUDA_TESTS:-0}" = 1 ]; then
+  timeout 120 $PY -m pytest -q -p no:cacheprovider -x -k "cuda" tests/test_train.py tests/test_step_reference.py \
+      tests/test_precision.py > "$OUT/cuda_tests.txt" 2>&1
+  echo "cuda tests exit $?" >> "$OUT/cuda_tests.txt"
+fi
 ls -la "$OUT"
