@@ -1,5 +1,5 @@
 """An int8 copy of the output item matrix, for candidates with certified score bounds
-(``int8_scores.c``; the certification itself is :mod:`gru4rec.serve.scoring`).
+(``int8_scores.c``; serving uses it through :mod:`gru4rec.serve.scoring`).
 
 :class:`Int8Table` quantises the rows of ``Wy`` once — ``w_i = c_i q_i + e_i`` with ``q_i`` in
 [−127, 127] — into the kernel's blocked layout (16 items × 4 columns per 64 bytes, see
@@ -7,8 +7,9 @@
 ``||e_i||``, ``||c_i q_i||`` and ``||w_i||``. :meth:`Int8Table.candidates` returns, per query
 row, the ``m`` items with the largest upper bounds on their float32 score (every other item's
 bound is at most the smallest of those); :meth:`Int8Table.rescore` their exact scores and lower
-bounds. :func:`int8_kernels` builds and loads the library once per process; None when it cannot
-be built (serving then scores in float32 alone, with the same answers).
+bounds; :meth:`Int8Table.topk` — what serving calls — does both, the exclusions and the
+certification in one call. :func:`int8_kernels` builds and loads the library once per process;
+None when it cannot be built (serving then scores in float32 alone, with the same answers).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ BLOCK = 16
 
 
 class Int8Kernels:
-    """The functions of ``int8_scores.c``, with their C signatures declared once. ``path`` names
+    """The functions of ``int8_scores.c``, with their C signatures declared once. ``simd`` names
     the product code the compiler built: ``'avx512-vnni'``, ``'avx2'`` or ``'scalar'``."""
 
     def __init__(self, lib: ctypes.CDLL, path: Path) -> None:
