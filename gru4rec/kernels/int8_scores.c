@@ -28,7 +28,7 @@
  * load then holds 4 columns of 16 items, and a product with the query's 4 bytes p[4g..4g+3]
  * repeated 16 times adds each item's 4 products into its own 32-bit lane: a block's 16 sums for
  * a query row build up in one register, with no horizontal sums, ready for the bounds, which are
- * computed 16 items at a time (vectorised by the compiler). Several query rows share each load.
+ * computed for the block's 16 items together (block_bounds). Several query rows share each load.
  *
  * The products, by what the compiler targets (g4r_int8_path() says which was built):
  *   avx512-vnni  vpdpbusd: 64 byte products and their sums in one instruction;
@@ -49,6 +49,10 @@
 #endif
 
 #define U32 (1.0 / 16777216.0) /* unit roundoff of float32, 2^-24 */
+
+/* gamma: a float32 sum of L products plus a bias is within gamma (|b| + ||x|| ||w||) of the real
+ * value, in any summation order, with or without FMA. */
+static double float32_gamma(int64_t L) { return (double)(L + 2) * U32 / (1.0 - (double)(L + 2) * U32); }
 #define QMAX 64.0
 #define BLOCK 16 /* items per block of the table */
 
@@ -303,7 +307,7 @@ int g4r_int8_candidates(int64_t B, int64_t L, int64_t N, int64_t m, int64_t thre
                         const uint8_t *q, const float *c, const float *bias, const float *r, const float *nqh,
                         const float *nw, int64_t *cand_idx, float *cand_upper)
 {
-    const double G = (double)(L + 2) * U32 / (1.0 - (double)(L + 2) * U32);
+    const double G = float32_gamma(L);
     const int64_t L4 = (L + 3) / 4, P = 4 * L4, NB = (N + BLOCK - 1) / BLOCK;
     int nthreads = 1;
 #ifdef _OPENMP
@@ -341,11 +345,11 @@ int g4r_int8_candidates(int64_t B, int64_t L, int64_t N, int64_t m, int64_t thre
         for (int64_t k = k0; heaps && k < k1; k++) {
             const uint8_t *ub = q + k * L4 * 64;
             const int64_t i0 = k * BLOCK;
+            const uint8_t *next = k + 1 < k1 ? ub + L4 * 64 : NULL;
             for (int64_t gi = 0; gi < groups; gi++) {
                 const int64_t b0 = B * gi / groups;
                 const int nr = (int)(B * (gi + 1) / groups - b0);
                 const int8_t *pb = p + b0 * P;
-                const uint8_t *next = k + 1 < k1 ? ub + L4 * 64 : NULL;
                 switch (nr) { /* constant row counts: the compiler unrolls each */
 #if ROWS == 8
                 case 8: block_dots(8, ub, next, pb, P, L4, dots); break;
@@ -414,7 +418,7 @@ static double row_norm(int64_t L, const float *xb)
 void g4r_rescore(int64_t B, int64_t L, int64_t m, const float *x, const float *w, const float *bias, const float *nw,
                  const int64_t *cand_idx, float *score, float *lower)
 {
-    const double G = (double)(L + 2) * U32 / (1.0 - (double)(L + 2) * U32);
+    const double G = float32_gamma(L);
     for (int64_t b = 0; b < B; b++) {
         const float *xb = x + b * L;
         const double nx = row_norm(L, xb);
@@ -430,6 +434,12 @@ void g4r_rescore(int64_t B, int64_t L, int64_t m, const float *x, const float *w
     }
 }
 
+/* The answer's order: score descending, then index ascending. */
+static inline int ranks_before(float score, int64_t i, float other_score, int64_t other_i)
+{
+    return score > other_score || (score == other_score && i < other_i);
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -438,7 +448,8 @@ static int cmp_i64(const void *a, const void *b)
 
 /* The certified top k of each query row, in one call: the m candidates of g4r_int8_candidates,
  * their exact scores and lower bounds (g4r_rescore), the row's excluded items removed (excl:
- * the items of row b are excl[excl_start[b] .. excl_start[b+1]), in any order), and the proof:
+ * the items of row b are excl[excl_start[b] .. excl_start[b+1]), excl_start[0] = 0, in any order;
+ * each row's are sorted in place), and the proof:
  * row b is certified (certified[b] = 1) when at least ks[b] candidates have a lower bound above
  * the smallest candidate upper bound, which bounds every item outside the candidates; then no
  * other item can be in the row's float32 top ks[b]. out_idx / out_score (B x kmax) get the kmax
@@ -446,29 +457,25 @@ static int cmp_i64(const void *a, const void *b)
  * where fewer remain). A row that is not certified must be scored in full by the caller.
  * Needs ks[b] <= kmax <= m <= N. Returns 0, or -1 when memory ran out. */
 int g4r_certified_topk(int64_t B, int64_t L, int64_t N, int64_t m, int64_t threads, const float *x, const uint8_t *q,
-                       const float *c, const float *bias_padded, const float *r, const float *nqh, const float *nw,
-                       const float *w, const int64_t *ks, int64_t kmax, const int64_t *excl_start, const int64_t *excl,
+                       const float *c, const float *bias, const float *r, const float *nqh, const float *nw,
+                       const float *w, const int64_t *ks, int64_t kmax, const int64_t *excl_start, int64_t *excl,
                        int64_t *out_idx, float *out_score, uint8_t *certified)
 {
-    const double G = (double)(L + 2) * U32 / (1.0 - (double)(L + 2) * U32);
+    const double G = float32_gamma(L);
     int64_t *cand_idx = malloc(sizeof(int64_t) * (size_t)(B * m));
     float *cand_upper = malloc(sizeof(float) * (size_t)(B * m));
-    int64_t n_excl = excl_start[B] - excl_start[0];
-    int64_t *sorted = malloc(sizeof(int64_t) * (size_t)(n_excl > 0 ? n_excl : 1));
-    if (!cand_idx || !cand_upper || !sorted ||
-        g4r_int8_candidates(B, L, N, m, threads, x, q, c, bias_padded, r, nqh, nw, cand_idx, cand_upper) != 0) {
-        free(cand_idx); free(cand_upper); free(sorted);
+    if (!cand_idx || !cand_upper ||
+        g4r_int8_candidates(B, L, N, m, threads, x, q, c, bias, r, nqh, nw, cand_idx, cand_upper) != 0) {
+        free(cand_idx); free(cand_upper);
         return -1;
     }
-    if (n_excl > 0) memcpy(sorted, excl + excl_start[0], sizeof(int64_t) * (size_t)n_excl);
     for (int64_t b = 0; b < B; b++) {
         const float *xb = x + b * L;
         const double nx = row_norm(L, xb);
-        const int64_t *ex = sorted + (excl_start[b] - excl_start[0]);
+        int64_t *ex = excl + excl_start[b];
         const size_t n_ex = (size_t)(excl_start[b + 1] - excl_start[b]);
-        if (n_ex > 1) qsort((void *)ex, n_ex, sizeof(int64_t), cmp_i64);
-        /* The heap's smallest upper bound is at its root, but the candidates are copied out in heap
-         * order: take the minimum. Every item outside the candidates is bounded by it. */
+        if (n_ex > 1) qsort(ex, n_ex, sizeof(int64_t), cmp_i64);
+        /* Every item outside the candidates is bounded by the smallest candidate bound. */
         const int64_t *ci = cand_idx + b * m;
         const float *cu = cand_upper + b * m;
         float outside = INFINITY;
@@ -488,12 +495,12 @@ int g4r_certified_topk(int64_t B, int64_t L, int64_t N, int64_t m, int64_t threa
             const int64_t i = ci[k];
             if (i < 0 || (n_ex && bsearch(&i, ex, n_ex, sizeof(int64_t), cmp_i64))) continue;
             float score, lower;
-            exact_score(L, G, xb, nx, w + i * L, bias_padded[i], nw[i], &score, &lower);
+            exact_score(L, G, xb, nx, w + i * L, bias[i], nw[i], &score, &lower);
             above += lower > outside;
             /* insert into the row's best kmax, kept sorted: score descending, then index ascending */
-            if (held == kmax && !(score > bs[kmax - 1] || (score == bs[kmax - 1] && i < bi[kmax - 1]))) continue;
+            if (held == kmax && !ranks_before(score, i, bs[kmax - 1], bi[kmax - 1])) continue;
             int64_t at = held < kmax ? held++ : kmax - 1;
-            while (at > 0 && (score > bs[at - 1] || (score == bs[at - 1] && i < bi[at - 1]))) {
+            while (at > 0 && ranks_before(score, i, bs[at - 1], bi[at - 1])) {
                 bs[at] = bs[at - 1];
                 bi[at] = bi[at - 1];
                 at--;
@@ -503,6 +510,6 @@ int g4r_certified_topk(int64_t B, int64_t L, int64_t N, int64_t m, int64_t threa
         }
         certified[b] = above >= ks[b];
     }
-    free(cand_idx); free(cand_upper); free(sorted);
+    free(cand_idx); free(cand_upper);
     return 0;
 }

@@ -74,7 +74,7 @@ class CertifiedRows:
 
 class Int8Table:
     """The int8 copy of a float32 item matrix ``w`` (N×L) with bias ``bias`` (N), and the exact
-    float32 tables it rescores from (referenced, not copied: they must not change)."""
+    float32 matrix it rescores from (referenced, not copied: it must not change)."""
 
     def __init__(self, kernels: Int8Kernels, w: Tensor, bias: Tensor) -> None:
         if w.dtype != torch.float32 or w.device.type != "cpu" or w.dim() != 2:
@@ -83,7 +83,6 @@ class Int8Table:
             raise ValueError("the item matrix has non-finite values: no int8 bounds for it")
         self._k = kernels
         self.w = w.detach().contiguous()
-        self.bias = bias.detach().to(torch.float32).contiguous()
         self.n_items, self.width = self.w.shape
         n_blocks, groups = -(-self.n_items // BLOCK), -(-self.width // 4)
         padded = n_blocks * BLOCK
@@ -91,8 +90,8 @@ class Int8Table:
         # with 128 (q = 0) to whole blocks and whole groups of 4 columns.
         u = torch.full((padded, 4 * groups), 128, dtype=torch.uint8)
         # Per item, padded to whole blocks (the kernel bounds 16 items at a time; padding is never a candidate).
-        self.scale, self.residual, self.qhat_norm, self.w_norm, self.padded_bias = (torch.zeros(padded) for _ in range(5))
-        self.padded_bias[: self.n_items] = self.bias
+        self.scale, self.residual, self.qhat_norm, self.w_norm, self.bias = (torch.zeros(padded) for _ in range(5))
+        self.bias[: self.n_items] = bias.detach()
         for start in range(0, self.n_items, _CHUNK):  # in slices: the float64 copies stay small
             rows = slice(start, min(start + _CHUNK, self.n_items))
             w = self.w[rows]
@@ -132,7 +131,7 @@ class Int8Table:
             return idx, upper
         status = self._k.candidates(
             B, self.width, self.n_items, m, torch.get_num_threads(), x.data_ptr(), self.q.data_ptr(),
-            self.scale.data_ptr(), self.padded_bias.data_ptr(), self.residual.data_ptr(), self.qhat_norm.data_ptr(),
+            self.scale.data_ptr(), self.bias.data_ptr(), self.residual.data_ptr(), self.qhat_norm.data_ptr(),
             self.w_norm.data_ptr(), idx.data_ptr(), upper.data_ptr(),
         )
         if status != 0:
@@ -169,6 +168,7 @@ class Int8Table:
         lengths = np.fromiter((len(e) for e in exclude), dtype=np.int64, count=B)
         starts = np.zeros(B + 1, dtype=np.int64)
         np.cumsum(lengths, out=starts[1:])
+        # a fresh array: the kernel sorts each row's exclusions in place
         items = np.concatenate([np.asarray(e, dtype=np.int64) for e in exclude]) if starts[-1] else np.zeros(1, np.int64)
         ks_arr = np.asarray(ks, dtype=np.int64)
         indices = np.empty((B, kmax), dtype=np.int64)
@@ -178,7 +178,7 @@ class Int8Table:
             return CertifiedRows(indices, scores, certified.astype(bool))
         status = self._k.certified_topk(
             B, self.width, self.n_items, m, torch.get_num_threads(), x.data_ptr(), self.q.data_ptr(),
-            self.scale.data_ptr(), self.padded_bias.data_ptr(), self.residual.data_ptr(), self.qhat_norm.data_ptr(),
+            self.scale.data_ptr(), self.bias.data_ptr(), self.residual.data_ptr(), self.qhat_norm.data_ptr(),
             self.w_norm.data_ptr(), self.w.data_ptr(), ks_arr.ctypes.data, kmax, starts.ctypes.data, items.ctypes.data,
             indices.ctypes.data, scores.ctypes.data, certified.ctypes.data,
         )

@@ -98,8 +98,6 @@ def parse_json(body: bytes) -> dict[str, Any]:
         value = json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:
         raise ApiError(400, f"malformed JSON: {exc}") from None
-    except RecursionError:  # not reached below MAX_NESTING; kept for any decoder's own limit
-        raise ApiError(400, f"malformed JSON: nested more than {MAX_NESTING} levels deep") from None
     if not isinstance(value, dict):
         raise ApiError(422, f"the body must be a JSON object, got {_kind(value)}")
     return value

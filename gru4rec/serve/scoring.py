@@ -89,7 +89,8 @@ class CertifiedTopK:
     ``n_candidates`` is m, the candidates per row (at least 3k are taken for a request's k).
     ``max_batch``: larger batches go to float32 as a whole (the int8 products are compute-bound
     at large batches, where a float32 product reads its matrix once for many rows; on the 2-core
-    machine measured, int8 stayed 2x faster per row up to 64 rows, see benchmarks/README.md).
+    machines measured, int8 stayed 2x (AVX2) and 4.6x (AVX-512 VNNI) faster at 64 rows, see
+    benchmarks/README.md).
     """
 
     name = "int8"
