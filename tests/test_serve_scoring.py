@@ -145,6 +145,19 @@ def test_a_row_is_certified_when_k_candidates_are_proven_above_the_rest(built: I
     assert not table.topk(x, [c + 1 for c in proven], none, m).certified.any()
 
 
+def test_equal_scores_are_listed_by_item_index(built: Int8Kernels) -> None:
+    """Items with identical rows and biases have identical exact scores: the answer lists the
+    smaller index first, wherever the candidates' order put them."""
+    w, b, x = trained_like(2000, 32, 11)
+    best = int(torch.addmm(b, x[:1], w.t()).argmax())
+    w, b = w.clone(), b.clone()
+    for twin in (1500, 7, 900):  # copies of the best item, before and after it
+        w[twin], b[twin] = w[best], b[best]
+    rows = Int8Table(built, w, b).topk(x[:1], [4], [np.zeros(0, np.int64)], 64)
+    assert rows.certified.all()
+    assert rows.indices[0].tolist() == sorted([best, 1500, 7, 900])
+
+
 @needs_kernel
 def test_int8_table_rejects_bad_inputs() -> None:
     w = torch.randn(50, 8)
