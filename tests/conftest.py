@@ -18,3 +18,18 @@ def python_sigint_handler() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, inherited)
+
+
+def _triton_interpreter_without_cuda() -> None:
+    """Without a CUDA device, the Triton kernels (gru4rec/kernels/triton_*.py) are tested on CPU
+    tensors through Triton's interpreter. Triton reads the switch when a kernel is defined, so it
+    is set before any test module imports one."""
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+_triton_interpreter_without_cuda()

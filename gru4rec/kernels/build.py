@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from gru4rec.kernels.cpu_features import cpu_flags
+from gru4rec.kernels.switches import cache_dir_override
 
 __all__ = ["KernelBuildError", "build_library", "kernel_cache_dir"]
 
@@ -35,8 +36,9 @@ class KernelBuildError(RuntimeError):
 def kernel_cache_dir() -> Path:
     """Where built kernels are kept: ``$GRU4REC_CACHE_DIR``, else ``$XDG_CACHE_HOME/gru4rec``
     or ``~/.cache/gru4rec``."""
-    if os.environ.get("GRU4REC_CACHE_DIR"):
-        return Path(os.environ["GRU4REC_CACHE_DIR"])
+    override = cache_dir_override()
+    if override:
+        return Path(override)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "gru4rec"
 

@@ -12,7 +12,6 @@ works, training warns once and runs the PyTorch path, which gives the same resul
 from __future__ import annotations
 
 import ctypes
-import os
 import warnings
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import torch
 from torch import Tensor
 
 from gru4rec.kernels.build import KernelBuildError, build_library
+from gru4rec.kernels.switches import cpu_kernels_allowed
 
 __all__ = ["CpuKernels", "KernelBuildError", "TableUpdate", "cpu_kernels", "load_kernels"]
 
@@ -298,7 +298,7 @@ def cpu_kernels() -> CpuKernels | None:
     global _kernels, _loaded
     if not _loaded:
         _loaded = True
-        if os.environ.get("GRU4REC_CPU_KERNELS", "1") != "0":
+        if cpu_kernels_allowed():
             try:
                 _kernels = load_kernels()
             except KernelBuildError as exc:

@@ -28,12 +28,13 @@ This module knows the trainer and the schedule only by what it uses of them (:cl
 """
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Callable, Protocol
 
 import torch
 from torch import Tensor
+
+from gru4rec.kernels.switches import cuda_graphs_allowed
 
 __all__ = ["StepSchedule", "StepTrainer", "counter_driven_step", "cuda_graphs_enabled", "graphed_epoch_runner"]
 
@@ -94,7 +95,7 @@ WARMUP_STEPS = 3
 
 def cuda_graphs_enabled(device: torch.device) -> bool:
     """Whether training on ``device`` should replay a captured step (CUDA only; opt-out by env)."""
-    return device.type == "cuda" and torch.cuda.is_available() and os.environ.get("GRU4REC_CUDA_GRAPHS", "1") != "0"
+    return device.type == "cuda" and torch.cuda.is_available() and cuda_graphs_allowed()
 
 
 def counter_driven_step(

@@ -15,8 +15,9 @@ only to glibc on Linux, and is skipped with ``GRU4REC_MALLOPT=0``.
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
+
+from gru4rec.kernels.switches import mallopt_allowed
 
 __all__ = ["keep_freed_memory"]
 
@@ -34,7 +35,7 @@ def keep_freed_memory() -> bool:
     if _done is not None:
         return _done
     _done = False
-    if not sys.platform.startswith("linux") or os.environ.get("GRU4REC_MALLOPT", "1") == "0":
+    if not sys.platform.startswith("linux") or not mallopt_allowed():
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")
