@@ -41,6 +41,7 @@ from gru4rec.config import Config  # noqa: E402
 from gru4rec.data import ItemMap, item_support, read_events, sessions_from_events  # noqa: E402
 from gru4rec.model import GRU4RecNet  # noqa: E402
 from gru4rec.recommender import resolve_device  # noqa: E402
+from gru4rec.training.backend import select_backend  # noqa: E402
 from gru4rec.training.trainer import Trainer  # noqa: E402
 
 CONFIGS = {
@@ -112,7 +113,8 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
     trainers = []
     for reference, precision, kernels in variants:
         net = GRU4RecNet(len(support), config, generator=torch.Generator().manual_seed(config.seed)).to(device)
-        trainers.append(Trainer(net, config, support, reference=reference, precision=precision, cpu_kernels=kernels))
+        trainers.append(Trainer(net, config, support, reference=reference, precision=precision,
+                                backend=select_backend(device, cpu_kernels=kernels)))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     def run(trainer: Trainer, first: int, n: int) -> float:
@@ -140,7 +142,7 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
     n_distinct = float(np.mean([
         torch.unique(torch.cat((schedule.targets[t], lead.sampler.next() if lead.sampler else schedule.targets[t]))).numel()
         for t in range(min(20, schedule.n_steps))
-    ])) if lead.optimizer.unique_rows else float(config.batch_size + config.n_sample)
+    ])) if lead.backend.unique_rows else float(config.batch_size + config.n_sample)
 
     events = float(np.mean(schedule.n_active[: warmup + steps]))
     results = []

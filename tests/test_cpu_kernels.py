@@ -17,6 +17,7 @@ from torch import nn
 from gru4rec.kernels import build as kernel_build
 from gru4rec.kernels import cpu as cpu_ops
 from gru4rec.config import Config
+from gru4rec.training.backend import select_backend
 from gru4rec.training.optim import Optimizer
 from test_optim import METHODS
 
@@ -46,7 +47,7 @@ def test_fused_update_equals_pytorch_update(kernels, kw: dict) -> None:
     runs = {}
     for fused in (True, False):
         tp = {k: nn.Parameter(torch.tensor(v, dtype=torch.float32)) for k, v in start.items()}
-        opt = Optimizer({"A": tp["A"], "b": tp["b"]}, {"W": tp["W"], "By": tp["By"]}, cfg, kernels=fused)
+        opt = Optimizer({"A": tp["A"], "b": tp["b"]}, {"W": tp["W"], "By": tp["By"]}, cfg, select_backend("cpu", cpu_kernels=fused))
         assert (opt.kernels is not None) == fused
         rng = np.random.default_rng(6)
         for rows in ([3, 17, 3, 3, 0, 39], [17, 25], list(range(0, 40, 3)) * 2):
@@ -93,7 +94,7 @@ def test_large_update_uses_threads_and_agrees(kernels) -> None:
         out = []
         for fused in (True, False):
             W, D = nn.Parameter(w0.clone()), nn.Parameter(torch.zeros(50_000))
-            opt = Optimizer({"D": D}, {"W": W}, cfg, kernels=fused)
+            opt = Optimizer({"D": D}, {"W": W}, cfg, select_backend("cpu", cpu_kernels=fused))
             with torch.no_grad():
                 opt.step([g_dense.clone()], {"W": (rows, g_rows.clone())})
             out.append((W.detach(), D.detach()))
@@ -336,7 +337,7 @@ def test_bad_arguments_are_refused(kernels) -> None:
 
 def test_moved_table_is_refused(kernels) -> None:
     W = nn.Parameter(torch.zeros(10, 4))
-    opt = Optimizer({}, {"W": W}, Config(momentum=0.1), kernels=True)
+    opt = Optimizer({}, {"W": W}, Config(momentum=0.1), select_backend("cpu", cpu_kernels=True))
     W.data = torch.zeros(10, 4)  # a new storage: the bound addresses are stale
     with pytest.raises(RuntimeError, match="moved"):
         opt.step([], {"W": (torch.tensor([1]), torch.ones(1, 4))})
@@ -346,9 +347,11 @@ def test_kernels_only_where_they_apply() -> None:
     W = nn.Parameter(torch.zeros(10, 4, dtype=torch.float64))
     assert Optimizer({}, {"W": W}, Config()).kernels is None  # float64: the PyTorch code
     with pytest.raises(ValueError, match="apply"):
-        Optimizer({}, {"W": W}, Config(), kernels=True)
+        select_backend("cpu", torch.float64, cpu_kernels=True)
+    with pytest.raises(ValueError, match="backend is for"):
+        Optimizer({}, {"W": W}, Config(), select_backend("cpu", torch.float32))
     W32 = nn.Parameter(torch.zeros(10, 4))
-    assert Optimizer({}, {"W": W32}, Config(), unique_rows=False).kernels is None
+    assert Optimizer({}, {"W": W32}, Config(), select_backend("cpu", unique_rows=False)).kernels is None
 
 
 @pytest.mark.parametrize("model", ["layers=16", "layers=12/10,dropout_p_embed=0.2", "constrained_embedding=False,embedding=0",
@@ -373,7 +376,7 @@ def test_training_with_and_without_kernels_gives_the_same_losses(kernels, model:
         results = []
         for fused in (True, False):
             net = GRU4RecNet(len(support), cfg, generator=torch.Generator().manual_seed(1))
-            trainer = Trainer(net, cfg, support, seed=3, cpu_kernels=fused)
+            trainer = Trainer(net, cfg, support, seed=3, backend=select_backend("cpu", cpu_kernels=fused))
             assert trainer.cell.fused == (fused and cfg.hidden_act == "tanh")
             losses = [s.loss for s in train_epochs(trainer, sessions.items, sessions.offsets, progress=False)]
             results.append((losses, net.Wy.detach().clone()))
@@ -447,21 +450,21 @@ def test_fused_gru_cell_equals_pytorch_cell(kernels, dropout: bool) -> None:
 
 
 def test_ops_are_chosen_once_by_device_dtype_precision_and_activation(kernels) -> None:
-    """select_ops decides kernels or PyTorch from the tables (CPU, float32, unique rows) and the
-    switch; the ops then choose the cell (fused: tanh and float32 products) and the loss."""
+    """select_backend decides kernels or PyTorch from the tables (CPU, float32, unique rows) and
+    the switch; the ops then choose the cell (fused: tanh and float32 products) and the loss."""
     from gru4rec.activations import parse_activation
     from gru4rec.model import GRU4RecNet
-    from gru4rec.training.ops import CpuKernelOps, TorchOps, select_ops
+    from gru4rec.training.ops import CpuKernelOps, TorchOps
     from gru4rec.training.precision import Matmuls
     from gru4rec.training.trainer import Trainer
 
     cpu = torch.device("cpu")
-    assert isinstance(select_ops(cpu, torch.float32, unique_rows=True), CpuKernelOps)
-    assert type(select_ops(cpu, torch.float32, unique_rows=True, kernels=False)) is TorchOps
-    assert type(select_ops(cpu, torch.float64, unique_rows=True)) is TorchOps
-    assert type(select_ops(cpu, torch.float32, unique_rows=False)) is TorchOps
+    assert isinstance(select_backend(cpu, torch.float32, unique_rows=True).ops, CpuKernelOps)
+    assert type(select_backend(cpu, torch.float32, unique_rows=True, cpu_kernels=False).ops) is TorchOps
+    assert type(select_backend(cpu, torch.float64, unique_rows=True).ops) is TorchOps
+    assert type(select_backend(cpu, torch.float32, unique_rows=False).ops) is TorchOps
     with pytest.raises(ValueError, match="apply"):
-        select_ops(cpu, torch.float32, unique_rows=False, kernels=True)
+        select_backend(cpu, torch.float32, unique_rows=False, cpu_kernels=True)
     ops = CpuKernelOps(kernels)
     assert ops.gru_cell(parse_activation("tanh"), Matmuls(None, torch.float32)).fused
     assert not ops.gru_cell(parse_activation("relu"), Matmuls(None, torch.float32)).fused
@@ -471,8 +474,8 @@ def test_ops_are_chosen_once_by_device_dtype_precision_and_activation(kernels) -
     assert TorchOps().loss_grad(Config(loss="bpr-max", final_act="elu-1")).__name__ == "bpr_max"
     cfg = Config(layers=(8,), batch_size=4, n_sample=4)
     for switch, want in ((None, CpuKernelOps), (False, TorchOps)):
-        trainer = Trainer(GRU4RecNet(20, cfg), cfg, np.ones(20, dtype=np.int64), cpu_kernels=switch)
-        assert type(trainer.ops) is want and trainer.ops is trainer.optimizer.ops
+        trainer = Trainer(GRU4RecNet(20, cfg), cfg, np.ones(20, dtype=np.int64), backend=select_backend(cpu, cpu_kernels=switch))
+        assert type(trainer.ops) is want and trainer.ops is trainer.optimizer.ops is trainer.backend.ops
         assert trainer.cell.fused == (want is CpuKernelOps)
 
 

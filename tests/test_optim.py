@@ -11,6 +11,7 @@ from torch import nn
 
 import numpy_reference as ref
 from gru4rec.config import Config
+from gru4rec.training.backend import select_backend
 from gru4rec.training.optim import Optimizer
 
 torch.set_num_threads(1)
@@ -173,7 +174,7 @@ def test_unique_rows_grouped_by_position(kernels: bool | None) -> None:
     """Optimizer.unique: the distinct values of the first n_first positions first (ascending),
     then those found only after them; inverse maps every position to its value's row."""
     W = nn.Parameter(torch.zeros(50, 3))
-    opt = Optimizer({}, {"W": W}, Config(), kernels=kernels)
+    opt = Optimizer({}, {"W": W}, Config(), select_backend("cpu", cpu_kernels=kernels))
     rng = np.random.default_rng(9)
     for n, n_first in ((1, 1), (40, 40), (40, 25), (40, 0), (200, 120)):
         rows = torch.tensor(rng.integers(0, 50, size=n))

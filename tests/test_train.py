@@ -14,6 +14,7 @@ from gru4rec.datasets.synthetic import generate
 from gru4rec.errors import Gru4RecError, ModelFileError, TrainingDivergedError
 from gru4rec.model import GRU4RecNet
 from gru4rec.training.loop import reorder, train_epochs
+from gru4rec.training.backend import select_backend
 from gru4rec.training.trainer import Trainer
 
 torch.set_num_threads(1)
@@ -91,7 +92,7 @@ def test_device_step_never_reads_a_device_value_on_the_host(events: pd.DataFrame
     item_map = ItemMap.from_ids(events["ItemId"])
     sessions, _ = sessions_from_events(events, item_map)
     net = GRU4RecNet(len(item_map), cfg)
-    trainer = Trainer(net, cfg, item_support(sessions.items, len(item_map)), unique_rows=False)
+    trainer = Trainer(net, cfg, item_support(sessions.items, len(item_map)), backend=select_backend("cpu", unique_rows=False))
     sch = build_schedule(sessions.items, sessions.offsets, cfg.batch_size, cfg.n_sample, "cpu")
     samples = trainer.sampler.next()
     t = sch.n_steps - 1  # the tail: inactive slots included
@@ -109,7 +110,7 @@ def test_both_duplicate_row_methods_train_the_same_model(events: pd.DataFrame) -
     nets = []
     for unique_rows in (True, False):
         net = GRU4RecNet(len(item_map), cfg, generator=torch.Generator().manual_seed(0)).double()
-        list(train_epochs(Trainer(net, cfg, support, unique_rows=unique_rows), sessions.items, sessions.offsets, progress=False))
+        list(train_epochs(Trainer(net, cfg, support, backend=select_backend("cpu", torch.float64, unique_rows=unique_rows)), sessions.items, sessions.offsets, progress=False))
         nets.append(net)
     for (name, a), b in zip(nets[0].state_dict().items(), nets[1].state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12, msg=name)

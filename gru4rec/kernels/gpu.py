@@ -21,7 +21,8 @@ of launch overhead). The training step is written so that it can be captured onc
 
 The first steps of an epoch run eagerly on a side stream (CUDA libraries initialise their
 workspaces there), then the step is captured; if anything about capture fails, the epoch simply
-continues eagerly with a warning. Set ``GRU4REC_CUDA_GRAPHS=0`` to turn replay off.
+continues eagerly with a warning. Whether to replay at all is the training backend's choice
+(``gru4rec.training.backend``: CUDA, unless ``GRU4REC_CUDA_GRAPHS=0``).
 
 This module knows the trainer and the schedule only by what it uses of them (:class:`StepTrainer`,
 :class:`StepSchedule`): it imports nothing of :mod:`gru4rec.training`.
@@ -34,9 +35,7 @@ from typing import Callable, Protocol
 import torch
 from torch import Tensor
 
-from gru4rec.kernels.switches import cuda_graphs_allowed
-
-__all__ = ["StepSchedule", "StepTrainer", "counter_driven_step", "cuda_graphs_enabled", "graphed_epoch_runner"]
+__all__ = ["StepSchedule", "StepTrainer", "counter_driven_step", "graphed_epoch_runner"]
 
 
 class SampleRows(Protocol):
@@ -93,11 +92,6 @@ class StepSchedule(Protocol):
 WARMUP_STEPS = 3
 
 
-def cuda_graphs_enabled(device: torch.device) -> bool:
-    """Whether training on ``device`` should replay a captured step (CUDA only; opt-out by env)."""
-    return device.type == "cuda" and torch.cuda.is_available() and cuda_graphs_allowed()
-
-
 def counter_driven_step(
     trainer: StepTrainer,
     schedule: StepSchedule,
@@ -139,7 +133,7 @@ def graphed_epoch_runner(
 ) -> Callable[[int], None] | None:
     """A function ``run(t)`` doing step ``t`` of the epoch by graph replay, or None when the step
     cannot be captured here. ``accumulate(loss, t_device)`` (device ops only) is captured too."""
-    if not cuda_graphs_enabled(trainer.device) or schedule.n_steps <= WARMUP_STEPS:
+    if trainer.device.type != "cuda" or not torch.cuda.is_available() or schedule.n_steps <= WARMUP_STEPS:
         return None
     if trainer.uses_dropout:
         if not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from gru4rec.errors import TrainingDivergedError
-from gru4rec.kernels.gpu import cuda_graphs_enabled, graphed_epoch_runner
+from gru4rec.kernels.gpu import graphed_epoch_runner
 from gru4rec.log import progress_bar
 from gru4rec.training.batching import Schedule, build_schedule
 from gru4rec.training.resume import EpochPosition
@@ -189,7 +189,7 @@ def _run_epoch(
             )
         return float((losses * weights[:done]).sum()) / max(float(schedule.n_active[:done].sum()), 1.0)
 
-    run = graphed_epoch_runner(trainer, schedule, accumulate) if cuda_graphs_enabled(device) and not trainer.reference else None
+    run = graphed_epoch_runner(trainer, schedule, accumulate) if trainer.backend.graph_replay and not trainer.reference else None
     if run is None:
         inputs, targets, active, keep = schedule.inputs, schedule.targets, schedule.active, schedule.keep
 

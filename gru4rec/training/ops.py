@@ -1,52 +1,75 @@
 """The training step's row and column operations, as PyTorch code or as fused CPU kernels.
 
 The fast step and the optimiser call these operations without asking which implementation they
-run: :func:`select_ops` decides once — by device, dtype, how duplicate rows are merged, the
-caller's switch, ``GRU4REC_CPU_KERNELS`` and whether the kernels could be built — and returns
+run: the backend (:func:`gru4rec.training.backend.select_backend`) decides once — by device,
+dtype, how duplicate rows are merged, the caller's switches, ``GRU4REC_CPU_KERNELS`` /
+``GRU4REC_FUSED`` and whether the kernels could be built or imported — and holds one of
 
 * :class:`TorchOps`: PyTorch operations on any device and dtype. On a GPU they never read a
   device value on the host, so the step stays capturable as a CUDA graph. It is the code the
-  fused kernels are tested against (``tests/test_cpu_kernels.py``).
+  fused kernels are tested against (``tests/test_cpu_kernels.py``, ``tests/test_triton_*.py``).
 * :class:`CpuKernelOps`: the same operations by the kernels of ``gru4rec/kernels/cpu_kernels.c``
   (float32 tables on the CPU whose duplicate rows are made unique): one pass over memory where
   PyTorch takes several operators. Only rounding may differ.
+* ``TritonOps`` (:mod:`gru4rec.training.triton_ops`, imported only when chosen): the cell, the
+  loss and the optimiser's updates by the Triton kernels of ``gru4rec/kernels/triton_*.py``.
 
 The ops also choose the fast step's GRU cell (:meth:`TorchOps.gru_cell`: the fused one needs the
-tanh candidate and float32 products) and its loss gradient (:meth:`TorchOps.loss_grad`).
+tanh candidate and float32 products), its loss gradient (:meth:`TorchOps.loss_grad`) and, where
+they replace the optimiser's whole update, that update (:meth:`TorchOps.fused_update`).
 """
 from __future__ import annotations
+
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
 from gru4rec.activations import Activation
 from gru4rec.config import Config
-from gru4rec.kernels.cpu import CpuKernels, cpu_kernels
+from gru4rec.kernels.cpu import CpuKernels
 from gru4rec.training.cell import FusedGRUCell, GRUCell, TorchGRUCell
 from gru4rec.training.losses import MASK, LossGradFn, make_loss_grad
 from gru4rec.training.precision import Matmuls
 from gru4rec.training.sampling import LogQ
 
-__all__ = ["CpuKernelOps", "TorchOps", "select_ops"]
+__all__ = ["CpuKernelOps", "FusedUpdate", "OptimizerTables", "TorchOps"]
+
+#: Row indices (K) and the gradient rows (K×…) of one item table; duplicate rows allowed.
+SparseGrad = tuple[Tensor, Tensor]
 
 
-def select_ops(device: torch.device, dtype: torch.dtype, *, unique_rows: bool, kernels: bool | None = None) -> TorchOps:
-    """The operations for tables on ``device`` in ``dtype``. ``kernels``: None uses the fused
-    CPU kernels wherever they apply (CPU, float32, ``unique_rows``) and could be built; False
-    never; True insists (ValueError where they do not apply or are not available)."""
-    applies = device.type == "cpu" and dtype == torch.float32 and unique_rows
-    if kernels and not applies:
-        raise ValueError("the fused kernels apply to float32 tables on the CPU with unique rows only")
-    found = cpu_kernels() if applies and kernels is not False else None
-    if kernels and found is None:
-        raise ValueError("the fused CPU kernels are not available here (see the warning, or GRU4REC_CPU_KERNELS)")
-    return TorchOps() if found is None else CpuKernelOps(found)
+class OptimizerTables(Protocol):
+    """What a fused update binds of the optimiser (:class:`gru4rec.training.optim.Optimizer`):
+    its rule's constants, the flat dense buffer, the item tables and every state table."""
+
+    method: str
+    lr: float
+    momentum: float
+    lmbd: float
+    grad_cap: float
+    rho: float
+    beta1: float
+    beta2: float
+    flat: Tensor
+    sparse: dict[str, Any]
+    state: dict[str, Any]
+    t: Tensor
+
+
+class FusedUpdate(Protocol):
+    """The optimiser's update after its step count: the dense gradient (the flat buffer, which
+    it may overwrite) and each item table's gradient parts (duplicate rows allowed)."""
+
+    def __call__(self, g_dense: Tensor, sparse_grads: dict[str, SparseGrad | list[SparseGrad]]) -> None: ...
 
 
 class TorchOps:
     """The operations as PyTorch code."""
 
-    #: Whether these are the fused CPU kernels.
+    #: The backend's name for these ops (:data:`gru4rec.training.backend.BACKENDS`).
+    name = "torch"
+    #: Whether these are fused kernels (CPU or GPU) rather than PyTorch operations.
     fused = False
     #: The fused CPU kernels behind these operations (None: PyTorch).
     kernels: CpuKernels | None = None
@@ -105,10 +128,16 @@ class TorchOps:
         """The fast step's loss and dL/dscores for ``config``."""
         return make_loss_grad(config)
 
+    def fused_update(self, optimizer: OptimizerTables) -> FusedUpdate | None:
+        """The optimiser's whole update (duplicates summed, clipped, applied) as fused kernels
+        bound to ``optimizer``'s tables, or None: the optimiser runs its own code."""
+        return None
+
 
 class CpuKernelOps(TorchOps):
     """The operations by the fused CPU kernels (float32 CPU tensors)."""
 
+    name = "cpu-kernels"
     fused = True
 
     def __init__(self, kernels: CpuKernels) -> None:

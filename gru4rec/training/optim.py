@@ -28,7 +28,8 @@ On the CPU (float32, unique rows) the rules run as fused kernels (:mod:`gru4rec.
 pass over each updated row or over the flat buffer instead of a dozen operations; the PyTorch
 code below is the same rule, used where the kernels do not apply and held equal to them by tests.
 Which one runs, and which implementation merges duplicate rows (:mod:`gru4rec.training.ops`), is
-decided once, when the optimiser is built.
+the backend's choice (:mod:`gru4rec.training.backend`), made once. With the Triton ops the whole
+update — summing duplicates, clipping and the rule — is theirs (:meth:`TorchOps.fused_update`).
 """
 from __future__ import annotations
 
@@ -41,13 +42,10 @@ from torch import Tensor, nn
 from gru4rec.config import Config
 from gru4rec.kernels.cpu import CpuKernels, TableUpdate
 from gru4rec.model import GRU4RecNet
-from gru4rec.training.ops import TorchOps, select_ops
+from gru4rec.training.backend import Backend, select_backend
+from gru4rec.training.ops import FusedUpdate, SparseGrad, TorchOps
 
 __all__ = ["EPS", "Optimizer", "SparseGrad", "UniqueGrad", "item_table_grads"]
-
-#: Row indices (K) and the gradient rows (K×…) of one item table; duplicate rows allowed.
-SparseGrad = tuple[Tensor, Tensor]
-
 
 class UniqueGrad(NamedTuple):
     """Gradient rows already summed per row: every index in ``rows`` appears once (CPU path)."""
@@ -91,14 +89,10 @@ class Optimizer:
         dense: dict[str, nn.Parameter],
         sparse: dict[str, nn.Parameter],
         config: Config,
-        *,
-        unique_rows: bool | None = None,
-        kernels: bool | None = None,
+        backend: Backend | None = None,
     ) -> None:
-        """``unique_rows``: how duplicate rows are summed (default: unique on the CPU).
-        ``kernels``: run the rules as fused CPU kernels — by default wherever they apply (CPU,
-        float32, unique rows) and could be built; False forces the PyTorch code
-        (:func:`~gru4rec.training.ops.select_ops`)."""
+        """``backend``: how duplicate rows are summed and which code runs the rules (default:
+        :func:`~gru4rec.training.backend.select_backend` for the tables' device and dtype)."""
         self.method = config.adapt
         params = config.resolved_adapt_params
         self.rho = params[0] if self.method in ("rmsprop", "adadelta") else 0.0
@@ -111,11 +105,15 @@ class Optimizer:
         self.sparse = sparse
         any_param = next(iter(sparse.values()))
         device, dtype = any_param.device, any_param.dtype
+        if backend is None:
+            backend = select_backend(device, dtype)
+        elif backend.device.type != device.type or backend.dtype != dtype:
+            raise ValueError(f"the backend is for {backend.device} {backend.dtype}, the tables are {device} {dtype}")
+        self.backend = backend
         #: How duplicate rows are summed (see _sum_duplicates): unique rows on the CPU by default.
-        self.unique_rows = device.type == "cpu" if unique_rows is None else unique_rows
-        #: The row operations (PyTorch or fused CPU kernels), chosen here once for the optimiser
-        #: and the fast training step.
-        self.ops: TorchOps = select_ops(device, dtype, unique_rows=self.unique_rows, kernels=kernels)
+        self.unique_rows = backend.unique_rows
+        #: The row operations (PyTorch, fused CPU kernels or Triton), the backend's.
+        self.ops: TorchOps = backend.ops
         #: The fused CPU kernels, or None: the PyTorch code.
         self.kernels: CpuKernels | None = self.ops.kernels
         #: Each table's fused update ("dense": the flat buffer), bound once the state exists.
@@ -154,6 +152,8 @@ class Optimizer:
             self._mark = torch.zeros(n_rows, device=device, dtype=torch.uint8)
             self._slot = torch.zeros(n_rows, device=device, dtype=torch.int64)
             self._arange = torch.arange(n_rows, device=device)
+        #: The whole update as fused GPU kernels (summing, clipping and the rule), or None.
+        self._fused_update: FusedUpdate | None = self.ops.fused_update(self)
 
     def _new_state(self, p: Tensor, *, sparse: bool) -> _State:
         sparse = sparse and not self.unique_rows  # only the scratch method needs a scratch table
@@ -248,6 +248,9 @@ class Optimizer:
             g_dense = dense_grads
         else:
             g_dense = torch.cat([g.reshape(-1) for g in dense_grads]) if dense_grads else self.flat_grad.zero_()
+        if self._fused_update is not None:
+            self._fused_update(g_dense, sparse_grads)  # type: ignore[arg-type]  # scratch rows: never UniqueGrad
+            return
         summed = {
             name: parts if isinstance(parts, UniqueGrad) else self._sum_duplicates(name, parts if isinstance(parts, list) else [parts])
             for name, parts in sparse_grads.items()

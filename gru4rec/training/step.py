@@ -60,7 +60,7 @@ from gru4rec.model import GRU4RecNet
 from gru4rec.training.cell import GRUCell, LayerCache
 from gru4rec.training.dropout import DropoutMasks
 from gru4rec.training.losses import LossGradFn
-from gru4rec.training.ops import TorchOps
+from gru4rec.training.backend import Backend
 from gru4rec.training.optim import Optimizer, SparseGrad, UniqueGrad, item_table_grads
 from gru4rec.training.precision import Matmuls
 from gru4rec.training.sampling import LogQ
@@ -81,14 +81,15 @@ class ScoreRows(NamedTuple):
 
 
 class FastStep:
-    """The hand-written step of a trainer, bound once to its network, optimiser, operations
-    (PyTorch or fused CPU kernels), GRU cell, products (:class:`Matmuls`), loss gradient,
+    """The hand-written step of a trainer, bound once to its network, optimiser, backend (whose
+    operations are PyTorch, fused CPU kernels or Triton), GRU cell, products (:class:`Matmuls`), loss gradient,
     dropout masks and logQ terms. With bfloat16 products only the matrix products take 16-bit
     operands; the loss and its softmax, the gates and the optimiser stay in float32."""
 
-    def __init__(self, net: GRU4RecNet, optimizer: Optimizer, ops: TorchOps, cell: GRUCell, matmuls: Matmuls,
+    def __init__(self, net: GRU4RecNet, optimizer: Optimizer, backend: Backend, cell: GRUCell, matmuls: Matmuls,
                  loss_grad: LossGradFn, dropout: DropoutMasks, logq: LogQ | None, *, mask_in_bias: bool) -> None:
-        self.net, self.optimizer, self.ops, self.cell, self.mm = net, optimizer, ops, cell, matmuls
+        self.net, self.optimizer, self.backend, self.cell, self.mm = net, optimizer, backend, cell, matmuls
+        self.ops = backend.ops
         self.loss_grad, self.dropout, self.logq = loss_grad, dropout, logq
         #: Whether the masked columns enter the loss through the bias (the cross-entropy losses).
         self.mask_in_bias = mask_in_bias
@@ -164,7 +165,7 @@ class FastStep:
         shared mode the inputs' items, whose rows share the table, follow them. On a GPU finding
         distinct rows would sync, so there the rows are the C columns."""
         opt = self.optimizer
-        if not opt.unique_rows:
+        if not self.backend.unique_rows:
             return None
         n_cols = cols.shape[0]
         if self.net.mode != "shared":

@@ -3,8 +3,9 @@
 The state is the slots' hidden states, the optimiser (with its state tables), the negative
 sample store, the dropout masks and their generator; :meth:`Trainer.state_dict` is what a
 checkpoint needs to continue the same run. Everything that does not change during training is
-decided once, in the constructor: the step's implementation (hand-written or autograd), the
-operations behind it (PyTorch or fused CPU kernels), its GRU cell, the precision of its products
+decided once, in the constructor: the step's implementation (hand-written or autograd), its
+:class:`~gru4rec.training.backend.Backend` (the operations behind it — PyTorch, fused CPU kernels
+or Triton —, how duplicate rows merge, graph replay), its GRU cell, the precision of its products
 and its loss gradient.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from torch import Tensor
 from gru4rec.config import Config
 from gru4rec.kernels.memory import keep_freed_memory
 from gru4rec.model import GRU4RecNet
+from gru4rec.training.backend import Backend, select_backend
 from gru4rec.training.dropout import DropoutMasks
 from gru4rec.training.losses import make_loss, masks_through_bias
 from gru4rec.training.optim import Optimizer
@@ -38,15 +40,12 @@ class Trainer:
         *,
         seed: int | None = None,
         reference: bool = False,
-        unique_rows: bool | None = None,
         precision: str = "float32",
-        cpu_kernels: bool | None = None,
+        backend: Backend | None = None,
     ) -> None:
-        """``reference``: use the plain autograd step. ``unique_rows``: how the optimiser merges
-        duplicate rows (default: by device, see :class:`~gru4rec.training.optim.Optimizer`).
-        ``precision``: see :data:`~gru4rec.training.precision.PRECISIONS`. ``cpu_kernels``:
-        False runs the optimiser and the step's row, column, cell and loss operations as PyTorch
-        code even where the fused CPU kernels apply (see :func:`~gru4rec.training.ops.select_ops`)."""
+        """``reference``: use the plain autograd step. ``precision``: see
+        :data:`~gru4rec.training.precision.PRECISIONS`. ``backend``: how the step runs (default:
+        :func:`~gru4rec.training.backend.select_backend` for the network's device and dtype)."""
         self.net = net
         self.config = config
         seed = config.seed if seed is None else seed
@@ -58,7 +57,9 @@ class Trainer:
         self.n_sample = config.n_sample
         #: True: the plain autograd step (the reference the fast step is tested against).
         self.reference = reference
-        self.optimizer = Optimizer(net.dense_parameters(), net.sparse_parameters(), config, unique_rows=unique_rows, kernels=cpu_kernels)
+        #: How the step runs, chosen once: handed to the optimiser, the fast step and the loop.
+        self.backend = backend if backend is not None else select_backend(self.device, self.dtype)
+        self.optimizer = Optimizer(net.dense_parameters(), net.sparse_parameters(), config, self.backend)
         self.hidden = net.init_hidden(B)
         self.sampler = (
             SampleStore(item_support, config.sample_alpha, config.n_sample, config.sample_store_size, self.device, seed=seed + 1)
@@ -71,14 +72,14 @@ class Trainer:
         #: The dropout masks, drawn in place from their own generator.
         self.dropout = DropoutMasks(net, B, seed + 2)
         self.matmuls = Matmuls(check_precision(precision, self.device, reference), self.dtype)
-        #: The row and column operations (PyTorch or fused CPU kernels), chosen by the optimiser.
-        self.ops = self.optimizer.ops
+        #: The row and column operations (PyTorch, fused CPU kernels or Triton): the backend's.
+        self.ops = self.backend.ops
         #: The fast step's GRU cell (fused where the kernels have it: tanh, float32 products).
         self.cell = self.ops.gru_cell(net.hidden_act, self.matmuls)
         if reference:
             self._step: FastStep | ReferenceStep = ReferenceStep(net, self.optimizer, make_loss(config), self.dropout, logq)
         else:
-            self._step = FastStep(net, self.optimizer, self.ops, self.cell, self.matmuls, self.ops.loss_grad(config), self.dropout,
+            self._step = FastStep(net, self.optimizer, self.backend, self.cell, self.matmuls, self.ops.loss_grad(config), self.dropout,
                                   logq, mask_in_bias=masks_through_bias(config))
 
     @property
