@@ -1,0 +1,150 @@
+"""The training step on the fused GPU kernels (Triton): the backend ``triton``.
+
+:class:`TritonOps` is chosen by :func:`gru4rec.training.backend.select_backend` (float32 tables
+on CUDA with scratch rows, ``GRU4REC_FUSED=1`` or ``fused_gpu=True``; on CPU tensors under
+Triton's interpreter, which is how the tests run it). It keeps the PyTorch row and column
+operations of :class:`~gru4rec.training.ops.TorchOps` (gathers that are one kernel each already)
+and replaces the three chains of small kernels that dominate a GPU step:
+
+* the GRU cell (:class:`TritonGRUCell`): the gate arithmetic between a layer's products, two
+  launches forward and two backward (``gru4rec/kernels/triton_gru.py``);
+* the loss and dL/dscores: two launches for any of the six losses
+  (``gru4rec/kernels/triton_losses.py``);
+* the optimiser's update (:class:`TritonUpdate`): duplicates summed through the scratch tables,
+  grad_cap, and the rule, one or two launches per item table and one for the flat buffer of the
+  dense weights (``gru4rec/kernels/triton_optim.py``).
+
+The matrix products stay cuBLAS. Every launch takes its buffers from the caller and reads its
+per-step scalars on the device, so the step stays capturable as a CUDA graph. This module imports
+Triton; nothing imports it but the backend, when it is chosen.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from gru4rec.activations import Activation
+from gru4rec.config import Config
+from gru4rec.kernels import triton_gru, triton_losses
+from gru4rec.kernels.triton_optim import TritonDenseUpdate, TritonTableUpdate
+from gru4rec.training.cell import LayerCache
+from gru4rec.training.losses import LossGradFn
+from gru4rec.training.ops import FusedUpdate, OptimizerTables, SparseGrad, TorchOps
+from gru4rec.training.precision import Matmuls
+
+__all__ = ["TritonGRUCell", "TritonOps", "TritonUpdate", "triton_loss_grad"]
+
+
+class TritonGRUCell:
+    """The GRU cell of :mod:`gru4rec.training.cell` by the Triton kernels: float32 products, any
+    elementwise candidate activation."""
+
+    fused = True
+
+    def __init__(self, act: Activation) -> None:
+        self.act = act
+
+    def forward(self, v: Tensor, h: Tensor, h_c: Tensor, wrz: Tensor, wh: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        n = h.shape[1]
+        rz = torch.addmm(v[:, n:], h_c, wrz)
+        hr = triton_gru.gru_gates(rz, h, torch.empty_like(h))  # rz ← σ(rz) in place
+        c = torch.addmm(v[:, :n], hr, wh)
+        out = triton_gru.gru_output(c, h, rz, mask, torch.empty_like(h), self.act)  # c ← f(c) in place
+        return rz, hr, c, out
+
+    def backward(self, d: Tensor, cache: LayerCache, g_wh: Tensor, g_wrz: Tensor, g_bh: Tensor) -> Tensor:
+        h, rz, n = cache.h, cache.rz, cache.h.shape[1]
+        d_v = h.new_empty((h.shape[0], 3 * n))
+        triton_gru.gru_backward_out(d, cache.mask, rz, cache.c, h, d_v, g_bh, self.act)  # d_c, d_z and their sums
+        torch.mm(cache.hr.t(), d_v[:, :n], out=g_wh)
+        triton_gru.gru_backward_reset(torch.mm(d_v[:, :n], cache.wh.t()), h, rz, d_v, g_bh)  # d_r and its sum
+        torch.mm(cache.h_c.t(), d_v[:, n:], out=g_wrz)
+        return d_v
+
+
+def triton_loss_grad(config: Config) -> LossGradFn:
+    """The loss and dL/dx of ``config`` by the Triton kernels: two launches, the gradient written
+    over the scores (as the fused CPU cross-entropy does; the step reads them no more)."""
+    loss = config.loss
+    act = None if loss in ("cross-entropy", "xe_logit") else config.final_activation
+    constants = dict(loss=loss, act=act, bpreg=float(config.bpreg) if loss == "bpr-max" else 0.0,
+                     smoothing=float(config.smoothing) if loss in ("cross-entropy", "xe_logit") else 0.0,
+                     inv_batch=1.0 / float(config.batch_size))
+
+    def loss_grad(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
+        loss_out = x.new_empty(())
+        triton_losses.loss_grad(x, col_valid, row_valid, n_cols.to(x.dtype), grad=x, per_row=x.new_empty(x.shape[0]),
+                                loss_out=loss_out, **constants)
+        return loss_out, x
+
+    return loss_grad
+
+
+class TritonUpdate:
+    """The optimiser's update by the Triton kernels, bound once to its tables: each item table's
+    gradient parts are added into its scratch table (the last position of a row owns it), the
+    owners apply the rule to their rows, and the flat buffer of the dense weights takes one
+    launch. With grad_cap the squared norms of the dense gradient and of every summed row are
+    added on the device first, and every update reads the clip scale from there."""
+
+    def __init__(self, optimizer: OptimizerTables) -> None:
+        rule = dict(method=optimizer.method, lr=optimizer.lr, momentum=optimizer.momentum, lmbd=optimizer.lmbd,
+                    decay=optimizer.beta2 if optimizer.method == "adam" else optimizer.rho, beta1=optimizer.beta1,
+                    grad_cap=optimizer.grad_cap)
+        self.t = optimizer.t
+        self.clip = optimizer.grad_cap > 0
+        self.dense = TritonDenseUpdate(optimizer.flat, vars(optimizer.state["dense"]), **rule) if optimizer.flat.numel() else None
+        self.tables: dict[str, TritonTableUpdate] = {}
+        for name, p in optimizer.sparse.items():
+            st = optimizer.state[name]  # its scratch table: the PyTorch rule's, zeros between steps
+            owner = torch.zeros(p.shape[0], device=p.device, dtype=torch.int32)
+            self.tables[name] = TritonTableUpdate(p.detach(), vars(st), st.scratch, owner, **rule)
+        self.sq_total = torch.zeros((), device=optimizer.flat.device, dtype=torch.float32)
+
+    def __call__(self, g_dense: Tensor, sparse_grads: dict[str, SparseGrad | list[SparseGrad]]) -> None:
+        parts = {name: grads if isinstance(grads, list) else [grads] for name, grads in sparse_grads.items()}
+        offsets = {name: _offsets(grads) for name, grads in parts.items()}
+        for name, grads in parts.items():
+            table = self.tables[name]
+            for (rows, g), offset in zip(grads, offsets[name]):
+                table.scatter(rows, g, offset)
+        sq_total = None
+        if self.clip:
+            sq_total = self.sq_total.zero_()
+            if self.dense is not None:
+                self.dense.add_sq_norm(g_dense, sq_total)
+            for name, grads in parts.items():
+                for (rows, _), offset in zip(grads, offsets[name]):
+                    self.tables[name].add_sq_norm(rows, sq_total, offset)
+        if self.dense is not None:
+            self.dense.update(g_dense, self.t, sq_total)
+        for name, grads in parts.items():
+            for (rows, _), offset in zip(grads, offsets[name]):
+                self.tables[name].update(rows, offset, self.t, sq_total)
+
+
+def _offsets(parts: list[SparseGrad]) -> list[int]:
+    """Each part's first position among all of a table's positions (shapes only: no sync)."""
+    out, total = [], 0
+    for rows, _ in parts:
+        out.append(total)
+        total += rows.shape[0]
+    return out
+
+
+class TritonOps(TorchOps):
+    """The operations of the fused GPU kernels (float32 tables, scratch rows)."""
+
+    name = "triton"
+    fused = True
+
+    def gru_cell(self, act: Activation, matmuls: Matmuls):  # type: ignore[override]
+        if matmuls.low is None:
+            return TritonGRUCell(act)
+        return super().gru_cell(act, matmuls)  # bfloat16 operands: the cell's products cast, as PyTorch does
+
+    def loss_grad(self, config: Config) -> LossGradFn:
+        return triton_loss_grad(config)
+
+    def fused_update(self, optimizer: OptimizerTables) -> FusedUpdate | None:
+        return TritonUpdate(optimizer)
