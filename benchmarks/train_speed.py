@@ -7,8 +7,12 @@ Examples (run alone on a quiet machine; two torch processes on 2 cores thrash ea
     python benchmarks/train_speed.py --config rsc15 --compare-reference      # fast vs plain autograd step
     python benchmarks/train_speed.py --sweep --device cuda                    # batch 32-256 × layers 100-512 × 2 losses
 
-Each measurement trains ``--steps`` steps after ``--warmup`` steps, ``--repeats`` times, and
-reports the median (and the best repeat, the least disturbed on a shared host). The comparisons
+Each measurement times what ``run.py`` runs: ``--repeats`` whole epochs of about ``--steps``
+mini-batches through the epoch loop (on CUDA replayed from a captured CUDA graph) after one
+untimed epoch of warm-up and capture, and reports the median (and the best repeat, the least
+disturbed on a shared host). ``--timing steps`` times eager ``train_step`` calls instead (the
+step alone with its launch overhead: on a GPU several times slower than the replayed epoch).
+``--compare-fused`` measures the PyTorch ops against the fused GPU kernels (Triton). The comparisons
 build one trainer per variant in the same process and interleave their repeats, so a noisy host
 disturbs both alike; ``speed_vs_first`` is the median of the per-repeat speed ratios (peak memory
 is then the process's, all variants together). Without ``--data`` a synthetic data set
@@ -42,6 +46,7 @@ from gru4rec.data import ItemMap, item_support, read_events, sessions_from_event
 from gru4rec.model import GRU4RecNet  # noqa: E402
 from gru4rec.recommender import resolve_device  # noqa: E402
 from gru4rec.training.backend import select_backend  # noqa: E402
+from gru4rec.training.loop import train_epochs  # noqa: E402
 from gru4rec.training.trainer import Trainer  # noqa: E402
 
 CONFIGS = {
@@ -101,40 +106,71 @@ def matmul_floor_ms(config: Config, n_distinct: float, device: torch.device, dty
     return 1e3 * statistics.median(times), gflop
 
 
+#: A variant: (reference step?, precision, select_backend switches).
+Variant = tuple[bool, str, dict]
+
+
+def prefix_for_steps(items: np.ndarray, offsets: np.ndarray, batch_size: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first sessions whose predictions fill about ``steps`` mini-batches (an epoch of that length)."""
+    predictions = np.cumsum(np.diff(offsets) - 1)
+    n = int(np.searchsorted(predictions, steps * batch_size)) + 1
+    n = min(n, len(offsets) - 1)
+    return items[: offsets[n]], offsets[: n + 1]
+
+
 def measure(config: Config, sessions, support, device: torch.device, steps: int, warmup: int, repeats: int,
-            variants: list[tuple[bool, str, bool | None]]) -> list[dict]:
-    """One JSON-ready dict per variant (reference?, precision, fused CPU kernels?). The variants' repeats are
-    interleaved — repeat r of every variant runs before repeat r + 1 of any — so that a noisy
-    host disturbs them alike and their ratio (``ratio_to_first``, median of per-repeat ratios)
-    stays meaningful even when the absolute figures move."""
-    schedule = build_schedule(sessions.items, sessions.offsets, config.batch_size, config.n_sample, device)
-    if schedule.n_steps < warmup + steps:
-        raise SystemExit(f"the data gives only {schedule.n_steps} steps; lower --steps/--warmup")
+            variants: list[Variant], timing: str = "epoch") -> list[dict]:
+    """One JSON-ready dict per variant. The variants' repeats are interleaved — repeat r of every
+    variant runs before repeat r + 1 of any — so that a noisy host disturbs them alike and their
+    ratio (``speed_vs_first``, median of per-repeat ratios) stays meaningful even when the
+    absolute figures move.
+
+    ``timing="epoch"`` (default) times what ``run.py`` and ``fit`` run: whole epochs of about
+    ``steps`` mini-batches through :func:`gru4rec.training.loop.train_epochs` — on CUDA replayed
+    from a captured graph — after one untimed epoch (warm-up and capture); a repeat is an epoch
+    and its time is the loop's own (``EpochStats.seconds``). ``timing="steps"`` times ``steps``
+    eager ``train_step`` calls after ``warmup`` of them: the step alone, launch overhead included."""
     trainers = []
-    for reference, precision, kernels in variants:
+    for reference, precision, switches in variants:
         net = GRU4RecNet(len(support), config, generator=torch.Generator().manual_seed(config.seed)).to(device)
         trainers.append(Trainer(net, config, support, reference=reference, precision=precision,
-                                backend=select_backend(device, cpu_kernels=kernels)))
+                                backend=select_backend(device, **switches)))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    def run(trainer: Trainer, first: int, n: int) -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        total = torch.zeros((), device=device)
-        for t in range(first, first + n):
-            total += trainer.train_step(schedule.inputs[t], schedule.targets[t], schedule.active[t], schedule.keep[t])
-        float(total)  # one sync at the end
-        return time.perf_counter() - start
-
-    for trainer in trainers:
-        run(trainer, 0, warmup)
     seconds: list[list[float]] = [[] for _ in trainers]
-    for r in range(repeats):
-        first = (warmup + r * steps) % max(schedule.n_steps - steps, 1)
-        order = range(len(trainers)) if r % 2 == 0 else reversed(range(len(trainers)))
-        for i in order:
-            seconds[i].append(run(trainers[i], first, steps))
+    if timing == "epoch":
+        items, offsets = prefix_for_steps(sessions.items, sessions.offsets, config.batch_size, steps)
+        schedule = build_schedule(items, offsets, config.batch_size, config.n_sample, device)
+        epochs = [train_epochs(trainer, items, offsets, n_epochs=1 + repeats, progress=False) for trainer in trainers]
+        for epoch in epochs:
+            next(epoch)  # warm-up and graph capture
+        for r in range(repeats):
+            order = range(len(trainers)) if r % 2 == 0 else reversed(range(len(trainers)))
+            for i in order:
+                seconds[i].append(next(epochs[i]).seconds)
+        steps = schedule.n_steps
+    else:
+        schedule = build_schedule(sessions.items, sessions.offsets, config.batch_size, config.n_sample, device)
+        if schedule.n_steps < warmup + steps:
+            raise SystemExit(f"the data gives only {schedule.n_steps} steps; lower --steps/--warmup")
+
+        def run(trainer: Trainer, first: int, n: int) -> float:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            total = torch.zeros((), device=device)
+            for t in range(first, first + n):
+                total += trainer.train_step(schedule.inputs[t], schedule.targets[t], schedule.active[t], schedule.keep[t])
+            float(total)  # one sync at the end
+            return time.perf_counter() - start
+
+        for trainer in trainers:
+            run(trainer, 0, warmup)
+        for r in range(repeats):
+            first = (warmup + r * steps) % max(schedule.n_steps - steps, 1)
+            order = range(len(trainers)) if r % 2 == 0 else reversed(range(len(trainers)))
+            for i in order:
+                seconds[i].append(run(trainers[i], first, steps))
     # Rows of the score, dL/dx and Wy-gradient products: the distinct scored items where the
     # optimiser merges duplicate rows (CPU), all C columns otherwise. Drawn after the timed runs (from the
     # first trainer's store), so that the variants' sample streams stay as they were.
@@ -144,7 +180,7 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
         for t in range(min(20, schedule.n_steps))
     ])) if lead.backend.unique_rows else float(config.batch_size + config.n_sample)
 
-    events = float(np.mean(schedule.n_active[: warmup + steps]))
+    events = float(np.mean(schedule.n_active[: warmup + steps] if timing == "steps" else schedule.n_active))
     results = []
     for (reference, precision, _), trainer, secs in zip(variants, trainers, seconds):
         med = statistics.median(secs)
@@ -158,7 +194,9 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
             "threads": torch.get_num_threads(),
             "path": "reference" if reference else "fast",
             "precision": precision,
-            "cpu_kernels": trainer.optimizer.kernels is not None,
+            "backend": trainer.backend.name,
+            "graph_replay": trainer.backend.graph_replay and timing == "epoch" and not reference,
+            "timing": timing,
             "steps": steps,
             "repeats": repeats,
             "ms_per_step": round(1e3 * med / steps, 4),
@@ -196,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="float32", help="float32 or bfloat16: operand type of the fast step's matrix products")
     parser.add_argument("--compare-precision", action="store_true", help="measure float32 and --precision, interleaved, and print the ratio")
     parser.add_argument("--compare-kernels", action="store_true", help="measure the fast step with the optimiser in PyTorch and in the fused CPU kernels, interleaved")
+    parser.add_argument("--fused", action="store_true", help="the fused GPU kernels (Triton) instead of PyTorch ops on CUDA")
+    parser.add_argument("--compare-fused", action="store_true", help="measure the PyTorch ops and the fused GPU kernels (Triton), interleaved")
+    parser.add_argument("--timing", choices=("epoch", "steps"), default="epoch",
+                        help="epoch: whole epochs as run.py trains them (graph replay on CUDA; default); steps: eager train_step calls")
     parser.add_argument("--sweep", action="store_true", help="batch 32..256 × layers 100..512 × {cross-entropy, bpr-max}")
     args = parser.parse_args(argv)
     if args.threads:
@@ -215,16 +257,19 @@ def main(argv: list[str] | None = None) -> int:
                 for size in (100, 256, 512):
                     extra = dict(logq=1.0, final_act="softmax") if loss == "cross-entropy" else dict(logq=0.0, final_act="elu-0.5")
                     configs.append(base.replace(loss=loss, batch_size=batch, layers=(size,), **extra))
+    fused = {"fused_gpu": True} if args.fused else {}
     if args.compare_reference:
-        variants = [(True, "float32", None), (False, "float32", None)]  # reference first: ratios = speed-up of the fast step
+        variants = [(True, "float32", fused), (False, "float32", fused)]  # reference first: ratios = speed-up of the fast step
     elif args.compare_precision:
-        variants = [(False, "float32", None), (False, args.precision, None)]
+        variants = [(False, "float32", fused), (False, args.precision, fused)]
     elif args.compare_kernels:
-        variants = [(False, "float32", False), (False, "float32", None)]  # PyTorch first: ratio = the kernels' speed-up
+        variants = [(False, "float32", {"cpu_kernels": False}), (False, "float32", {})]  # PyTorch first: ratio = the kernels' speed-up
+    elif args.compare_fused:
+        variants = [(False, "float32", {"fused_gpu": False}), (False, "float32", {"fused_gpu": True})]  # ratio = Triton's speed-up
     else:
-        variants = [(args.reference, args.precision, None)]
+        variants = [(args.reference, args.precision, fused)]
     for config in configs:
-        for result in measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, variants):
+        for result in measure(config, sessions, support, device, args.steps, args.warmup, args.repeats, variants, args.timing):
             print(json.dumps(result), flush=True)
     return 0
 

@@ -1,0 +1,148 @@
+"""Kernels per training step and device microseconds per step, by backend, as JSON lines.
+
+    python benchmarks/gpu_profile.py --config retailrocket --device cuda              # PyTorch ops and Triton
+    python benchmarks/gpu_profile.py --config diginetica --device cuda --backends torch
+
+For each backend (``torch``: the PyTorch ops; ``triton``: the fused GPU kernels) it builds a
+trainer, warms it up, then
+
+* profiles ``--steps`` eager steps with ``torch.profiler`` and counts the device kernels
+  (``kernels_per_step``; memory copies and sets counted apart) and their summed device time
+  (``device_us_per_step``): what one step asks of the GPU, however it is launched;
+* times ``--steps`` steps replayed from one captured CUDA graph (``replay_us_per_step``, CUDA
+  events): what the epoch loop gets, launch overhead gone.
+
+On a machine without CUDA it reports the CPU operators per step of the PyTorch backend instead
+(``cpu_ops_per_step``): the same count of the step's work items, without device times.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.train_speed import CONFIGS, load_sessions  # noqa: E402
+from gru4rec.config import Config  # noqa: E402
+from gru4rec.kernels.gpu import counter_driven_step  # noqa: E402
+from gru4rec.model import GRU4RecNet  # noqa: E402
+from gru4rec.training.backend import select_backend  # noqa: E402
+from gru4rec.training.batching import build_schedule  # noqa: E402
+from gru4rec.training.trainer import Trainer  # noqa: E402
+
+#: Profiler event names that are copies or fills, not kernels of the step's arithmetic.
+_MEMORY = ("memcpy", "memset", "Memcpy", "Memset")
+
+
+def count_kernels(events, steps: int) -> dict:
+    """Kernels per step and their device µs per step from a profiler's event list."""
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    memory = [e for e in kernels if any(m in e.name for m in _MEMORY)]
+    compute = [e for e in kernels if not any(m in e.name for m in _MEMORY)]
+    by_name: dict[str, int] = {}
+    for e in compute:
+        by_name[e.name] = by_name.get(e.name, 0) + 1
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:12]
+    return {
+        "kernels_per_step": round(len(compute) / steps, 2),
+        "memory_ops_per_step": round(len(memory) / steps, 2),
+        "device_us_per_step": round(sum(e.device_time for e in compute) / steps, 1),
+        "top_kernels": {name[:60]: round(n / steps, 2) for name, n in top},
+    }
+
+
+def profile(config: Config, sessions, support, device: torch.device, backend_name: str, steps: int, warmup: int) -> dict:
+    switches = {"fused_gpu": backend_name == "triton", "graph_replay": False} if device.type == "cuda" else {"cpu_kernels": False}
+    backend = select_backend(device, **switches)
+    net = GRU4RecNet(len(support), config, generator=torch.Generator().manual_seed(config.seed)).to(device)
+    trainer = Trainer(net, config, support, backend=backend)
+    schedule = build_schedule(sessions.items, sessions.offsets, config.batch_size, config.n_sample, device)
+    if schedule.n_steps < warmup + 2 * steps:
+        raise SystemExit(f"the data gives only {schedule.n_steps} steps; lower --steps/--warmup")
+    losses = torch.zeros(schedule.n_steps, device=device, dtype=torch.float64)
+
+    def accumulate(loss: torch.Tensor, t: torch.Tensor) -> None:
+        losses.index_copy_(0, t.view(1), loss.view(1).to(torch.float64))
+
+    prepare, body = counter_driven_step(trainer, schedule, accumulate)  # the replayed step's own form
+    for t in range(warmup):
+        prepare(t)
+        body()
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+        torch.cuda.synchronize(device)
+    with torch.profiler.profile(activities=activities) as prof:
+        for t in range(warmup, warmup + steps):
+            prepare(t)
+            body()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    out = {"config_layers": list(config.layers), "batch_size": config.batch_size, "n_sample": config.n_sample,
+           "loss": config.loss, "backend": backend.name, "device": str(device), "steps": steps}
+    if device.type != "cuda":
+        cpu_ops = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("aten::")]
+        top_level = [e for e in cpu_ops if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
+        out["cpu_ops_per_step"] = round(len(top_level) / steps, 2)
+        return out
+    out.update(count_kernels(prof.events(), steps))
+    # The same steps replayed from one captured graph, timed with CUDA events.
+    first = warmup + steps
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        prepare(first)
+        body()
+    torch.cuda.current_stream(device).wait_stream(side)
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    if trainer.uses_dropout:
+        graph.register_generator_state(trainer.dropout_gen)
+    with torch.cuda.graph(graph):
+        body()
+    times = []
+    for _ in range(3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for t in range(first, first + steps):
+            prepare(t)
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize(device)
+        times.append(1e3 * start.elapsed_time(end) / steps)
+    out["replay_us_per_step"] = round(statistics.median(times), 1)
+    out["replay_mb_per_s"] = round(1e6 / out["replay_us_per_step"], 0)
+    out["final_loss_finite"] = bool(torch.isfinite(losses[: first + steps]).all())
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="retailrocket", help=f"one of {sorted(CONFIGS)} or a parameter string")
+    parser.add_argument("--params", default="", help="parameter string applied on top, e.g. 'n_sample=512'")
+    parser.add_argument("--data", help="training file (default: synthetic data)")
+    parser.add_argument("--n-items", type=int, default=50_000, help="items of the synthetic data")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--backends", nargs="+", default=["torch", "triton"], choices=("torch", "triton"))
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=20)
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    base = Config.from_file(ROOT / CONFIGS[args.config]) if args.config in CONFIGS else Config.from_string(args.config)
+    if args.params:
+        base = base.replace_from_string(args.params)
+    sessions, support = load_sessions(args.data, args.n_items, base.seed)
+    backends = args.backends if device.type == "cuda" else ["torch"]
+    for name in backends:
+        print(json.dumps(profile(base, sessions, support, device, name, args.steps, args.warmup)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
