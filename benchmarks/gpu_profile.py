@@ -12,18 +12,26 @@ trainer, warms it up, then
 * times ``--steps`` steps replayed from one captured CUDA graph (``replay_us_per_step``, CUDA
   events): what the epoch loop gets, launch overhead gone.
 
-On a machine without CUDA it reports the CPU operators per step of the PyTorch backend instead
-(``cpu_ops_per_step``): the same count of the step's work items, without device times.
+On a machine without CUDA it counts what a GPU would launch, without device times
+(``kernels_per_step_estimate``): the step's PyTorch operators that compute (views, reshapes and
+allocations, which launch nothing, left out) plus its Triton launches, which run in Triton's
+interpreter there (``TRITON_INTERPRET=1``, set by this script when no CUDA device is present).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before any Triton kernel is defined
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -38,6 +46,80 @@ from gru4rec.training.trainer import Trainer  # noqa: E402
 
 #: Profiler event names that are copies or fills, not kernels of the step's arithmetic.
 _MEMORY = ("memcpy", "memset", "Memcpy", "Memset")
+#: PyTorch operators that launch no kernel: views, metadata and allocations.
+_NO_KERNEL = {
+    "aten::view", "aten::reshape", "aten::_reshape_alias", "aten::slice", "aten::select", "aten::t", "aten::transpose",
+    "aten::as_strided", "aten::diagonal", "aten::squeeze", "aten::unsqueeze", "aten::expand", "aten::narrow",
+    "aten::detach", "aten::alias", "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+    "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg", "aten::_unsafe_view", "aten::view_as",
+    "aten::result_type", "aten::is_nonzero", "aten::item", "aten::_local_scalar_dense", "aten::to", "aten::_to_copy",
+    "aten::split", "aten::chunk", "aten::unbind", "aten::numpy_T", "aten::contiguous", "aten::flatten",
+    "aten::resize_", "aten::set_", "aten::zeros", "aten::ones", "aten::new_zeros", "aten::full", "aten::scalar_tensor",
+}
+
+
+_TRITON_LAUNCH = "triton_launch"
+
+
+def _inside_launch(event) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name == _TRITON_LAUNCH:
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+@contextmanager
+def counting_triton_launches() -> Iterator[list[int]]:
+    """Count the Triton launches made inside (the interpreter's, on the CPU)."""
+    count = [0]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:  # no Triton: nothing to count
+        yield count
+        return
+    original = InterpretedFunction.run
+
+    def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        count[0] += 1
+        with torch.profiler.record_function(_TRITON_LAUNCH):  # the interpreter's own operators are not the step's
+            return original(self, *args, **kwargs)
+
+    InterpretedFunction.run = run  # type: ignore[method-assign]
+    try:
+        yield count
+    finally:
+        InterpretedFunction.run = original  # type: ignore[method-assign]
+
+
+def estimate_cpu_kernels(events, triton_launches: int, steps: int) -> dict:
+    """What a GPU would launch per step, from the CPU profile: the outermost computing PyTorch
+    operators (one kernel each: ``addmm`` counts once, not with the operators it calls; a view or
+    an allocation counts nothing, but a copy or fill it calls does) plus the Triton launches."""
+
+    def computes(e) -> bool:
+        return e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("aten::") and e.name not in _NO_KERNEL
+
+    def outermost(e) -> bool:
+        parent = e.cpu_parent
+        while parent is not None:
+            if computes(parent):
+                return False
+            parent = parent.cpu_parent
+        return True
+
+    computing = [e for e in events if computes(e) and outermost(e) and not _inside_launch(e)]
+    by_name: dict[str, int] = {}
+    for e in computing:
+        by_name[e.name] = by_name.get(e.name, 0) + 1
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:15]
+    return {
+        "kernels_per_step_estimate": round((len(computing) + triton_launches) / steps, 2),
+        "torch_ops_per_step": round(len(computing) / steps, 2),
+        "triton_launches_per_step": round(triton_launches / steps, 2),
+        "top_ops": {name: round(n / steps, 2) for name, n in top},
+    }
 
 
 def count_kernels(events, steps: int) -> dict:
@@ -58,7 +140,12 @@ def count_kernels(events, steps: int) -> dict:
 
 
 def profile(config: Config, sessions, support, device: torch.device, backend_name: str, steps: int, warmup: int) -> dict:
-    switches = {"fused_gpu": backend_name == "triton", "graph_replay": False} if device.type == "cuda" else {"cpu_kernels": False}
+    # on the CPU: scratch rows and no CPU kernels, as on a GPU (the Triton ops in the interpreter)
+    switches = {"fused_gpu": backend_name == "triton", "unique_rows": False}
+    if device.type == "cuda":
+        switches["graph_replay"] = False
+    else:
+        switches["cpu_kernels"] = False
     backend = select_backend(device, **switches)
     net = GRU4RecNet(len(support), config, generator=torch.Generator().manual_seed(config.seed)).to(device)
     trainer = Trainer(net, config, support, backend=backend)
@@ -78,7 +165,7 @@ def profile(config: Config, sessions, support, device: torch.device, backend_nam
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
         torch.cuda.synchronize(device)
-    with torch.profiler.profile(activities=activities) as prof:
+    with counting_triton_launches() as launches, torch.profiler.profile(activities=activities) as prof:
         for t in range(warmup, warmup + steps):
             prepare(t)
             body()
@@ -87,9 +174,7 @@ def profile(config: Config, sessions, support, device: torch.device, backend_nam
     out = {"config_layers": list(config.layers), "batch_size": config.batch_size, "n_sample": config.n_sample,
            "loss": config.loss, "backend": backend.name, "device": str(device), "steps": steps}
     if device.type != "cuda":
-        cpu_ops = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("aten::")]
-        top_level = [e for e in cpu_ops if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
-        out["cpu_ops_per_step"] = round(len(top_level) / steps, 2)
+        out.update(estimate_cpu_kernels(prof.events(), launches[0], steps))
         return out
     out.update(count_kernels(prof.events(), steps))
     # The same steps replayed from one captured graph, timed with CUDA events.
@@ -138,8 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.params:
         base = base.replace_from_string(args.params)
     sessions, support = load_sessions(args.data, args.n_items, base.seed)
-    backends = args.backends if device.type == "cuda" else ["torch"]
-    for name in backends:
+    for name in args.backends:
         print(json.dumps(profile(base, sessions, support, device, name, args.steps, args.warmup)), flush=True)
     return 0
 

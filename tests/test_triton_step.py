@@ -90,3 +90,115 @@ def test_epochs_with_dropout_equal_the_pytorch_epochs(params: str) -> None:
     for k, v in runs[0][1].items():
         torch.testing.assert_close(v, runs[1][1][k], rtol=1e-4, atol=1e-5, msg=lambda m: f"{k}: {m}")
     assert runs[0][0][1] < runs[0][0][0] or params.startswith("loss=top1")  # it trains (bpr-max, xe: the loss falls)
+
+
+@pytest.mark.parametrize("logq, mask_in_bias, n_sample", [(False, False, 7), (True, True, 7), (True, False, 0)])
+def test_step_inputs_gather_what_the_pytorch_step_builds(logq: bool, mask_in_bias: bool, n_sample: int) -> None:
+    """One launch: the schedule row t, the store row r, the columns, their validity and count,
+    the bias (logQ split at B, MASK on invalid columns when asked) and the reset of new sessions."""
+    from gru4rec.kernels.triton_step import step_inputs
+    from gru4rec.training.losses import MASK
+    from gru4rec.training.sampling import make_logq
+    from gru4rec.training.ops import TorchOps
+
+    gen = torch.Generator().manual_seed(5)
+    T, B, N, n = 6, 5, 40, 70
+    s_inputs, s_targets = torch.randint(0, N, (T, B), generator=gen), torch.randint(0, N, (T, B), generator=gen)
+    s_active = (torch.rand(T, B, generator=gen) > 0.3).float()
+    s_active[4, 1] = 0.0  # step t = 4 has an inactive slot (its column is masked)
+    s_keep = (torch.rand(T, B, 1, generator=gen) > 0.5).float()
+    store = torch.randint(0, N, (4, n_sample), generator=gen) if n_sample else None
+    by = torch.randn(N, generator=gen)
+    lq = make_logq(np.arange(1, N + 1), 1.0, 0.5, torch.device("cpu"), torch.float32) if logq else None
+    h = torch.randn(B, n, generator=gen)
+    C, t, r = B + n_sample, 4, 2
+    out = dict(inputs=torch.empty(B, dtype=torch.int64), targets=torch.empty(B, dtype=torch.int64), active=torch.empty(B),
+               cols=torch.empty(C, dtype=torch.int64), col_valid=torch.empty(C), n_cols=torch.empty(()), bias=torch.empty(C))
+    dev = lambda x: None if x is None else x.to(DEVICE)  # noqa: E731
+    got = {k: dev(v) for k, v in out.items()}
+    h_dev = dev(h)
+    step_inputs(dev(s_inputs), dev(s_targets), dev(s_active), dev(s_keep), dev(store), dev(torch.tensor(t)), dev(torch.tensor(r)),
+                dev(by), None if lq is None else (dev(lq.in_batch), dev(lq.sampled)), mask_in_bias=mask_in_bias, **got, hidden=h_dev)
+    got = {k: v.cpu() for k, v in got.items()}
+    samples = store[r] if store is not None else torch.empty(0, dtype=torch.int64)
+    cols = torch.cat((s_targets[t], samples))
+    valid = torch.cat((s_active[t], torch.ones(n_sample)))
+    assert torch.equal(got["inputs"], s_inputs[t]) and torch.equal(got["targets"], s_targets[t]) and torch.equal(got["cols"], cols)
+    assert torch.equal(got["active"], s_active[t]) and torch.equal(got["col_valid"], valid)
+    assert float(got["n_cols"]) == float(s_active[t].sum()) + n_sample
+    want_bias = TorchOps().column_bias(by, cols, B, lq, valid if mask_in_bias else None)
+    live = valid > 0
+    torch.testing.assert_close(got["bias"][live], want_bias[live], rtol=1e-6, atol=1e-6)
+    if mask_in_bias:  # MASK exactly where a column is invalid
+        assert torch.equal(got["bias"] < MASK / 2, ~live)
+    else:
+        torch.testing.assert_close(got["bias"], want_bias, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(h_dev.cpu(), h * s_keep[t], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("params", ["dropout_p_hidden=0.3,momentum=0.2,logq=1.0", "layers=8/6,loss=bpr-max,final_act=elu-0.5"])
+def test_a_replayed_step_on_the_triton_backend_trains_like_the_pytorch_loop(params: str) -> None:
+    """The counter-driven form of the step (what a CUDA graph replays; here uncaptured), whose
+    inputs the Triton backend gathers in one launch, against the plain PyTorch loop: the same step
+    losses and weights, sample-store redraws and dropout included."""
+    from gru4rec.data import ItemMap, item_support, sessions_from_events
+    from gru4rec.datasets.synthetic import generate
+    from gru4rec.kernels.gpu import counter_driven_step
+    from gru4rec.training.batching import build_schedule
+
+    events = generate(n_sessions=30, n_items=25, seed=6)
+    item_map = ItemMap.from_ids(events["ItemId"])
+    sessions, _ = sessions_from_events(events, item_map, order="time")
+    support = item_support(sessions.items, len(item_map))
+    cfg = Config(layers=(8,), batch_size=5, n_sample=6, sample_store_size=18, learning_rate=0.05).replace_from_string(params)
+    sch = build_schedule(sessions.items, sessions.offsets, cfg.batch_size, cfg.n_sample, DEVICE)
+    runs = []
+    for name, switches in backends().items():
+        net = GRU4RecNet(len(support), cfg, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+        backend = select_backend(DEVICE, unique_rows=False, graph_replay=False if DEVICE == "cuda" else None, **switches)
+        trainer = Trainer(net, cfg, support, seed=4, backend=backend)
+        assert (trainer._fused_inputs is not None) == (name == "triton")
+        losses = torch.zeros(sch.n_steps, dtype=torch.float64, device=DEVICE)
+
+        def accumulate(loss: torch.Tensor, t: torch.Tensor) -> None:
+            losses.index_copy_(0, t.view(1), loss.view(1).to(torch.float64))
+
+        if name == "triton":
+            prepare, body = counter_driven_step(trainer, sch, accumulate)
+            for t in range(sch.n_steps):
+                prepare(t)
+                body()
+        else:
+            for t in range(sch.n_steps):
+                accumulate(trainer.train_step(sch.inputs[t], sch.targets[t], sch.active[t], sch.keep[t]), torch.tensor(t, device=DEVICE))
+        assert trainer.sampler.n_redraws > 3
+        runs.append((losses.cpu(), net.Wy.detach().cpu().clone()))
+    torch.testing.assert_close(runs[0][0], runs[1][0], rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(runs[0][1], runs[1][1], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("K, d, masked", [(5, 3, True), (37, 70, True), (20, 130, False)])
+def test_gather_rows_is_index_select_times_the_mask(K: int, d: int, masked: bool) -> None:
+    from gru4rec.kernels.triton_step import gather_rows
+
+    gen = torch.Generator().manual_seed(K)
+    table = torch.randn(50, d, generator=gen)
+    rows = torch.randint(0, 50, (K,), generator=gen)
+    mask = (torch.rand(K, d, generator=gen) > 0.4).float() * 2.5 if masked else None
+    out = torch.full((K, d), float("nan"))
+    got = gather_rows(table.to(DEVICE), rows.to(DEVICE), None if mask is None else mask.to(DEVICE), out.to(DEVICE)).cpu()
+    want = table[rows] * (mask if mask is not None else 1.0)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_dropout_threshold_is_the_inverted_dropout_mask() -> None:
+    from gru4rec.kernels.triton_step import dropout_threshold
+    from gru4rec.training.dropout import keep_mask
+
+    u = torch.rand(33, 1030, generator=torch.Generator().manual_seed(1))
+    u[0, :3] = torch.tensor([0.3, 0.29999, 0.0])  # at and below the threshold
+    got = dropout_threshold(u.clone().to(DEVICE), 0.3).cpu()
+    torch.testing.assert_close(got, keep_mask(u.clone(), 0.3), rtol=0, atol=0)
+    assert got[0, 0] > 0 and got[0, 1] == 0 and got[0, 2] == 0
+    with pytest.raises(ValueError, match="p must be in"):
+        dropout_threshold(u.clone().to(DEVICE), 1.0)

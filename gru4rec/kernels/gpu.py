@@ -66,8 +66,9 @@ class StepTrainer(Protocol):
     @property
     def dropout_gen(self) -> torch.Generator: ...
 
-    def train_step(self, inputs: Tensor, targets: Tensor, active: Tensor, keep: Tensor, samples: Tensor | None = None) -> Tensor:
-        """One step over the B slots; returns the loss (0-dim device tensor)."""
+    def train_step_at(self, schedule: StepSchedule, t: Tensor, sample_row: Tensor) -> Tensor:
+        """Step ``t`` (0-dim int64 device tensor) of ``schedule`` with row ``sample_row`` of the
+        sample store, both read on the device; returns the loss (0-dim device tensor)."""
         ...
 
 
@@ -107,16 +108,7 @@ def counter_driven_step(
     sampler = trainer.sampler
 
     def body() -> None:
-        t = step_index.view(1)
-        samples = sampler.store.index_select(0, sample_row.view(1)).squeeze(0) if sampler is not None else None
-        loss = trainer.train_step(
-            schedule.inputs.index_select(0, t).squeeze(0),
-            schedule.targets.index_select(0, t).squeeze(0),
-            schedule.active.index_select(0, t).squeeze(0),
-            schedule.keep.index_select(0, t).squeeze(0),
-            samples,
-        )
-        accumulate(loss, step_index)
+        accumulate(trainer.train_step_at(schedule, step_index, sample_row), step_index)
 
     def prepare(t: int) -> None:
         step_index.fill_(t)

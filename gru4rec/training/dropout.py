@@ -9,19 +9,32 @@ input and the state carried to the next step.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor
 
 from gru4rec.model import GRU4RecNet
 
-__all__ = ["DropoutMasks"]
+__all__ = ["DropoutMasks", "keep_mask"]
+
+#: ``threshold(mask, p)``: uniform draws in ``mask`` become the mask in place (and are returned).
+Threshold = Callable[[Tensor, float], Tensor]
+
+
+def keep_mask(mask: Tensor, p: float) -> Tensor:
+    """The uniform draws in ``mask`` become the dropout mask in place: 1/(1 − p) where u ≥ p, else 0."""
+    return mask.ge_(p).mul_(1.0 / (1.0 - p))
 
 
 class DropoutMasks:
     """The mask buffers of one trainer (B × d₀ for the embedding, B × Lᵢ per layer; None where
     that dropout is off) and the generator they are drawn from."""
 
-    def __init__(self, net: GRU4RecNet, batch_size: int, seed: int) -> None:
+    def __init__(self, net: GRU4RecNet, batch_size: int, seed: int, threshold: Threshold = keep_mask) -> None:
+        """``threshold``: how uniform draws become a mask (:func:`keep_mask`, or a fused kernel of
+        the training backend's ops); the draws themselves always come from ``generator``."""
+        self.threshold = threshold
         p = net.Wy
         self.generator = torch.Generator(device=p.device)
         self.generator.manual_seed(seed)
@@ -43,11 +56,16 @@ class DropoutMasks:
         """A new mask drawn into ``mask``: keep where u ≥ p, kept values scaled by 1/(1 − p).
         uniform + compare is ~5x faster than ``bernoulli_`` on the CPU, and as graph-safe."""
         torch.rand(mask.shape, generator=self.generator, out=mask)
-        return mask.ge_(p).mul_(1.0 / (1.0 - p))
+        return self.threshold(mask, p)
+
+    def draw_embedding(self) -> Tensor | None:
+        """A new mask for the layer-0 input rows (None without embedding dropout)."""
+        return None if self.embed is None else self._draw(self.embed, self.p_embed)
 
     def drop_embedding(self, x: Tensor) -> Tensor:
         """The layer-0 input rows ``x`` (B × d₀) with a new embedding mask applied."""
-        return x if self.embed is None else x * self._draw(self.embed, self.p_embed)
+        mask = self.draw_embedding()
+        return x if mask is None else x * mask
 
     def draw_hidden(self, i: int) -> Tensor | None:
         """A new mask for layer ``i``'s output (None without hidden dropout)."""

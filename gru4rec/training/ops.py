@@ -20,7 +20,7 @@ they replace the optimiser's whole update, that update (:meth:`TorchOps.fused_up
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
@@ -29,11 +29,12 @@ from gru4rec.activations import Activation
 from gru4rec.config import Config
 from gru4rec.kernels.cpu import CpuKernels
 from gru4rec.training.cell import FusedGRUCell, GRUCell, TorchGRUCell
+from gru4rec.training.dropout import keep_mask
 from gru4rec.training.losses import MASK, LossGradFn, make_loss_grad
 from gru4rec.training.precision import Matmuls
 from gru4rec.training.sampling import LogQ
 
-__all__ = ["CpuKernelOps", "FusedUpdate", "OptimizerTables", "TorchOps"]
+__all__ = ["CpuKernelOps", "FusedUpdate", "OptimizerTables", "StepBatch", "StepInputs", "TorchOps"]
 
 #: Row indices (K) and the gradient rows (K×…) of one item table; duplicate rows allowed.
 SparseGrad = tuple[Tensor, Tensor]
@@ -55,6 +56,29 @@ class OptimizerTables(Protocol):
     sparse: dict[str, Any]
     state: dict[str, Any]
     t: Tensor
+
+
+class StepBatch(NamedTuple):
+    """A step's inputs as the fast step takes them: the B slots' ``inputs``, ``targets`` and
+    ``active``, the ``samples`` (S), the columns ``cols`` = [targets | samples] with their
+    validity ``col_valid`` and ``bias`` (C), and ``n_cols`` (the valid columns, 0-dim)."""
+
+    inputs: Tensor
+    targets: Tensor
+    active: Tensor
+    samples: Tensor
+    cols: Tensor
+    col_valid: Tensor
+    n_cols: Tensor
+    bias: Tensor
+
+
+class StepInputs(Protocol):
+    """A fused gather of a replayed step's inputs: schedule row ``t`` and sample-store row
+    ``sample_row`` (0-dim device tensors), the columns and their bias, and the first layer's
+    ``hidden`` state reset where a session starts."""
+
+    def __call__(self, schedule: Any, t: Tensor, sample_row: Tensor, store: Tensor | None, hidden: Tensor) -> StepBatch: ...
 
 
 class FusedUpdate(Protocol):
@@ -97,6 +121,15 @@ class TorchOps:
 
     # ---------------------------------------------------------------- rows of the item tables
 
+    def gather_rows(self, table: Tensor, rows: Tensor, mask: Tensor | None) -> Tensor:
+        """``table[rows]`` (K×d), times ``mask`` (K×d) unless None: the step's input rows."""
+        x = table.index_select(0, rows)
+        return x if mask is None else x.mul_(mask)
+
+    def dropout_threshold(self, mask: Tensor, p: float) -> Tensor:
+        """The uniform draws in ``mask`` become the dropout mask in place (:func:`gru4rec.training.dropout.keep_mask`)."""
+        return keep_mask(mask, p)
+
     def add_rows(self, table: Tensor, rows: Tensor, src: Tensor) -> None:
         """``table[rows[i]] += src[i]`` in place (repeated rows add up): ``index_add_``."""
         table.index_add_(0, rows, src)
@@ -127,6 +160,11 @@ class TorchOps:
     def loss_grad(self, config: Config) -> LossGradFn:
         """The fast step's loss and dL/dscores for ``config``."""
         return make_loss_grad(config)
+
+    def step_inputs(self, net: Any, batch_size: int, n_sample: int, logq: LogQ | None, mask_in_bias: bool) -> StepInputs | None:
+        """A fused gather of a replayed step's inputs for ``net``'s tables, or None: the trainer
+        gathers them with PyTorch operations (:meth:`gru4rec.training.trainer.Trainer.train_step_at`)."""
+        return None
 
     def fused_update(self, optimizer: OptimizerTables) -> FusedUpdate | None:
         """The optimiser's whole update (duplicates summed, clipped, applied) as fused kernels

@@ -102,19 +102,20 @@ class FastStep:
 
     @torch.no_grad()
     def __call__(self, hidden: list[Tensor], inputs: Tensor, targets: Tensor, samples: Tensor, cols: Tensor,
-                 col_valid: Tensor, active: Tensor, n_cols: Tensor) -> Tensor:
+                 col_valid: Tensor, active: Tensor, n_cols: Tensor, bias: Tensor | None = None) -> Tensor:
         """The step for the B slots' ``inputs`` and ``targets`` (B), the ``samples`` (S), the
         columns ``cols`` = [targets | samples] (C), their validity ``col_valid`` (C) and the
         slots' ``active`` (B) and ``n_cols`` (valid columns); updates ``hidden`` and the weights,
-        returns the loss (0-dim)."""
+        returns the loss (0-dim). ``bias``: the columns' bias (:meth:`TorchOps.column_bias`) where
+        the caller has it already (a fused gather of the step's inputs)."""
         net, ops, cell, mm = self.net, self.ops, self.cell, self.mm
-        x_rows = net.input_table.index_select(0, inputs)  # B×d₀ (no_grad: plain tensors)
         rows = self._score_rows(inputs, cols)
         wy = mm.cast(net.Wy.index_select(0, cols if rows is None else rows.uniq[: rows.n_scored]))  # C×L or K×L
-        bias = ops.column_bias(net.By, cols, targets.shape[0], self.logq, col_valid if self.mask_in_bias else None)  # C
+        if bias is None:
+            bias = ops.column_bias(net.By, cols, targets.shape[0], self.logq, col_valid if self.mask_in_bias else None)  # C
 
         # Forward, keeping what the backward pass needs (the products' operands as cast).
-        x = self.dropout.drop_embedding(x_rows)
+        x = ops.gather_rows(net.input_table, inputs, self.dropout.draw_embedding())  # B×d₀ input rows, dropped out
         caches: list[LayerCache] = []
         outs: list[Tensor] = []
         for i, layer in enumerate(net.layers):

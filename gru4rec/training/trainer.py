@@ -24,6 +24,8 @@ from gru4rec.training.optim import Optimizer
 from gru4rec.training.precision import Matmuls, check_precision
 from gru4rec.training.reference import ReferenceStep
 from gru4rec.training.sampling import SampleStore, make_logq
+from gru4rec.training.batching import Schedule
+from gru4rec.training.ops import StepInputs
 from gru4rec.training.step import FastStep
 
 __all__ = ["Trainer"]
@@ -70,15 +72,18 @@ class Trainer:
         self._ones_s = torch.ones(config.n_sample, device=self.device, dtype=self.dtype)
         logq = make_logq(item_support, config.logq, config.sample_alpha, self.device, self.dtype)
         #: The dropout masks, drawn in place from their own generator.
-        self.dropout = DropoutMasks(net, B, seed + 2)
+        self.dropout = DropoutMasks(net, B, seed + 2, threshold=self.backend.ops.dropout_threshold)
         self.matmuls = Matmuls(check_precision(precision, self.device, reference), self.dtype)
         #: The row and column operations (PyTorch, fused CPU kernels or Triton): the backend's.
         self.ops = self.backend.ops
         #: The fast step's GRU cell (fused where the kernels have it: tanh, float32 products).
         self.cell = self.ops.gru_cell(net.hidden_act, self.matmuls)
+        #: The fused gather of a replayed step's inputs (None: PyTorch ops; always for the reference step).
+        self._fused_inputs: StepInputs | None = None
         if reference:
             self._step: FastStep | ReferenceStep = ReferenceStep(net, self.optimizer, make_loss(config), self.dropout, logq)
         else:
+            self._fused_inputs = self.ops.step_inputs(net, B, config.n_sample, logq, masks_through_bias(config))
             self._step = FastStep(net, self.optimizer, self.backend, self.cell, self.matmuls, self.ops.loss_grad(config), self.dropout,
                                   logq, mask_in_bias=masks_through_bias(config))
 
@@ -114,6 +119,26 @@ class Trainer:
         col_valid = torch.cat((active, self._ones_s)) if self.n_sample > 0 else active
         n_cols = active.sum() + self.n_sample
         return self._step(self.hidden, inputs, targets, samples, cols, col_valid, active, n_cols)
+
+    def train_step_at(self, schedule: Schedule, t: Tensor, sample_row: Tensor) -> Tensor:
+        """Step ``t`` of ``schedule`` with row ``sample_row`` of the sample store, both 0-dim int64
+        device tensors read on the device: the form of a step that a CUDA graph captures and
+        replays (:func:`gru4rec.kernels.gpu.counter_driven_step`). Where the backend gathers a
+        step's inputs in one fused launch (the Triton ops), that launch takes the schedule rows,
+        builds the columns and their bias and resets the first layer's new sessions."""
+        store = self.sampler.store if self.sampler is not None else None
+        if self._fused_inputs is not None:
+            batch = self._fused_inputs(schedule, t, sample_row, store, self.hidden[0])
+            if len(self.hidden) > 1:
+                keep = schedule.keep.index_select(0, t.view(1)).squeeze(0)
+                for h in self.hidden[1:]:
+                    h.mul_(keep)
+            return self._step(self.hidden, batch.inputs, batch.targets, batch.samples, batch.cols, batch.col_valid,
+                              batch.active, batch.n_cols, bias=batch.bias)
+        row = t.view(1)
+        samples = store.index_select(0, sample_row.view(1)).squeeze(0) if store is not None else None
+        return self.train_step(schedule.inputs.index_select(0, row).squeeze(0), schedule.targets.index_select(0, row).squeeze(0),
+                               schedule.active.index_select(0, row).squeeze(0), schedule.keep.index_select(0, row).squeeze(0), samples)
 
     # ------------------------------------------------------------------ checkpointing
 

@@ -10,6 +10,9 @@ and replaces the three chains of small kernels that dominate a GPU step:
   launches forward and two backward (``gru4rec/kernels/triton_gru.py``);
 * the loss and dL/dscores: two launches for any of the six losses
   (``gru4rec/kernels/triton_losses.py``);
+* the step's start (:class:`TritonStepInputs`, ``gru4rec/kernels/triton_step.py``): schedule
+  rows, columns, their bias and the reset of new sessions in one launch; the dropped-out input
+  rows in one; each dropout mask from its draws in one;
 * the optimiser's update (:class:`TritonUpdate`): duplicates summed through the scratch tables,
   grad_cap, and the rule, one or two launches per item table and one for the flat buffer of the
   dense weights (``gru4rec/kernels/triton_optim.py``).
@@ -25,11 +28,12 @@ from torch import Tensor
 
 from gru4rec.activations import Activation
 from gru4rec.config import Config
-from gru4rec.kernels import triton_gru, triton_losses
+from gru4rec.kernels import triton_gru, triton_losses, triton_step
 from gru4rec.kernels.triton_optim import TritonDenseUpdate, TritonTableUpdate
 from gru4rec.training.cell import LayerCache
 from gru4rec.training.losses import LossGradFn
-from gru4rec.training.ops import FusedUpdate, OptimizerTables, SparseGrad, TorchOps
+from gru4rec.training.ops import FusedUpdate, OptimizerTables, SparseGrad, StepBatch, StepInputs, TorchOps
+from gru4rec.training.sampling import LogQ
 from gru4rec.training.precision import Matmuls
 
 __all__ = ["TritonGRUCell", "TritonOps", "TritonUpdate", "triton_loss_grad"]
@@ -132,11 +136,39 @@ def _offsets(parts: list[SparseGrad]) -> list[int]:
     return out
 
 
+class TritonStepInputs:
+    """The step's inputs gathered by one launch (``gru4rec/kernels/triton_step.py``) into
+    buffers allocated once: a CUDA graph captures the launch with them."""
+
+    def __init__(self, by: Tensor, batch_size: int, n_sample: int, logq: LogQ | None, mask_in_bias: bool) -> None:
+        self.by, self.logq, self.mask_in_bias = by, logq, mask_in_bias
+        B, C, device = batch_size, batch_size + n_sample, by.device
+        ints = lambda n: torch.empty(n, dtype=torch.int64, device=device)  # noqa: E731
+        floats = lambda n: torch.empty(n, dtype=torch.float32, device=device)  # noqa: E731
+        cols, col_valid = ints(C), floats(C)  # targets and active are their first B entries
+        self.batch = StepBatch(inputs=ints(B), targets=cols[:B], active=col_valid[:B], samples=cols[B:], cols=cols,
+                               col_valid=col_valid, n_cols=torch.empty((), dtype=torch.float32, device=device), bias=floats(C))
+
+    def __call__(self, schedule, t: Tensor, sample_row: Tensor, store: Tensor | None, hidden: Tensor) -> StepBatch:  # type: ignore[no-untyped-def]
+        b = self.batch
+        triton_step.step_inputs(schedule.inputs, schedule.targets, schedule.active, schedule.keep, store, t, sample_row,
+                                self.by.detach(), None if self.logq is None else (self.logq.in_batch, self.logq.sampled),
+                                mask_in_bias=self.mask_in_bias, inputs=b.inputs, targets=b.targets, active=b.active,
+                                cols=b.cols, col_valid=b.col_valid, n_cols=b.n_cols, bias=b.bias, hidden=hidden)
+        return b
+
+
 class TritonOps(TorchOps):
     """The operations of the fused GPU kernels (float32 tables, scratch rows)."""
 
     name = "triton"
     fused = True
+
+    def gather_rows(self, table: Tensor, rows: Tensor, mask: Tensor | None) -> Tensor:
+        return triton_step.gather_rows(table.detach(), rows, mask, table.new_empty((rows.shape[0], table.shape[1])))
+
+    def dropout_threshold(self, mask: Tensor, p: float) -> Tensor:
+        return triton_step.dropout_threshold(mask, p)
 
     def gru_cell(self, act: Activation, matmuls: Matmuls):  # type: ignore[override]
         if matmuls.low is None:
@@ -145,6 +177,9 @@ class TritonOps(TorchOps):
 
     def loss_grad(self, config: Config) -> LossGradFn:
         return triton_loss_grad(config)
+
+    def step_inputs(self, net, batch_size: int, n_sample: int, logq: LogQ | None, mask_in_bias: bool) -> StepInputs | None:  # type: ignore[no-untyped-def]
+        return TritonStepInputs(net.By, batch_size, n_sample, logq, mask_in_bias)
 
     def fused_update(self, optimizer: OptimizerTables) -> FusedUpdate | None:
         return TritonUpdate(optimizer)
