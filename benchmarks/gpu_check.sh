@@ -1,49 +1,54 @@
 #!/usr/bin/env bash
-# One prepared GPU session: the CUDA contract tests, then the training and evaluation benchmarks.
-# Installs nothing heavy (the GPU machine brings its own CUDA torch); every result lands in $OUT.
+# One prepared GPU session for the fused GPU kernels (Triton): correctness on CUDA, kernels per
+# step, and what run.py gets with and without them. Installs nothing (the GPU machine brings its
+# CUDA torch and Triton); every result lands in $OUT. About 6-7 minutes on an H200.
 #
-#   OUT=/tmp/out bash benchmarks/gpu_check.sh            # ~6-8 minutes on an H200
-#   OUT=/tmp/out PORT=.port bash benchmarks/gpu_check.sh   # + the official port (a copy in .port/), same GPU
+# Before (on the development machine), the real data as gzipped copies in the ignored .gpu_data/:
+#   mkdir -p .gpu_data && for f in train_full test; do gzip -c ../shared/data/diginetica_srgnn/$f.tsv > .gpu_data/diginetica_$f.tsv.gz; done
+# Then, with the device tool: command "OUT=\$OUT bash benchmarks/gpu_check.sh", carry [".gpu_data"].
 #
-# What it answers (issue 4): do the fast path and CUDA-graph replay give the reference losses on
-# CUDA; mini-batches/s of the retailrocket configuration (target >= 10,000 mb/s); how speed falls
-# with batch and layer size (compute-bound, not flat); what mixed precision gains; evaluation FLOP/s.
+# What it answers (issue 27): do the Triton kernels give the PyTorch step's numbers on CUDA (tests,
+# then epoch losses of run.py on DIGINETICA, fused against unfused); how many kernels and device
+# microseconds a step takes in each backend; mini-batches/s of the retailrocket configuration
+# (target >= 10,000) and the DIGINETICA configuration (target >= 6,000); and whether the tuned
+# DIGINETICA file keeps its test Recall@20/MRR@20 (0.5424/0.1825 +- 0.003) with the fused kernels.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 PY=${PY:-python}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+DATA=${DATA:-.gpu_data}
+TRAIN=$DATA/diginetica_train_full.tsv.gz
+TEST=$DATA/diginetica_test.tsv.gz
+RR="loss=bpr-max,final_act=elu-0.5,constrained_embedding=True,embedding=0,layers=224,batch_size=80,dropout_p_embed=0.5,dropout_p_hidden=0.05,learning_rate=0.05,momentum=0.4,n_sample=2048,sample_alpha=0.4,bpreg=1.95,logq=0.0,adapt=adagrad,n_epochs=3"
+DG="loss=bpr-max,final_act=elu-1,constrained_embedding=True,embedding=0,layers=512,batch_size=128,dropout_p_embed=0.5,dropout_p_hidden=0.3,learning_rate=0.05,momentum=0.15,n_sample=2048,sample_alpha=0.3,bpreg=0.9,logq=0.0,adapt=adagrad,n_epochs=3"
 
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; $PY -c "import torch; print(torch.__version__, torch.version.cuda)"; } > "$OUT/gpu.txt" 2>&1
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  $PY -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } > "$OUT/gpu.txt" 2>&1
 
-# 1. Contract tests on CUDA (the CPU suite runs in CI; here only what has a CUDA parameter).
-timeout 240 $PY -m pytest -q -x -k "cuda" tests/test_train.py tests/test_step_reference.py tests/test_cli.py tests/test_precision.py \
-    > "$OUT/cuda_tests.txt" 2>&1
-echo "cuda tests exit $?" >> "$OUT/cuda_tests.txt"
+# 1. Kernels and device time per step, and graph-replayed microseconds per step, both backends.
+timeout 60 $PY benchmarks/gpu_profile.py --config retailrocket --n-items 50000 > "$OUT/profile_retailrocket.jsonl" 2>>"$OUT/errors.txt"
+timeout 60 $PY benchmarks/gpu_profile.py --config diginetica --n-items 43097 > "$OUT/profile_diginetica.jsonl" 2>>"$OUT/errors.txt"
 
-DATA=../shared/data
-RR="--config retailrocket --device cuda --steps 2000 --warmup 200 --repeats 3"
-# 2. The headline figure, with and without CUDA-graph replay, on synthetic data (RetailRocket-sized catalogue).
-timeout 120 $PY benchmarks/train_speed.py $RR --n-items 50000 > "$OUT/train_retailrocket.jsonl" 2>>"$OUT/errors.txt"
-GRU4REC_CUDA_GRAPHS=0 timeout 120 $PY benchmarks/train_speed.py $RR --n-items 50000 > "$OUT/train_retailrocket_eager.jsonl" 2>>"$OUT/errors.txt"
-# 3. Sweep: batch 32..256 x layers 100..512 x {cross-entropy, bpr-max}.
-timeout 180 $PY benchmarks/train_speed.py --config retailrocket --device cuda --sweep --steps 500 --warmup 100 --repeats 3 \
-    --n-items 50000 > "$OUT/train_sweep.jsonl" 2>>"$OUT/errors.txt"
-# 4. Mixed precision against float32: retailrocket (224 units) and the 512-unit diginetica configuration.
-timeout 90 $PY benchmarks/train_speed.py $RR --n-items 50000 --precision bfloat16 --compare-precision > "$OUT/train_retailrocket_bfloat16.jsonl" 2>>"$OUT/errors.txt"
-timeout 90 $PY benchmarks/train_speed.py --config diginetica --device cuda --steps 1000 --warmup 100 --repeats 3 \
-    --n-items 43097 --precision bfloat16 --compare-precision > "$OUT/train_diginetica_bfloat16.jsonl" 2>>"$OUT/errors.txt"
-# 5. Evaluation on DIGINETICA (if the shared data is there).
-if [ -d "$DATA/diginetica_srgnn" ]; then
-  timeout 120 $PY benchmarks/eval_speed.py --device cuda --batch-size 512 2048 4096 > "$OUT/eval_speed.jsonl" 2>>"$OUT/errors.txt"
+# 2. run.py on DIGINETICA's train_full, 3 epochs: unfused, then fused (epoch lines: loss and mb/s).
+if [ -f "$TRAIN" ]; then
+  for cfg in RR DG; do
+    timeout 75 $PY run.py "$TRAIN" -ps "${!cfg}" -d cuda > "$OUT/run_${cfg}_torch.txt" 2>&1
+    GRU4REC_FUSED=1 timeout 75 $PY run.py "$TRAIN" -ps "${!cfg}" -d cuda > "$OUT/run_${cfg}_triton.txt" 2>&1
+  done
+  # 3. The tuned DIGINETICA file with the fused kernels: 10 epochs and the full test evaluation.
+  GRU4REC_FUSED=1 timeout 100 $PY run.py "$TRAIN" -pf paramfiles/diginetica_srgnn_bprmax_best.py -t "$TEST" -m 20 -d cuda \
+      > "$OUT/run_tuned_triton.txt" 2>&1
 fi
-# 6. Against the official PyTorch port on this GPU, if a copy is given (PORT=folder with its
-#    gru4rec_pytorch.py; not part of this project): retailrocket configuration, synthetic data.
-if [ -n "${PORT:-}" ] && [ -f "$PORT/gru4rec_pytorch.py" ]; then
-  $PY -m gru4rec.cli synth "$OUT/synth" --n-sessions 60000 --n-items 50000 -f > /dev/null 2>>"$OUT/errors.txt"
-  timeout 240 $PY benchmarks/port_compare.py --port "$PORT" --device cuda --config retailrocket \
-      --data "$OUT/synth/train_full.tsv" --epochs 2 --rounds 1 > "$OUT/port_compare.jsonl" 2>>"$OUT/errors.txt"
-  rm -rf "$OUT/synth"
-fi
+# 4. mini-batches/s of whole epochs, both backends interleaved (synthetic data, retailrocket configuration).
+timeout 60 $PY benchmarks/train_speed.py --config retailrocket --device cuda --n-items 50000 --steps 3000 --repeats 3 --compare-fused \
+    > "$OUT/train_speed_fused.jsonl" 2>>"$OUT/errors.txt"
+# 5. The kernels and the backend on CUDA (each test file picks CUDA tensors when a GPU is there);
+#    last, since compiling every tested variant takes minutes: what it reaches is in the file.
+timeout 150 $PY -m pytest -q -x -p no:cacheprovider tests/test_triton_gru.py tests/test_triton_losses.py tests/test_triton_optim.py \
+    tests/test_triton_step.py tests/test_backend.py > "$OUT/triton_tests.txt" 2>&1
+echo "triton tests exit $?" >> "$OUT/triton_tests.txt"
+
+grep -h "Epoch\|Recall\|MRR" "$OUT"/run_*.txt > "$OUT/summary.txt" 2>/dev/null
 ls -la "$OUT"
