@@ -191,6 +191,18 @@ def test_code_tuple_equals_activation() -> None:
     assert torch.equal(loss_out, expected_loss) and torch.equal(grad, expected_grad)
 
 
+def test_a_float64_loss_is_the_float32_sum_converted() -> None:
+    """loss_out may be float64 (the epoch loop's type): the same per-row sum, stored converted."""
+    config = _config("bpr-max", "elu-0.5", 0.0, 1.0, B, S)
+    x, col_valid, row_valid, n_cols = _batch(B, S, seed=3)
+    expected_loss, _, per_row = _fused(config, x.clone(), col_valid, row_valid, n_cols)
+    loss64 = torch.full((), float("nan"), dtype=torch.float64, device=DEVICE)
+    tlosses.loss_grad(x.clone(), col_valid, row_valid, n_cols, loss="bpr-max", act=config.final_activation, bpreg=config.bpreg,
+                      smoothing=0.0, inv_batch=1.0 / B, grad=torch.empty_like(x), per_row=torch.empty(B, device=DEVICE),
+                      loss_out=loss64, block=BLOCK)
+    assert loss64.dtype == torch.float64 and float(loss64) == float(expected_loss) == pytest.approx(float(per_row.sum()), rel=1e-6)
+
+
 def test_bad_inputs_raise() -> None:
     x, col_valid, row_valid, n_cols = _batch(B, S, seed=1)
     elu = parse_activation("elu-0.5")

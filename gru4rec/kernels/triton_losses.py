@@ -318,7 +318,7 @@ def _sum_kernel(per_row_ptr, loss_ptr, B, BLOCK: tl.constexpr):
     acc = tl.zeros((BLOCK,), tl.float32)
     for start in range(0, B, BLOCK):
         acc += tl.load(per_row_ptr + start + offs, mask=start + offs < B, other=0.0)
-    tl.store(loss_ptr, tl.sum(acc, axis=0))
+    tl.store(loss_ptr, tl.sum(acc, axis=0).to(loss_ptr.dtype.element_ty))
 
 
 # ------------------------------------------------------------------------------------ wrapper
@@ -355,7 +355,9 @@ def loss_grad(
     [0, 1)) for the cross-entropy losses only. ``inv_batch`` is 1/batch_size.
 
     Writes dL/dx to ``grad`` (B×C; it may be ``x`` itself, but no other view overlapping it), the
-    weighted per-row losses w_i·L_i to ``per_row`` (B) and their sum to ``loss_out`` (0-dim);
+    weighted per-row losses w_i·L_i to ``per_row`` (B) and their sum to ``loss_out`` (0-dim,
+    float32 or float64: the epoch loop keeps its step losses in float64, and a float64 loss
+    spares it a conversion kernel);
     inactive rows (row_valid 0) get a zero gradient row and a zero loss. ``block`` (a power of
     two) overrides the columns per block (tests); by default min(next power of two ≥ C, 2048).
     Raises ValueError for inputs of the wrong shape, dtype, device or layout, or bad constants.
@@ -371,7 +373,8 @@ def loss_grad(
         ("n_cols", n_cols, ()), ("grad", grad, (B, C)), ("per_row", per_row, (B,)), ("loss_out", loss_out, ()),
     ):
         _check(tuple(t.shape) == shape, f"{name} must have shape {shape}, got {tuple(t.shape)}")
-        _check(t.dtype == torch.float32, f"{name} must be float32, got {t.dtype}")
+        allowed = (torch.float32, torch.float64) if name == "loss_out" else (torch.float32,)
+        _check(t.dtype in allowed, f"{name} must be {' or '.join(str(a).removeprefix('torch.') for a in allowed)}, got {t.dtype}")
         _check(t.device == device, f"{name} is on {t.device}, x on {device}")
         _check(t.is_contiguous(), f"{name} must be contiguous")
     _check(0.0 <= smoothing < 1.0, f"smoothing must be in [0, 1), got {smoothing!r}")

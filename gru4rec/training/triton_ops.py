@@ -68,7 +68,8 @@ class TritonGRUCell:
 
 def triton_loss_grad(config: Config) -> LossGradFn:
     """The loss and dL/dx of ``config`` by the Triton kernels: two launches, the gradient written
-    over the scores (as the fused CPU cross-entropy does; the step reads them no more)."""
+    over the scores (as the fused CPU cross-entropy does; the step reads them no more) and the
+    loss as a float64 0-dim tensor (the epoch loop's step losses are float64)."""
     loss = config.loss
     act = None if loss in ("cross-entropy", "xe_logit") else config.final_activation
     constants = dict(loss=loss, act=act, bpreg=float(config.bpreg) if loss == "bpr-max" else 0.0,
@@ -76,7 +77,7 @@ def triton_loss_grad(config: Config) -> LossGradFn:
                      inv_batch=1.0 / float(config.batch_size))
 
     def loss_grad(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
-        loss_out = x.new_empty(())
+        loss_out = x.new_empty((), dtype=torch.float64)  # the epoch loop's type: no conversion there
         triton_losses.loss_grad(x, col_valid, row_valid, n_cols.to(x.dtype), grad=x, per_row=x.new_empty(x.shape[0]),
                                 loss_out=loss_out, **constants)
         return loss_out, x
