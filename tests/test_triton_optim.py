@@ -472,3 +472,47 @@ def test_bad_step_inputs_raise() -> None:
 def test_importing_gru4rec_does_not_import_the_kernels() -> None:
     code = "import sys, gru4rec, gru4rec.kernels, gru4rec.training.optim; assert 'gru4rec.kernels.triton_optim' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.parametrize("method, momentum, grad_cap", [("adagrad", 0.4, 0.0), ("adam", 0.0, 0.5), ("rmsprop", 0.3, 0.5)])
+def test_a_riding_bias_table_updates_like_its_own_launches(method: str, momentum: float, grad_cap: float) -> None:
+    """By carried in the launches of the Wy part with the same rows (scatter, norm, update) ends
+    where By's own scatter, norm and update end — parameters, state, and clean scratch tables."""
+    gen = torch.Generator().manual_seed(3)
+    n, w, k = 30, 7, 50
+    rule = dict(method=method, lr=0.1, momentum=momentum, lmbd=0.0, decay=0.9 if method != "adam" else 0.99,
+                beta1=0.9 if method == "adam" else 0.0, grad_cap=grad_cap)
+    results = []
+    for riding in (False, True):
+        wy, by = torch.randn(n, w, generator=torch.Generator().manual_seed(1)), torch.randn(n, generator=torch.Generator().manual_seed(2))
+        keys = to.UpdateRule(**rule).state_keys
+        tables = {}
+        for name, p in (("Wy", wy), ("By", by)):
+            state = {key: torch.zeros_like(p).to(DEVICE) for key in keys}
+            tables[name] = to.TritonTableUpdate(p.to(DEVICE), state, torch.zeros_like(p).to(DEVICE),
+                                                torch.zeros(n, dtype=torch.int32, device=DEVICE), **rule)
+        t, sq = torch.zeros((), device=DEVICE), torch.zeros((), device=DEVICE)
+        gen.manual_seed(4)
+        for _ in range(2):
+            rows = torch.randint(0, 12, (k,), generator=gen).to(DEVICE)
+            g_wy, g_by = torch.randn(k, w, generator=gen).to(DEVICE), torch.randn(k, generator=gen).to(DEVICE)
+            t += 1
+            sq.zero_()
+            if riding:
+                tables["Wy"].scatter(rows, g_wy, 0, (tables["By"], g_by))
+                tables["Wy"].add_sq_norm(rows, sq, 0, tables["By"])
+                tables["Wy"].update(rows, 0, t, sq, tables["By"])
+            else:
+                tables["Wy"].scatter(rows, g_wy)
+                tables["By"].scatter(rows, g_by)
+                tables["Wy"].add_sq_norm(rows, sq)
+                tables["By"].add_sq_norm(rows, sq)
+                tables["Wy"].update(rows, 0, t, sq)
+                tables["By"].update(rows, 0, t, sq)
+        results.append({f"{name}.{key}": v.cpu() for name, tab in tables.items() for key, v in [("p", tab.p), ("scratch", tab.scratch)] + list(tab.state.items())})
+        assert int(tables["Wy"].owner.abs().sum()) == 0
+    for key, value in results[0].items():
+        torch.testing.assert_close(results[1][key], value, rtol=1e-6, atol=1e-7, msg=lambda m: f"{key}: {m}")
+    assert not torch.equal(results[1]["By.p"], torch.randn(n, generator=torch.Generator().manual_seed(2)))  # By did change
+    with pytest.raises(ValueError, match="bias table"):
+        tables["Wy"].update(rows, 0, t, sq, tables["Wy"])

@@ -239,11 +239,13 @@ def _positions(rows_ptr, K, N, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
-def _scatter_rows_kernel(rows_ptr, g_ptr, scratch_ptr, owner_ptr, K, N, W, offset,
-                         BLOCK_K: tl.constexpr, BLOCK_W: tl.constexpr):
+def _scatter_rows_kernel(rows_ptr, g_ptr, scratch_ptr, owner_ptr, bg_ptr, bscratch_ptr, K, N, W, offset,
+                         HAS_BIAS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_W: tl.constexpr):
     k, row, valid = _positions(rows_ptr, K, N, BLOCK_K)
     # the last position of a row owns it (positions numbered from 1: 0 means "no owner")
     tl.atomic_max(owner_ptr + row, offset + k + 1, mask=valid, sem="relaxed")
+    if HAS_BIAS:  # the bias table rides along: same rows, one value per position
+        tl.atomic_add(bscratch_ptr + row, tl.load(bg_ptr + k, mask=valid, other=0.0), mask=valid, sem="relaxed")
     cols = tl.arange(0, BLOCK_W)
     g_base = k.to(tl.int64)[:, None] * W
     s_base = row[:, None] * W
@@ -255,8 +257,8 @@ def _scatter_rows_kernel(rows_ptr, g_ptr, scratch_ptr, owner_ptr, K, N, W, offse
 
 
 @triton.jit
-def _rows_sq_norm_kernel(rows_ptr, scratch_ptr, owner_ptr, sq_ptr, K, N, W, offset,
-                         BLOCK_K: tl.constexpr, BLOCK_W: tl.constexpr):
+def _rows_sq_norm_kernel(rows_ptr, scratch_ptr, owner_ptr, bscratch_ptr, sq_ptr, K, N, W, offset,
+                         HAS_BIAS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_W: tl.constexpr):
     k, row, valid = _positions(rows_ptr, K, N, BLOCK_K)
     owner = tl.load(owner_ptr + row, mask=valid, other=0)
     own = valid & (owner == offset + k + 1)  # each row counted once, by its owner
@@ -267,14 +269,19 @@ def _rows_sq_norm_kernel(rows_ptr, scratch_ptr, owner_ptr, sq_ptr, K, N, W, offs
         c = (w0 + cols)[None, :]
         g = tl.load(scratch_ptr + s_base + c, mask=own[:, None] & (c < W), other=0.0)
         total += g * g
-    tl.atomic_add(sq_ptr, tl.sum(tl.sum(total, axis=1), axis=0), sem="relaxed")
+    part = tl.sum(tl.sum(total, axis=1), axis=0)
+    if HAS_BIAS:
+        gb = tl.load(bscratch_ptr + row, mask=own, other=0.0)
+        part += tl.sum(gb * gb, axis=0)
+    tl.atomic_add(sq_ptr, part, sem="relaxed")
 
 
 @triton.jit
 def _update_rows_kernel(rows_ptr, p_ptr, scratch_ptr, owner_ptr, acc_ptr, dacc_ptr, m_ptr, vel_ptr, t_ptr, sq_ptr,
+                        bp_ptr, bscratch_ptr, bacc_ptr, bdacc_ptr, bm_ptr, bvel_ptr,
                         K, N, W, offset, lr, momentum, lmbd, decay, gain, beta1, beta1_gain, eps, grad_cap,
                         METHOD: tl.constexpr, HAS_MOMENTUM: tl.constexpr, HAS_LMBD: tl.constexpr, CLIP: tl.constexpr,
-                        BLOCK_K: tl.constexpr, BLOCK_W: tl.constexpr):
+                        HAS_BIAS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_W: tl.constexpr):
     k, row, valid = _positions(rows_ptr, K, N, BLOCK_K)
     # The owner's own program is the only one that zeroes owner[row] (after its whole row): any
     # other position of the row reads the owner's number or 0, never its own, and does nothing.
@@ -291,6 +298,11 @@ def _update_rows_kernel(rows_ptr, p_ptr, scratch_ptr, owner_ptr, acc_ptr, dacc_p
         g = tl.load(scratch_ptr + idx, mask=mask, other=0.0) * scale
         tl.store(scratch_ptr + idx, tl.zeros((BLOCK_K, BLOCK_W), dtype=tl.float32), mask=mask)
         _apply_rule(p_ptr, acc_ptr, dacc_ptr, m_ptr, vel_ptr, idx, mask, g, lr, momentum, lmbd, decay, gain,
+                    beta1_gain, eps, bias1, bias2, METHOD, HAS_MOMENTUM, HAS_LMBD)
+    if HAS_BIAS:  # the same owner updates the bias table's row
+        gb = tl.load(bscratch_ptr + row, mask=own, other=0.0) * scale
+        tl.store(bscratch_ptr + row, tl.zeros((BLOCK_K,), dtype=tl.float32), mask=own)
+        _apply_rule(bp_ptr, bacc_ptr, bdacc_ptr, bm_ptr, bvel_ptr, row, own, gb, lr, momentum, lmbd, decay, gain,
                     beta1_gain, eps, bias1, bias2, METHOD, HAS_MOMENTUM, HAS_LMBD)
     tl.store(owner_ptr + row, tl.zeros((BLOCK_K,), dtype=tl.int32), mask=own)
 
@@ -432,20 +444,27 @@ def _rule_pointers(p: Tensor, state: dict[str, Tensor], t: Tensor | None, sq_tot
 # (arguments checked by the callers; K > 0)
 
 
-def _launch_scatter(rows: Tensor, g: Tensor, scratch: Tensor, owner: Tensor, k: int, n: int, w: int, offset: int) -> None:
+def _launch_scatter(rows: Tensor, g: Tensor, scratch: Tensor, owner: Tensor, k: int, n: int, w: int, offset: int,
+                    bias: tuple[Tensor, Tensor] | None = None) -> None:
     block_k, block_w = _row_blocks(w)
-    _scatter_rows_kernel[(triton.cdiv(k, block_k),)](rows, g, scratch, owner, k, n, w, offset, BLOCK_K=block_k, BLOCK_W=block_w)
+    bg, bscratch = bias if bias is not None else (g, scratch)
+    _scatter_rows_kernel[(triton.cdiv(k, block_k),)](rows, g, scratch, owner, bg, bscratch, k, n, w, offset,
+                                                      HAS_BIAS=bias is not None, BLOCK_K=block_k, BLOCK_W=block_w)
 
 
-def _launch_rows_sq_norm(rows: Tensor, scratch: Tensor, owner: Tensor, sq_total: Tensor, k: int, n: int, w: int, offset: int) -> None:
+def _launch_rows_sq_norm(rows: Tensor, scratch: Tensor, owner: Tensor, sq_total: Tensor, k: int, n: int, w: int, offset: int,
+                         bscratch: Tensor | None = None) -> None:
     block_k, block_w = _row_blocks(w)
-    _rows_sq_norm_kernel[(triton.cdiv(k, block_k),)](rows, scratch, owner, sq_total, k, n, w, offset, BLOCK_K=block_k, BLOCK_W=block_w)
+    _rows_sq_norm_kernel[(triton.cdiv(k, block_k),)](rows, scratch, owner, scratch if bscratch is None else bscratch, sq_total,
+                                                      k, n, w, offset, HAS_BIAS=bscratch is not None, BLOCK_K=block_k, BLOCK_W=block_w)
 
 
 def _launch_update_rows(rows: Tensor, p: Tensor, scratch: Tensor, owner: Tensor, pointers: list[Tensor], k: int, n: int, w: int,
-                        offset: int, args: dict[str, float | int | bool]) -> None:
+                        offset: int, args: dict[str, float | int | bool], bias: list[Tensor] | None = None) -> None:
+    """``bias``: the bias table riding along (its p, scratch, acc, dacc, m, vel), or None."""
     block_k, block_w = _row_blocks(w)
-    _update_rows_kernel[(triton.cdiv(k, block_k),)](rows, p, scratch, owner, *pointers, k, n, w, offset, **args,
+    _update_rows_kernel[(triton.cdiv(k, block_k),)](rows, p, scratch, owner, *pointers, *(bias if bias is not None else [p] * 6),
+                                                     k, n, w, offset, **args, HAS_BIAS=bias is not None,
                                                      BLOCK_K=block_k, BLOCK_W=block_w)
 
 
@@ -548,28 +567,47 @@ class TritonTableUpdate:
         self.state = _check_state(state, self.rule, p)
         self._args = self.rule._kernel_args()
 
-    def scatter(self, rows: Tensor, g: Tensor, offset: int = 0) -> None:
-        """Add this part's gradient rows ``g`` (K×W, or K) at ``rows`` (K) into the scratch table."""
+    def scatter(self, rows: Tensor, g: Tensor, offset: int = 0, bias: tuple[TritonTableUpdate, Tensor] | None = None) -> None:
+        """Add this part's gradient rows ``g`` (K×W, or K) at ``rows`` (K) into the scratch table.
+        ``bias``: a bias table (N) whose gradient ``g_b`` (K) has the same rows, updated with
+        this table in the same launches (its own owner table is not used): (its update, g_b)."""
         k = _check_rows(rows, self.p.device, offset)
         _check_grad_rows(g, k, self.width, self.p.device)
+        if bias is not None:
+            self._check_bias(bias[0])
+            _check_grad_rows(bias[1], k, 1, self.p.device)
         if k:
-            _launch_scatter(rows, g, self.scratch, self.owner, k, self.n_rows, self.width, offset)
+            _launch_scatter(rows, g, self.scratch, self.owner, k, self.n_rows, self.width, offset,
+                            None if bias is None else (bias[1], bias[0].scratch))
 
-    def add_sq_norm(self, rows: Tensor, sq_total: Tensor, offset: int = 0) -> None:
-        """Add the squared norm of the summed rows this part owns to ``sq_total`` (grad_cap)."""
+    def add_sq_norm(self, rows: Tensor, sq_total: Tensor, offset: int = 0, bias: TritonTableUpdate | None = None) -> None:
+        """Add the squared norm of the summed rows this part owns to ``sq_total`` (grad_cap),
+        and of the riding ``bias`` table's rows (see :meth:`scatter`)."""
         k = _check_rows(rows, self.p.device, offset)
         _check_sq_total(sq_total, self.p.device)
+        if bias is not None:
+            self._check_bias(bias)
         if k:
-            _launch_rows_sq_norm(rows, self.scratch, self.owner, sq_total, k, self.n_rows, self.width, offset)
+            _launch_rows_sq_norm(rows, self.scratch, self.owner, sq_total, k, self.n_rows, self.width, offset,
+                                 None if bias is None else bias.scratch)
 
-    def update(self, rows: Tensor, offset: int = 0, t: Tensor | None = None, sq_total: Tensor | None = None) -> None:
-        """Update the rows this part owns (and zero their scratch and owner entries). ``t``:
-        Adam's step count, this step counted; ``sq_total``: the step's Σ g² (grad_cap > 0)."""
+    def update(self, rows: Tensor, offset: int = 0, t: Tensor | None = None, sq_total: Tensor | None = None,
+               bias: TritonTableUpdate | None = None) -> None:
+        """Update the rows this part owns (and zero their scratch and owner entries), and those
+        of the riding ``bias`` table (see :meth:`scatter`). ``t``: Adam's step count, this step
+        counted; ``sq_total``: the step's Σ g² (grad_cap > 0)."""
         k = _check_rows(rows, self.p.device, offset)
         _check_step(self.rule, self.p.device, t, sq_total)
+        if bias is not None:
+            self._check_bias(bias)
         if k:
+            riding = None if bias is None else [bias.p, bias.scratch, *_rule_pointers(bias.p, bias.state, None, None)[:4]]
             _launch_update_rows(rows, self.p, self.scratch, self.owner, _rule_pointers(self.p, self.state, t, sq_total), k,
-                                self.n_rows, self.width, offset, self._args)
+                                self.n_rows, self.width, offset, self._args, riding)
+
+    def _check_bias(self, bias: TritonTableUpdate) -> None:
+        if not isinstance(bias, TritonTableUpdate) or bias.width != 1 or bias.n_rows != self.n_rows or bias.rule != self.rule:
+            raise ValueError("bias must be the update of a bias table (N) with this table's rows and rule")
 
 
 class TritonDenseUpdate:

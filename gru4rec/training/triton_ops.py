@@ -89,7 +89,8 @@ class TritonUpdate:
     """The optimiser's update by the Triton kernels, bound once to its tables: each item table's
     gradient parts are added into its scratch table (the last position of a row owns it), the
     owners apply the rule to their rows, and the flat buffer of the dense weights takes one
-    launch. With grad_cap the squared norms of the dense gradient and of every summed row are
+    launch. The bias table ``By`` has the score columns' rows, as the columns' part of ``Wy``
+    does: it rides in that part's two launches instead of taking two of its own. With grad_cap the squared norms of the dense gradient and of every summed row are
     added on the device first, and every update reads the clip scale from there."""
 
     def __init__(self, optimizer: OptimizerTables) -> None:
@@ -108,24 +109,37 @@ class TritonUpdate:
 
     def __call__(self, g_dense: Tensor, sparse_grads: dict[str, SparseGrad | list[SparseGrad]]) -> None:
         parts = {name: grads if isinstance(grads, list) else [grads] for name, grads in sparse_grads.items()}
-        offsets = {name: _offsets(grads) for name, grads in parts.items()}
+        riding = _riding_bias(parts)  # the bias table's gradient, carried by the Wy part of the same rows
+        by = self.tables.get("By")
+        jobs = []  # (table, rows, g, offset, (bias update, g_b) or None)
         for name, grads in parts.items():
-            table = self.tables[name]
-            for (rows, g), offset in zip(grads, offsets[name]):
-                table.scatter(rows, g, offset)
+            if name == "By" and riding is not None:
+                continue
+            for i, ((rows, g), offset) in enumerate(zip(grads, _offsets(grads))):
+                bias = (by, parts["By"][0][1]) if name == "Wy" and riding == i else None
+                jobs.append((self.tables[name], rows, g, offset, bias))
+        for table, rows, g, offset, bias in jobs:
+            table.scatter(rows, g, offset, bias)
         sq_total = None
         if self.clip:
             sq_total = self.sq_total.zero_()
             if self.dense is not None:
                 self.dense.add_sq_norm(g_dense, sq_total)
-            for name, grads in parts.items():
-                for (rows, _), offset in zip(grads, offsets[name]):
-                    self.tables[name].add_sq_norm(rows, sq_total, offset)
+            for table, rows, _, offset, bias in jobs:
+                table.add_sq_norm(rows, sq_total, offset, None if bias is None else bias[0])
         if self.dense is not None:
             self.dense.update(g_dense, self.t, sq_total)
-        for name, grads in parts.items():
-            for (rows, _), offset in zip(grads, offsets[name]):
-                self.tables[name].update(rows, offset, self.t, sq_total)
+        for table, rows, _, offset, bias in jobs:
+            table.update(rows, offset, self.t, sq_total, None if bias is None else bias[0])
+
+
+def _riding_bias(parts: dict[str, list[SparseGrad]]) -> int | None:
+    """Which part of Wy's gradient has the rows of By's (the score columns, the same tensor in
+    the fast step): By's update then rides in that part's launches. None: By goes on its own."""
+    if "By" not in parts or "Wy" not in parts or len(parts["By"]) != 1:
+        return None
+    by_rows = parts["By"][0][0]
+    return next((i for i, (rows, _) in enumerate(parts["Wy"]) if rows is by_rows), None)
 
 
 def _offsets(parts: list[SparseGrad]) -> list[int]:
