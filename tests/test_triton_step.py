@@ -191,14 +191,20 @@ def test_gather_rows_is_index_select_times_the_mask(K: int, d: int, masked: bool
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-def test_dropout_threshold_is_the_inverted_dropout_mask() -> None:
+def test_dropout_threshold_is_the_inverted_dropout_mask_on_both_sides_of_the_split() -> None:
     from gru4rec.kernels.triton_step import dropout_threshold
-    from gru4rec.training.dropout import keep_mask
+    from gru4rec.training.dropout import keep_masks
 
-    u = torch.rand(33, 1030, generator=torch.Generator().manual_seed(1))
-    u[0, :3] = torch.tensor([0.3, 0.29999, 0.0])  # at and below the threshold
-    got = dropout_threshold(u.clone().to(DEVICE), 0.3).cpu()
-    torch.testing.assert_close(got, keep_mask(u.clone(), 0.3), rtol=0, atol=0)
-    assert got[0, 0] > 0 and got[0, 1] == 0 and got[0, 2] == 0
-    with pytest.raises(ValueError, match="p must be in"):
-        dropout_threshold(u.clone().to(DEVICE), 1.0)
+    u = torch.rand(33 * 1030, generator=torch.Generator().manual_seed(1))
+    split = 5 * 1030 + 7
+    u[:3] = torch.tensor([0.3, 0.29999, 0.0])  # at and below the first threshold
+    u[split:split + 2] = torch.tensor([0.45, 0.4])  # below and at the second
+    got = dropout_threshold(u.clone().to(DEVICE), split, 0.3, 0.45).cpu()
+    want = u.clone()
+    keep_masks(want, split, 0.3, 0.45)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert got[0] > 0 and got[1] == 0 and got[2] == 0 and got[split] > 0 and got[split + 1] == 0
+    f32 = lambda x: float(torch.tensor(x, dtype=torch.float32))  # noqa: E731
+    assert set(got[:split].unique().tolist()) == {0.0, f32(1 / 0.7)} and set(got[split:].unique().tolist()) == {0.0, f32(1 / 0.55)}
+    with pytest.raises(ValueError, match="p_rest must be in"):
+        dropout_threshold(u.clone().to(DEVICE), split, 0.3, 1.0)

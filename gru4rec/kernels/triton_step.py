@@ -20,8 +20,9 @@ The logQ terms are the in-batch ones for the first B columns and the sampled one
 are the caller's buffers, so the launch is captured in the step's CUDA graph.
 
 :func:`gather_rows` is ``table[rows] ⊙ mask`` (the input rows with embedding dropout) in one
-pass instead of a gather and a product; :func:`dropout_threshold` turns uniform draws u into the
-inverted-dropout mask (u ≥ p) / (1 − p) in place, one pass instead of two.
+pass instead of a gather and a product; :func:`dropout_threshold` turns a step's uniform draws u
+into all of its inverted-dropout masks, (u ≥ p) / (1 − p) in place, in one pass (the embedding's
+p before a split, the hidden layers' after it).
 """
 from __future__ import annotations
 
@@ -148,10 +149,13 @@ def _gather_rows_kernel(table, stride_table, rows, mask, stride_mask, out, strid
 
 
 @triton.jit
-def _threshold_kernel(u_ptr, n, p, scale, BLOCK: tl.constexpr):
+def _threshold_kernel(u_ptr, n, split, p_first, scale_first, p_rest, scale_rest, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = i < n
     u = tl.load(u_ptr + i, mask=ok, other=0.0)
+    first = i < split
+    p = tl.where(first, p_first, p_rest)
+    scale = tl.where(first, scale_first, scale_rest)
     tl.store(u_ptr + i, tl.where(u >= p, scale, 0.0), mask=ok)
 
 
@@ -173,12 +177,17 @@ def gather_rows(table: Tensor, rows: Tensor, mask: Tensor | None, out: Tensor) -
     return out
 
 
-def dropout_threshold(u: Tensor, p: float) -> Tensor:
-    """The uniform draws ``u`` (contiguous float32) become the dropout mask in place:
-    1/(1 − p) where u ≥ p, else 0. Returns ``u``."""
+def dropout_threshold(u: Tensor, split: int, p_first: float, p_rest: float) -> Tensor:
+    """The uniform draws ``u`` (contiguous float32, read flat) become inverted-dropout masks in
+    place: 1/(1 − p) where u ≥ p, else 0, with p = ``p_first`` before position ``split`` and
+    ``p_rest`` from there on (a step's embedding mask, then its hidden masks). Returns ``u``."""
     _need(u.dtype == torch.float32 and u.is_contiguous(), "u must be a contiguous float32 tensor")
-    _need(0.0 <= p < 1.0, f"p must be in [0, 1), got {p!r}")
     n = u.numel()
+    _need(0 <= split <= n, f"split must be in [0, {n}], got {split!r}")
+    for name, p, used in (("p_first", p_first, split > 0), ("p_rest", p_rest, split < n)):
+        _need(not used or 0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p!r}")
     if n:
-        _threshold_kernel[(triton.cdiv(n, _BLOCK_FLAT),)](u, n, float(p), 1.0 / (1.0 - p), BLOCK=_BLOCK_FLAT)
+        scale = lambda p: 1.0 / (1.0 - p) if p < 1.0 else 0.0  # noqa: E731
+        _threshold_kernel[(triton.cdiv(n, _BLOCK_FLAT),)](u, n, split, float(p_first), scale(p_first), float(p_rest),
+                                                            scale(p_rest), BLOCK=_BLOCK_FLAT)
     return u

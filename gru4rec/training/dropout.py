@@ -1,4 +1,4 @@
-"""The training step's dropout masks: drawn in place into fixed buffers from the trainer's own
+"""The training step's dropout masks: drawn in place into one fixed buffer from the trainer's own
 generator, so that a step creates no tensor for them, a CUDA graph can replay the draws, and a
 checkpoint can save the generator's state.
 
@@ -6,6 +6,11 @@ Inverted dropout: a unit is kept with probability 1 − p and a kept value is sc
 Embedding dropout acts on the rows that feed layer 0 (not in one-hot mode: the model sets its
 probability to 0 there), hidden dropout on every layer's output — which is both the next layer's
 input and the state carried to the next step.
+
+Every mask of a step is drawn at the step's start (:meth:`DropoutMasks.draw`): one uniform draw
+over one buffer — the embedding mask, then each layer's hidden mask — and one threshold pass per
+probability, however many layers there are (a GPU step launches two or three kernels for all of
+its dropout, not three per mask).
 """
 from __future__ import annotations
 
@@ -16,10 +21,11 @@ from torch import Tensor
 
 from gru4rec.model import GRU4RecNet
 
-__all__ = ["DropoutMasks", "keep_mask"]
+__all__ = ["DropoutMasks", "Threshold", "keep_mask", "keep_masks"]
 
-#: ``threshold(mask, p)``: uniform draws in ``mask`` become the mask in place (and are returned).
-Threshold = Callable[[Tensor, float], Tensor]
+#: ``threshold(u, split, p_first, p_rest)``: the uniform draws in ``u`` (flat) become the masks in
+#: place, with probability ``p_first`` before position ``split`` and ``p_rest`` from there on.
+Threshold = Callable[[Tensor, int, float, float], None]
 
 
 def keep_mask(mask: Tensor, p: float) -> Tensor:
@@ -27,12 +33,20 @@ def keep_mask(mask: Tensor, p: float) -> Tensor:
     return mask.ge_(p).mul_(1.0 / (1.0 - p))
 
 
+def keep_masks(u: Tensor, split: int, p_first: float, p_rest: float) -> None:
+    """:data:`Threshold` by :func:`keep_mask` (the PyTorch code): one pass per part."""
+    if split > 0:
+        keep_mask(u[:split], p_first)
+    if split < u.numel():
+        keep_mask(u[split:], p_rest)
+
+
 class DropoutMasks:
     """The mask buffers of one trainer (B × d₀ for the embedding, B × Lᵢ per layer; None where
-    that dropout is off) and the generator they are drawn from."""
+    that dropout is off), views into one flat buffer, and the generator they are drawn from."""
 
-    def __init__(self, net: GRU4RecNet, batch_size: int, seed: int, threshold: Threshold = keep_mask) -> None:
-        """``threshold``: how uniform draws become a mask (:func:`keep_mask`, or a fused kernel of
+    def __init__(self, net: GRU4RecNet, batch_size: int, seed: int, threshold: Threshold = keep_masks) -> None:
+        """``threshold``: how uniform draws become masks (:func:`keep_masks`, or a fused kernel of
         the training backend's ops); the draws themselves always come from ``generator``."""
         self.threshold = threshold
         p = net.Wy
@@ -40,38 +54,33 @@ class DropoutMasks:
         self.generator.manual_seed(seed)
         self.p_embed, self.p_hidden = net.dropout_p_embed, net.dropout_p_hidden
         d0 = net.input_table.shape[1]
+        sizes = ([batch_size * d0] if self.p_embed > 0 else []) + ([batch_size * n for n in net.sizes] if self.p_hidden > 0 else [])
+        self._buffer = torch.empty(sum(sizes), device=p.device, dtype=p.dtype)
+        views = list(torch.split(self._buffer, sizes)) if sizes else []
+        #: Where the embedding mask ends in the buffer (0 without embedding dropout).
+        self._split = batch_size * d0 if self.p_embed > 0 else 0
         #: The embedding mask (B × d₀), or None without embedding dropout.
-        self.embed = torch.empty(batch_size, d0, device=p.device, dtype=p.dtype) if self.p_embed > 0 else None
+        self.embed = views.pop(0).view(batch_size, d0) if self.p_embed > 0 else None
         #: One mask per layer (B × Lᵢ), or None without hidden dropout.
-        self.hidden = (
-            [torch.empty(batch_size, n, device=p.device, dtype=p.dtype) for n in net.sizes] if self.p_hidden > 0 else None
-        )
+        self.hidden = [v.view(batch_size, n) for v, n in zip(views, net.sizes)] if self.p_hidden > 0 else None
 
     @property
     def active(self) -> bool:
         """Whether a step draws masks (from ``generator``)."""
         return self.embed is not None or self.hidden is not None
 
-    def _draw(self, mask: Tensor, p: float) -> Tensor:
-        """A new mask drawn into ``mask``: keep where u ≥ p, kept values scaled by 1/(1 − p).
-        uniform + compare is ~5x faster than ``bernoulli_`` on the CPU, and as graph-safe."""
-        torch.rand(mask.shape, generator=self.generator, out=mask)
-        return self.threshold(mask, p)
-
-    def draw_embedding(self) -> Tensor | None:
-        """A new mask for the layer-0 input rows (None without embedding dropout)."""
-        return None if self.embed is None else self._draw(self.embed, self.p_embed)
+    def draw(self) -> None:
+        """New masks for a step: one uniform draw over the buffer, then the thresholds. uniform +
+        compare is ~5x faster than ``bernoulli_`` on the CPU, and as graph-safe."""
+        if not self.active:
+            return
+        torch.rand(self._buffer.shape, generator=self.generator, out=self._buffer)
+        self.threshold(self._buffer, self._split, self.p_embed, self.p_hidden)
 
     def drop_embedding(self, x: Tensor) -> Tensor:
-        """The layer-0 input rows ``x`` (B × d₀) with a new embedding mask applied."""
-        mask = self.draw_embedding()
-        return x if mask is None else x * mask
-
-    def draw_hidden(self, i: int) -> Tensor | None:
-        """A new mask for layer ``i``'s output (None without hidden dropout)."""
-        return None if self.hidden is None else self._draw(self.hidden[i], self.p_hidden)
+        """The layer-0 input rows ``x`` (B × d₀) times the step's embedding mask (:meth:`draw` first)."""
+        return x if self.embed is None else x * self.embed
 
     def drop_hidden(self, out: Tensor, i: int) -> Tensor:
-        """Layer ``i``'s output with a new mask applied."""
-        mask = self.draw_hidden(i)
-        return out if mask is None else out * mask
+        """Layer ``i``'s output times the step's mask for it (:meth:`draw` first)."""
+        return out if self.hidden is None else out * self.hidden[i]

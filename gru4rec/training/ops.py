@@ -29,7 +29,7 @@ from gru4rec.activations import Activation
 from gru4rec.config import Config
 from gru4rec.kernels.cpu import CpuKernels
 from gru4rec.training.cell import FusedGRUCell, GRUCell, TorchGRUCell
-from gru4rec.training.dropout import keep_mask
+from gru4rec.training.dropout import keep_masks
 from gru4rec.training.losses import MASK, LossGradFn, make_loss_grad
 from gru4rec.training.precision import Matmuls
 from gru4rec.training.sampling import LogQ
@@ -126,9 +126,10 @@ class TorchOps:
         x = table.index_select(0, rows)
         return x if mask is None else x.mul_(mask)
 
-    def dropout_threshold(self, mask: Tensor, p: float) -> Tensor:
-        """The uniform draws in ``mask`` become the dropout mask in place (:func:`gru4rec.training.dropout.keep_mask`)."""
-        return keep_mask(mask, p)
+    def dropout_threshold(self, u: Tensor, split: int, p_first: float, p_rest: float) -> None:
+        """The uniform draws ``u`` become the step's dropout masks in place, with ``p_first``
+        before position ``split`` and ``p_rest`` after (:data:`gru4rec.training.dropout.Threshold`)."""
+        keep_masks(u, split, p_first, p_rest)
 
     def add_rows(self, table: Tensor, rows: Tensor, src: Tensor) -> None:
         """``table[rows[i]] += src[i]`` in place (repeated rows add up): ``index_add_``."""

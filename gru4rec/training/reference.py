@@ -35,6 +35,7 @@ class ReferenceStep:
         x_in = net.input_table.detach().index_select(0, inputs).requires_grad_()
         wy = net.Wy.detach().index_select(0, cols).requires_grad_()
         by = net.By.detach().index_select(0, cols).requires_grad_()
+        self.dropout.draw()  # every mask of the step, as the fast step draws them
         with torch.enable_grad():
             x = self.dropout.drop_embedding(x_in)
             new_hidden = net.run_layers(x, hidden, None if self.dropout.hidden is None else self.dropout.drop_hidden)

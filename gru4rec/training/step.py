@@ -115,7 +115,8 @@ class FastStep:
             bias = ops.column_bias(net.By, cols, targets.shape[0], self.logq, col_valid if self.mask_in_bias else None)  # C
 
         # Forward, keeping what the backward pass needs (the products' operands as cast).
-        x = ops.gather_rows(net.input_table, inputs, self.dropout.draw_embedding())  # B×d₀ input rows, dropped out
+        self.dropout.draw()  # every mask of the step
+        x = ops.gather_rows(net.input_table, inputs, self.dropout.embed)  # B×d₀ input rows, dropped out
         caches: list[LayerCache] = []
         outs: list[Tensor] = []
         for i, layer in enumerate(net.layers):
@@ -125,7 +126,7 @@ class FastStep:
             wx = mm.cast(layer.Wx) if projects else None
             v = mm.addmm(layer.Bh, x_c, wx) if wx is not None else x + layer.Bh  # B×3n
             h_c, wrz, wh = mm.cast(h), mm.cast(layer.Wrz), mm.cast(layer.Wh)
-            mask = self.dropout.draw_hidden(i)
+            mask = None if self.dropout.hidden is None else self.dropout.hidden[i]
             rz, hr, c, x = cell.forward(v, h, h_c, wrz, wh, mask)
             caches.append(LayerCache(x_c, wx, h, h_c, wh, hr, rz, c, mask))
             outs.append(x)

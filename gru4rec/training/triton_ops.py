@@ -12,7 +12,7 @@ and replaces the three chains of small kernels that dominate a GPU step:
   (``gru4rec/kernels/triton_losses.py``);
 * the step's start (:class:`TritonStepInputs`, ``gru4rec/kernels/triton_step.py``): schedule
   rows, columns, their bias and the reset of new sessions in one launch; the dropped-out input
-  rows in one; each dropout mask from its draws in one;
+  rows in one; all of the step's dropout masks from their draws in one;
 * the optimiser's update (:class:`TritonUpdate`): duplicates summed through the scratch tables,
   grad_cap, and the rule, one or two launches per item table and one for the flat buffer of the
   dense weights (``gru4rec/kernels/triton_optim.py``).
@@ -182,8 +182,8 @@ class TritonOps(TorchOps):
     def gather_rows(self, table: Tensor, rows: Tensor, mask: Tensor | None) -> Tensor:
         return triton_step.gather_rows(table.detach(), rows, mask, table.new_empty((rows.shape[0], table.shape[1])))
 
-    def dropout_threshold(self, mask: Tensor, p: float) -> Tensor:
-        return triton_step.dropout_threshold(mask, p)
+    def dropout_threshold(self, u: Tensor, split: int, p_first: float, p_rest: float) -> None:
+        triton_step.dropout_threshold(u, split, p_first, p_rest)
 
     def gru_cell(self, act: Activation, matmuls: Matmuls):  # type: ignore[override]
         if matmuls.low is None:
