@@ -220,6 +220,7 @@ class GRU4Rec:
             init_gen = torch.Generator().manual_seed(c.seed)
             self.net = GRU4RecNet(len(self.item_map), c, generator=init_gen).to(self.device)
             trainer = Trainer(self.net, c, self.item_support, precision=self.precision)
+            log.debug("training backend: %s", trainer.backend.describe())
             rng = np.random.default_rng(c.seed + 3)
             start = ckpt.attach(trainer, c, self._fingerprint(sessions), extra=validator) if ckpt is not None else None
             self.history = []
