@@ -208,3 +208,25 @@ def test_dropout_threshold_is_the_inverted_dropout_mask_on_both_sides_of_the_spl
     assert set(got[:split].unique().tolist()) == {0.0, f32(1 / 0.7)} and set(got[split:].unique().tolist()) == {0.0, f32(1 / 0.55)}
     with pytest.raises(ValueError, match="p_rest must be in"):
         dropout_threshold(u.clone().to(DEVICE), split, 0.3, 1.0)
+
+
+def test_bfloat16_products_on_the_triton_backend_train_like_the_pytorch_ops() -> None:
+    """With bfloat16 operands the cell stays PyTorch's (its products cast), the rest is Triton's:
+    the same epoch losses as the PyTorch ops at the same precision."""
+    from gru4rec.data import ItemMap, item_support, sessions_from_events
+    from gru4rec.datasets.synthetic import generate
+    from gru4rec.training.loop import train_epochs
+
+    events = generate(n_sessions=30, n_items=25, seed=8)
+    item_map = ItemMap.from_ids(events["ItemId"])
+    sessions, _ = sessions_from_events(events, item_map, order="time")
+    support = item_support(sessions.items, len(item_map))
+    cfg = Config(layers=(8,), batch_size=5, n_sample=6, n_epochs=1, learning_rate=0.05, dropout_p_hidden=0.1)
+    losses = []
+    for name, switches in backends().items():
+        net = GRU4RecNet(len(support), cfg, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+        backend = select_backend(DEVICE, unique_rows=False, graph_replay=False if DEVICE == "cuda" else None, **switches)
+        trainer = Trainer(net, cfg, support, seed=3, precision="bfloat16", backend=backend)
+        assert not trainer.cell.fused  # bfloat16 operands: the PyTorch cell on both backends
+        losses.append([s.loss for s in train_epochs(trainer, sessions.items, sessions.offsets, progress=False)])
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
