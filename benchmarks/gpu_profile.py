@@ -36,7 +36,7 @@ if not torch.cuda.is_available():
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.train_speed import CONFIGS, load_sessions  # noqa: E402
+from benchmarks.train_speed import add_config_arguments, config_of, load_sessions  # noqa: E402
 from gru4rec.config import Config  # noqa: E402
 from gru4rec.kernels.gpu import counter_driven_step  # noqa: E402
 from gru4rec.model import GRU4RecNet  # noqa: E402
@@ -209,19 +209,14 @@ def profile(config: Config, sessions, support, device: torch.device, backend_nam
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="retailrocket", help=f"one of {sorted(CONFIGS)} or a parameter string")
-    parser.add_argument("--params", default="", help="parameter string applied on top, e.g. 'n_sample=512'")
-    parser.add_argument("--data", help="training file (default: synthetic data)")
-    parser.add_argument("--n-items", type=int, default=50_000, help="items of the synthetic data")
+    add_config_arguments(parser, config="retailrocket", n_items=50_000)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--backends", nargs="+", default=["torch", "triton"], choices=("torch", "triton"))
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=20)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
-    base = Config.from_file(ROOT / CONFIGS[args.config]) if args.config in CONFIGS else Config.from_string(args.config)
-    if args.params:
-        base = base.replace_from_string(args.params)
+    base = config_of(args)
     sessions, support = load_sessions(args.data, args.n_items, base.seed)
     for name in args.backends:
         print(json.dumps(profile(base, sessions, support, device, name, args.steps, args.warmup)), flush=True)

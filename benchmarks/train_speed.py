@@ -218,12 +218,23 @@ def measure(config: Config, sessions, support, device: torch.device, steps: int,
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="rsc15", help=f"one of {sorted(CONFIGS)} or a parameter string")
+def add_config_arguments(parser: argparse.ArgumentParser, *, config: str, n_items: int) -> None:
+    """--config, --params, --data and --n-items (shared by the training benchmarks)."""
+    parser.add_argument("--config", default=config, help=f"one of {sorted(CONFIGS)} or a parameter string")
     parser.add_argument("--params", default="", help="parameter string applied on top, e.g. 'n_sample=512'")
     parser.add_argument("--data", help="training file (default: synthetic data)")
-    parser.add_argument("--n-items", type=int, default=40_000, help="items of the synthetic data")
+    parser.add_argument("--n-items", type=int, default=n_items, help="items of the synthetic data")
+
+
+def config_of(args: argparse.Namespace) -> Config:
+    """The configuration --config and --params name."""
+    base = Config.from_file(ROOT / CONFIGS[args.config]) if args.config in CONFIGS else Config.from_string(args.config)
+    return base.replace_from_string(args.params) if args.params else base
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arguments(parser, config="rsc15", n_items=40_000)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--steps", type=int, default=300)
@@ -243,10 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    name = args.config
-    base = Config.from_file(ROOT / CONFIGS[name]) if name in CONFIGS else Config.from_string(name)
-    if args.params:
-        base = base.replace_from_string(args.params)
+    base = config_of(args)
     sessions, support = load_sessions(args.data, args.n_items, base.seed)
 
     configs = [base]

@@ -115,3 +115,25 @@ def test_paropt_scale_counts_trials_per_hour_from_the_storage_timestamps(tmp_pat
         study.add_trial(trial)
     assert paropt_scale.trials_per_hour(url, "s") == {"complete": 3, "span_s": 90.0, "trials_per_hour": 120.0,
                                                       "median_trial_s": 30.0}
+
+
+def test_the_cpu_estimate_of_kernels_counts_computing_operators_once() -> None:
+    """gpu_profile's estimate: an operator that computes counts once (not with the operators it
+    calls), a view or an allocation counts nothing, a Triton launch counts one."""
+    pytest.importorskip("triton")
+    gpu_profile = load("gpu_profile")
+    from gru4rec.kernels.triton_step import dropout_threshold
+
+    if torch.cuda.is_available():
+        pytest.skip("the estimate is for machines without CUDA (a GPU's profiler counts its kernels)")
+    x, rows, bias, u = torch.randn(6, 4), torch.tensor([1, 3]), torch.randn(4), torch.rand(100)
+    with gpu_profile.counting_triton_launches() as launches, torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(2):
+            y = x.index_select(0, rows)  # 1
+            z = torch.addmm(bias, y, x.t().contiguous().t()[:4].t())  # the transpose's copy 1, addmm 1 (not its own copies)
+            z.view(-1).mul_(2.0)  # view 0, mul_ 1
+            torch.empty(3)  # nothing
+            dropout_threshold(u, 0, 0.0, 0.5)  # one Triton launch (the interpreter's own operators: nothing)
+    got = gpu_profile.estimate_cpu_kernels(prof.events(), launches[0], steps=2)
+    assert got["torch_ops_per_step"] == 4.0 and got["triton_launches_per_step"] == 1.0
+    assert got["kernels_per_step_estimate"] == 5.0
