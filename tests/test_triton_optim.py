@@ -516,3 +516,50 @@ def test_a_riding_bias_table_updates_like_its_own_launches(method: str, momentum
     assert not torch.equal(results[1]["By.p"], torch.randn(n, generator=torch.Generator().manual_seed(2)))  # By did change
     with pytest.raises(ValueError, match="bias table"):
         tables["Wy"].update(rows, 0, t, sq, tables["Wy"])
+
+
+@pytest.mark.parametrize("method, momentum, grad_cap", [("adagrad", 0.4, 0.0), ("adam", 0.2, 0.5)])
+def test_two_parts_in_one_launch_update_like_two_launches(method: str, momentum: float, grad_cap: float) -> None:
+    """Shared mode's Wy: the input rows' part and the score columns' part (with By riding on the
+    second) in one scatter and one update launch end where one launch per part ends; a By row
+    that only the first part has (an input item never scored) is left untouched, momentum or not."""
+    gen = torch.Generator().manual_seed(5)
+    n, w = 30, 7
+    rule = dict(method=method, lr=0.1, momentum=momentum, lmbd=0.0, decay=0.99 if method == "adam" else 0.0,
+                beta1=0.9 if method == "adam" else 0.0, grad_cap=grad_cap)
+    rows1 = torch.tensor([25, 3, 26, 3, 7])  # 25 and 26 only here
+    results = []
+    for combined in (False, True):
+        tables = {}
+        for name, p in (("Wy", torch.randn(n, w, generator=torch.Generator().manual_seed(1))),
+                        ("By", torch.randn(n, generator=torch.Generator().manual_seed(2)))):
+            state = {key: torch.ones_like(p).to(DEVICE) * 0.1 for key in to.UpdateRule(**rule).state_keys}
+            tables[name] = to.TritonTableUpdate(p.to(DEVICE), state, torch.zeros_like(p).to(DEVICE),
+                                                torch.zeros(n, dtype=torch.int32, device=DEVICE), **rule)
+        wy, by = tables["Wy"], tables["By"]
+        t, sq = torch.zeros((), device=DEVICE), torch.zeros((), device=DEVICE)
+        gen.manual_seed(6)
+        for _ in range(2):
+            rows2 = torch.randint(0, 12, (40,), generator=gen)
+            g1, g2, g_b = torch.randn(5, w, generator=gen), torch.randn(40, w, generator=gen), torch.randn(40, generator=gen)
+            r1, r2, g1, g2, g_b = (x.to(DEVICE) for x in (rows1, rows2, g1, g2, g_b))
+            t += 1
+            sq.zero_()
+            if combined:
+                wy.scatter(r1, g1, 0, (by, g_b), (r2, g2))
+                wy.add_sq_norm(r1, sq, 0, by, r2)
+                wy.update(r1, 0, t, sq, by, r2)
+            else:
+                wy.scatter(r1, g1, 0)
+                wy.scatter(r2, g2, 5, (by, g_b))
+                wy.add_sq_norm(r1, sq, 0)
+                wy.add_sq_norm(r2, sq, 5, by)
+                wy.update(r1, 0, t, sq)
+                wy.update(r2, 5, t, sq, by)
+        results.append({f"{name}.{key}": v.cpu() for name, tab in tables.items() for key, v in [("p", tab.p), ("scratch", tab.scratch)] + list(tab.state.items())})
+        assert int(wy.owner.abs().sum()) == 0
+    for key, value in results[0].items():
+        torch.testing.assert_close(results[1][key], value, rtol=1e-6, atol=1e-7, msg=lambda m: f"{key}: {m}")
+    by0 = torch.randn(n, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(results[1]["By.p"][[25, 26]], by0[[25, 26]])  # By rows of input-only items: untouched
+    assert not torch.equal(results[1]["By.p"][3], by0[3])

@@ -230,36 +230,43 @@ def _apply_rule(p_ptr, acc_ptr, dacc_ptr, m_ptr, vel_ptr, idx, mask, g,
 
 
 @triton.jit
-def _positions(rows_ptr, K, N, BLOCK_K: tl.constexpr):
-    """This program's positions, their rows (int64: row × W may pass 2³¹) and which are valid."""
+def _positions(rows_ptr, rows2_ptr, K, K2, N, BLOCK_K: tl.constexpr):
+    """This program's positions over one part (K) or two (K + K2: the second's rows follow),
+    their rows (int64: row × W may pass 2³¹), which are valid, and which are in the first part."""
     k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
-    in_k = k < K
-    row = tl.load(rows_ptr + k, mask=in_k, other=0).to(tl.int64)
-    return k, row, in_k & (row >= 0) & (row < N)
+    in1 = k < K
+    in2 = (k >= K) & (k < K + K2)
+    row = tl.where(in1, tl.load(rows_ptr + k, mask=in1, other=0).to(tl.int64),
+                   tl.load(rows2_ptr + (k - K), mask=in2, other=0).to(tl.int64))
+    return k, row, (in1 | in2) & (row >= 0) & (row < N), in1
 
 
 @triton.jit
-def _scatter_rows_kernel(rows_ptr, g_ptr, scratch_ptr, owner_ptr, bg_ptr, bscratch_ptr, K, N, W, offset,
-                         HAS_BIAS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_W: tl.constexpr):
-    k, row, valid = _positions(rows_ptr, K, N, BLOCK_K)
+def _scatter_rows_kernel(rows_ptr, g_ptr, rows2_ptr, g2_ptr, scratch_ptr, owner_ptr, bg_ptr, bscratch_ptr, K, K2, N, W, offset,
+                         bias_from, HAS_BIAS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_W: tl.constexpr):
+    k, row, valid, in1 = _positions(rows_ptr, rows2_ptr, K, K2, N, BLOCK_K)
     # the last position of a row owns it (positions numbered from 1: 0 means "no owner")
     tl.atomic_max(owner_ptr + row, offset + k + 1, mask=valid, sem="relaxed")
-    if HAS_BIAS:  # the bias table rides along: same rows, one value per position
-        tl.atomic_add(bscratch_ptr + row, tl.load(bg_ptr + k, mask=valid, other=0.0), mask=valid, sem="relaxed")
+    if HAS_BIAS:  # the bias table rides along: the same rows from position bias_from on, one value each
+        at_bias = valid & (k >= bias_from)
+        tl.atomic_add(bscratch_ptr + row, tl.load(bg_ptr + (k - bias_from), mask=at_bias, other=0.0), mask=at_bias, sem="relaxed")
     cols = tl.arange(0, BLOCK_W)
     g_base = k.to(tl.int64)[:, None] * W
+    g2_base = (k - K).to(tl.int64)[:, None] * W
+    first = in1[:, None]
     s_base = row[:, None] * W
     for w0 in range(0, W, BLOCK_W):
         c = (w0 + cols)[None, :]
         mask = valid[:, None] & (c < W)
-        g = tl.load(g_ptr + g_base + c, mask=mask, other=0.0)
+        g = tl.where(first, tl.load(g_ptr + g_base + c, mask=mask & first, other=0.0),
+                     tl.load(g2_ptr + g2_base + c, mask=mask & ~first, other=0.0))
         tl.atomic_add(scratch_ptr + s_base + c, g, mask=mask, sem="relaxed")
 
 
 @triton.jit
-def _rows_sq_norm_kernel(rows_ptr, scratch_ptr, owner_ptr, bscratch_ptr, sq_ptr, K, N, W, offset,
+def _rows_sq_norm_kernel(rows_ptr, rows2_ptr, scratch_ptr, owner_ptr, bscratch_ptr, sq_ptr, K, K2, N, W, offset, bias_from,
                          HAS_BIAS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_W: tl.constexpr):
-    k, row, valid = _positions(rows_ptr, K, N, BLOCK_K)
+    k, row, valid, _ = _positions(rows_ptr, rows2_ptr, K, K2, N, BLOCK_K)
     owner = tl.load(owner_ptr + row, mask=valid, other=0)
     own = valid & (owner == offset + k + 1)  # each row counted once, by its owner
     cols = tl.arange(0, BLOCK_W)
@@ -271,18 +278,18 @@ def _rows_sq_norm_kernel(rows_ptr, scratch_ptr, owner_ptr, bscratch_ptr, sq_ptr,
         total += g * g
     part = tl.sum(tl.sum(total, axis=1), axis=0)
     if HAS_BIAS:
-        gb = tl.load(bscratch_ptr + row, mask=own, other=0.0)
+        gb = tl.load(bscratch_ptr + row, mask=own & (k >= bias_from), other=0.0)
         part += tl.sum(gb * gb, axis=0)
     tl.atomic_add(sq_ptr, part, sem="relaxed")
 
 
 @triton.jit
-def _update_rows_kernel(rows_ptr, p_ptr, scratch_ptr, owner_ptr, acc_ptr, dacc_ptr, m_ptr, vel_ptr, t_ptr, sq_ptr,
+def _update_rows_kernel(rows_ptr, rows2_ptr, p_ptr, scratch_ptr, owner_ptr, acc_ptr, dacc_ptr, m_ptr, vel_ptr, t_ptr, sq_ptr,
                         bp_ptr, bscratch_ptr, bacc_ptr, bdacc_ptr, bm_ptr, bvel_ptr,
-                        K, N, W, offset, lr, momentum, lmbd, decay, gain, beta1, beta1_gain, eps, grad_cap,
+                        K, K2, N, W, offset, bias_from, lr, momentum, lmbd, decay, gain, beta1, beta1_gain, eps, grad_cap,
                         METHOD: tl.constexpr, HAS_MOMENTUM: tl.constexpr, HAS_LMBD: tl.constexpr, CLIP: tl.constexpr,
                         HAS_BIAS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_W: tl.constexpr):
-    k, row, valid = _positions(rows_ptr, K, N, BLOCK_K)
+    k, row, valid, _ = _positions(rows_ptr, rows2_ptr, K, K2, N, BLOCK_K)
     # The owner's own program is the only one that zeroes owner[row] (after its whole row): any
     # other position of the row reads the owner's number or 0, never its own, and does nothing.
     owner = tl.load(owner_ptr + row, mask=valid, other=0)
@@ -299,10 +306,11 @@ def _update_rows_kernel(rows_ptr, p_ptr, scratch_ptr, owner_ptr, acc_ptr, dacc_p
         tl.store(scratch_ptr + idx, tl.zeros((BLOCK_K, BLOCK_W), dtype=tl.float32), mask=mask)
         _apply_rule(p_ptr, acc_ptr, dacc_ptr, m_ptr, vel_ptr, idx, mask, g, lr, momentum, lmbd, decay, gain,
                     beta1_gain, eps, bias1, bias2, METHOD, HAS_MOMENTUM, HAS_LMBD)
-    if HAS_BIAS:  # the same owner updates the bias table's row
-        gb = tl.load(bscratch_ptr + row, mask=own, other=0.0) * scale
-        tl.store(bscratch_ptr + row, tl.zeros((BLOCK_K,), dtype=tl.float32), mask=own)
-        _apply_rule(bp_ptr, bacc_ptr, bdacc_ptr, bm_ptr, bvel_ptr, row, own, gb, lr, momentum, lmbd, decay, gain,
+    if HAS_BIAS:  # the same owner updates the bias table's row, if the row is one of the bias's
+        own_b = own & (k >= bias_from)
+        gb = tl.load(bscratch_ptr + row, mask=own_b, other=0.0) * scale
+        tl.store(bscratch_ptr + row, tl.zeros((BLOCK_K,), dtype=tl.float32), mask=own_b)
+        _apply_rule(bp_ptr, bacc_ptr, bdacc_ptr, bm_ptr, bvel_ptr, row, own_b, gb, lr, momentum, lmbd, decay, gain,
                     beta1_gain, eps, bias1, bias2, METHOD, HAS_MOMENTUM, HAS_LMBD)
     tl.store(owner_ptr + row, tl.zeros((BLOCK_K,), dtype=tl.int32), mask=own)
 
@@ -429,6 +437,11 @@ def _check_step(rule: UpdateRule, device: torch.device, t: Tensor | None, sq_tot
         _check_sq_total(sq_total, device)
 
 
+def _check_same_dtype(rows: Tensor, second: Tensor) -> None:
+    if second.dtype != rows.dtype:
+        raise ValueError(f"the second part's rows must be {rows.dtype} like the first's, got {second.dtype}")
+
+
 def _check_grad_rows(g: object, k: int, width: int, device: torch.device) -> None:
     _check_float(g, "g", device, k * width)
     if g.dim() == 0 or g.shape[0] != k:  # type: ignore[union-attr]
@@ -445,27 +458,37 @@ def _rule_pointers(p: Tensor, state: dict[str, Tensor], t: Tensor | None, sq_tot
 
 
 def _launch_scatter(rows: Tensor, g: Tensor, scratch: Tensor, owner: Tensor, k: int, n: int, w: int, offset: int,
-                    bias: tuple[Tensor, Tensor] | None = None) -> None:
+                    bias: tuple[Tensor, Tensor] | None = None, second: tuple[Tensor, Tensor] | None = None) -> None:
     block_k, block_w = _row_blocks(w)
+    rows2, g2 = second if second is not None else (rows, g)
+    k2 = rows2.shape[0] if second is not None else 0
     bg, bscratch = bias if bias is not None else (g, scratch)
-    _scatter_rows_kernel[(triton.cdiv(k, block_k),)](rows, g, scratch, owner, bg, bscratch, k, n, w, offset,
-                                                      HAS_BIAS=bias is not None, BLOCK_K=block_k, BLOCK_W=block_w)
+    _scatter_rows_kernel[(triton.cdiv(k + k2, block_k),)](rows, g, rows2, g2, scratch, owner, bg, bscratch, k, k2, n, w, offset,
+                                                           k if second is not None else 0, HAS_BIAS=bias is not None,
+                                                           BLOCK_K=block_k, BLOCK_W=block_w)
 
 
 def _launch_rows_sq_norm(rows: Tensor, scratch: Tensor, owner: Tensor, sq_total: Tensor, k: int, n: int, w: int, offset: int,
-                         bscratch: Tensor | None = None) -> None:
+                         bscratch: Tensor | None = None, second: Tensor | None = None) -> None:
     block_k, block_w = _row_blocks(w)
-    _rows_sq_norm_kernel[(triton.cdiv(k, block_k),)](rows, scratch, owner, scratch if bscratch is None else bscratch, sq_total,
-                                                      k, n, w, offset, HAS_BIAS=bscratch is not None, BLOCK_K=block_k, BLOCK_W=block_w)
+    k2 = second.shape[0] if second is not None else 0
+    _rows_sq_norm_kernel[(triton.cdiv(k + k2, block_k),)](rows, rows if second is None else second, scratch, owner,
+                                                           scratch if bscratch is None else bscratch, sq_total, k, k2, n, w,
+                                                           offset, k if second is not None else 0, HAS_BIAS=bscratch is not None,
+                                                           BLOCK_K=block_k, BLOCK_W=block_w)
 
 
 def _launch_update_rows(rows: Tensor, p: Tensor, scratch: Tensor, owner: Tensor, pointers: list[Tensor], k: int, n: int, w: int,
-                        offset: int, args: dict[str, float | int | bool], bias: list[Tensor] | None = None) -> None:
-    """``bias``: the bias table riding along (its p, scratch, acc, dacc, m, vel), or None."""
+                        offset: int, args: dict[str, float | int | bool], bias: list[Tensor] | None = None,
+                        second: Tensor | None = None) -> None:
+    """``bias``: the bias table riding along (its p, scratch, acc, dacc, m, vel), or None;
+    ``second``: the rows of a second part following these (the bias rides on the last part)."""
     block_k, block_w = _row_blocks(w)
-    _update_rows_kernel[(triton.cdiv(k, block_k),)](rows, p, scratch, owner, *pointers, *(bias if bias is not None else [p] * 6),
-                                                     k, n, w, offset, **args, HAS_BIAS=bias is not None,
-                                                     BLOCK_K=block_k, BLOCK_W=block_w)
+    k2 = second.shape[0] if second is not None else 0
+    _update_rows_kernel[(triton.cdiv(k + k2, block_k),)](rows, rows if second is None else second, p, scratch, owner, *pointers,
+                                                          *(bias if bias is not None else [p] * 6), k, k2, n, w, offset,
+                                                          k if second is not None else 0, **args, HAS_BIAS=bias is not None,
+                                                          BLOCK_K=block_k, BLOCK_W=block_w)
 
 
 def _launch_dense_update(p: Tensor, g: Tensor, pointers: list[Tensor], args: dict[str, float | int | bool]) -> None:
@@ -567,43 +590,57 @@ class TritonTableUpdate:
         self.state = _check_state(state, self.rule, p)
         self._args = self.rule._kernel_args()
 
-    def scatter(self, rows: Tensor, g: Tensor, offset: int = 0, bias: tuple[TritonTableUpdate, Tensor] | None = None) -> None:
-        """Add this part's gradient rows ``g`` (K×W, or K) at ``rows`` (K) into the scratch table.
-        ``bias``: a bias table (N) whose gradient ``g_b`` (K) has the same rows, updated with
-        this table in the same launches (its own owner table is not used): (its update, g_b)."""
+    def scatter(self, rows: Tensor, g: Tensor, offset: int = 0, bias: tuple[TritonTableUpdate, Tensor] | None = None,
+                second: tuple[Tensor, Tensor] | None = None) -> None:
+        """Add this part's gradient rows ``g`` (K×W, or K) at ``rows`` (K) into the scratch table
+        — and, in the same launch, those of a ``second`` part (rows, g) whose positions follow.
+        ``bias``: a bias table (N) whose gradient ``g_b`` has the rows of the last part, updated
+        with this table in the same launches (its own owner table is not used): (its update, g_b)."""
         k = _check_rows(rows, self.p.device, offset)
         _check_grad_rows(g, k, self.width, self.p.device)
+        if second is not None:
+            k2 = _check_rows(second[0], self.p.device, offset + k)
+            _check_grad_rows(second[1], k2, self.width, self.p.device)
+            _check_same_dtype(rows, second[0])
         if bias is not None:
             self._check_bias(bias[0])
-            _check_grad_rows(bias[1], k, 1, self.p.device)
-        if k:
+            _check_grad_rows(bias[1], k if second is None else second[0].shape[0], 1, self.p.device)
+        if k or second is not None:
             _launch_scatter(rows, g, self.scratch, self.owner, k, self.n_rows, self.width, offset,
-                            None if bias is None else (bias[1], bias[0].scratch))
+                            None if bias is None else (bias[1], bias[0].scratch), second)
 
-    def add_sq_norm(self, rows: Tensor, sq_total: Tensor, offset: int = 0, bias: TritonTableUpdate | None = None) -> None:
-        """Add the squared norm of the summed rows this part owns to ``sq_total`` (grad_cap),
-        and of the riding ``bias`` table's rows (see :meth:`scatter`)."""
+    def add_sq_norm(self, rows: Tensor, sq_total: Tensor, offset: int = 0, bias: TritonTableUpdate | None = None,
+                    second: Tensor | None = None) -> None:
+        """Add the squared norm of the summed rows this part (and a ``second`` part's ``rows``)
+        owns to ``sq_total`` (grad_cap), and of the riding ``bias`` table's (see :meth:`scatter`)."""
         k = _check_rows(rows, self.p.device, offset)
         _check_sq_total(sq_total, self.p.device)
+        self._check_second(second, offset + k, rows)
         if bias is not None:
             self._check_bias(bias)
-        if k:
+        if k or second is not None:
             _launch_rows_sq_norm(rows, self.scratch, self.owner, sq_total, k, self.n_rows, self.width, offset,
-                                 None if bias is None else bias.scratch)
+                                 None if bias is None else bias.scratch, second)
 
     def update(self, rows: Tensor, offset: int = 0, t: Tensor | None = None, sq_total: Tensor | None = None,
-               bias: TritonTableUpdate | None = None) -> None:
-        """Update the rows this part owns (and zero their scratch and owner entries), and those
-        of the riding ``bias`` table (see :meth:`scatter`). ``t``: Adam's step count, this step
-        counted; ``sq_total``: the step's Σ g² (grad_cap > 0)."""
+               bias: TritonTableUpdate | None = None, second: Tensor | None = None) -> None:
+        """Update the rows this part (and a ``second`` part's ``rows``) owns, zeroing their scratch
+        and owner entries, and those of the riding ``bias`` table (see :meth:`scatter`). ``t``:
+        Adam's step count, this step counted; ``sq_total``: the step's Σ g² (grad_cap > 0)."""
         k = _check_rows(rows, self.p.device, offset)
         _check_step(self.rule, self.p.device, t, sq_total)
+        self._check_second(second, offset + k, rows)
         if bias is not None:
             self._check_bias(bias)
-        if k:
+        if k or second is not None:
             riding = None if bias is None else [bias.p, bias.scratch, *_rule_pointers(bias.p, bias.state, None, None)[:4]]
             _launch_update_rows(rows, self.p, self.scratch, self.owner, _rule_pointers(self.p, self.state, t, sq_total), k,
-                                self.n_rows, self.width, offset, self._args, riding)
+                                self.n_rows, self.width, offset, self._args, riding, second)
+
+    def _check_second(self, second: Tensor | None, offset: int, rows: Tensor) -> None:
+        if second is not None:
+            _check_rows(second, self.p.device, offset)
+            _check_same_dtype(rows, second)
 
     def _check_bias(self, bias: TritonTableUpdate) -> None:
         if not isinstance(bias, TritonTableUpdate) or bias.width != 1 or bias.n_rows != self.n_rows or bias.rule != self.rule:

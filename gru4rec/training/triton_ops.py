@@ -89,8 +89,11 @@ class TritonUpdate:
     """The optimiser's update by the Triton kernels, bound once to its tables: each item table's
     gradient parts are added into its scratch table (the last position of a row owns it), the
     owners apply the rule to their rows, and the flat buffer of the dense weights takes one
-    launch. The bias table ``By`` has the score columns' rows, as the columns' part of ``Wy``
-    does: it rides in that part's two launches instead of taking two of its own. With grad_cap the squared norms of the dense gradient and of every summed row are
+    launch. A table's gradient in two parts (shared mode's ``Wy``: the input rows and the score
+    columns) takes one scatter and one update launch for both. The bias table ``By`` has the score
+    columns' rows, as the columns' part of ``Wy`` does: it rides in those launches instead of
+    taking two of its own. Per step, shared mode: 2 launches for the item tables, 1 for the
+    dense buffer (with grad_cap, 2 norm launches and a zeroing more). With grad_cap the squared norms of the dense gradient and of every summed row are
     added on the device first, and every update reads the clip scale from there."""
 
     def __init__(self, optimizer: OptimizerTables) -> None:
@@ -111,26 +114,31 @@ class TritonUpdate:
         parts = {name: grads if isinstance(grads, list) else [grads] for name, grads in sparse_grads.items()}
         riding = _riding_bias(parts)  # the bias table's gradient, carried by the Wy part of the same rows
         by = self.tables.get("By")
-        jobs = []  # (table, rows, g, offset, (bias update, g_b) or None)
+        jobs = []  # (table, rows, g, offset, (bias update, g_b) or None, second part (rows, g) or None)
         for name, grads in parts.items():
             if name == "By" and riding is not None:
                 continue
+            bias_at = riding if name == "Wy" else None
+            if len(grads) == 2 and bias_at in (None, 1):  # two parts, one launch (shared mode's Wy)
+                bias = (by, parts["By"][0][1]) if bias_at == 1 else None
+                jobs.append((self.tables[name], *grads[0], 0, bias, grads[1]))
+                continue
             for i, ((rows, g), offset) in enumerate(zip(grads, _offsets(grads))):
-                bias = (by, parts["By"][0][1]) if name == "Wy" and riding == i else None
-                jobs.append((self.tables[name], rows, g, offset, bias))
-        for table, rows, g, offset, bias in jobs:
-            table.scatter(rows, g, offset, bias)
+                bias = (by, parts["By"][0][1]) if bias_at == i else None
+                jobs.append((self.tables[name], rows, g, offset, bias, None))
+        for table, rows, g, offset, bias, second in jobs:
+            table.scatter(rows, g, offset, bias, second)
         sq_total = None
         if self.clip:
             sq_total = self.sq_total.zero_()
             if self.dense is not None:
                 self.dense.add_sq_norm(g_dense, sq_total)
-            for table, rows, _, offset, bias in jobs:
-                table.add_sq_norm(rows, sq_total, offset, None if bias is None else bias[0])
+            for table, rows, _, offset, bias, second in jobs:
+                table.add_sq_norm(rows, sq_total, offset, None if bias is None else bias[0], None if second is None else second[0])
         if self.dense is not None:
             self.dense.update(g_dense, self.t, sq_total)
-        for table, rows, _, offset, bias in jobs:
-            table.update(rows, offset, self.t, sq_total, None if bias is None else bias[0])
+        for table, rows, _, offset, bias, second in jobs:
+            table.update(rows, offset, self.t, sq_total, None if bias is None else bias[0], None if second is None else second[0])
 
 
 def _riding_bias(parts: dict[str, list[SparseGrad]]) -> int | None:
