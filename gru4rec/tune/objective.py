@@ -166,7 +166,8 @@ class Objective:
             config = self.base.replace_from_string(searched)
             reporter = _EpochReporter(trial, self.score, config.n_epochs, self.per_epoch)
             reporter.metric_key = self.metric_key
-            model = GRU4Rec(config, device=self.settings.device, precision=self.settings.precision)
+            model = GRU4Rec(config, device=self.settings.device, precision=self.settings.precision,
+                            threads=self.settings.trial_threads())
             callbacks: list[Any] = [reporter]
             run_folder = trial_run_folder(self.settings, trial, config, params, model.device) if self.settings.run_dirs else None
             if run_folder is not None:
