@@ -168,9 +168,23 @@ def test_threads_flag_on_the_commands(tmp_path: Path, monkeypatch: pytest.Monkey
         return real(*args, **kwargs)
 
     monkeypatch.setattr(evaluation, "evaluate", evaluate)
-    assert main(["evaluate", "--model", str(model), "-t", str(data["test"]), "--threads", "2", "-q"]) == 0
+    assert main(["evaluate", str(model), "-t", str(data["test"]), "--threads", "2", "-q"]) == 0
     assert main(["baseline", "pop", str(data["train_full"]), "-t", str(data["test"]), "--threads", "3", "-q"]) == 0
     assert evaluated == [2, 3] and torch.get_num_threads() == before
     capsys.readouterr()
-    assert main(["evaluate", "--model", str(model), "-t", str(data["test"]), "--threads", "0"]) == 2
+    assert main(["evaluate", str(model), "-t", str(data["test"]), "--threads", "0"]) == 2
     assert "expected a positive integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_importing_gru4rec_makes_idle_openmp_threads_sleep_unless_the_user_chose(given: str | None, expected: str) -> None:
+    # In a fresh process: the policy must be set before torch (and its OpenMP runtime) loads.
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != threads.WAIT_POLICY_ENV}
+    if given is not None:
+        env[threads.WAIT_POLICY_ENV] = given
+    code = "import os, sys, gru4rec; print('torch' in sys.modules, os.environ['OMP_WAIT_POLICY'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", expected]
