@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shutil
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
@@ -202,8 +203,19 @@ def test_study_errors(study: tuple[str, Any], tmp_path: Path, capsys: pytest.Cap
     missing = tmp_path / "missing.db"
     assert main(["report", "--study", str(missing), "--study-name", "quad", "-o", str(tmp_path / "b.html")]) == 1
     assert "not found" in capsys.readouterr().err and not missing.exists()  # no empty database was created
-    assert main(["report", "--study", url, "-o", str(tmp_path / "c.html")]) == 2
+    assert main(["report", "--study-name", "quad", "-o", str(tmp_path / "c.html")]) == 2
     assert main(["report", "-o", str(tmp_path / "d.html")]) == 2
+    # No name: the storage's only study; with two, the error lists them.
+    capsys.readouterr()
+    assert main(["-q", "report", "--study", url, "-o", str(tmp_path / "e.html")]) == 0
+    assert "Study quad" in (tmp_path / "e.html").read_text()
+    optuna = pytest.importorskip("optuna")
+    two = tmp_path / "two.db"
+    shutil.copy(url.removeprefix("sqlite:///"), two)
+    optuna.create_study(study_name="second", storage=f"sqlite:///{two}")
+    assert main(["report", "--study", str(two), "-o", str(tmp_path / "f.html")]) == 1
+    err = capsys.readouterr().err
+    assert "it holds 2 studies: quad, second; pass --study-name NAME" in err and not (tmp_path / "f.html").exists()
 
 
 def test_a_study_without_a_completed_trial_is_reported_without_figures(tmp_path: Path) -> None:

@@ -42,10 +42,11 @@ class StudyFigure:
         self.name, self.title, self.figure, self.reason = name, title, figure, reason
 
 
-def load_study(storage: str, study_name: str) -> Any:
+def load_study(storage: str, study_name: str | None = None) -> Any:
     """Open the study ``study_name`` in ``storage`` (a URL or path as ``paropt --storage`` takes
-    it) for reading. A storage file that does not exist, or a study that is not in the storage,
-    is an error naming what is there."""
+    it) for reading; None: the storage's only study. A storage file that does not exist, a study
+    that is not in the storage, or no name for a storage of several studies is an error naming
+    what is there."""
     optuna = import_optuna()
     from gru4rec.tune.storage import open_storage, redact, resolve_storage_url
 
@@ -56,10 +57,16 @@ def load_study(storage: str, study_name: str) -> Any:
             if not path.is_file():  # opening it would create an empty storage
                 raise Gru4RecError(f"study storage {path} not found")
     opened, url = open_storage(resolved)
+    if study_name is None:
+        names = sorted(optuna.get_all_study_names(opened))
+        if len(names) != 1:
+            held = f"it holds {len(names)} studies: {', '.join(names)}" if names else "it holds no study"
+            raise Gru4RecError(f"which study of {redact(url)}? {held}; pass --study-name NAME")
+        study_name = names[0]
     try:
         return optuna.load_study(study_name=study_name, storage=opened)
     except KeyError:
-        names = sorted(s.study_name for s in optuna.get_all_study_summaries(opened))
+        names = sorted(optuna.get_all_study_names(opened))
         raise Gru4RecError(
             f"no study {study_name!r} in {redact(url)}; it holds: {', '.join(names) or 'no study'}"
         ) from None
