@@ -10,6 +10,7 @@ import math
 import os
 import socket
 import time
+import warnings
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
@@ -156,7 +157,11 @@ class Objective:
         # local worker finds the trial it was running by "worker".
         trial.set_user_attr("run", self.run_id)
         trial.set_user_attr("worker", self.worker)
-        params = {spec.name: spec.suggest(trial) for spec in self.space}
+        with warnings.catch_warnings():
+            # An enqueued value off the space's grid: paropt warned about it when queueing it
+            # (gru4rec/tune/enqueue.py); Optuna's own UserWarning would say it a second time.
+            warnings.filterwarnings("ignore", message=r"Fixed parameter .* is out of range", category=UserWarning)
+            params = {spec.name: spec.suggest(trial) for spec in self.space}
         searched = trial_param_string(self.space, params)
         trial.set_user_attr("param_string", searched)
         model = None
