@@ -188,3 +188,22 @@ def test_importing_gru4rec_makes_idle_openmp_threads_sleep_unless_the_user_chose
     code = "import os, sys, gru4rec; print('torch' in sys.modules, os.environ['OMP_WAIT_POLICY'])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", expected]
+
+
+def test_one_and_two_threads_train_the_same_model(tmp_path: Path) -> None:
+    # What docs/install.md says: the thread count does not change the arithmetic (same losses,
+    # same weights to float32 precision), measured here on 1 and 2 threads at a size where the
+    # kernels' and BLAS's loops are split between the threads.
+    data = write_synthetic(tmp_path / "d", n_sessions=1500, seed=3)
+    params = "loss=cross-entropy,layers=48,n_sample=128,n_epochs=2,batch_size=32,logq=1.0"
+    losses: dict[int, list[float]] = {}
+    weights: dict[int, dict[str, torch.Tensor]] = {}
+    for n in (1, 2):
+        seen: list[float] = []
+        model = GRU4Rec(params, device="cpu", threads=n).fit(data["train_full"], callback=lambda info: seen.append(info.loss),
+                                                            progress=False)
+        losses[n] = seen
+        weights[n] = {k: v.detach().clone() for k, v in model.net.state_dict().items()}
+    assert losses[1] == pytest.approx(losses[2], rel=1e-6, abs=0)
+    for name, tensor in weights[1].items():
+        torch.testing.assert_close(tensor, weights[2][name], msg=name)
