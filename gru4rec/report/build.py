@@ -89,7 +89,7 @@ def _run_sections(runs: Sequence[dict[str, Any]], pngs: dict[str, bytes], dpi: i
 
     body += ["<h2>Training curves</h2>", figure_html(pngs["training"], RUN_FIGURES["training"])]
     for run in runs:
-        metric_keys = sorted({k for e in run["epochs"] for k in (e.get("valid") or {})})
+        metric_keys = sorted({k for e in run["epochs"] for k in (e.get("valid") or {})}, key=run_figures.metric_order)
         headers = ["epoch", "loss", "seconds", "mb/s", "events/s", "peak host MB", "peak device MB"] + [f"valid {k}" for k in metric_keys]
         rows = [[e["epoch"], e["loss"], e["seconds"], e["mb_per_s"], e["events_per_s"], e.get("peak_host_mb"), e.get("peak_device_mb")]
                 + [(e.get("valid") or {}).get(k) for k in metric_keys] for e in run["epochs"]]
