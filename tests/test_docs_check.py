@@ -55,3 +55,13 @@ def test_every_block_of_the_readme_runs_as_shown() -> None:
     failures = docs_check.check_page(ROOT / "README.md", timeout=600, out=out)
     assert failures == 0, out.getvalue()
     assert out.getvalue().count("ok   ") >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", sorted(p.name for p in (ROOT / "docs").glob("*.md")))
+def test_every_block_of_the_docs_runs_as_shown(page: str) -> None:
+    # Several minutes together (trainings, a study, a server): make test-all, and make docs-check.
+    if not (ROOT / ".venv" / "bin" / "gru4rec").exists():
+        pytest.skip("the docs' commands run from the checkout's .venv (make venv)")
+    out = io.StringIO()
+    assert docs_check.check_page(ROOT / "docs" / page, timeout=600, out=out) == 0, out.getvalue()
