@@ -1,11 +1,12 @@
 # Two commands do all set-up on a fresh machine (see README):
 #   make demo   - install into .venv, generate the synthetic data set, train, evaluate
 #   make test   - install into .venv with the test extras and run the test suite
+#   make docs-check - run the command blocks of README.md and docs/*.md
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test test-all bench clean
+.PHONY: venv demo test test-all docs-check bench clean
 
 $(VENV)/.installed: pyproject.toml requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +26,10 @@ test: venv
 
 test-all: venv
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
+
+# Every command block of the README and docs/ run on small data, its output compared with the page.
+docs-check: venv
+	$(PY) tools/docs_check.py README.md docs/*.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -29,11 +29,11 @@ $GRU4REC train "$WORK/data/train_full.tsv" -ps "$PARAMS" --save "$WORK/model.saf
 $GRU4REC info "$WORK/model.safetensors"
 
 # 4. Evaluate the saved model again (same numbers) and keep the metrics as JSON.
-$GRU4REC evaluate --model "$WORK/model.safetensors" -t "$WORK/data/test.tsv" -m 1 5 20 \
+$GRU4REC evaluate "$WORK/model.safetensors" -t "$WORK/data/test.tsv" -m 1 5 20 \
     -e conservative --metrics-json "$WORK/metrics.json" --force
 
 # 5. Top-10 recommendations for every test session (TSV here; .parquet works with pyarrow).
-$GRU4REC recommend --model "$WORK/model.safetensors" --input "$WORK/data/test.tsv" --k 10 \
+$GRU4REC recommend "$WORK/model.safetensors" --input "$WORK/data/test.tsv" --k 10 \
     --exclude-seen --output "$WORK/recs.tsv" --force
 head -n 4 "$WORK/recs.tsv"
 

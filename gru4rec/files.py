@@ -77,6 +77,8 @@ def _probe_writable(directory: Path) -> str | None:
     try:
         fd, name = tempfile.mkstemp(prefix=".gru4rec-write-check.", dir=directory)
     except OSError as exc:
+        if exc.errno == errno.ENOENT:  # the folder exists: a file system that takes no new files (/proc)
+            return "it takes no new files"
         return exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
     os.close(fd)
     os.unlink(name)

@@ -2,7 +2,8 @@
 reads back.
 
 =====================  =====================================================================
-``command.txt``        the exact command line (shell-quoted), after a comment with the folder it ran in
+``command.txt``        the command that repeats the run (shell-quoted; ``--threads N`` added when not
+                       given), after a comment with the folder it ran in
 ``config.json``        the hyperparameters (``config``) and how the run was made: device, precision,
                        threads, the data files, validation settings, versions, start time
 ``epochs.jsonl``       one JSON object per epoch: ``epoch``, ``loss``, ``seconds``, ``mb_per_s``,

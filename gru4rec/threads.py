@@ -7,8 +7,13 @@ waits for threads the kernel is not scheduling: training runs many times slower.
 here is the number of CPUs this process may actually use — the affinity mask, capped by the
 cgroup quota — or ``OMP_NUM_THREADS`` when the user set it.
 
-That default cannot know about *other* processes: on a machine where something else keeps a
-core busy, fewer threads than CPUs (often 1) is faster; the README gives figures.
+That default cannot know about *other* processes. What makes it collapse when something else
+keeps a core busy is the OpenMP runtime's default wait policy: an idle thread spins on its core
+for a while before sleeping, so on a busy machine the spinning threads take the cores the
+working ones need, and an epoch runs 10-30 times slower. :func:`prefer_passive_waits` (called
+when ``gru4rec`` is imported) makes idle threads sleep at once instead, which keeps the default
+thread count close to ``threads=1`` under contention (benchmarks/README.md, "Threads under
+contention").
 """
 from __future__ import annotations
 
@@ -19,12 +24,23 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["available_cpus", "cgroup_cpu_limit", "default_threads", "set_threads", "using_threads"]
+__all__ = ["WAIT_POLICY_ENV", "available_cpus", "cgroup_cpu_limit", "default_threads", "prefer_passive_waits",
+           "set_threads", "using_threads"]
 
 log = logging.getLogger(__name__)
 
+#: The OpenMP runtime's wait policy, read once when the runtime loads (with torch).
+WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
+
 _MOUNTINFO = Path("/proc/self/mountinfo")
 _PROC_CGROUP = Path("/proc/self/cgroup")
+
+
+def prefer_passive_waits() -> None:
+    """Make OpenMP threads sleep when idle (``OMP_WAIT_POLICY=PASSIVE``) unless the user chose a
+    policy. It takes effect only when torch has not been loaded yet (the runtime reads the variable
+    once); processes started from this one (paropt's workers) inherit it."""
+    os.environ.setdefault(WAIT_POLICY_ENV, "PASSIVE")
 
 
 def _affinity_cpus() -> int:

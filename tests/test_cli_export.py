@@ -83,7 +83,8 @@ def test_all_three_exports(model_file: Path, tmp_path: Path, capsys: pytest.Capt
     # Again without --force: refused, files as they were.
     before = {p: p.read_bytes() for p in (step, items, sessions)}
     code, _, err = run(["export", model_file, "--item-embeddings", items], capsys)
-    assert code == 1 and "items.npy already exists" in one_error(err)
+    assert code == 1 and "items.npy already exists; pass --force to replace it" in one_error(err)
+    assert "overwrite=True" not in err
     assert {p: p.read_bytes() for p in before} == before
     code, _, err = run(["export", model_file, "--item-embeddings", items, "--force"], capsys)
     assert code == 0, err

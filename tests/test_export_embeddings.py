@@ -1,6 +1,6 @@
 """Item and session embeddings: the columns are the network's own tensors and final states, both
 file formats read back to the same numbers, and a FAISS-style inner-product top-k computed by
-brute force in NumPy from the exported files alone is the model's own top-k. The README's FAISS
+brute force in NumPy from the exported files alone is the model's own top-k. The FAISS
 example runs against a NumPy stand-in for faiss (and against faiss itself where installed)."""
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from gru4rec.export import item_embeddings, session_embeddings, write_table
 pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "exports.md"  # the export examples live there
 K = 10
 
 
@@ -183,7 +183,7 @@ def test_readme_faiss_example(models: dict[str, GRU4Rec], data: dict[str, Path],
     for engine in engines:
         monkeypatch.setitem(sys.modules, "faiss", engine)
         namespace: dict[str, Any] = {}
-        exec(compile(code, "README.md", "exec"), namespace)
+        exec(compile(code, "docs/exports.md", "exec"), namespace)
         assert [list(row) for row in namespace["top20"]] == want
 
 

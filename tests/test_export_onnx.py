@@ -1,6 +1,6 @@
 """The one-click ONNX graph: ONNX Runtime, fed one click at a time, gives the model's own scores,
 top-k and states (to 1e-5) at two batch sizes, in every embedding mode, with and without
-top-k; the sidecar describes the graph; the README's serving example runs as printed; every bad
+top-k; the sidecar describes the graph; docs/exports.md's ONNX example runs as printed; every bad
 target or argument is one clear error and leaves no file behind."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from gru4rec import GRU4Rec, files  # noqa: E402
 from gru4rec.errors import Gru4RecError  # noqa: E402
 from gru4rec.export import export_onnx, sidecar_path  # noqa: E402
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "exports.md"  # the export examples live there
 TOL = 1e-5
 
 
@@ -124,7 +124,7 @@ def test_sidecar_describes_the_graph(exported: dict[str, dict[str, Any]]) -> Non
 def _readme_block(marker: str) -> str:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
     found = [b for b in blocks if marker in b]
-    assert len(found) == 1, f"README.md must hold one python example with {marker!r}"
+    assert len(found) == 1, f"docs/exports.md must hold one python example with {marker!r}"
     return found[0]
 
 
@@ -138,7 +138,7 @@ def test_readme_serving_example_runs(exported: dict[str, dict[str, Any]], monkey
     monkeypatch.chdir(case["folder"])  # where step.onnx and step.onnx.json are
     namespace: dict[str, Any] = {}
     capsys.readouterr()
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/exports.md", "exec"), namespace)
     model = case["model"]
     printed = capsys.readouterr().out
     assert printed.strip() == str([int(i) for i in model.recommend(model.item_map.to_list()[:3], k=20).item_ids])

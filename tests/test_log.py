@@ -59,8 +59,21 @@ def test_progress_bars_follow_the_switches():
     assert log.progress_bar(10, "x", enabled=False).disable
     log.set_verbosity(logging.WARNING)
     assert log.progress_bar(10, "x").disable  # quiet: no bars
-    log.set_verbosity(logging.INFO)
-    bar = log.progress_bar(10, "x")  # not a terminal under pytest: tqdm disables itself
+
+
+def test_without_a_terminal_progress_is_a_message_at_an_interval(monkeypatch, capsys):
+    # Under pytest standard error is not a terminal: a log file's view of a long epoch.
+    monkeypatch.setattr(log, "PROGRESS_LOG_INTERVAL", 3600.0)
+    bar = log.progress_bar(10, "Epoch1", unit="mb")
     bar.update(3)
     bar.close()
-    assert bar.disable
+    assert not bar.disable and capsys.readouterr().out == ""  # nothing before the interval has passed
+    monkeypatch.setattr(log, "PROGRESS_LOG_INTERVAL", 0.0)
+    with log.progress_bar(10, "Epoch1", unit="mb", initial=2) as bar:
+        bar.set_postfix_str("loss 6.1234", refresh=False)
+        bar.update(3)
+        bar.update(5)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(",")[0] for line in lines] == ["Epoch1: 5/10 mb (50%)", "Epoch1: 10/10 mb (100%)"]
+    assert all(line.endswith("mb/s, loss 6.1234") for line in lines)
+    assert log.progress_bar(10, "x", enabled=False).disable  # asked for no progress: none

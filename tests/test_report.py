@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shutil
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
@@ -202,8 +203,19 @@ def test_study_errors(study: tuple[str, Any], tmp_path: Path, capsys: pytest.Cap
     missing = tmp_path / "missing.db"
     assert main(["report", "--study", str(missing), "--study-name", "quad", "-o", str(tmp_path / "b.html")]) == 1
     assert "not found" in capsys.readouterr().err and not missing.exists()  # no empty database was created
-    assert main(["report", "--study", url, "-o", str(tmp_path / "c.html")]) == 2
+    assert main(["report", "--study-name", "quad", "-o", str(tmp_path / "c.html")]) == 2
     assert main(["report", "-o", str(tmp_path / "d.html")]) == 2
+    # No name: the storage's only study; with two, the error lists them.
+    capsys.readouterr()
+    assert main(["-q", "report", "--study", url, "-o", str(tmp_path / "e.html")]) == 0
+    assert "Study quad" in (tmp_path / "e.html").read_text()
+    optuna = pytest.importorskip("optuna")
+    two = tmp_path / "two.db"
+    shutil.copy(url.removeprefix("sqlite:///"), two)
+    optuna.create_study(study_name="second", storage=f"sqlite:///{two}")
+    assert main(["report", "--study", str(two), "-o", str(tmp_path / "f.html")]) == 1
+    err = capsys.readouterr().err
+    assert "it holds 2 studies: quad, second; pass --study-name NAME" in err and not (tmp_path / "f.html").exists()
 
 
 def test_a_study_without_a_completed_trial_is_reported_without_figures(tmp_path: Path) -> None:
@@ -245,3 +257,58 @@ def test_the_breakdown_cutoff_is_the_largest_one_asked_for() -> None:
     assert figures.breakdown_cutoff([fake([5], [1, 5, 10]), fake([10], [1, 5, 10])]) == 10
     assert figures.breakdown_cutoff([fake([], [1, 5, 20, 50])]) == 20
     assert figures.breakdown_cutoff([fake([7], [7]), fake([8], [8])]) is None
+
+
+def test_metrics_sort_by_their_cutoff_as_a_number() -> None:
+    keys = ["mrr@1", "mrr@10", "mrr@20", "mrr@5", "recall@5", "recall@10"]
+    assert sorted(keys, key=figures.metric_order) == ["mrr@1", "mrr@5", "mrr@10", "mrr@20", "recall@5", "recall@10"]
+
+
+def test_losses_of_different_scale_are_drawn_relative_to_their_first_epoch(two_runs: list[dict[str, Any]]) -> None:
+    import copy
+
+    runs = copy.deepcopy(two_runs)
+    assert not figures.losses_differ_in_scale(runs)  # the same loss: drawn as it is (test above)
+    for e in runs[1]["epochs"]:
+        e["loss"] = e["loss"] / 25  # as BPR-max (~0.4) beside cross-entropy (~10)
+    assert figures.losses_differ_in_scale(runs)
+    loss_axis = figures.training_curves(runs).axes[0]
+    for line, run in zip(loss_axis.get_lines(), runs):
+        first = run["epochs"][0]["loss"]
+        assert list(line.get_ydata()) == pytest.approx([e["loss"] / first for e in run["epochs"]], rel=1e-12)
+    assert "epoch-1" in loss_axis.get_ylabel()
+
+
+def test_the_slice_figure_has_a_readable_panel_per_parameter(study: tuple[str, Any]) -> None:
+    optuna = pytest.importorskip("optuna")
+    from gru4rec.report.study import SLICE_COLUMNS, SLICE_PANEL, slice_grid
+
+    _, s = study
+    complete = [t for t in s.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    fig = slice_grid(s, complete)
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_xlabel() in ("layers", "learning_rate")]
+    assert sorted(ax.get_xlabel() for ax in panels) == ["layers", "learning_rate"]
+    for ax in panels:
+        name = ax.get_xlabel()
+        points = sorted(map(tuple, ax.collections[0].get_offsets().tolist()))
+        expected = sorted((float(t.params[name]), float(t.value)) for t in complete)
+        assert [x for p in points for x in p] == pytest.approx([x for p in expected for x in p], rel=1e-12)
+    # Each panel keeps its size however many parameters there are: rows of SLICE_COLUMNS.
+    seven = [optuna.trial.create_trial(params={f"p{i}": float(j) for i in range(7)}, value=float(j),
+                                       distributions={f"p{i}": optuna.distributions.FloatDistribution(0, 10) for i in range(7)})
+             for j in range(4)]
+    big = slice_grid(s, seven)
+    width, height = big.get_size_inches()
+    assert (width, height) == pytest.approx((SLICE_PANEL[0] * SLICE_COLUMNS, SLICE_PANEL[1] * 3))
+
+
+def test_wide_tables_scroll_inside_the_page(two_runs: list[dict[str, Any]], tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    write_report([r["path"] for r in two_runs], out)
+    text = out.read_text()
+    assert text.count('<div class="table"><table') == text.count("<table") > 0 and "overflow-x: auto" in text
+    epoch_tables = [t for t in text.split("<table")[1:] if "<th>valid " in t]
+    assert len(epoch_tables) == 2
+    for table in epoch_tables:
+        headers = re.findall(r"<th>valid (\w+@\d+)</th>", table)
+        assert len(headers) > 1 and headers == sorted(headers, key=figures.metric_order)

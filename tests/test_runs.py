@@ -50,7 +50,7 @@ def test_the_run_folder_holds_the_command_config_epochs_metrics_and_model(run_a:
     folder = run_a["dir"]
     assert sorted(p.name for p in folder.iterdir()) == ["command.txt", "config.json", "epochs.jsonl", "metrics.json", "model.safetensors"]
     command = (folder / "command.txt").read_text().splitlines()
-    assert command[0].startswith("# run in ") and shlex.split(command[-1]) == ["gru4rec", *run_a["argv"]]
+    assert command[0].startswith("# run in ") and shlex.split(command[-1]) == ["gru4rec", *run_a["argv"], "--threads", "1"]
     config = json.loads((folder / "config.json").read_text())
     assert config["config"]["layers"] == [8] and config["config"]["n_epochs"] == 3
     assert (config["device"], config["precision"], config["threads"]) == ("cpu", "float32", torch.get_num_threads())
@@ -164,7 +164,7 @@ def test_run_py_writes_a_run_folder_too(data: dict[str, Path], tmp_path: Path, c
     assert run_py_main(argv) == 0
     out = capsys.readouterr().out
     folder = read_run(tmp_path / "run")
-    assert shlex.split(folder["command"]) == ["python", "run.py", *argv]
+    assert shlex.split(folder["command"]) == ["python", "run.py", *argv, "--threads", str(torch.get_num_threads())]
     assert len(folder["epochs"]) == 2 and "valid" in folder["epochs"][0]
     entry = folder["metrics"][str(data["test"])]
     assert f"Recall@5: {entry['recall']['5']:.6f} MRR@5: {entry['mrr']['5']:.6f}" in out  # the printed lines, the same numbers

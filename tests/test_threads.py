@@ -168,9 +168,42 @@ def test_threads_flag_on_the_commands(tmp_path: Path, monkeypatch: pytest.Monkey
         return real(*args, **kwargs)
 
     monkeypatch.setattr(evaluation, "evaluate", evaluate)
-    assert main(["evaluate", "--model", str(model), "-t", str(data["test"]), "--threads", "2", "-q"]) == 0
+    assert main(["evaluate", str(model), "-t", str(data["test"]), "--threads", "2", "-q"]) == 0
     assert main(["baseline", "pop", str(data["train_full"]), "-t", str(data["test"]), "--threads", "3", "-q"]) == 0
     assert evaluated == [2, 3] and torch.get_num_threads() == before
     capsys.readouterr()
-    assert main(["evaluate", "--model", str(model), "-t", str(data["test"]), "--threads", "0"]) == 2
+    assert main(["evaluate", str(model), "-t", str(data["test"]), "--threads", "0"]) == 2
     assert "expected a positive integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_importing_gru4rec_makes_idle_openmp_threads_sleep_unless_the_user_chose(given: str | None, expected: str) -> None:
+    # In a fresh process: the policy must be set before torch (and its OpenMP runtime) loads.
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != threads.WAIT_POLICY_ENV}
+    if given is not None:
+        env[threads.WAIT_POLICY_ENV] = given
+    code = "import os, sys, gru4rec; print('torch' in sys.modules, os.environ['OMP_WAIT_POLICY'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", expected]
+
+
+def test_one_and_two_threads_train_the_same_model(tmp_path: Path) -> None:
+    # What docs/install.md says: the thread count does not change the arithmetic (same losses,
+    # same weights to float32 precision), measured here on 1 and 2 threads at a size where the
+    # kernels' and BLAS's loops are split between the threads.
+    data = write_synthetic(tmp_path / "d", n_sessions=1500, seed=3)
+    params = "loss=cross-entropy,layers=48,n_sample=128,n_epochs=2,batch_size=32,logq=1.0"
+    losses: dict[int, list[float]] = {}
+    weights: dict[int, dict[str, torch.Tensor]] = {}
+    for n in (1, 2):
+        seen: list[float] = []
+        model = GRU4Rec(params, device="cpu", threads=n).fit(data["train_full"], callback=lambda info: seen.append(info.loss),
+                                                            progress=False)
+        losses[n] = seen
+        weights[n] = {k: v.detach().clone() for k, v in model.net.state_dict().items()}
+    assert losses[1] == pytest.approx(losses[2], rel=1e-6, abs=0)
+    for name, tensor in weights[1].items():
+        torch.testing.assert_close(tensor, weights[2][name], msg=name)

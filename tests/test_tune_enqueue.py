@@ -92,3 +92,20 @@ def test_a_study_starts_from_the_enqueued_configuration_and_a_rerun_does_not_que
     trials = trials_of(storage, "seeded")
     assert len(trials) == 4 and [t.number for t in trials if "enqueued_from" in t.user_attrs] == [0]
     assert all(t.params != first.params for t in trials[1:])
+
+
+def test_an_off_grid_value_is_warned_about_once_by_paropt_not_again_by_optuna(
+        data: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import warnings
+
+    off_grid = tmp_path / "off_grid.json"  # layers 20: the space's grid is 8, 16, 24
+    off_grid.write_text(json.dumps({"loss": "cross-entropy", "n_sample": 16, "n_epochs": 2, "logq": 1.0, "layers": [20],
+                                    "batch_size": 16, "learning_rate": 0.1, "dropout_p_hidden": 0.25, "momentum": 0.3}))
+    s = settings(data, tmp_path, n_trials=1, study_name="off_grid", enqueue=(str(off_grid),), pruning=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_study(s)
+    assert not [w for w in caught if "Fixed parameter" in str(w.message)]
+    assert "layers=20 lies outside the searched grid" in caplog.text
+    first = trials_of(f"sqlite:///{tmp_path / 'out' / 'paropt.db'}", "off_grid")[0]
+    assert first.params["layers"] == 20  # run as given

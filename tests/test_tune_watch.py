@@ -44,7 +44,8 @@ def test_trials_stop_early_and_write_their_run_folders(data: dict[str, Path], tm
     # The command in a trial's folder retrains exactly that trial.
     trial = trials[0]
     command = shlex.split(read_run(tmp_path / "runs" / "watch" / "trial-00000")["command"])
-    assert command[:2] == ["gru4rec", "train"]
+    assert command[:2] == ["gru4rec", "train"] and "--threads 1" in shlex.join(command)
+    assert read_run(tmp_path / "runs" / "watch" / "trial-00000")["config"]["threads"] == 1
     torch.set_num_threads(1)
     assert main(["-q", *command[1:], "-d", "cpu", "--run-dir", str(tmp_path / "again")]) == 0
     again = read_run(tmp_path / "again")["epochs"]
@@ -53,6 +54,31 @@ def test_trials_stop_early_and_write_their_run_folders(data: dict[str, Path], tm
     # A report over trial folders.
     trial_dirs = [str(tmp_path / "runs" / "watch" / f"trial-{t.number:05d}") for t in trials]
     assert main(["-q", "report", *trial_dirs, "-o", str(tmp_path / "trials.html")]) == 0
+
+
+@pytest.mark.parametrize(("threads", "workers", "expected"), [(1, 1, 1), (2, 1, 2), (None, 1, 3)])
+def test_trials_train_with_the_threads_asked_for(data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  threads: int | None, workers: int, expected: int) -> None:
+    # The machine's default (3 here) must not replace --threads when a trial's fit starts.
+    import gru4rec.recommender
+    import gru4rec.threads
+
+    monkeypatch.setattr(gru4rec.threads, "default_threads", lambda: 3)
+    seen: list[int] = []
+    real = gru4rec.recommender.using_threads
+
+    def spy(n: int | None = None):  # type: ignore[no-untyped-def]
+        seen.append(3 if n is None else n)
+        return real(n)
+
+    monkeypatch.setattr(gru4rec.recommender, "using_threads", spy)
+    before = torch.get_num_threads()
+    try:
+        run_study(settings(data, tmp_path, threads=threads, workers=workers, n_trials=2, storage=f"sqlite:///{tmp_path / 't.db'}",
+                           study_name="threads", final_test=str(data["valid"])))
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [expected] * 3  # two trials and the final test
 
 
 def test_a_used_trial_folder_stops_the_study_with_a_clear_error(data: dict[str, Path], tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ import argparse
 import dataclasses
 import importlib
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -259,6 +260,12 @@ def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str],
     try:
         code = run(args)
         return EXIT_OK if code is None else int(code)
+    except BrokenPipeError:
+        # The reader of standard output stopped early (`gru4rec recommend -o - | head`): that is
+        # what it wanted, not an error. Further writes (and the flush at exit) go nowhere.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
     except KeyboardInterrupt as exc:
         # A command that knows what was kept says so (how to resume, or that nothing was).
         hint = getattr(exc, "hint", "")

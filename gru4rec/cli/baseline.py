@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="added to the items' session counts in the normalisation: damps rare items (default: 20)")
     knn.add_argument("--alpha", dest="knn_alpha", metavar="A", type=_unit_interval, default=None,
                      help="weight of the source item's count in the normalisation, 0.5 = cosine (default: 0.5)")
-    add_column_keys(parser, default_from="SessionId/ItemId/Time")
+    add_column_keys(parser, default_from=None)
     add_device(parser)
     add_threads(parser)
     add_force(parser)

@@ -99,15 +99,15 @@ def nonnegative_int(text: str) -> int:
 # -------------------------------------------------------------------------------- shared flags
 
 
-def add_column_keys(parser: argparse.ArgumentParser, *, default_from: str) -> None:
-    """``-sk/-ik/-tk``: the session, item and time column names (None = ``default_from``'s)."""
+def add_column_keys(parser: argparse.ArgumentParser, *, default_from: str | None) -> None:
+    """``-sk/-ik/-tk``: the session, item and time column names; by default ``default_from``'s
+    (e.g. "the model's"), else — ``default_from`` None — SessionId, ItemId and Time."""
     group = parser.add_argument_group("column names")
-    group.add_argument("-sk", "--session-key", metavar="COLUMN", default=None,
-                       help=f"session id column (default: {default_from}, normally SessionId)")
-    group.add_argument("-ik", "--item-key", metavar="COLUMN", default=None,
-                       help=f"item id column (default: {default_from}, normally ItemId)")
-    group.add_argument("-tk", "--time-key", metavar="COLUMN", default=None,
-                       help=f"timestamp column (default: {default_from}, normally Time)")
+    for short, flag, what, name in (("-sk", "--session-key", "session id", "SessionId"),
+                                    ("-ik", "--item-key", "item id", "ItemId"),
+                                    ("-tk", "--time-key", "timestamp", "Time")):
+        default = name if default_from is None else f"{default_from}, normally {name}"
+        group.add_argument(short, flag, metavar="COLUMN", default=None, help=f"{what} column (default: {default})")
 
 
 def add_eval_flags(parser: argparse.ArgumentParser, *, test_required: bool) -> None:

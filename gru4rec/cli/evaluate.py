@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``gru4rec evaluate``."""
-    parser.add_argument("--model", metavar="MODEL", required=True, help="a model file saved by train --save")
+    parser.add_argument("model", metavar="MODEL", help="a model file saved by train --save")
     add_eval_flags(parser, test_required=True)
     add_column_keys(parser, default_from="the model's")
     add_device(parser)

@@ -106,7 +106,12 @@ class Observation:
         resolved = resolve_device(device)
         callbacks: list[Any] = []
         if self.run_folder is not None:
-            self.run_folder.start(self.command, {
+            command = self.command
+            if not any(arg == "--threads" or arg.startswith("--threads=") for arg in command):
+                # The losses depend on the thread count (parallel sums), so the command that
+                # repeats this run names the count it ran with.
+                command = [*command, "--threads", str(torch.get_num_threads())]
+            self.run_folder.start(command, {
                 "config": config.to_dict(),
                 "param_string": config.to_param_string(only_changed=True),
                 "device": str(resolved),

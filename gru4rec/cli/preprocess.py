@@ -52,7 +52,7 @@ def add_preprocess_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
     parser.add_argument("raw_paths", metavar="RAW_PATH", nargs="+", help="raw file(s), or one folder holding them")
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
     parser.add_argument("--format", dest="fmt", choices=list(FORMATS), default="tsv", help="output format (default: tsv)")
-    parser.add_argument("--force", action="store_true", help="replace existing output files")
+    parser.add_argument("-f", "--force", action="store_true", help="replace existing output files")
     parser.add_argument("--min-item-support", type=int, default=None, metavar="N",
                         help="drop items with fewer events (default: the published 5)")
     parser.add_argument("--min-session-length", type=int, default=None, metavar="N",
@@ -107,11 +107,11 @@ def add_split_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--min-item-support", type=int, default=5, metavar="N", help="default: 5 (1 disables)")
     parser.add_argument("--min-session-length", type=int, default=2, metavar="N", help="default: 2 (1 disables)")
     parser.add_argument("--dedup", action="store_true", help="drop consecutive repeats of an item in a session")
-    parser.add_argument("--session-key", default="SessionId", help="session id column (default: SessionId)")
-    parser.add_argument("--item-key", default="ItemId", help="item id column (default: ItemId)")
-    parser.add_argument("--time-key", default="Time", help="time column (default: Time)")
+    parser.add_argument("-sk", "--session-key", default="SessionId", help="session id column (default: SessionId)")
+    parser.add_argument("-ik", "--item-key", default="ItemId", help="item id column (default: ItemId)")
+    parser.add_argument("-tk", "--time-key", default="Time", help="time column (default: Time)")
     parser.add_argument("--format", dest="fmt", choices=list(FORMATS), default="tsv", help="output format (default: tsv)")
-    parser.add_argument("--force", action="store_true", help="replace existing output files")
+    parser.add_argument("-f", "--force", action="store_true", help="replace existing output files")
     return parser
 
 

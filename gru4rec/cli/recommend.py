@@ -36,7 +36,7 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``gru4rec recommend``."""
-    parser.add_argument("--model", metavar="MODEL", required=True, help="a model file saved by train --save")
+    parser.add_argument("model", metavar="MODEL", help="a model file saved by train --save")
     parser.add_argument("-i", "--input", metavar="SESSIONS", required=True,
                         help="events of the sessions to recommend for (session, item, time "
                              "columns; each session's items in time order)")

@@ -23,7 +23,7 @@ numbers in tables. For a study (gru4rec paropt): Optuna's optimisation history, 
 importances, parallel coordinates and slices, and the best trials.
 
   gru4rec report runs/a runs/b -o report.html
-  gru4rec report --study sqlite:///runs/paropt/paropt.db --study-name NAME -o study.html
+  gru4rec report --study sqlite:///runs/paropt/paropt.db -o study.html   # --study-name NAME: one of several
 
 Needs matplotlib (pip install 'gru4rec[report]'); a study also needs optuna ('gru4rec[tune]')."""
 
@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--study", metavar="URL", default=None,
                         help="an Optuna storage as paropt --storage takes it (sqlite:///PATH, postgresql://..., "
                              "journal:PATH or a file path)")
-    parser.add_argument("--study-name", metavar="NAME", default=None, help="the study in --study to report on")
+    parser.add_argument("--study-name", metavar="NAME", default=None, help="the study in --study to report on (default: its only study)")
     parser.add_argument("--dpi", type=int, default=100, help="resolution of the PNGs (default: 100)")
     add_force(parser)
 
@@ -45,9 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``gru4rec report``."""
     if not args.run_dirs and args.study is None:
-        raise UsageError("give run folders (RUN_DIR ...) and/or --study URL --study-name NAME")
-    if (args.study is None) != (args.study_name is None):
-        raise UsageError("--study and --study-name go together")
+        raise UsageError("give run folders (RUN_DIR ...) and/or --study URL")
+    if args.study is None and args.study_name is not None:
+        raise UsageError("--study-name NAME needs --study URL (the storage that holds it)")
     if not 20 <= args.dpi <= 600:
         raise UsageError(f"--dpi must lie in [20, 600], got {args.dpi}")
     from gru4rec.report.mpl import require_matplotlib

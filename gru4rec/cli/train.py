@@ -46,8 +46,21 @@ __all__ = ["add_arguments", "build_config", "interruption", "run", "train_model"
 log = logging.getLogger(__name__)
 
 
+def hyperparameter_epilog() -> str:
+    """The hyperparameters ``-ps``/``-pf`` take, with their defaults, for ``train --help``."""
+    import textwrap
+
+    from gru4rec.config import Config
+
+    defaults = Config().to_param_string().split(",")
+    return ("hyperparameters (-ps NAME=VALUE,... or -pf FILE) and their defaults; each is explained in\n"
+            "docs/behaviour.md §7 (Hyperparameters):\n" + textwrap.fill(", ".join(defaults), width=90,
+                                                                 initial_indent="  ", subsequent_indent="  "))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``gru4rec train``."""
+    parser.epilog = hyperparameter_epilog()
     parser.add_argument("data", metavar="DATA",
                         help="training events: TSV/CSV/Parquet (optionally .gz) with session, item "
                              "and time columns (try 'gru4rec demo' for a run on synthetic data)")

@@ -89,7 +89,7 @@ def _run_sections(runs: Sequence[dict[str, Any]], pngs: dict[str, bytes], dpi: i
 
     body += ["<h2>Training curves</h2>", figure_html(pngs["training"], RUN_FIGURES["training"])]
     for run in runs:
-        metric_keys = sorted({k for e in run["epochs"] for k in (e.get("valid") or {})})
+        metric_keys = sorted({k for e in run["epochs"] for k in (e.get("valid") or {})}, key=run_figures.metric_order)
         headers = ["epoch", "loss", "seconds", "mb/s", "events/s", "peak host MB", "peak device MB"] + [f"valid {k}" for k in metric_keys]
         rows = [[e["epoch"], e["loss"], e["seconds"], e["mb_per_s"], e["events_per_s"], e.get("peak_host_mb"), e.get("peak_device_mb")]
                 + [(e.get("valid") or {}).get(k) for k in metric_keys] for e in run["epochs"]]
@@ -157,17 +157,18 @@ def write_report(
 ) -> list[Path]:
     """Write the report of ``run_dirs`` and/or the study ``study_name`` in ``study_storage`` to
     ``out`` (HTML) and the PNGs beside it; returns the files written (the HTML first).
+    ``study_name`` may be None when the storage holds one study.
 
     Everything is checked first (the run folders and the study are read, the output files are
     free or ``force``), so that nothing is written when one input is wrong."""
     require_matplotlib()
-    if not run_dirs and study_name is None:
-        raise Gru4RecError("nothing to report: give run folders and/or --study URL --study-name NAME")
-    if (study_storage is None) != (study_name is None):
-        raise Gru4RecError("a study needs both --study URL and --study-name NAME")
+    if not run_dirs and study_storage is None:
+        raise Gru4RecError("nothing to report: give run folders and/or --study URL")
+    if study_storage is None and study_name is not None:
+        raise Gru4RecError("--study-name NAME needs --study URL (the storage that holds it)")
     from gru4rec.runs import read_run
 
-    files = planned_files(out, runs=bool(run_dirs), study=study_name is not None)
+    files = planned_files(out, runs=bool(run_dirs), study=study_storage is not None)
     _check_outputs(files, force)
     runs = [read_run(d) for d in run_dirs]
     names = [r["name"] for r in runs]
@@ -175,10 +176,11 @@ def write_report(
         if names.count(run["name"]) > 1:
             run["name"] = run["path"]
     study = None
-    if study_name is not None:
+    if study_storage is not None:
         from gru4rec.report.study import load_study
 
-        study = load_study(study_storage, study_name)  # type: ignore[arg-type]
+        study = load_study(study_storage, study_name)
+        study_name = study.study_name
 
     pngs: dict[str, bytes] = {}
     body: list[str] = []

@@ -22,7 +22,8 @@ img { max-width: 100%; border: 1px solid #eee; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f4f4f4; } td.text { text-align: left; font-family: monospace; }
-p.note { color: #666; } code { background: #f4f4f4; padding: 0 0.2em; }
+p.note { color: #666; } code { background: #f4f4f4; padding: 0 0.2em; overflow-wrap: anywhere; }
+div.table { overflow-x: auto; max-width: 100%; margin: 0.5em 0 1.5em; } div.table table { margin: 0; }
 """
 
 
@@ -44,7 +45,8 @@ def table_html(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, css_cla
     attrs = "".join(f' data-{k}="{html.escape(v, quote=True)}"' for k, v in (data or {}).items())
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in rows)
-    return f'<table class="{css_class}"{attrs}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    # In a scrolling box: a wide table (a dozen validation metrics) scrolls instead of running off the page.
+    return f'<div class="table"><table class="{css_class}"{attrs}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def figure_html(png: bytes, alt: str) -> str:

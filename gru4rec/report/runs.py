@@ -18,7 +18,7 @@ from typing import Any
 
 from gru4rec.report.mpl import new_figure
 
-__all__ = ["BREAKDOWNS", "breakdown_cutoff", "breakdown_figure", "evaluations", "metrics_at_k", "training_curves", "valid_metric"]
+__all__ = ["losses_differ_in_scale", "metric_order", "BREAKDOWNS", "breakdown_cutoff", "breakdown_figure", "evaluations", "metrics_at_k", "training_curves", "valid_metric"]
 
 #: The breakdown kinds: key in metrics.json -> (title, x-axis label).
 BREAKDOWNS = {
@@ -43,15 +43,34 @@ def evaluations(run: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return list((run.get("metrics") or {}).items())
 
 
+def losses_differ_in_scale(runs: Sequence[dict[str, Any]]) -> bool:
+    """Whether the runs' epoch-1 losses differ by more than a factor of 3 (different loss
+    functions): the loss panel then shows each run's loss relative to its first epoch."""
+    firsts = [abs(r["epochs"][0]["loss"]) for r in runs if r["epochs"] and r["epochs"][0].get("loss")]
+    return len(firsts) > 1 and max(firsts) > 3 * min(firsts)
+
+
+def metric_order(key: str) -> tuple[str, int, str]:
+    """Sort key of a metric name such as ``mrr@10``: by metric, then by the cutoff as a number
+    (``mrr@5`` before ``mrr@10``, which text order gets wrong)."""
+    name, _, cutoff = key.partition("@")
+    return (name, int(cutoff), key) if cutoff.isdigit() else (name, 0, key)
+
+
 def training_curves(runs: Sequence[dict[str, Any]]) -> Any:
-    """Loss, validation metric and events/s per epoch, one line per run."""
+    """Loss, validation metric and events/s per epoch, one line per run (the loss relative to
+    epoch 1 when the runs' losses differ in scale: :func:`losses_differ_in_scale`)."""
     fig = new_figure(13, 3.6)
     ax_loss, ax_valid, ax_speed = fig.subplots(1, 3)
     metrics = {valid_metric(r) for r in runs} - {None}
+    relative = losses_differ_in_scale(runs)
     for run in runs:
         epochs = run["epochs"]
         x = [e["epoch"] for e in epochs]
-        ax_loss.plot(x, [e["loss"] for e in epochs], marker="o", label=run["name"])
+        losses = [e["loss"] for e in epochs]
+        if relative and losses and losses[0]:
+            losses = [value / losses[0] for value in losses]
+        ax_loss.plot(x, losses, marker="o", label=run["name"])
         ax_speed.plot(x, [e["events_per_s"] for e in epochs], marker="o", label=run["name"])
         metric = valid_metric(run)
         scored = [e for e in epochs if e.get("valid") and metric in e["valid"]]
@@ -63,7 +82,10 @@ def training_curves(runs: Sequence[dict[str, Any]]) -> Any:
             if chosen:  # a scatter, not a line: the axes keep one line per run
                 ax_valid.scatter([best], [chosen[0]["valid"][metric]], s=120, facecolors="none",
                                  edgecolors=line.get_color(), linewidths=2, zorder=3)
-    ax_loss.set(title="training loss", xlabel="epoch", ylabel="loss")
+    if relative:  # cross-entropy (~10) beside BPR-max (~0.4): on one scale one would be a flat line
+        ax_loss.set(title="training loss ÷ its epoch-1 value", xlabel="epoch", ylabel="loss / epoch-1 loss")
+    else:
+        ax_loss.set(title="training loss", xlabel="epoch", ylabel="loss")
     ax_valid.set(title="validation (circle: best epoch)", xlabel="epoch",
                  ylabel=next(iter(metrics)) if len(metrics) == 1 else "metric")
     if not metrics:

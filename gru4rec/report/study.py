@@ -4,7 +4,9 @@ by Optuna's own matplotlib visualisation (``optuna.visualization.matplotlib``):
 * ``history`` — the optimisation history (every trial's value and the best so far);
 * ``importances`` — parameter importances (Optuna's default evaluator);
 * ``parallel`` — parallel coordinates of the parameters and the value;
-* ``slice`` — the value against each parameter.
+* ``slice`` — the value against each parameter: drawn here, one panel per parameter in rows
+  of three (Optuna's puts every parameter in one row, which squeezes seven parameters into
+  strips with unreadable labels).
 
 A figure Optuna cannot draw for this study (e.g. importances before two trials completed) is
 left out with the reason, instead of failing the report.
@@ -26,7 +28,7 @@ STUDY_FIGURES = {
     "history": ("Optimisation history", "plot_optimization_history"),
     "importances": ("Parameter importances", "plot_param_importances"),
     "parallel": ("Parallel coordinates", "plot_parallel_coordinate"),
-    "slice": ("Slices: the value against each parameter", "plot_slice"),
+    "slice": ("Slices: the value against each parameter", "slice_grid"),
 }
 
 
@@ -42,10 +44,11 @@ class StudyFigure:
         self.name, self.title, self.figure, self.reason = name, title, figure, reason
 
 
-def load_study(storage: str, study_name: str) -> Any:
+def load_study(storage: str, study_name: str | None = None) -> Any:
     """Open the study ``study_name`` in ``storage`` (a URL or path as ``paropt --storage`` takes
-    it) for reading. A storage file that does not exist, or a study that is not in the storage,
-    is an error naming what is there."""
+    it) for reading; None: the storage's only study. A storage file that does not exist, a study
+    that is not in the storage, or no name for a storage of several studies is an error naming
+    what is there."""
     optuna = import_optuna()
     from gru4rec.tune.storage import open_storage, redact, resolve_storage_url
 
@@ -56,13 +59,56 @@ def load_study(storage: str, study_name: str) -> Any:
             if not path.is_file():  # opening it would create an empty storage
                 raise Gru4RecError(f"study storage {path} not found")
     opened, url = open_storage(resolved)
+    if study_name is None:
+        names = sorted(optuna.get_all_study_names(opened))
+        if len(names) != 1:
+            held = f"it holds {len(names)} studies: {', '.join(names)}" if names else "it holds no study"
+            raise Gru4RecError(f"which study of {redact(url)}? {held}; pass --study-name NAME")
+        study_name = names[0]
     try:
         return optuna.load_study(study_name=study_name, storage=opened)
     except KeyError:
-        names = sorted(s.study_name for s in optuna.get_all_study_summaries(opened))
+        names = sorted(optuna.get_all_study_names(opened))
         raise Gru4RecError(
             f"no study {study_name!r} in {redact(url)}; it holds: {', '.join(names) or 'no study'}"
         ) from None
+
+
+#: Panels per row of the slice figure, and each panel's size in inches.
+SLICE_COLUMNS, SLICE_PANEL = 3, (4.2, 3.2)
+
+
+def slice_grid(study: Any, complete: list[Any]) -> Any:
+    """The objective against each parameter, one panel per parameter, :data:`SLICE_COLUMNS` to a
+    row; a point per completed trial, darker for later trials; log axes for log-scale parameters."""
+    import math
+
+    from gru4rec.report.mpl import new_figure
+
+    names = sorted({p for t in complete for p in t.params})
+    columns = max(1, min(SLICE_COLUMNS, len(names)))
+    rows = max(1, math.ceil(len(names) / columns))
+    fig = new_figure(SLICE_PANEL[0] * columns, SLICE_PANEL[1] * rows)
+    axes = list(fig.subplots(rows, columns, squeeze=False).flat)
+    target = study.metric_names[0] if getattr(study, "metric_names", None) else "objective value"
+    for ax, name in zip(axes, names):
+        trials = [t for t in complete if name in t.params]
+        values = [t.params[name] for t in trials]
+        if any(isinstance(v, (str, bool)) or v is None for v in values):
+            values = [str(v) for v in values]  # categorical: one column per choice
+        points = ax.scatter(values, [t.value for t in trials], c=[t.number for t in trials], cmap="Blues",
+                            edgecolors="#555", linewidths=0.5, s=30)
+        distribution = trials[0].distributions.get(name) if trials else None
+        if getattr(distribution, "log", False):
+            ax.set_xscale("log")
+        ax.set(xlabel=name, ylabel=target)
+        ax.grid(alpha=0.3)
+    panels = fig.axes[:len(names)]
+    for ax in fig.axes[len(names):]:  # the last row's empty places
+        ax.set_visible(False)
+    if names:
+        fig.colorbar(points, ax=panels, label="trial number", shrink=0.8)
+    return fig
 
 
 def study_figures(study: Any) -> list[StudyFigure]:
@@ -77,6 +123,9 @@ def study_figures(study: Any) -> list[StudyFigure]:
     for name, (title, function) in STUDY_FIGURES.items():
         if not complete:
             out.append(StudyFigure(name, title, reason="no trial has completed yet"))
+            continue
+        if function == "slice_grid":
+            out.append(StudyFigure(name, title, slice_grid(study, complete)))
             continue
         try:
             # Optuna lays its figures out for pyplot's default size; give it room to do so.

@@ -19,18 +19,27 @@ from gru4rec.tune.runner import run_study
 from gru4rec.tune.settings import DEFAULT_OUT, EVAL_MODES, METRICS, ParoptSettings
 from gru4rec.tune.storage import HEARTBEAT_GRACE_S, HEARTBEAT_INTERVAL_S, STORAGE_ENV
 
-__all__ = ["add_arguments", "main", "run", "settings_from_args"]
+__all__ = ["add_arguments", "build_parser", "main", "run", "settings_from_args"]
 
 log = logging.getLogger(__name__)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add paropt's options to ``parser`` (the original's flags plus storage/parallel options)."""
+def add_arguments(parser: argparse.ArgumentParser, *, original: bool = False) -> None:
+    """Add paropt's options to ``parser`` (the original's flags plus storage/parallel options).
+
+    ``original``: spell the original ``paropt.py``'s long options as it did (``--eval_type``,
+    ``--item_key``, ...); otherwise they follow the ``gru4rec`` commands' convention
+    (``--eval-mode``, ``--item-key``, ...). The short flags and destinations are the same.
+    """
+
+    def long(name: str, gru4rec_name: str | None = None) -> str:
+        return "--" + (name if original else (gru4rec_name or name.replace("_", "-")))
+
     parser.add_argument("path", metavar="TRAIN", help="training events (TSV/CSV/Parquet)")
     parser.add_argument("test", metavar="VALID", help="validation events the objective is measured on")
-    parser.add_argument("-opf", "--optuna_parameter_file", metavar="PATH", required=True,
+    parser.add_argument("-opf", long("optuna_parameter_file"), dest="optuna_parameter_file", metavar="PATH", required=True,
                         help="search space: JSON lines {name, dtype int|float|categorical, values, step, log}")
-    parser.add_argument("-fp", "--fixed_parameters", metavar="PARAM_STRING", default="",
+    parser.add_argument("-fp", long("fixed_parameters"), dest="fixed_parameters", metavar="PARAM_STRING", default="",
                         help="fixed parameters, e.g. 'loss=cross-entropy,constrained_embedding=True,n_epochs=10'")
     parser.add_argument("-nt", "--ntrials", metavar="NT", type=int, default=50,
                         help="trials THIS RUN adds to the study (failed and pruned ones included), not the study's "
@@ -39,15 +48,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="-nt is the study's total instead: run until the study holds NT finished "
                              "(COMPLETE+PRUNED) trials, so a rerun after an interruption only runs the missing ones")
     parser.add_argument("-m", "--measure", metavar="AT", type=int, default=20, help="cutoff of the objective metric (default 20)")
-    parser.add_argument("-fm", "--final_measure", metavar="AT", type=int, nargs="*", default=[20],
+    parser.add_argument("-fm", long("final_measure"), dest="final_measure", metavar="AT", type=int, nargs="*", default=[20],
                         help="cutoffs of the final test (--final-test); default 20")
-    parser.add_argument("-pm", "--primary_metric", metavar="METRIC", choices=METRICS, default="recall",
+    parser.add_argument("-pm", long("primary_metric"), dest="primary_metric", metavar="METRIC", choices=METRICS, default="recall",
                         help="objective: recall or mrr (default recall)")
-    parser.add_argument("-e", "--eval_type", metavar="MODE", choices=EVAL_MODES, default="standard",
+    parser.add_argument("-e", long("eval_type", "eval-mode"), dest="eval_type", metavar="MODE", choices=EVAL_MODES, default="standard",
                         help="tie handling: standard, conservative, median or tiebreaking (default standard)")
-    parser.add_argument("-ik", "--item_key", metavar="IK", default=None, help="item id column (default ItemId)")
-    parser.add_argument("-sk", "--session_key", metavar="SK", default=None, help="session id column (default SessionId)")
-    parser.add_argument("-tk", "--time_key", metavar="TK", default=None, help="time column (default Time)")
+    parser.add_argument("-ik", long("item_key"), dest="item_key", metavar="IK", default=None, help="item id column (default ItemId)")
+    parser.add_argument("-sk", long("session_key"), dest="session_key", metavar="SK", default=None, help="session id column (default SessionId)")
+    parser.add_argument("-tk", long("time_key"), dest="time_key", metavar="TK", default=None, help="time column (default Time)")
     parser.add_argument("-d", "--device", default="auto", help="torch device: auto, cpu, cuda, cuda:1, ... (default auto)")
     parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
                         help="training precision of the trials (default float32; see gru4rec train --help)")
@@ -92,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a run folder per trial in DIR/<study>/trial-NNNNN (config.json, epochs.jsonl, "
                              "metrics.json on VALID with breakdowns, command.txt to retrain it; no model file), "
                              "for 'gru4rec report'")
-    parser.add_argument("--force", action="store_true",
+    parser.add_argument("-f", "--force", action="store_true",
                         help="replace files in --out that are not this study's reports (a rerun of the same study "
                              "replaces its own reports without it)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show Optuna's own log messages")
@@ -155,12 +164,23 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report.problems else 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``paropt.py`` / ``python -m gru4rec.tune``: parse ``argv`` and :func:`run`."""
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``paropt.py``: the original's flags as it spelled them, plus ``-q``/``--debug``."""
     parser = argparse.ArgumentParser(
         prog="paropt.py",
         description="Tune GRU4Rec hyperparameters with Optuna (resumable, parallel, distributed).",
     )
-    add_arguments(parser)
+    add_arguments(parser, original=True)
+    parser.add_argument("-q", "--quiet", action="store_true", help="show only warnings and errors")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
-    return run(parser.parse_args(argv))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``paropt.py`` / ``python -m gru4rec.tune``: parse ``argv`` and :func:`run`."""
+    args = build_parser().parse_args(argv)
+    if args.quiet:
+        from gru4rec.log import set_verbosity
+
+        set_verbosity(logging.WARNING)
+    return run(args)

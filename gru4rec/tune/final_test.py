@@ -41,7 +41,8 @@ def final_test(
     full = pd.concat([train, valid], ignore_index=True)
     log.info(f"Final training on TRAIN+VALID ({len(full)} events) with the best parameters ...")
     start = time.perf_counter()
-    model = GRU4Rec(config, device=settings.device, precision=settings.precision).fit(full)
+    model = GRU4Rec(config, device=settings.device, precision=settings.precision,
+                    threads=settings.trial_threads()).fit(full)
     train_s = time.perf_counter() - start
     cutoffs = tuple(sorted(set(settings.final_measure)))
     result = evaluate(model, test, cutoffs=cutoffs, mode=settings.eval_mode)

@@ -10,6 +10,7 @@ import math
 import os
 import socket
 import time
+import warnings
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
@@ -156,7 +157,11 @@ class Objective:
         # local worker finds the trial it was running by "worker".
         trial.set_user_attr("run", self.run_id)
         trial.set_user_attr("worker", self.worker)
-        params = {spec.name: spec.suggest(trial) for spec in self.space}
+        with warnings.catch_warnings():
+            # An enqueued value off the space's grid: paropt warned about it when queueing it
+            # (gru4rec/tune/enqueue.py); Optuna's own UserWarning would say it a second time.
+            warnings.filterwarnings("ignore", message=r"Fixed parameter .* is out of range", category=UserWarning)
+            params = {spec.name: spec.suggest(trial) for spec in self.space}
         searched = trial_param_string(self.space, params)
         trial.set_user_attr("param_string", searched)
         model = None
@@ -166,7 +171,8 @@ class Objective:
             config = self.base.replace_from_string(searched)
             reporter = _EpochReporter(trial, self.score, config.n_epochs, self.per_epoch)
             reporter.metric_key = self.metric_key
-            model = GRU4Rec(config, device=self.settings.device, precision=self.settings.precision)
+            model = GRU4Rec(config, device=self.settings.device, precision=self.settings.precision,
+                            threads=self.settings.trial_threads())
             callbacks: list[Any] = [reporter]
             run_folder = trial_run_folder(self.settings, trial, config, params, model.device) if self.settings.run_dirs else None
             if run_folder is not None:

@@ -96,12 +96,10 @@ class _TrialLog:
 
 
 def set_threads(settings: ParoptSettings) -> None:
-    """torch's thread count for this process: ``--threads``, else 1 with several workers."""
-    threads = settings.threads if settings.threads is not None else (1 if settings.workers > 1 else None)
-    if threads is not None:
-        import torch
+    """This process's thread count (torch and the fused CPU kernels): :meth:`ParoptSettings.trial_threads`."""
+    from gru4rec.threads import set_threads as set_torch_threads
 
-        torch.set_num_threads(threads)
+    set_torch_threads(settings.trial_threads())
 
 
 def read_data(settings: ParoptSettings, keys: dict[str, str]) -> tuple["pd.DataFrame", "pd.DataFrame"]:
