@@ -25,6 +25,21 @@ class OutputPathError(Gru4RecError):
     """An output path that could not be written (checked before any work starts)."""
 
 
+class OutputExistsError(OutputPathError, DataError):
+    """An output file that exists and is replaced only on request: ``argument=True`` in Python,
+    ``--force`` on the command line (the CLI words the message its own way, :meth:`message`)."""
+
+    def __init__(self, path: object, what: str = "", argument: str = "force") -> None:
+        #: The existing file, what it is ("ONNX file", "" for a plain path) and the API's switch.
+        self.path, self.what, self.argument = str(path), what, argument
+        super().__init__(self.message(f"{argument}=True"))
+
+    def message(self, how: str) -> str:
+        """The message with ``how`` as the way to replace the file (``force=True``, ``--force``)."""
+        name = f"{self.what} {self.path}" if self.what else self.path
+        return f"{name} already exists; pass {how} to replace it"
+
+
 class TrainingInterrupted(KeyboardInterrupt):
     """Training stopped by SIGINT (Ctrl-C) or SIGTERM at a step boundary, after writing a
     checkpoint. A KeyboardInterrupt, so that code that handles Ctrl-C handles this too."""

@@ -743,7 +743,7 @@ def test_synth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert (tmp_path / "s" / path.name).read_bytes() == path.read_bytes(), name
     code, _, err = run(argv, capsys)
     assert code == 1
-    assert_one_line_error(err, "train_full.tsv: file exists; pass --force to overwrite it")
+    assert_one_line_error(err, "train_full.tsv already exists; pass --force to replace it")
     assert "force=True" not in err  # the command line's words, not the API's
     code, _, err = run(argv + ["--force"], capsys)
     assert code == 0, err

@@ -32,8 +32,14 @@ def test_split_arguments_parse_and_run(tmp_path: Path, capsys) -> None:
     assert "train_valid" in capsys.readouterr().out
     assert_outputs(tmp_path / "o", EXPECTED)
     # a second run refuses to overwrite, --force replaces
-    with pytest.raises(DataError, match=r"train_full\.tsv: output file exists"):
+    with pytest.raises(DataError, match=r"train_full\.tsv already exists; pass force=True"):
         cli_preprocess.run_split(args)
+    # ... which the command line words its own way
+    from gru4rec.cli import main
+
+    assert main(["split", str(src), "--out", str(tmp_path / "o"), "--days", "1", "--min-item-support", "2", "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "train_full.tsv already exists; pass --force to replace it" in err and "force=True" not in err
     assert cli_preprocess.run_split(parser.parse_args([*map(str, [src, "--out", tmp_path / "o"]), "--force", "--quiet",
                                                       "--min-item-support", "2"])) == 0
 

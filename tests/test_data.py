@@ -565,7 +565,7 @@ def test_unknown_item_message_shows_plain_value() -> None:
 def test_write_refuses_to_overwrite(tmp_path: Path) -> None:
     p = tmp_path / "e.tsv"
     p.write_text("precious")
-    with pytest.raises(DataError, match=r"e.tsv: file exists; pass force=True"):
+    with pytest.raises(DataError, match=r"e.tsv already exists; pass force=True to replace it"):
         write_events(INT_FRAME, p)
     assert p.read_text() == "precious"
     write_events(INT_FRAME, p, force=True)

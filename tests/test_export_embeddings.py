@@ -210,7 +210,7 @@ def test_unknown_extension(tmp_path: Path) -> None:
 def test_refuses_to_overwrite(tmp_path: Path) -> None:
     target = tmp_path / "items.npy"
     target.write_text("mine")
-    with pytest.raises(Gru4RecError, match=r"items\.npy already exists; pass overwrite=True \(--force\)"):
+    with pytest.raises(Gru4RecError, match=r"items\.npy already exists; pass overwrite=True to replace it"):
         write_table(target, *_columns())
     assert target.read_text() == "mine"
     write_table(target, *_columns(), overwrite=True)

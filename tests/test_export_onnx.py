@@ -157,7 +157,7 @@ def model(exported: dict[str, dict[str, Any]]) -> GRU4Rec:
 def test_refuses_to_overwrite_either_file(model: GRU4Rec, tmp_path: Path) -> None:
     target = tmp_path / "step.onnx"
     target.write_text("mine")
-    with pytest.raises(Gru4RecError, match=r"ONNX file .*step\.onnx already exists; pass overwrite=True \(--force\)"):
+    with pytest.raises(Gru4RecError, match=r"ONNX file .*step\.onnx already exists; pass overwrite=True to replace it"):
         export_onnx(model, target)
     assert target.read_text() == "mine"
     target.unlink()

@@ -39,7 +39,7 @@ def test_refuses_to_overwrite_and_force_replaces(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / "test.tsv").write_text("mine\n")
-    with pytest.raises(DataError, match=r"test\.tsv: output file exists"):
+    with pytest.raises(DataError, match=r"test\.tsv already exists; pass force=True to replace it"):
         preprocess("diginetica", src, out, progress=False)
     assert (out / "test.tsv").read_text() == "mine\n"
     assert not (out / "train_full.tsv").exists()  # refused before anything was written

@@ -177,7 +177,7 @@ def test_write_synthetic_files(tmp_path: Path) -> None:
 
 def test_write_synthetic_refuses_to_overwrite(tmp_path: Path) -> None:
     (tmp_path / "test.tsv").write_text("precious")
-    with pytest.raises(DataError, match=r"test.tsv: file exists; pass force=True"):
+    with pytest.raises(DataError, match=r"test.tsv already exists; pass force=True to replace it"):
         write_synthetic(tmp_path, n_sessions=1_500, n_items=300)
     # Nothing was written, the user's file is intact.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["test.tsv"]

@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 from gru4rec.cli import baseline, evaluate, export, info, preprocess, recommend, report, run_py, serve, synth, train
 from gru4rec.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError
 from gru4rec.cli.console import VERBOSITY_DESTS, add_verbosity_flags, command_console, verbosity
-from gru4rec.errors import ConfigError, Gru4RecError
+from gru4rec.errors import ConfigError, Gru4RecError, OutputExistsError
 
 __all__ = ["main", "run_py_main", "Command", "COMMANDS", "register", "build_parser", "build_run_py_parser"]
 
@@ -274,6 +274,9 @@ def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str],
     except (UsageError, ConfigError) as exc:
         _report(prog, f"error: {_error_message(exc)}", debug=debug)
         return EXIT_USAGE
+    except OutputExistsError as exc:  # the command line's words, not the API's
+        _report(prog, f"error: {exc.message('--force')}", debug=debug)
+        return EXIT_ERROR
     except (Gru4RecError, FileNotFoundError, PermissionError, IsADirectoryError) as exc:
         _report(prog, f"error: {_error_message(exc)}", debug=debug)
         return EXIT_ERROR

@@ -100,8 +100,6 @@ def run(args: argparse.Namespace) -> int:
     if args.session_embeddings:
         check_readable([args.session_embeddings[0]], "test file")
     for path, what in targets:  # fail before any work, not after the first export
-        if path.exists() and not path.is_dir() and not args.force:  # the command line's words, not the API's
-            raise Gru4RecError(f"{what} {path} already exists; pass --force to replace it")
         check_target(path, what, overwrite=args.force)
     model = load_model(args.model, args.device)
     if args.onnx:

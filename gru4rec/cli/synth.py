@@ -97,17 +97,6 @@ def run_synth(args: argparse.Namespace) -> int:
         given = [f"--{name.replace('_', '-')}" for name in _INTENT_FLAGS if getattr(args, name) is not None]
         if given:
             raise UsageError(f"{', '.join(given)}: only with --kind intents")
-    if not args.force:  # said in the command line's words before the generator says it in the API's
-        from gru4rec.datasets.synthetic import split_paths
-
-        extra = None
-        if args.kind == "intents":
-            from gru4rec.datasets.intents import ORACLE_FILE
-
-            extra = {"oracle": ORACLE_FILE}
-        for path in split_paths(args.out_dir, True, extra).values():
-            if path.exists():
-                raise Gru4RecError(f"{path}: file exists; pass --force to overwrite it")
     paths = write(args.out_dir, force=args.force, **{k: v for k, v in kwargs.items() if v is not None})
     for path in _as_paths(paths):
         result(str(path))

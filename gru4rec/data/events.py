@@ -22,7 +22,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from gru4rec.errors import DataError, Gru4RecError
+from gru4rec.errors import DataError, Gru4RecError, OutputExistsError
 from gru4rec.files import atomic_write
 
 __all__ = ["read_events", "validate_events", "write_events"]
@@ -398,7 +398,7 @@ def write_events(
     """
     p = Path(path)
     if p.exists() and not force:
-        raise DataError(f"{p}: file exists; pass force=True (--force) to overwrite it")
+        raise OutputExistsError(p)
     p.parent.mkdir(parents=True, exist_ok=True)
     suffix, gz = _split_suffix(p)
     if sep is None:

@@ -23,7 +23,7 @@ import pandas as pd
 from gru4rec.datasets.progress import Progress
 from gru4rec.datasets.protocol import OUTPUT_NAMES, SECONDS_PER_DAY, Protocol
 from gru4rec.datasets.sessionise import Events
-from gru4rec.errors import ConfigError, DataError, Gru4RecError
+from gru4rec.errors import ConfigError, DataError, Gru4RecError, OutputExistsError
 from gru4rec.files import atomic_write
 
 __all__ = [
@@ -76,7 +76,7 @@ def prepare_out_dir(out_dir: PathLike, fmt: str, force: bool) -> dict[str, Path]
     if not force:
         for path in paths.values():
             if path.exists():
-                raise DataError(f"{path}: output file exists; refusing to overwrite it (use force=True / --force)")
+                raise OutputExistsError(path)
     out.mkdir(parents=True, exist_ok=True)
     return paths
 

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from gru4rec.data.events import write_events
-from gru4rec.errors import ConfigError, DataError
+from gru4rec.errors import ConfigError, DataError, OutputExistsError
 
 __all__ = ["generate", "write_synthetic", "time_split", "split_paths", "split_frames", "write_splits", "SPLIT_FILES"]
 
@@ -236,7 +236,7 @@ def split_paths(out_dir: str | os.PathLike[str], force: bool, extra: dict[str, s
     if not force:
         for path in paths.values():
             if path.exists():
-                raise DataError(f"{path}: file exists; pass force=True (--force) to overwrite it")
+                raise OutputExistsError(path)
     return paths
 
 

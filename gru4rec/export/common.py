@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from gru4rec.errors import Gru4RecError
+from gru4rec.errors import Gru4RecError, OutputExistsError
 from gru4rec.files import atomic_write
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ def check_target(path: str | os.PathLike[str], what: str, *, overwrite: bool) ->
     if p.is_dir():
         raise Gru4RecError(f"{what} {p} is a directory")
     if p.exists() and not overwrite:
-        raise Gru4RecError(f"{what} {p} already exists; pass overwrite=True (--force) to replace it")
+        raise OutputExistsError(p, what, "overwrite")
     folder = p.parent if str(p.parent) else Path(".")
     if not folder.is_dir():
         raise Gru4RecError(f"cannot write {what} {p}: folder {folder} does not exist")
@@ -39,7 +39,7 @@ def write_atomically(path: Path, write: Callable[[Path], None], *, what: str, ov
     try:
         return atomic_write(path, write, overwrite=overwrite)
     except FileExistsError as exc:  # created by someone else since check_target
-        raise Gru4RecError(f"{what} {path} already exists; pass overwrite=True (--force) to replace it") from exc
+        raise OutputExistsError(path, what, "overwrite") from exc
     except OSError as exc:
         raise Gru4RecError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
 
