@@ -115,3 +115,20 @@ def test_paropt_scale_counts_trials_per_hour_from_the_storage_timestamps(tmp_pat
         study.add_trial(trial)
     assert paropt_scale.trials_per_hour(url, "s") == {"complete": 3, "span_s": 90.0, "trials_per_hour": 120.0,
                                                       "median_trial_s": 30.0}
+
+
+def test_retrain_days_keep_sessions_whole_and_in_time_order() -> None:
+    """benchmarks/retrain.py's rolling split: a session belongs to the day (or block) it starts
+    in, even when it crosses midnight; blocks are consecutive sessions of near-equal count."""
+    import pandas as pd
+
+    retrain = load("retrain")
+    day = 86_400.0
+    events = pd.DataFrame({"SessionId": [1, 1, 2, 2, 3, 4, 4, 5], "ItemId": [1, 2, 3, 4, 5, 6, 7, 8],
+                           "Time": [10.0, 20.0, day - 5, day + 5, day + 100, 2 * day + 1, 2 * day + 2, 2 * day + 50]})
+    days, how = retrain.split_days(events, "calendar")
+    assert how.startswith("calendar") and [sorted(d["SessionId"].unique()) for d in days] == [[1, 2], [3], [4, 5]]
+    blocks, how = retrain.split_days(events, "2")
+    assert how == "2 blocks of consecutive sessions"
+    assert [sorted(d["SessionId"].unique()) for d in blocks] == [[1, 2, 3], [4, 5]]
+    assert sum(len(d) for d in blocks) == len(events)
