@@ -57,6 +57,17 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return resolved
 
 
+@dataclass(frozen=True)
+class _Base:
+    """What a warm start takes from the model it starts from (``fit(init_from=...)``)."""
+
+    name: str
+    net: GRU4RecNet
+    item_map: ItemMap
+    optimizer_state: dict[str, torch.Tensor] | None
+    config: Config
+
+
 @dataclass
 class EpochInfo:
     """Passed to the ``fit`` callback after every epoch. Raising in the callback stops training.
@@ -221,13 +232,15 @@ class GRU4Rec:
         if checkpoint_dir is None and (resume or checkpoint_every is not None):
             raise Gru4RecError(f"{'resume=True' if resume else 'checkpoint_every'} needs checkpoint_dir (where the checkpoint is)")
         ckpt = TrainingCheckpoint(checkpoint_dir, resume=resume, every_minutes=checkpoint_every) if checkpoint_dir is not None else None
-        base, base_name = None, ""
+        base: _Base | None = None
         if init_from is not None:
-            base, base_name = (init_from, "the given model") if isinstance(init_from, GRU4Rec) else (GRU4Rec.load(init_from, device=self.device), str(init_from))
-            base._require_fitted()
-            check_same_network(base.config, c, base_name)
+            source = init_from if isinstance(init_from, GRU4Rec) else GRU4Rec.load(init_from, device=self.device)
+            old_net, old_map, _ = source._require_fitted()
+            # Taken before anything is assigned: init_from may be this very model.
+            base = _Base("the given model" if source is init_from else str(init_from), old_net, old_map, source.optimizer_state, source.config)
+            check_same_network(base.config, c, base.name)
         events = self._events(data)
-        self.item_map = ItemMap.from_ids(events[c.item_key]) if base is None else grow_item_map(base.item_map, events[c.item_key])  # type: ignore[arg-type]
+        self.item_map = ItemMap.from_ids(events[c.item_key]) if base is None else grow_item_map(base.item_map, events[c.item_key])
         sessions, _ = self._sessions(events, drop_unknown=False, order="time" if c.time_sort else "id")
         self.item_support = item_support(sessions.items, len(self.item_map))
         del events
@@ -242,12 +255,11 @@ class GRU4Rec:
             if base is None:
                 self.net = GRU4RecNet(len(self.item_map), c, generator=init_gen).to(self.device)
             else:
-                assert base.net is not None and base.item_map is not None
                 self.net = warm_net(base.net, len(self.item_map), c, generator=init_gen).to(self.device)
-                log.info("Warm start from %s: %d items kept, %d new", base_name, len(base.item_map), len(self.item_map) - len(base.item_map))
+                log.info("Warm start from %s: %d items kept, %d new", base.name, len(base.item_map), len(self.item_map) - len(base.item_map))
             trainer = Trainer(self.net, c, self.item_support, precision=self.precision)
             if base is not None:
-                carry_optimizer_state(trainer.optimizer, base.optimizer_state, base.config, len(base.item_map), base_name)  # type: ignore[arg-type]
+                carry_optimizer_state(trainer.optimizer, base.optimizer_state, base.config, len(base.item_map), base.name)
             rng = np.random.default_rng(c.seed + 3)
             start = ckpt.attach(trainer, c, self._fingerprint(sessions), extra=validator) if ckpt is not None else None
             self.history = []
@@ -280,6 +292,7 @@ class GRU4Rec:
                 self.epochs_trained = self.best_epoch  # the weights are that epoch's
         self.net.eval()
         # Views into the trainer's tables: kept so that a warm start from this model carries them.
+        # (After early stopping the weights are the best epoch's, the state the last epoch's.)
         self.optimizer_state = trainer.optimizer.state_dict()
         if ckpt is not None and not keep_checkpoint:
             ckpt.remove()

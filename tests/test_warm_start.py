@@ -268,3 +268,16 @@ def test_the_train_command_warm_starts_from_a_model_file(tmp_path: Path, capsys:
     assert code != 0 and len(err) == 1 and "the network differs (layers: 16 in the model, 16/8 now)" in err[0], err
     assert main(["train", str(tmp_path / "today.tsv"), "--save-optimizer"]) != 0
     assert "--save-optimizer needs --save" in capsys.readouterr().err
+
+
+def test_a_model_can_warm_start_from_itself() -> None:
+    """``model.fit(today, init_from=model)``: what it starts from is taken before fit replaces it."""
+    old, today = days()
+    model = GRU4Rec(SMALL, device="cpu", threads=1).fit(old, progress=False)
+    twin = GRU4Rec(SMALL, device="cpu", threads=1).fit(old, progress=False)
+    n_old = len(model.item_map)
+    model.fit(today, progress=False, init_from=model)
+    want = GRU4Rec(SMALL, device="cpu", threads=1).fit(today, progress=False, init_from=twin)
+    assert len(model.item_map) > n_old and model.item_map == want.item_map
+    for name, p in model.net.named_parameters():
+        torch.testing.assert_close(p, dict(want.net.named_parameters())[name], rtol=1e-6, atol=1e-7, msg=name)
