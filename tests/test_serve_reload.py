@@ -18,14 +18,16 @@ import pandas as pd
 import pytest
 import torch
 
-from serve_helpers import SMALL, httpx, recommend, train_small  # noqa: E402
+from serve_helpers import SMALL, httpx, recommend, redis_server, running, train_small  # noqa: E402
 from test_serve_cli import environment, processes, start, stop, wait_healthy  # noqa: E402,F401
 
 from gru4rec import GRU4Rec  # noqa: E402
 from gru4rec.datasets.synthetic import generate  # noqa: E402
 from gru4rec.serve.batcher import Job, MicroBatcher  # noqa: E402
 from gru4rec.serve.engine import Engine  # noqa: E402
+from gru4rec.serve.app import create_app  # noqa: E402
 from gru4rec.serve.reload import file_sha256  # noqa: E402
+from gru4rec.serve.settings import ServeSettings  # noqa: E402
 from gru4rec.serve.state import MemoryStore  # noqa: E402
 
 K = 10
@@ -228,3 +230,24 @@ def test_watch_picks_up_a_replaced_file_and_another_architecture_starts_sessions
     assert body["items"] == recommend(other, [item], K)[0]
     code, _, err = stop(proc, signal.SIGTERM)
     assert code == 0 and "live sessions start afresh" in err, err[-2000:]
+
+
+def test_sessions_in_redis_survive_a_warm_start_and_not_another_architecture(models: dict[str, GRU4Rec], tmp_path: Path) -> None:
+    old, warm, other = models["old"], models["warm"], models["other"]
+    path = tmp_path / "model.safetensors"
+    old.save(path)
+    ids = old.item_map.to_list()
+    with redis_server(tmp_path) as redis_url:
+        app = create_app(path, ServeSettings(device="cpu", scoring="float32", state=redis_url))
+        with running(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+            for item in (ids[2], ids[8]):
+                client.post("/v1/sessions/r1/events", json={"item": item, "k": K})
+            replace_atomically(warm, path)
+            assert app.state.reloader.reload()  # what SIGHUP starts, here synchronously
+            click = warm.item_map.to_list()[-1]
+            body = client.post("/v1/sessions/r1/events", json={"item": click, "k": K}).json()
+            assert body["new_session"] is False and body["items"] == continued(old, warm, [ids[2], ids[8]], click)[0]
+            replace_atomically(other, path)
+            assert app.state.reloader.reload() and not app.state.reloader.reload()  # the second: unchanged
+            body = client.post("/v1/sessions/r1/events", json={"item": ids[2], "k": K}).json()
+            assert body["new_session"] is True and body["items"] == recommend(other, [ids[2]], K)[0]
