@@ -106,6 +106,26 @@ def test_a_job_indexed_by_the_old_model_is_answered_by_the_new_one_by_id(models:
     assert not other.keeps_states_of(old) and Engine(models["warm"]).keeps_states_of(old)
 
 
+def test_the_switch_falls_between_two_batches(models: dict[str, GRU4Rec]) -> None:
+    """Jobs queued before the model change run in a batch on the old model, jobs after it on the
+    new one (the worker's loop, run here on the test's thread)."""
+    from gru4rec.serve.batcher import _Swap
+
+    old, warm = Engine(models["old"], scoring="float32"), Engine(models["warm"], scoring="float32")
+    batcher = MicroBatcher(old, MemoryStore(100, 60.0), max_batch=8)
+    ids = models["old"].item_map.to_list()
+    jobs = [Job("recommend", None, old.index_of([ids[i]])[0], K, engine=old) for i in (1, 2, 3)]
+    change = _Swap(warm, True, "x")
+    for item in (jobs[0], jobs[1], change, jobs[2], None):
+        batcher._queue.put(item)
+    batcher._loop()
+    results = [job.future.result() for job in jobs]
+    assert [r.engine for r in results] == [old, old, warm] and change.done.result() is warm and batcher.engine is warm
+    for job, result, model in zip(jobs, results, ("old", "old", "warm")):
+        want = recommend(models[model], [old.item_ids[int(job.items[0])]], K)
+        assert [result.engine.item_ids[i] for i in result.answer.items.tolist()] == want[0]
+
+
 def test_sighup_switches_to_the_warm_start_under_load_without_a_failed_request(
     models: dict[str, GRU4Rec], tmp_path: Path, processes: list
 ) -> None:

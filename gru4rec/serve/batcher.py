@@ -178,13 +178,6 @@ class MicroBatcher:
             batch = self._next_batch()
             if batch is None:
                 return
-            if self._swap is not None:  # between two batches: the one before ran on the old model
-                change, self._swap = self._swap, None
-                try:
-                    self._apply(change)
-                except Exception as exc:  # noqa: BLE001 - e.g. the store failed: keep the old model
-                    log.warning("the model change failed (%s); the previous model keeps serving", exc)
-                    change.done.set_exception(exc)
             if batch:
                 try:
                     self._run(batch)
@@ -198,6 +191,13 @@ class MicroBatcher:
                             job.future.set_exception(exc)
                 if self._on_batch is not None:
                     self._on_batch(len(batch))
+            if self._swap is not None:  # between two batches: the one taken before it ran on the old model
+                change, self._swap = self._swap, None
+                try:
+                    self._apply(change)
+                except Exception as exc:  # noqa: BLE001 - e.g. the store failed: keep the old model
+                    log.warning("the model change failed (%s); the previous model keeps serving", exc)
+                    change.done.set_exception(exc)
 
     def _next_batch(self) -> list[Job] | None:
         """Up to ``max_batch`` jobs, at most one per session, oldest first; None to stop."""
