@@ -102,7 +102,13 @@ def test_fit_init_from_grows_the_map_and_takes_todays_popularity(yesterday: GRU4
     counts = today["ItemId"].value_counts()
     want = np.array([counts.get(i, 0) for i in model.item_map.to_list()])
     np.testing.assert_array_equal(model.item_support, want)
-    assert (want[: len(old_ids)] == 0).any(), "some old item must be absent today for this test to mean anything"
+    absent = np.flatnonzero(want[: len(old_ids)] == 0)
+    assert len(absent), "some old item must be absent today for this test to mean anything"
+    # An absent item is never an input, a target or a sample (support 0): its rows stay as they were.
+    for name, table in model.net.sparse_parameters().items():
+        old_table = yesterday.net.sparse_parameters()[name]
+        torch.testing.assert_close(table[absent], old_table[absent], rtol=0, atol=0, msg=name)
+        assert not torch.equal(table[: len(old_ids)], old_table), f"{name}: the present items' rows must have moved"
     with pytest.warns(UserWarning, match="unknown item"):
         popular = model.recommend([-1], k=5)  # no known item: the fallback, by today's counts
     assert popular.fallback and list(popular.item_ids) == list(model.item_map.ids[np.argsort(-want, kind="stable")[:5]])
