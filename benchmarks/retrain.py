@@ -141,11 +141,8 @@ def main() -> None:
         table.append(f"| {r['test_day']} | {r['new_share']:.1%} | {r['old_share']:.1%} | " + " | ".join(cells) + " |")
     later = rows[1:]
     if later:
-        summary = {"fresh": {"recall@20": statistics.median(r["fresh"]["recall@20"] for r in later),
-                             "mrr@20": statistics.median(r["fresh"]["mrr@20"] for r in later),
-                             "train_s": statistics.median(r["fresh"]["train_s"] for r in later)}}
-        for e in args.warm_epochs:
-            summary[f"warm{e}"] = {k: statistics.median(r[f"warm{e}"][k] for r in later) for k in ("recall@20", "mrr@20", "train_s")}
+        summary = {name: {k: round(statistics.median(r[name][k] for r in later), 4) for k in ("recall@20", "mrr@20", "train_s")}
+                   for name in ["fresh", *(f"warm{e}" for e in args.warm_epochs)]}
         emit({"median_over_days_after_the_first": summary})
     print("\n".join(table))
     if args.out:
