@@ -31,12 +31,15 @@ from gru4rec.training.precision import check_precision
 from gru4rec.training.resume import TrainingCheckpoint
 from gru4rec.training.trainer import Trainer
 from gru4rec.validation import Validator, check_patience, parse_metric
+from gru4rec.warm_start import carry_optimizer_state, check_same_network, grow_item_map, warm_net
 
 __all__ = ["GRU4Rec", "EpochInfo", "Recommendations", "load", "resolve_device"]
 
 log = logging.getLogger(__name__)
 
 MODEL_KIND = "gru4rec-model"
+#: Prefix of the optimiser-state tensors in a model file saved with ``optimizer=True``.
+OPTIMIZER_PREFIX = "optimizer."
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -52,6 +55,17 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise Gru4RecError(f"device {device!r} was asked for but CUDA is not available (use --device cpu)")
     return resolved
+
+
+@dataclass(frozen=True)
+class _Base:
+    """What a warm start takes from the model it starts from (``fit(init_from=...)``)."""
+
+    name: str
+    net: GRU4RecNet
+    item_map: ItemMap
+    optimizer_state: dict[str, torch.Tensor] | None
+    config: Config
 
 
 @dataclass
@@ -138,6 +152,10 @@ class GRU4Rec:
         #: After a fit with ``valid``: the validation metrics of every epoch, and the best epoch.
         self.valid_history: list[dict[str, float]] = []
         self.best_epoch: int | None = None
+        #: The optimiser's state after :meth:`fit` (``Optimizer.state_dict()``: ``t`` and
+        #: ``{param}.{acc|dacc|m|vel}``), or from a file saved with it; None otherwise. A warm
+        #: start (``fit(init_from=...)``) continues from it; ``save(optimizer=True)`` writes it.
+        self.optimizer_state: dict[str, torch.Tensor] | None = None
         self._live: tuple[np.ndarray, list[torch.Tensor]] | None = None
 
     def __repr__(self) -> str:
@@ -177,8 +195,17 @@ class GRU4Rec:
         checkpoint_every: float | None = None,
         keep_checkpoint: bool = False,
         progress: bool = True,
+        init_from: "GRU4Rec | str | os.PathLike[str] | None" = None,
     ) -> "GRU4Rec":
-        """Train from scratch on ``data`` (DataFrame or file with session, item and time columns).
+        """Train on ``data`` (DataFrame or file with session, item and time columns): from scratch,
+        or from a trained model with ``init_from`` (a ``GRU4Rec`` or a model file).
+
+        ``init_from`` (a warm start, :mod:`gru4rec.warm_start`): the model's weights are the
+        starting point; its items keep their indices and rows, the new data's new items get
+        fresh rows; its optimiser state is carried when it has one (``optimizer_state``; a file
+        saved with ``optimizer=True``); the network fields of the config must equal the model's
+        (else :class:`~gru4rec.errors.ConfigError`), training fields may differ; the item
+        supports (sampling, fallback) are the new data's.
 
         ``valid`` (DataFrame or file): evaluate on it after every epoch at ``valid_cutoffs`` with
         ``valid_mode`` ties (:mod:`gru4rec.validation`); ``early_stop=P`` stops when ``metric``
@@ -205,8 +232,15 @@ class GRU4Rec:
         if checkpoint_dir is None and (resume or checkpoint_every is not None):
             raise Gru4RecError(f"{'resume=True' if resume else 'checkpoint_every'} needs checkpoint_dir (where the checkpoint is)")
         ckpt = TrainingCheckpoint(checkpoint_dir, resume=resume, every_minutes=checkpoint_every) if checkpoint_dir is not None else None
+        base: _Base | None = None
+        if init_from is not None:
+            source = init_from if isinstance(init_from, GRU4Rec) else GRU4Rec.load(init_from, device=self.device)
+            old_net, old_map, _ = source._require_fitted()
+            # Taken before anything is assigned: init_from may be this very model.
+            base = _Base("the given model" if source is init_from else str(init_from), old_net, old_map, source.optimizer_state, source.config)
+            check_same_network(base.config, c, base.name)
         events = self._events(data)
-        self.item_map = ItemMap.from_ids(events[c.item_key])
+        self.item_map = ItemMap.from_ids(events[c.item_key]) if base is None else grow_item_map(base.item_map, events[c.item_key])
         sessions, _ = self._sessions(events, drop_unknown=False, order="time" if c.time_sort else "id")
         self.item_support = item_support(sessions.items, len(self.item_map))
         del events
@@ -218,9 +252,15 @@ class GRU4Rec:
         with using_threads(self.threads):
             torch.manual_seed(c.seed)
             init_gen = torch.Generator().manual_seed(c.seed)
-            self.net = GRU4RecNet(len(self.item_map), c, generator=init_gen).to(self.device)
+            if base is None:
+                self.net = GRU4RecNet(len(self.item_map), c, generator=init_gen).to(self.device)
+            else:
+                self.net = warm_net(base.net, len(self.item_map), c, generator=init_gen).to(self.device)
+                log.info("Warm start from %s: %d items kept, %d new", base.name, len(base.item_map), len(self.item_map) - len(base.item_map))
             trainer = Trainer(self.net, c, self.item_support, precision=self.precision)
             log.debug("training backend: %s", trainer.backend.describe())
+            if base is not None:
+                carry_optimizer_state(trainer.optimizer, base.optimizer_state, base.config, len(base.item_map), base.name)
             rng = np.random.default_rng(c.seed + 3)
             start = ckpt.attach(trainer, c, self._fingerprint(sessions), extra=validator) if ckpt is not None else None
             self.history = []
@@ -252,6 +292,9 @@ class GRU4Rec:
             if early_stop is not None and self.best_epoch is not None:
                 self.epochs_trained = self.best_epoch  # the weights are that epoch's
         self.net.eval()
+        # Views into the trainer's tables: kept so that a warm start from this model carries them.
+        # (After early stopping the weights are the best epoch's, the state the last epoch's.)
+        self.optimizer_state = trainer.optimizer.state_dict()
         if ckpt is not None and not keep_checkpoint:
             ckpt.remove()
         return self
@@ -268,11 +311,20 @@ class GRU4Rec:
             raise Gru4RecError("the model is not trained yet: call fit() or GRU4Rec.load()")
         return self.net, self.item_map, self.item_support
 
-    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
-        """Write the model to one file (atomic; an existing file is kept unless ``overwrite``)."""
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False, optimizer: bool = False) -> None:
+        """Write the model to one file (atomic; an existing file is kept unless ``overwrite``).
+
+        ``optimizer``: also write the optimiser's state (``optimizer_state``), so that a warm
+        start from the file continues it; the file is then about 2-4 times larger (one table
+        per state per item table), which a server does not need."""
         net, item_map, support = self._require_fitted()
+        if optimizer and self.optimizer_state is None:
+            raise Gru4RecError("this model has no optimiser state to save (it was loaded from a file saved without it)")
         tensors = {k: v for k, v in net.state_dict().items()}
         tensors["item_support"] = torch.from_numpy(support)
+        if optimizer:
+            assert self.optimizer_state is not None
+            tensors.update({OPTIMIZER_PREFIX + k: v for k, v in self.optimizer_state.items()})
         meta = {"kind": MODEL_KIND, "config": self.config.to_dict(), "item_ids": item_map.to_list(), "epochs_trained": self.epochs_trained}
         checkpoint.save_file(path, tensors, meta, overwrite=overwrite)
 
@@ -286,6 +338,8 @@ class GRU4Rec:
             model = cls(Config.from_dict(meta["config"]), device=device)
             model.item_map = ItemMap.from_list(meta["item_ids"])
             model.item_support = tensors.pop("item_support").numpy().astype(np.int64)
+            state = {k[len(OPTIMIZER_PREFIX):]: tensors.pop(k) for k in [k for k in tensors if k.startswith(OPTIMIZER_PREFIX)]}
+            model.optimizer_state = state or None  # kept on the CPU: only a warm start reads it
             net = GRU4RecNet(len(model.item_map), model.config)
             net.load_state_dict(tensors)
         except (KeyError, RuntimeError, ValueError) as exc:

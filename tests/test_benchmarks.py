@@ -137,3 +137,20 @@ def test_the_cpu_estimate_of_kernels_counts_computing_operators_once() -> None:
     got = gpu_profile.estimate_cpu_kernels(prof.events(), launches[0], steps=2)
     assert got["torch_ops_per_step"] == 4.0 and got["triton_launches_per_step"] == 1.0
     assert got["kernels_per_step_estimate"] == 5.0
+
+
+def test_retrain_days_keep_sessions_whole_and_in_time_order() -> None:
+    """benchmarks/retrain.py's rolling split: a session belongs to the day (or block) it starts
+    in, even when it crosses midnight; blocks are consecutive sessions of near-equal count."""
+    import pandas as pd
+
+    retrain = load("retrain")
+    day = 86_400.0
+    events = pd.DataFrame({"SessionId": [1, 1, 2, 2, 3, 4, 4, 5], "ItemId": [1, 2, 3, 4, 5, 6, 7, 8],
+                           "Time": [10.0, 20.0, day - 5, day + 5, day + 100, 2 * day + 1, 2 * day + 2, 2 * day + 50]})
+    days, how = retrain.split_days(events, "calendar")
+    assert how.startswith("calendar") and [sorted(d["SessionId"].unique()) for d in days] == [[1, 2], [3], [4, 5]]
+    blocks, how = retrain.split_days(events, "2")
+    assert how == "2 blocks of consecutive sessions"
+    assert [sorted(d["SessionId"].unique()) for d in blocks] == [[1, 2, 3], [4, 5]]
+    assert sum(len(d) for d in blocks) == len(events)

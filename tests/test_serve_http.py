@@ -151,7 +151,7 @@ def test_the_start_up_objects_are_out_of_the_collectors_reach(model_file: tuple[
     it starts. Frozen objects are those gc.get_objects() no longer lists."""
     gc.unfreeze()
     app = create_app(model_file[1], ServeSettings(device="cpu"))
-    engine = app.state.engine
+    engine = app.state.batcher.engine
 
     def tracked() -> bool:
         return any(o is engine for o in gc.get_objects())

@@ -100,3 +100,20 @@ def test_a_redis_that_is_not_there_fails_at_start_up(model_file: tuple[GRU4Rec, 
 
     with pytest.raises(StoreUnavailable, match="failed on PING"):
         create_app(model_file[1], ServeSettings(device="cpu", state=f"redis://127.0.0.1:{free_port()}/0"))
+
+
+def test_another_namespace_holds_none_of_the_previous_models_sessions(tmp_path: Path) -> None:
+    """What a reload to another architecture does (gru4rec.serve.reload): the store moves to the
+    new model's namespace; the old keys stay for other replicas until their TTL."""
+    from gru4rec.serve.state import RedisStore
+
+    with redis_server(tmp_path) as url:
+        store = RedisStore(url, 60.0, "old")
+        other = RedisStore(url, 60.0, "old")
+        store.put_many([("s1", b"state-1")])
+        store.use_namespace("new")
+        assert store.get_many(["s1"]) == [None]
+        store.put_many([("s1", b"state-2")])
+        assert store.get_many(["s1"]) == [b"state-2"] and other.get_many(["s1"]) == [b"state-1"]
+        store.close()
+        other.close()

@@ -26,7 +26,9 @@ DESCRIPTION = (
     "  DELETE /v1/sessions/ID              end a session\n"
     "  GET /healthz, /v1/model, /metrics   health, the model, Prometheus metrics\n\n"
     "Prints the URL, logs one line per minute (requests, p50/p99, sessions held) and stops\n"
-    "cleanly on Ctrl-C or SIGTERM. Needs the serve extra: pip install 'gru4rec[serve]'."
+    "cleanly on Ctrl-C or SIGTERM. On SIGHUP (or with --watch, when MODEL is replaced) it loads\n"
+    "MODEL again, checks it and switches to it between two batches; a file that fails the\n"
+    "checks is refused with a log line. Needs the serve extra: pip install 'gru4rec[serve]'."
 )
 
 
@@ -55,6 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help="a model file saved by train --save")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1; 0.0.0.0 for all)")
     parser.add_argument("--port", type=_port, default=8000, help="port (default: 8000; 0 picks a free one)")
+    parser.add_argument("--watch", type=_nonnegative_float, nargs="?", const=1.0, default=0.0, metavar="SECONDS",
+                        help="reload MODEL when the file is replaced (checked every SECONDS, default 1); "
+                             "without it, reload on SIGHUP only")
     add_device(parser)
     parser.add_argument("--state", default="memory", metavar="memory|redis://HOST:PORT/DB",
                         help="where sessions live: in this process (default) or in Redis, shared by replicas")
@@ -125,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         session_ttl_s=args.session_ttl, max_batch=args.max_batch, batch_window_ms=args.batch_window_ms,
         max_queue=args.max_queue, max_body_bytes=args.max_body_bytes, max_items=args.max_items, scoring=args.scoring,
         candidates=args.candidates, int8_max_batch=args.int8_max_batch, threads=args.threads,
-        log_interval_s=args.log_interval,
+        log_interval_s=args.log_interval, watch_s=args.watch,
     )
     sock = _listen(args.host, args.port)  # first: a taken port fails before the model loads
     try:

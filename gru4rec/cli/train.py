@@ -76,10 +76,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     params.add_argument("-ss", "--sample-store-size", metavar="N", type=nonnegative_int, default=None,
                         help="negative-sample ids pre-drawn at once (overrides the params; "
                              "default 10,000,000)")
+    params.add_argument("--init-from", metavar="MODEL", default=None,
+                        help="warm start: continue the model in MODEL on DATA (its items keep their rows, new items "
+                             "get fresh ones; the network parameters must match, training parameters may change; "
+                             "its optimiser state is carried if MODEL was saved with --save-optimizer; docs/retraining.md)")
     add_column_keys(parser, default_from="the params")
     out = parser.add_argument_group("output")
     out.add_argument("-s", "--save", metavar="MODEL", default=None,
                      help=f"save the trained model to MODEL (a safe single-file format, e.g. {MODEL_FILE_EXAMPLE})")
+    out.add_argument("--save-optimizer", action="store_true",
+                     help="also save the optimiser's state in MODEL, for a later --init-from (a larger file)")
     out.add_argument("--checkpoint-dir", metavar="DIR", default=None,
                      help="keep a resumable checkpoint in DIR: after every epoch, every --checkpoint-every "
                           "minutes, and on Ctrl-C/SIGTERM (at the next step); removed when training completes")
@@ -117,10 +123,14 @@ def run(args: argparse.Namespace) -> int:
                                        ("--keep-checkpoint", args.keep_checkpoint)) if on]
         if given:
             raise UsageError(f"{', '.join(given)} needs --checkpoint-dir (where the checkpoint is)")
+    if args.save_optimizer and not args.save:
+        raise UsageError("--save-optimizer needs --save (the model file to write)")
     check_writable_target(args.save, args.force, "model file")
     check_writable_target(args.metrics_json, args.force, "metrics file")
     check_writable_target(args.checkpoint_dir, True, "checkpoint folder", folder=True)  # fit checks its content
     check_readable([args.data], "training data")
+    if args.init_from is not None:
+        check_readable([args.init_from], "model to warm-start from")
     check_readable(args.test, "test file")
     watch = observe.Observation(args, command=getattr(args, "command_line", ["gru4rec", "train"]),
                                 cutoffs=args.measure, mode=args.eval_mode, force=args.force)
@@ -134,12 +144,12 @@ def run(args: argparse.Namespace) -> int:
             fit_options = watch.start(config, device=args.device, precision=args.precision, data=args.data, tests=args.test)
             model = train_model(args.data, config, device=args.device, precision=args.precision, threads=args.threads,
                                 checkpoint_dir=args.checkpoint_dir, resume=args.resume,
-                                checkpoint_every=args.checkpoint_every, fit_options=fit_options)
+                                checkpoint_every=args.checkpoint_every, fit_options=fit_options, init_from=args.init_from)
         finally:
             watch.close()
         watch.trained(model)
         if args.save:
-            model.save(args.save, overwrite=args.force)
+            model.save(args.save, overwrite=args.force, optimizer=args.save_optimizer)
             saved = args.save
             log.info("Saved model to %s", args.save)
         if args.checkpoint_dir and not args.keep_checkpoint:
@@ -220,12 +230,13 @@ def train_model(
     resume: bool = False,
     checkpoint_every: float | None = None,
     fit_options: dict[str, Any] | None = None,
+    init_from: str | None = None,
 ) -> GRU4Rec:
     """Train a GRU4Rec on the event file ``data``, with the original's per-epoch lines and a
     progress bar (on a terminal), then the time it took and (on CUDA) the peak memory. A
     checkpoint in ``checkpoint_dir`` is kept (the caller removes it once the model is safe).
     ``fit_options``: more keyword arguments of ``fit`` (validation, callbacks: see
-    :class:`gru4rec.cli.observe.Observation`)."""
+    :class:`gru4rec.cli.observe.Observation`). ``init_from``: a model file to warm-start from."""
     from gru4rec.recommender import GRU4Rec
 
     log.info("Training GRU4Rec on %s", data)
@@ -234,7 +245,7 @@ def train_model(
     reset_device_memory_peak(model)
     start = time.perf_counter()
     model.fit(data, checkpoint_dir=checkpoint_dir, resume=resume, checkpoint_every=checkpoint_every,
-              keep_checkpoint=True, progress=True, **(fit_options or {}))
+              keep_checkpoint=True, progress=True, init_from=init_from, **(fit_options or {}))
     elapsed = time.perf_counter() - start
     log.info("Training took %.2fs on %s (%d items)", elapsed, model.device, len(model.item_map))
     log_device_memory(model, "training")

@@ -9,7 +9,8 @@ Modules, top to bottom: :mod:`~gru4rec.serve.app` (the FastAPI app and its route
 (request bodies), :mod:`~gru4rec.serve.batcher` (the micro-batcher and its worker thread),
 :mod:`~gru4rec.serve.state` (session stores: memory, Redis), :mod:`~gru4rec.serve.engine` (the
 model's batched step and top-k), :mod:`~gru4rec.serve.scoring` (exact top-k: float32, or int8
-candidates with certified bounds), :mod:`~gru4rec.serve.metrics` (Prometheus),
+candidates with certified bounds), :mod:`~gru4rec.serve.reload` (a new model on SIGHUP or when
+the file is replaced, switched between two batches), :mod:`~gru4rec.serve.metrics` (Prometheus),
 :mod:`~gru4rec.serve.settings` (flags and ``GRU4REC_*`` variables).
 
 Importing this package imports nothing heavy; ``create_app`` needs the ``serve`` extra

@@ -14,6 +14,9 @@ cannot take the request now; see the README's "Serve it" section):
 Answers: ``{"items": [...], "scores": [...], "unknown": [...], "fallback": false}``; a session
 without a known item gets the most popular items with ``"fallback": true`` and
 ``"scores": null``. They equal ``GRU4Rec.recommend`` on the same clicks.
+
+A model served from a file is reloaded on SIGHUP, and with ``watch_s`` when the file is
+replaced (:mod:`gru4rec.serve.reload`): the routes always use the batcher's current engine.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import gc
 import hashlib
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -34,6 +38,7 @@ from gru4rec.serve.batcher import Job, JobResult, MicroBatcher, Overloaded, Shut
 from gru4rec.serve.engine import Answer, Engine
 from gru4rec.serve.metrics import CONTENT_TYPE, ServeMetrics
 from gru4rec.serve.middleware import BodyLimit, RequestMetrics
+from gru4rec.serve.reload import ModelReloader, file_sha256
 from gru4rec.serve.schema import ApiError, check_session_id, parse_event, parse_json, parse_recommend
 from gru4rec.serve.settings import ServeSettings
 from gru4rec.serve.state import StoreUnavailable, open_store
@@ -50,14 +55,6 @@ except ImportError as exc:  # pragma: no cover - the serve extra installs it
 __all__ = ["create_app"]
 
 log = logging.getLogger(__name__)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _weights_digest(model: GRU4Rec) -> str:
@@ -115,17 +112,23 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
         if settings.model is None:
             raise Gru4RecError("no model to serve: give create_app(model=...) or set GRU4REC_MODEL to a model file")
         model = settings.model
+    def engine_for(loaded: GRU4Rec, checksum: str, file: str | None) -> Engine:
+        return Engine(loaded, scoring=settings.scoring, candidates=settings.candidates, int8_max_batch=settings.int8_max_batch,
+                      checksum=checksum, file=file)
+
     if isinstance(model, GRU4Rec):
         loaded, model_file, checksum = model, None, _weights_digest(model)
     else:
         model_file = Path(model)
+        checksum = file_sha256(model_file)
         loaded = GRU4Rec.load(model_file, device=settings.device)
-        checksum = _sha256(model_file)
-    engine = Engine(loaded, scoring=settings.scoring, candidates=settings.candidates, int8_max_batch=settings.int8_max_batch)
+        loaded.optimizer_state = None  # kept in a file for warm starts; serving never reads it
+    engine = engine_for(loaded, checksum, None if model_file is None else str(model_file))
     store = open_store(settings.state, max_sessions=settings.max_sessions, ttl_s=settings.session_ttl_s, namespace=checksum[:16])
-    metrics = ServeMetrics(store.size, lambda: dict(store.evictions), lambda: dict(engine.topk.counts))
+    metrics = ServeMetrics(store.size, lambda: dict(store.evictions), lambda: dict(batcher.engine.topk.counts))
     batcher = MicroBatcher(engine, store, max_batch=settings.max_batch, window_s=settings.batch_window_ms / 1000,
                            max_queue=settings.max_queue, on_batch=metrics.batch_size.observe)
+    reloader = ModelReloader(model_file, batcher, settings, engine_for) if model_file is not None else None
     log.info("Serving %s: %d items, layers %s, on %s, scoring %s, sessions in %s", model_file or "a model in memory",
              engine.n_items, engine.sizes, engine.device, engine.topk.name, store.kind)
 
@@ -133,6 +136,13 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         freeze_startup_objects()
         batcher.start()
+        if reloader is not None:
+            try:  # only where signals can be had: the main thread's loop, not Windows
+                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reloader.request)
+            except (AttributeError, NotImplementedError, RuntimeError, ValueError):
+                log.debug("no SIGHUP handler here: reload with the watch (watch_s) instead")
+            if settings.watch_s > 0:
+                reloader.start_watching(settings.watch_s)
 
         async def log_activity() -> None:
             while True:
@@ -144,12 +154,16 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
             yield
         finally:
             task.cancel()
+            if reloader is not None:
+                reloader.stop()
+                with contextlib.suppress(AttributeError, NotImplementedError, RuntimeError, ValueError):
+                    asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             batcher.stop()
             store.close()
 
     app = FastAPI(title="gru4rec", summary="GRU4Rec next-item recommendations for live sessions",
                   lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.engine, app.state.store, app.state.batcher, app.state.settings = engine, store, batcher, settings
+    app.state.store, app.state.batcher, app.state.settings, app.state.reloader = store, batcher, settings, reloader
 
     async def run(job: Job) -> JobResult:
         try:
@@ -165,23 +179,25 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
     # own body, so FastAPI's per-request dependency solving would only cost time (~40 % of the
     # app's own time per request, measured). Middleware and error handlers apply as to any route.
     async def recommend(request: Request) -> JSONResponse:
+        engine = batcher.engine  # the model now; the batch may run on a newer one (Job.engine)
         body = parse_recommend(parse_json(await request.body()), n_items=engine.n_items, max_items=settings.max_items)
         known, unknown = engine.index_of(body.items)
-        result = await run(Job("recommend", None, known, body.k, body.exclude_seen))
-        assert result.answer is not None
+        result = await run(Job("recommend", None, known, body.k, body.exclude_seen, engine=engine))
+        assert result.answer is not None and result.engine is not None
         if result.answer.fallback:
             metrics.fallbacks.inc()
-        return JSONResponse(_answer(engine, result.answer, unknown))
+        return JSONResponse(_answer(result.engine, result.answer, unknown))
 
     async def event(request: Request) -> JSONResponse:
         session_id = check_session_id(request.path_params["session_id"])
+        engine = batcher.engine
         body = parse_event(parse_json(await request.body()), n_items=engine.n_items)
         known, unknown = engine.index_of([body.item])
-        result = await run(Job("event", session_id, known, body.k, body.exclude_seen))
-        assert result.answer is not None
+        result = await run(Job("event", session_id, known, body.k, body.exclude_seen, engine=engine))
+        assert result.answer is not None and result.engine is not None
         if result.answer.fallback:
             metrics.fallbacks.inc()
-        payload = _answer(engine, result.answer, unknown)
+        payload = _answer(result.engine, result.answer, unknown)
         payload.update(session_id=session_id, new_session=result.new_session)
         return JSONResponse(payload)
 
@@ -206,13 +222,15 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
 
     @app.get("/v1/model")
     async def model_info() -> JSONResponse:
+        engine = batcher.engine
         return JSONResponse({
-            "file": None if model_file is None else str(model_file),
-            "sha256": checksum,
+            "file": engine.file,
+            "sha256": engine.checksum,
             "n_items": engine.n_items,
             "layers": engine.sizes,
-            "epochs_trained": loaded.epochs_trained,
-            "config": loaded.config.to_dict(),
+            "epochs_trained": engine.model.epochs_trained,
+            "config": engine.model.config.to_dict(),
+            "reloads": None if reloader is None else {"done": reloader.reloads, "refused": reloader.refused},
             "device": str(engine.device),
             "scoring": engine.topk.name,
             "state": store.kind,

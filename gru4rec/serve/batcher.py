@@ -12,6 +12,11 @@ for the next batch, and so does everything after it for that session, so a sessi
 applied in arrival order. Torch releases the GIL in its kernels, so the event loop keeps serving
 while the worker computes. A failing batch fails its own requests and nothing else: the worker
 lives on.
+
+A new model (:meth:`MicroBatcher.swap`, from :mod:`gru4rec.serve.reload`) takes over between
+two batches, on the worker thread: no batch sees two models. A request indexed its items with
+the model current when it arrived (``Job.engine``); if another model answers it, its items are
+mapped again by id, and the answer names the model that gave it (``JobResult.engine``).
 """
 from __future__ import annotations
 
@@ -53,6 +58,8 @@ class Job:
     k: int = 20
     exclude_seen: bool = False
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    #: The model whose indices ``items`` are (None: whichever runs the job).
+    engine: Engine | None = None
 
 
 @dataclass
@@ -63,6 +70,19 @@ class JobResult:
     answer: Answer | None
     new_session: bool = False
     existed: bool = False
+    #: The model that answered (its ids name the answer's item indices).
+    engine: Engine | None = None
+
+
+@dataclass
+class _Swap:
+    """A queued model change: ``engine`` replaces the current one between two batches; the
+    sessions' states are kept when ``keep_sessions``, else the store moves to ``namespace``."""
+
+    engine: Engine
+    keep_sessions: bool
+    namespace: str
+    done: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
 
 
 class MicroBatcher:
@@ -84,12 +104,13 @@ class MicroBatcher:
         self.engine, self.store = engine, store
         self.max_batch, self.window_s = max_batch, window_s
         # Unbounded, so that stop()'s sentinel never blocks; submit() enforces max_queue.
-        self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._queue: queue.Queue[Job | _Swap | None] = queue.Queue()
         self.max_queue = max_queue
         self._deferred: collections.deque[Job] = collections.deque()
         self._on_batch = on_batch
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._swap: _Swap | None = None
 
     # ------------------------------------------------------------------ event-loop side
 
@@ -108,7 +129,9 @@ class MicroBatcher:
             self._thread.join(timeout_s)
             self._thread = None
         for job in [*self._deferred, *_drain(self._queue)]:
-            if job is not None and not job.future.done():
+            if isinstance(job, _Swap):
+                job.done.set_exception(ShuttingDown("the server is shutting down"))
+            elif job is not None and not job.future.done():
                 job.future.set_exception(ShuttingDown("the server is shutting down"))
         self._deferred.clear()
 
@@ -122,6 +145,26 @@ class MicroBatcher:
             raise Overloaded(f"{self.max_queue} requests are already waiting")
         self._queue.put_nowait(job)
         return job.future
+
+    def swap(self, engine: Engine, *, keep_sessions: bool, namespace: str) -> concurrent.futures.Future:
+        """Serve ``engine`` from the next batch on (see the module docstring); the future resolves
+        once the worker has switched. ``keep_sessions``: the sessions' states stay valid
+        (:meth:`Engine.keeps_states_of`); otherwise the store moves to ``namespace`` and every
+        session starts afresh."""
+        if self._stopping:
+            raise ShuttingDown("the server is shutting down")
+        change = _Swap(engine, keep_sessions, namespace)
+        if self._thread is None:  # not started (or stopped): nothing runs, switch now
+            self._apply(change)
+        else:
+            self._queue.put_nowait(change)
+        return change.done
+
+    def _apply(self, change: _Swap) -> None:
+        if not change.keep_sessions:
+            self.store.use_namespace(change.namespace)
+        self.engine = change.engine
+        change.done.set_result(change.engine)
 
     @property
     def waiting(self) -> int:
@@ -148,6 +191,13 @@ class MicroBatcher:
                             job.future.set_exception(exc)
                 if self._on_batch is not None:
                     self._on_batch(len(batch))
+            if self._swap is not None:  # between two batches: the one taken before it ran on the old model
+                change, self._swap = self._swap, None
+                try:
+                    self._apply(change)
+                except Exception as exc:  # noqa: BLE001 - e.g. the store failed: keep the old model
+                    log.warning("the model change failed (%s); the previous model keeps serving", exc)
+                    change.done.set_exception(exc)
 
     def _next_batch(self) -> list[Job] | None:
         """Up to ``max_batch`` jobs, at most one per session, oldest first; None to stop."""
@@ -174,6 +224,10 @@ class MicroBatcher:
             first = self._queue.get()
             if first is None:
                 return None
+            if isinstance(first, _Swap):
+                self._swap = first
+                self._deferred.extend(held_back)
+                return taken
             offer(first)
         deadline = time.monotonic() + self.window_s
         while len(taken) < self.max_batch:
@@ -185,6 +239,9 @@ class MicroBatcher:
             if job is None:
                 stop = True
                 break
+            if isinstance(job, _Swap):  # this batch is the last of the old model
+                self._swap = job
+                break
             offer(job)
         self._deferred.extend(held_back)
         if stop:
@@ -193,8 +250,9 @@ class MicroBatcher:
 
     def _run(self, batch: list[Job]) -> None:
         deletes = [job for job in batch if job.kind == "delete"]
+        engine = self.engine
         for job in deletes:
-            job.future.set_result(JobResult(None, existed=self.store.delete(job.session or "")))
+            job.future.set_result(JobResult(None, existed=self.store.delete(job.session or ""), engine=engine))
         jobs = [job for job in batch if job.kind != "delete"]
         if not jobs:
             return
@@ -206,18 +264,22 @@ class MicroBatcher:
             state = None
             if job.kind == "event":
                 raw = stored.get(job.session)
-                state = None if raw is None else decode_state(raw, self.engine.hidden_size)
+                state = None if raw is None else decode_state(raw, engine.hidden_size)
                 if raw is not None and state is None:
                     log.warning("session %r: its stored state is not one of this model's; it starts afresh", job.session)
-            works.append(Work(state, job.items, job.k, job.exclude_seen))
-        answers = self.engine.run(works)
+            items = job.items
+            if job.engine is not None and job.engine is not engine and len(items):
+                # indexed by the previous model: map again by id (an id it lacks is skipped)
+                items, _ = engine.index_of([job.engine.item_ids[i] for i in items.tolist()])
+            works.append(Work(state, items, job.k, job.exclude_seen))
+        answers = engine.run(works)
         self.store.put_many([(job.session or "", encode_state(a.state)) for job, a in zip(jobs, answers) if job.kind == "event"])
         for job, work, answer in zip(jobs, works, answers):
             if not job.future.done():
-                job.future.set_result(JobResult(answer, new_session=job.kind == "event" and work.state is None))
+                job.future.set_result(JobResult(answer, new_session=job.kind == "event" and work.state is None, engine=engine))
 
 
-def _drain(q: "queue.Queue[Job | None]") -> list[Job | None]:
+def _drain(q: "queue.Queue[Job | _Swap | None]") -> list[Job | _Swap | None]:
     items = []
     while True:
         try:

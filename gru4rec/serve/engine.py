@@ -51,8 +51,11 @@ class Answer:
 class Engine:
     """A loaded model ready to serve. Not thread-safe: one worker thread calls :meth:`run`."""
 
-    def __init__(self, model: GRU4Rec, *, scoring: str = "auto", candidates: int = 128, int8_max_batch: int = 64) -> None:
+    def __init__(self, model: GRU4Rec, *, scoring: str = "auto", candidates: int = 128, int8_max_batch: int = 64,
+                 checksum: str = "", file: str | None = None) -> None:
+        """``checksum`` and ``file`` identify the model (``/v1/model``, the session namespace)."""
         net, item_map, support = model._require_fitted()
+        self.checksum, self.file = checksum, file
         self.model, self.net, self.device = model, net.eval(), model.device
         self.sizes = net.sizes
         self.hidden_size = sum(self.sizes)
@@ -64,6 +67,11 @@ class Engine:
         self.popular = np.argsort(-support, kind="stable")  # the fallback list, as recommend() orders it
         self.topk: TopK = make_topk(net.Wy, net.By, scoring, n_candidates=candidates, max_batch=int8_max_batch)
         self._offsets = np.cumsum([0, *self.sizes])
+
+    def keeps_states_of(self, other: "Engine") -> bool:
+        """Whether the sessions' states under ``other`` are valid states here: the same layers and
+        ``other``'s items at the same indices (a warm start of ``other`` has both)."""
+        return self.sizes == other.sizes and self.item_ids[: other.n_items] == other.item_ids
 
     def index_of(self, item_ids: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
         """Known item indices (in order) and the unknown ids of ``item_ids``."""

@@ -54,6 +54,9 @@ class ServeSettings:
     threads: int | None = None
     #: Seconds between the one-line activity logs.
     log_interval_s: float = 60.0
+    #: Seconds between checks of the model file for a replacement, which is then loaded and
+    #: swapped in (0: only on SIGHUP); see :mod:`gru4rec.serve.reload`.
+    watch_s: float = 0.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -67,6 +70,8 @@ class ServeSettings:
             problems.append(f"session_ttl_s must be positive, got {self.session_ttl_s}")
         if not self.batch_window_ms >= 0:
             problems.append(f"batch_window_ms must be >= 0, got {self.batch_window_ms}")
+        if not self.watch_s >= 0:
+            problems.append(f"watch_s must be >= 0, got {self.watch_s}")
         if not self.log_interval_s > 0:
             problems.append(f"log_interval_s must be positive, got {self.log_interval_s}")
         if self.scoring not in _SCORING:

@@ -94,6 +94,11 @@ class SessionStore(Protocol):
 
     def size(self) -> int | None: ...
 
+    def use_namespace(self, namespace: str) -> None:
+        """From now on, hold sessions under ``namespace`` (a model whose states differ from the
+        previous model's); the sessions of the previous namespace are no longer read."""
+        ...
+
     def ping(self) -> None: ...
 
     def close(self) -> None: ...
@@ -155,6 +160,11 @@ class MemoryStore:
         with self._lock:
             return len(self._data)
 
+    def use_namespace(self, namespace: str) -> None:
+        """One process serves one model: the previous model's sessions are dropped."""
+        with self._lock:
+            self._data.clear()
+
     def ping(self) -> None:
         return None
 
@@ -179,6 +189,7 @@ class RedisStore:
         self._redis_errors = (redis.RedisError, OSError)
         self._client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         self.url, self.ttl_ms = url, max(1, int(ttl_s * 1000))
+        self._base_prefix = prefix
         self._prefix = f"{prefix}{namespace}:"
         self.evictions = {"capacity": 0, "ttl": 0}
 
@@ -211,6 +222,10 @@ class RedisStore:
 
     def ping(self) -> None:
         self._call("PING", self._client.ping)
+
+    def use_namespace(self, namespace: str) -> None:
+        """Keys of the previous namespace are left to expire (other replicas may still use them)."""
+        self._prefix = f"{self._base_prefix}{namespace}:"
 
     def close(self) -> None:
         self._client.close()
