@@ -395,7 +395,7 @@ def test_write_intents_refuses_to_overwrite(tmp_path: Path) -> None:
     assert [p.name for p in out.iterdir()] == [ORACLE_FILE] and (out / ORACLE_FILE).read_text() == "mine"
     paths = write_intents(out, force=True, **SMALL)  # type: ignore[arg-type]
     before = {k: p.read_bytes() for k, p in paths.items()}
-    with pytest.raises(DataError, match="file exists"):
+    with pytest.raises(DataError, match="already exists; pass force=True"):
         write_intents(out, **{**SMALL, "seed": 10})  # type: ignore[arg-type]
     assert {k: p.read_bytes() for k, p in paths.items()} == before
     (tmp_path / "file").write_text("x")

@@ -76,17 +76,23 @@ _FLOOR = tl.constexpr(-1e30)
 
 
 @triton.jit
+def _row_start(x_ptr, grad_ptr, row_valid_ptr, stride_x, stride_g, inv_batch, BLOCK: tl.constexpr):
+    """This program's row, its score and gradient rows, the block's column offsets and the
+    row's weight w = row_valid / batch_size."""
+    row = tl.program_id(0)
+    x_row = x_ptr + row.to(tl.int64) * stride_x
+    g_row = grad_ptr + row.to(tl.int64) * stride_g
+    return row, x_row, g_row, tl.arange(0, BLOCK), tl.load(row_valid_ptr + row) * inv_batch
+
+
+@triton.jit
 def _xe_rows_kernel(
     x_ptr, col_valid_ptr, row_valid_ptr, n_cols_ptr, grad_ptr, per_row_ptr,
     C, stride_x, stride_g, inv_batch, smoothing,
     LOGIT: tl.constexpr, SMOOTH: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """Cross-entropy (LOGIT=False) or xe_logit of one row, with label smoothing when SMOOTH."""
-    row = tl.program_id(0)
-    x_row = x_ptr + row.to(tl.int64) * stride_x
-    g_row = grad_ptr + row.to(tl.int64) * stride_g
-    offs = tl.arange(0, BLOCK)
-    w = tl.load(row_valid_ptr + row) * inv_batch
+    row, x_row, g_row, offs, w = _row_start(x_ptr, grad_ptr, row_valid_ptr, stride_x, stride_g, inv_batch, BLOCK)
     x_pos = tl.load(x_row + row)  # before the gradient pass may overwrite it (in place)
 
     # Pass 1: running max m and Σ exp(x − m); for smoothing also Σ v and (xe_logit) Σ v·x.
@@ -173,11 +179,7 @@ def _rank_max_rows_kernel(
     TOP1: tl.constexpr, BPREG: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """bpr-max (TOP1=False; its score regularisation when BPREG) or top1-max of one row."""
-    row = tl.program_id(0)
-    x_row = x_ptr + row.to(tl.int64) * stride_x
-    g_row = grad_ptr + row.to(tl.int64) * stride_g
-    offs = tl.arange(0, BLOCK)
-    w = tl.load(row_valid_ptr + row) * inv_batch
+    row, x_row, g_row, offs, w = _row_start(x_ptr, grad_ptr, row_valid_ptr, stride_x, stride_g, inv_batch, BLOCK)
     pos = activate(tl.load(x_row + row), ACT, p0, p1)
 
     # One pass: the negatives' running max m, Z = Σ e and the e-weighted sums (e = exp(r − m)),
@@ -257,11 +259,7 @@ def _pairwise_rows_kernel(
     TOP1: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """bpr (TOP1=False) or top1 of one row: sums over the valid columns (the positive included)."""
-    row = tl.program_id(0)
-    x_row = x_ptr + row.to(tl.int64) * stride_x
-    g_row = grad_ptr + row.to(tl.int64) * stride_g
-    offs = tl.arange(0, BLOCK)
-    w = tl.load(row_valid_ptr + row) * inv_batch
+    row, x_row, g_row, offs, w = _row_start(x_ptr, grad_ptr, row_valid_ptr, stride_x, stride_g, inv_batch, BLOCK)
     pos = activate(tl.load(x_row + row), ACT, p0, p1)
 
     # One pass. bpr: acc1 = Σ v·softplus(r − pos), acc2 = Σ v·q; top1: acc1 = Σ v·(q + q2),
