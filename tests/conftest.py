@@ -33,3 +33,24 @@ def _triton_interpreter_without_cuda() -> None:
 
 
 _triton_interpreter_without_cuda()
+
+
+def _quiet_triton_teardown() -> None:
+    """Triton's bindings (nanobind) report 'leaked' objects on stderr while the interpreter shuts
+    down — a known report of Triton's own, which it silences the same way in its compile workers.
+    After the test run has printed its summary, standard error goes to /dev/null, so that the
+    summary stays the last line of the run."""
+    import atexit
+    import os
+    import sys
+
+    def silence() -> None:
+        sys.stderr.flush()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+
+    atexit.register(silence)
+
+
+_quiet_triton_teardown()
