@@ -284,12 +284,32 @@ def test_cpu_allocator_tuning_applies_once_and_can_be_switched_off(env: str, exp
     assert out.stdout.split() == [expected, expected]
 
 
+def epoch_step_losses(trainer: Trainer, sch, *, counter_driven: bool) -> torch.Tensor:
+    """An epoch's step losses (float64, on the schedule's device): the steps in the counter-driven
+    form a CUDA graph replays (run uncaptured), or plain ``train_step`` calls."""
+    from gru4rec.kernels.gpu import counter_driven_step
+
+    device = sch.inputs.device
+    losses = torch.zeros(sch.n_steps, dtype=torch.float64, device=device)
+
+    def accumulate(loss: torch.Tensor, t: torch.Tensor) -> None:
+        losses.index_copy_(0, t.view(1), loss.view(1).to(torch.float64))
+
+    if counter_driven:
+        prepare, body = counter_driven_step(trainer, sch, accumulate)
+        for t in range(sch.n_steps):
+            prepare(t)
+            body()
+    else:
+        for t in range(sch.n_steps):
+            accumulate(trainer.train_step(sch.inputs[t], sch.targets[t], sch.active[t], sch.keep[t]), torch.tensor(t, device=device))
+    return losses
+
+
 def test_counter_driven_step_of_the_cuda_graph_path_trains_like_the_plain_loop(events: pd.DataFrame) -> None:
     """gru4rec.kernels.gpu captures a step that reads its inputs through device counters; run uncaptured on
     the CPU, that form must give exactly the plain loop's step losses — sample-store redraws
     (store of 3 rows) and dropout included."""
-    from gru4rec.kernels.gpu import counter_driven_step
-
     cfg = small("n_epochs=1,sample_store_size=96,dropout_p_hidden=0.3,momentum=0.2")
     item_map = ItemMap.from_ids(events["ItemId"])
     sessions, _ = sessions_from_events(events, item_map)
@@ -299,19 +319,7 @@ def test_counter_driven_step_of_the_cuda_graph_path_trains_like_the_plain_loop(e
     for counter_driven in (False, True):
         net = GRU4RecNet(len(item_map), cfg, generator=torch.Generator().manual_seed(2)).double()
         trainer = Trainer(net, cfg, support)
-        losses = torch.zeros(sch.n_steps, dtype=torch.float64)
-
-        def accumulate(loss: torch.Tensor, t: torch.Tensor) -> None:
-            losses.index_copy_(0, t.view(1), loss.view(1))
-
-        if counter_driven:
-            prepare, body = counter_driven_step(trainer, sch, accumulate)
-            for t in range(sch.n_steps):
-                prepare(t)
-                body()
-        else:
-            for t in range(sch.n_steps):
-                accumulate(trainer.train_step(sch.inputs[t], sch.targets[t], sch.active[t], sch.keep[t]), torch.tensor(t))
+        losses = epoch_step_losses(trainer, sch, counter_driven=counter_driven)
         assert trainer.sampler.n_redraws > 10
         runs.append((losses, net.Wy.detach().clone()))
     assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])

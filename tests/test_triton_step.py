@@ -143,8 +143,8 @@ def test_a_replayed_step_on_the_triton_backend_trains_like_the_pytorch_loop(para
     losses and weights, sample-store redraws and dropout included."""
     from gru4rec.data import ItemMap, item_support, sessions_from_events
     from gru4rec.datasets.synthetic import generate
-    from gru4rec.kernels.gpu import counter_driven_step
     from gru4rec.training.batching import build_schedule
+    from test_train import epoch_step_losses
 
     events = generate(n_sessions=30, n_items=25, seed=6)
     item_map = ItemMap.from_ids(events["ItemId"])
@@ -158,19 +158,7 @@ def test_a_replayed_step_on_the_triton_backend_trains_like_the_pytorch_loop(para
         backend = select_backend(DEVICE, unique_rows=False, graph_replay=False if DEVICE == "cuda" else None, **switches)
         trainer = Trainer(net, cfg, support, seed=4, backend=backend)
         assert (trainer._fused_inputs is not None) == (name == "triton")
-        losses = torch.zeros(sch.n_steps, dtype=torch.float64, device=DEVICE)
-
-        def accumulate(loss: torch.Tensor, t: torch.Tensor) -> None:
-            losses.index_copy_(0, t.view(1), loss.view(1).to(torch.float64))
-
-        if name == "triton":
-            prepare, body = counter_driven_step(trainer, sch, accumulate)
-            for t in range(sch.n_steps):
-                prepare(t)
-                body()
-        else:
-            for t in range(sch.n_steps):
-                accumulate(trainer.train_step(sch.inputs[t], sch.targets[t], sch.active[t], sch.keep[t]), torch.tensor(t, device=DEVICE))
+        losses = epoch_step_losses(trainer, sch, counter_driven=name == "triton")
         assert trainer.sampler.n_redraws > 3
         runs.append((losses.cpu(), net.Wy.detach().cpu().clone()))
     torch.testing.assert_close(runs[0][0], runs[1][0], rtol=1e-5, atol=1e-7)

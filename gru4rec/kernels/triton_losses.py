@@ -54,6 +54,7 @@ import triton.language as tl
 from torch import Tensor
 
 from gru4rec.kernels.triton_activations import ACT_CODES, activate, activation_code, sigmoid, slope
+from gru4rec.kernels.triton_support import require
 
 __all__ = ["EPS", "LOSSES", "MASK", "loss_grad"]
 
@@ -322,11 +323,6 @@ def _sum_kernel(per_row_ptr, loss_ptr, B, BLOCK: tl.constexpr):
 # ------------------------------------------------------------------------------------ wrapper
 
 
-def _check(cond: bool, message: str) -> None:
-    if not cond:
-        raise ValueError(message)
-
-
 def loss_grad(
     x: Tensor,
     col_valid: Tensor,
@@ -362,25 +358,25 @@ def loss_grad(
     """
     if loss not in LOSSES:
         raise ValueError(f"unknown loss {loss!r}; use one of {', '.join(LOSSES)}")
-    _check(x.dim() == 2, f"x must be B×C, got shape {tuple(x.shape)}")
+    require(x.dim() == 2, f"x must be B×C, got shape {tuple(x.shape)}")
     B, C = x.shape
-    _check(B >= 1 and C >= B, f"x must have C >= B >= 1 (row i's positive is column i), got {B}×{C}")
+    require(B >= 1 and C >= B, f"x must have C >= B >= 1 (row i's positive is column i), got {B}×{C}")
     device = x.device
     for name, t, shape in (
         ("x", x, (B, C)), ("col_valid", col_valid, (C,)), ("row_valid", row_valid, (B,)),
         ("n_cols", n_cols, ()), ("grad", grad, (B, C)), ("per_row", per_row, (B,)), ("loss_out", loss_out, ()),
     ):
-        _check(tuple(t.shape) == shape, f"{name} must have shape {shape}, got {tuple(t.shape)}")
+        require(tuple(t.shape) == shape, f"{name} must have shape {shape}, got {tuple(t.shape)}")
         allowed = (torch.float32, torch.float64) if name == "loss_out" else (torch.float32,)
-        _check(t.dtype in allowed, f"{name} must be {' or '.join(str(a).removeprefix('torch.') for a in allowed)}, got {t.dtype}")
-        _check(t.device == device, f"{name} is on {t.device}, x on {device}")
-        _check(t.is_contiguous(), f"{name} must be contiguous")
-    _check(0.0 <= smoothing < 1.0, f"smoothing must be in [0, 1), got {smoothing!r}")
-    _check(bpreg >= 0.0, f"bpreg must be >= 0, got {bpreg!r}")
-    _check(inv_batch > 0.0, f"inv_batch must be > 0, got {inv_batch!r}")
+        require(t.dtype in allowed, f"{name} must be {' or '.join(str(a).removeprefix('torch.') for a in allowed)}, got {t.dtype}")
+        require(t.device == device, f"{name} is on {t.device}, x on {device}")
+        require(t.is_contiguous(), f"{name} must be contiguous")
+    require(0.0 <= smoothing < 1.0, f"smoothing must be in [0, 1), got {smoothing!r}")
+    require(bpreg >= 0.0, f"bpreg must be >= 0, got {bpreg!r}")
+    require(inv_batch > 0.0, f"inv_batch must be > 0, got {inv_batch!r}")
     if block is None:
         block = min(max(triton.next_power_of_2(C), 16), _MAX_BLOCK)
-    _check(block >= 16 and block & (block - 1) == 0, f"block must be a power of two >= 16, got {block!r}")
+    require(block >= 16 and block & (block - 1) == 0, f"block must be a power of two >= 16, got {block!r}")
     num_warps = 8 if block >= 2048 else 4
     common = dict(C=C, stride_x=x.stride(0), stride_g=grad.stride(0), inv_batch=float(inv_batch))
 
@@ -391,11 +387,11 @@ def loss_grad(
             LOGIT=loss == "xe_logit", SMOOTH=smoothing > 0.0, BLOCK=block, num_warps=num_warps,
         )
     else:
-        _check(smoothing == 0.0, f"label smoothing applies to the cross-entropy losses only, not to {loss!r}")
+        require(smoothing == 0.0, f"label smoothing applies to the cross-entropy losses only, not to {loss!r}")
         if act is None:
             raise ValueError(f"loss {loss!r} needs its elementwise final activation (act)")
         code, p0, p1 = act if isinstance(act, tuple) else activation_code(act)
-        _check(code in ACT_CODES.values(), f"unknown activation code {code!r}")
+        require(code in ACT_CODES.values(), f"unknown activation code {code!r}")
         p0, p1 = float(p0), float(p1)
         if loss in ("bpr-max", "top1-max"):
             _rank_max_rows_kernel[grid](

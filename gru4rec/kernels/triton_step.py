@@ -31,6 +31,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from gru4rec.kernels.triton_support import require
+
 __all__ = ["dropout_threshold", "gather_rows", "step_inputs"]
 
 _BLOCK_C = 512  # score columns per program
@@ -83,11 +85,6 @@ def _step_inputs_kernel(
         tl.store(n_cols, total + S)
 
 
-def _need(cond: bool, message: str) -> None:
-    if not cond:
-        raise ValueError(message)
-
-
 def step_inputs(schedule_inputs: Tensor, schedule_targets: Tensor, schedule_active: Tensor, schedule_keep: Tensor,
                 store: Tensor | None, t: Tensor, r: Tensor, by: Tensor, logq: tuple[Tensor, Tensor] | None, *,
                 mask_in_bias: bool, inputs: Tensor, targets: Tensor, active: Tensor, cols: Tensor, col_valid: Tensor,
@@ -103,21 +100,21 @@ def step_inputs(schedule_inputs: Tensor, schedule_targets: Tensor, schedule_acti
     device = by.device
     for name, x, dtype in (("schedule_inputs", schedule_inputs, torch.int64), ("schedule_targets", schedule_targets, torch.int64),
                            ("schedule_active", schedule_active, torch.float32), ("schedule_keep", schedule_keep, torch.float32)):
-        _need(x.dtype == dtype and x.device == device and x.shape[:2] == (T, B) and x[0].is_contiguous(),
+        require(x.dtype == dtype and x.device == device and x.shape[:2] == (T, B) and x[0].is_contiguous(),
               f"{name} must be a {dtype} T×B table on {device} with contiguous rows, got {x.dtype} {tuple(x.shape)}")
-    _need(schedule_targets.stride(0) == schedule_inputs.stride(0) == schedule_active.stride(0),
+    require(schedule_targets.stride(0) == schedule_inputs.stride(0) == schedule_active.stride(0),
           "the schedule's inputs, targets and active tables must share their row stride")
     for name, x, n, dtype in (("inputs", inputs, B, torch.int64), ("targets", targets, B, torch.int64), ("active", active, B, torch.float32),
                               ("cols", cols, C, torch.int64), ("col_valid", col_valid, C, torch.float32), ("bias", bias, C, torch.float32)):
-        _need(x.dtype == dtype and x.device == device and tuple(x.shape) == (n,) and x.is_contiguous(),
+        require(x.dtype == dtype and x.device == device and tuple(x.shape) == (n,) and x.is_contiguous(),
               f"{name} must be a contiguous {dtype} vector of {n} on {device}, got {x.dtype} {tuple(x.shape)}")
-    _need(n_cols.shape == () and n_cols.dtype == torch.float32, "n_cols must be a 0-dim float32 tensor")
-    _need(t.shape == () and r.shape == () and t.dtype == r.dtype == torch.int64, "t and r must be 0-dim int64 tensors")
-    _need(by.dtype == torch.float32 and by.dim() == 1 and by.is_contiguous(), "by must be a contiguous float32 vector")
+    require(n_cols.shape == () and n_cols.dtype == torch.float32, "n_cols must be a 0-dim float32 tensor")
+    require(t.shape == () and r.shape == () and t.dtype == r.dtype == torch.int64, "t and r must be 0-dim int64 tensors")
+    require(by.dtype == torch.float32 and by.dim() == 1 and by.is_contiguous(), "by must be a contiguous float32 vector")
     if store is not None:
-        _need(store.dtype == torch.int64 and store.stride(1) == 1, "store must be an R×S int64 table with contiguous rows")
+        require(store.dtype == torch.int64 and store.stride(1) == 1, "store must be an R×S int64 table with contiguous rows")
     if hidden is not None:
-        _need(hidden.dtype == torch.float32 and hidden.shape[0] == B and hidden.stride(1) == 1, "hidden must be a float32 B×n state with unit stride along n")
+        require(hidden.dtype == torch.float32 and hidden.shape[0] == B and hidden.stride(1) == 1, "hidden must be a float32 B×n state with unit stride along n")
     lq_in, lq_s = (by, by) if logq is None else logq
     h = hidden if hidden is not None else by
     grid = (triton.cdiv(C, _BLOCK_C),)
@@ -162,13 +159,13 @@ def _threshold_kernel(u_ptr, n, split, p_first, scale_first, p_rest, scale_rest,
 def gather_rows(table: Tensor, rows: Tensor, mask: Tensor | None, out: Tensor) -> Tensor:
     """``out`` ← ``table[rows]`` (K×d; ``table`` N×d with unit stride along d), times ``mask``
     (K×d) unless None. Returns ``out``."""
-    _need(table.dim() == 2 and table.dtype == torch.float32 and table.stride(1) == 1, "table must be a float32 N×d table with unit stride along d")
+    require(table.dim() == 2 and table.dtype == torch.float32 and table.stride(1) == 1, "table must be a float32 N×d table with unit stride along d")
     K, d = rows.shape[0], table.shape[1]
-    _need(rows.dtype == torch.int64 and rows.dim() == 1 and rows.is_contiguous() and rows.device == table.device,
+    require(rows.dtype == torch.int64 and rows.dim() == 1 and rows.is_contiguous() and rows.device == table.device,
           f"rows must be a contiguous int64 vector on {table.device}")
-    _need(out.shape == (K, d) and out.dtype == torch.float32 and out.stride(1) == 1, f"out must be a float32 {K}×{d} buffer")
+    require(out.shape == (K, d) and out.dtype == torch.float32 and out.stride(1) == 1, f"out must be a float32 {K}×{d} buffer")
     if mask is not None:
-        _need(mask.shape == (K, d) and mask.dtype == torch.float32 and mask.stride(1) == 1, f"mask must be a float32 {K}×{d} tensor")
+        require(mask.shape == (K, d) and mask.dtype == torch.float32 and mask.stride(1) == 1, f"mask must be a float32 {K}×{d} tensor")
     if K and d:
         m = mask if mask is not None else out
         grid = (triton.cdiv(K, _BLOCK_ROWS), triton.cdiv(d, _BLOCK_D))
@@ -181,11 +178,11 @@ def dropout_threshold(u: Tensor, split: int, p_first: float, p_rest: float) -> T
     """The uniform draws ``u`` (contiguous float32, read flat) become inverted-dropout masks in
     place: 1/(1 − p) where u ≥ p, else 0, with p = ``p_first`` before position ``split`` and
     ``p_rest`` from there on (a step's embedding mask, then its hidden masks). Returns ``u``."""
-    _need(u.dtype == torch.float32 and u.is_contiguous(), "u must be a contiguous float32 tensor")
+    require(u.dtype == torch.float32 and u.is_contiguous(), "u must be a contiguous float32 tensor")
     n = u.numel()
-    _need(0 <= split <= n, f"split must be in [0, {n}], got {split!r}")
+    require(0 <= split <= n, f"split must be in [0, {n}], got {split!r}")
     for name, p, used in (("p_first", p_first, split > 0), ("p_rest", p_rest, split < n)):
-        _need(not used or 0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p!r}")
+        require(not used or 0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p!r}")
     if n:
         scale = lambda p: 1.0 / (1.0 - p) if p < 1.0 else 0.0  # noqa: E731
         _threshold_kernel[(triton.cdiv(n, _BLOCK_FLAT),)](u, n, split, float(p_first), scale(p_first), float(p_rest),

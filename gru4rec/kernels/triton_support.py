@@ -13,7 +13,7 @@ import os
 
 import torch
 
-__all__ = ["interpreting", "triton_unavailable"]
+__all__ = ["interpreting", "require", "triton_unavailable"]
 
 
 def interpreting() -> bool:
@@ -31,3 +31,9 @@ def triton_unavailable(device: torch.device) -> str | None:
     if device.type == "cpu":
         return None if interpreting() else "on the CPU the Triton kernels run only in the interpreter (TRITON_INTERPRET=1)"
     return f"the Triton kernels do not run on {device.type} devices"
+
+
+def require(condition: bool, message: str) -> None:
+    """A ValueError with ``message`` unless ``condition``: the kernels' argument checks."""
+    if not condition:
+        raise ValueError(message)

@@ -30,7 +30,9 @@ from gru4rec.activations import Activation
 from gru4rec.config import Config
 from gru4rec.kernels import triton_gru, triton_losses, triton_step
 from gru4rec.kernels.triton_optim import TritonDenseUpdate, TritonTableUpdate
-from gru4rec.training.cell import LayerCache
+from gru4rec.model import GRU4RecNet
+from gru4rec.training.batching import Schedule
+from gru4rec.training.cell import GRUCell, LayerCache
 from gru4rec.training.losses import LossGradFn
 from gru4rec.training.ops import FusedUpdate, OptimizerTables, SparseGrad, StepBatch, StepInputs, TorchOps
 from gru4rec.training.sampling import LogQ
@@ -172,7 +174,7 @@ class TritonStepInputs:
         self.batch = StepBatch(inputs=ints(B), targets=cols[:B], active=col_valid[:B], samples=cols[B:], cols=cols,
                                col_valid=col_valid, n_cols=torch.empty((), dtype=torch.float32, device=device), bias=floats(C))
 
-    def __call__(self, schedule, t: Tensor, sample_row: Tensor, store: Tensor | None, hidden: Tensor) -> StepBatch:  # type: ignore[no-untyped-def]
+    def __call__(self, schedule: Schedule, t: Tensor, sample_row: Tensor, store: Tensor | None, hidden: Tensor) -> StepBatch:
         b = self.batch
         triton_step.step_inputs(schedule.inputs, schedule.targets, schedule.active, schedule.keep, store, t, sample_row,
                                 self.by.detach(), None if self.logq is None else (self.logq.in_batch, self.logq.sampled),
@@ -193,7 +195,7 @@ class TritonOps(TorchOps):
     def dropout_threshold(self, u: Tensor, split: int, p_first: float, p_rest: float) -> None:
         triton_step.dropout_threshold(u, split, p_first, p_rest)
 
-    def gru_cell(self, act: Activation, matmuls: Matmuls):  # type: ignore[override]
+    def gru_cell(self, act: Activation, matmuls: Matmuls) -> GRUCell:
         if matmuls.low is None:
             return TritonGRUCell(act)
         return super().gru_cell(act, matmuls)  # bfloat16 operands: the cell's products cast, as PyTorch does
@@ -201,7 +203,7 @@ class TritonOps(TorchOps):
     def loss_grad(self, config: Config) -> LossGradFn:
         return triton_loss_grad(config)
 
-    def step_inputs(self, net, batch_size: int, n_sample: int, logq: LogQ | None, mask_in_bias: bool) -> StepInputs | None:  # type: ignore[no-untyped-def]
+    def step_inputs(self, net: GRU4RecNet, batch_size: int, n_sample: int, logq: LogQ | None, mask_in_bias: bool) -> StepInputs | None:
         return TritonStepInputs(net.By, batch_size, n_sample, logq, mask_in_bias)
 
     def fused_update(self, optimizer: OptimizerTables) -> FusedUpdate | None:
