@@ -44,8 +44,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file as write_safetensors
 
 from gru4rec import checkpoint_v1
-from gru4rec.errors import ModelFileError
-from gru4rec.files import atomic_write
+from gru4rec.errors import ModelFileError, OutputExistsError
+from gru4rec.files import atomic_write, check_output_path
 
 __all__ = [
     "MODEL_SUFFIX",
@@ -188,8 +188,9 @@ def save_file(
     scalars/arrays and paths are converted).
 
     Raises:
-        ModelFileError: ``path`` exists and ``overwrite`` is False; ``path`` is a directory;
-            the directory does not exist or is not writable; the write failed.
+        OutputPathError: ``path`` cannot be written (:func:`gru4rec.files.check_output_path`;
+            :class:`~gru4rec.errors.OutputExistsError` when it exists and ``overwrite`` is False).
+        ModelFileError: the write failed.
         TypeError: a tensor is not a dense Tensor, or ``meta`` is not JSON-serialisable.
 
     Returns:
@@ -198,13 +199,8 @@ def save_file(
     path = Path(path)
     prepared = _prepare_tensors(tensors)
     entries = _metadata_entries(prepared, meta)
-    if path.is_dir():
-        raise ModelFileError(f"cannot write model file {path}: it is a directory")
-    if path.exists() and not overwrite:
-        raise ModelFileError(f"refusing to overwrite existing file {path} (use overwrite/--force)")
+    check_output_path(path, "model file", overwrite, argument="overwrite")
     directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise ModelFileError(f"cannot write model file {path}: directory {directory} does not exist")
 
     started = False
 
@@ -218,7 +214,7 @@ def save_file(
         atomic_write(path, write, overwrite=overwrite)
         _fsync(directory, os.O_RDONLY, best_effort=True)
     except FileExistsError as exc:  # the file appeared since the check above
-        raise ModelFileError(f"refusing to overwrite existing file {path} (use overwrite/--force)") from exc
+        raise OutputExistsError(path, "model file", "overwrite") from exc
     except OSError as exc:
         if not started:
             raise ModelFileError(

@@ -17,6 +17,11 @@ class ModelFileError(Gru4RecError):
     """A model or checkpoint file that is missing, truncated, corrupt, foreign or of another version."""
 
 
+class NotFittedError(Gru4RecError):
+    """A model asked for recommendations, scores, an evaluation or an export before it was fitted
+    (or loaded); raised by :func:`gru4rec.inference.require_fitted`, the one check."""
+
+
 class TrainingDivergedError(Gru4RecError, FloatingPointError):
     """The training loss became NaN or infinite."""
 
@@ -26,13 +31,14 @@ class OutputPathError(Gru4RecError):
 
 
 class OutputExistsError(OutputPathError, DataError):
-    """An output file that exists and is replaced only on request: ``argument=True`` in Python,
-    ``--force`` on the command line (the CLI words the message its own way, :meth:`message`)."""
+    """An output file that exists and is replaced only on request: ``argument=True`` in Python
+    (``force``, ``overwrite``), ``--force`` on the command line (an ``argument`` that starts with
+    a dash is a flag; the CLI words an API's message its own way, :meth:`message`)."""
 
     def __init__(self, path: object, what: str = "", argument: str = "force") -> None:
-        #: The existing file, what it is ("ONNX file", "" for a plain path) and the API's switch.
+        #: The existing file, what it is ("ONNX file", "" for a plain path) and the switch.
         self.path, self.what, self.argument = str(path), what, argument
-        super().__init__(self.message(f"{argument}=True"))
+        super().__init__(self.message(argument if argument.startswith("-") else f"{argument}=True"))
 
     def message(self, how: str) -> str:
         """The message with ``how`` as the way to replace the file (``force=True``, ``--force``)."""

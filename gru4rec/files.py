@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from gru4rec.errors import OutputPathError
+from gru4rec.errors import OutputExistsError, OutputPathError
 
 __all__ = ["atomic_write", "check_output_path", "current_umask"]
 
@@ -85,24 +85,30 @@ def _probe_writable(directory: Path) -> str | None:
     return None
 
 
-def check_output_path(path: str | os.PathLike[str], what: str, force: bool = False, *, folder: bool = False) -> Path:
+def check_output_path(path: str | os.PathLike[str], what: str, force: bool = False, *, folder: bool = False,
+                      argument: str = "--force") -> Path:
     """Check, before any work, that ``path`` can be written as a file (or, with ``folder``, used
-    as a folder to write files into, created if missing); returns it as a Path.
+    as a folder to write files into, created if missing); returns it as a Path. The one
+    output-path check of the package: the commands, the model files, the exports, the reports.
 
     ``what`` names the output in the message ("model file", "checkpoint folder", "run folder").
-    An existing file, or an existing non-empty folder, is refused unless ``force``. Raises
-    :class:`~gru4rec.errors.OutputPathError` with one of: "PATH is a folder, not a file",
-    "PATH is a file, not a folder", "X is a file, not a folder" (a part of the path),
-    "PATH exists: pass --force to overwrite it", "folder D does not exist",
+    An existing file, or an existing non-empty folder, is refused unless ``force``;
+    ``argument`` is what the caller calls ``force`` ("--force" on the command line; "overwrite"
+    or "force" for ``overwrite=True``/``force=True`` in Python). Raises
+    :class:`~gru4rec.errors.OutputExistsError` ("PATH already exists; pass --force to replace
+    it") or :class:`~gru4rec.errors.OutputPathError` with one of: "PATH is a folder, not a
+    file", "PATH is a file, not a folder", "X is a file, not a folder" (a part of the path),
+    "PATH exists and is not empty: pass --force to write into it", "folder D does not exist",
     "folder D is not writable (reason)".
     """
     p = Path(path)
     where = f"cannot write {what} {p}"
+    how = argument if argument.startswith("-") else f"{argument}=True"
     if folder:
         if p.is_file():
             raise OutputPathError(f"{where}: {p} is a file, not a folder")
         if p.is_dir() and not force and any(p.iterdir()):
-            raise OutputPathError(f"{what} {p} exists and is not empty: pass --force to write into it")
+            raise OutputPathError(f"{what} {p} exists and is not empty: pass {how} to write into it")
         existing = _nearest_existing(p)
         if not existing.is_dir():  # a file where a parent folder should be
             raise OutputPathError(f"{where}: {existing} is a file, not a folder")
@@ -111,7 +117,7 @@ def check_output_path(path: str | os.PathLike[str], what: str, force: bool = Fal
         if p.is_dir():
             raise OutputPathError(f"{where}: {p} is a folder, not a file")
         if p.exists() and not force:
-            raise OutputPathError(f"{what} {p} exists: pass --force to overwrite it")
+            raise OutputExistsError(p, what, argument)
         parent = p.parent if str(p.parent) else Path(".")
         existing = _nearest_existing(parent)
         if not existing.is_dir():

@@ -18,7 +18,7 @@ from safetensors.numpy import save_file as numpy_save_file
 
 from gru4rec import checkpoint, files
 from gru4rec.checkpoint import FORMAT_VERSION, file_info, load_file, save_file
-from gru4rec.errors import ModelFileError
+from gru4rec.errors import ModelFileError, OutputExistsError, OutputPathError
 
 
 def _tensors() -> dict[str, torch.Tensor]:
@@ -123,7 +123,7 @@ def test_file_info(tmp_path: Path) -> None:
 def test_refuses_overwrite_and_keeps_old_content(tmp_path: Path) -> None:
     p = tmp_path / "m"
     p.write_text("precious user data")
-    with pytest.raises(ModelFileError, match=r"refusing to overwrite.*m"):
+    with pytest.raises(OutputExistsError, match=r"model file .*m already exists; pass overwrite=True to replace it"):
         save_file(p, {"a": torch.zeros(1)}, {})
     assert p.read_text() == "precious user data"
     save_file(p, {"a": torch.ones(1)}, {"v": 2}, overwrite=True)
@@ -142,12 +142,12 @@ def test_new_file_gets_umask_permissions(tmp_path: Path) -> None:
 
 
 def test_missing_directory(tmp_path: Path) -> None:
-    with pytest.raises(ModelFileError, match=r"directory .*nope does not exist"):
+    with pytest.raises(OutputPathError, match=r"cannot write model file .*: folder .*nope does not exist"):
         save_file(tmp_path / "nope" / "m", {"a": torch.zeros(1)}, {})
 
 
 def test_path_is_directory(tmp_path: Path) -> None:
-    with pytest.raises(ModelFileError, match="is a directory"):
+    with pytest.raises(OutputPathError, match="is a folder, not a file"):
         save_file(tmp_path, {"a": torch.zeros(1)}, {}, overwrite=True)
     with pytest.raises(ModelFileError, match="is a directory"):
         load_file(tmp_path)
@@ -159,7 +159,7 @@ def test_unwritable_directory(tmp_path: Path) -> None:
     d.mkdir()
     d.chmod(0o500)
     try:
-        with pytest.raises(ModelFileError, match=r"directory .*ro is not writable"):
+        with pytest.raises(OutputPathError, match=r"folder .*ro is not writable"):
             save_file(d / "m", {"a": torch.zeros(1)}, {})
     finally:
         d.chmod(0o700)
@@ -171,7 +171,7 @@ def test_unwritable_directory_simulated(tmp_path: Path, monkeypatch: pytest.Monk
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(files.tempfile, "mkstemp", deny)
-    with pytest.raises(ModelFileError, match=rf"directory {tmp_path} is not writable"):
+    with pytest.raises(OutputPathError, match=rf"folder {tmp_path} is not writable"):
         save_file(tmp_path / "m", {"a": torch.zeros(1)}, {})
 
 

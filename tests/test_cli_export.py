@@ -99,7 +99,7 @@ def test_all_three_exports(model_file: Path, tmp_path: Path, capsys: pytest.Capt
     (["--item-embeddings", "x.npy", "--session-embeddings", "TEST", "x.npy"], 2, "two exports would write the same file"),
     (["--onnx", "s.onnx", "--top-k", "0"], 2, "expected a positive integer"),
     (["--item-embeddings", "nope/items.npy"], 1, "cannot write item embeddings file nope/items.npy: folder nope does not exist"),
-    (["--item-embeddings", "adir.npy"], 1, "item embeddings file adir.npy is a directory"),
+    (["--item-embeddings", "adir.npy"], 1, "cannot write item embeddings file adir.npy: adir.npy is a folder, not a file"),
     (["--session-embeddings", "missing.tsv", "s.npy"], 1, "test file not found: missing.tsv"),
 ])
 def test_usage_and_path_errors(model_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

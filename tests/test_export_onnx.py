@@ -179,7 +179,7 @@ def test_bad_arguments(model: GRU4Rec, tmp_path: Path, kwargs: dict[str, Any], m
 
 
 def test_bad_targets(model: GRU4Rec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(Gru4RecError, match=r"ONNX file .* is a directory"):
+    with pytest.raises(Gru4RecError, match=r"ONNX file .* is a folder, not a file"):
         export_onnx(model, tmp_path)
     with pytest.raises(Gru4RecError, match=r"cannot write ONNX file .*: folder .*nope does not exist"):
         export_onnx(model, tmp_path / "nope" / "step.onnx")
@@ -206,11 +206,11 @@ def test_unwritable_folder_leaves_nothing(exported: dict[str, dict[str, Any]], t
         return real(*args, **kwargs)
 
     monkeypatch.setattr(files.tempfile, "mkstemp", deny_second)
-    with pytest.raises(Gru4RecError, match=r"cannot write ONNX sidecar .*step\.onnx\.json: Permission denied"):
+    with pytest.raises(Gru4RecError, match=r"cannot write ONNX sidecar .*step\.onnx\.json: .*Permission denied"):
         export_onnx(model, tmp_path / "step.onnx")
     assert calls["n"] == 2 and list(tmp_path.iterdir()) == []  # the graph taken back, no temporary file
     calls["n"] = 1  # the first mkstemp fails now: nothing is written at all
-    with pytest.raises(Gru4RecError, match=r"cannot write ONNX file .*step\.onnx: Permission denied"):
+    with pytest.raises(Gru4RecError, match=r"cannot write ONNX file .*step\.onnx: .*Permission denied"):
         export_onnx(model, tmp_path / "step.onnx")
     assert list(tmp_path.iterdir()) == []
 

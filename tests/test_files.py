@@ -56,7 +56,7 @@ def test_check_output_path_for_files(tmp_path: Path) -> None:
         a_file / "deeper" / "m": f"{a_file} is a file, not a folder",
         tmp_path / "none" / "m": f"folder {tmp_path}/none does not exist",
         tmp_path: f"{tmp_path} is a folder, not a file",
-        a_file: f"model file {a_file} exists: pass --force to overwrite it",
+        a_file: f"model file {a_file} already exists; pass --force to replace it",
     }
     for path, message in cases.items():
         with pytest.raises(OutputPathError) as caught:

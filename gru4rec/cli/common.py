@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gru4rec.errors import Gru4RecError, OutputPathError
+from gru4rec.errors import OutputPathError
 from gru4rec.files import atomic_write, check_output_path
 
 if TYPE_CHECKING:  # the heavy import happens inside load_model
@@ -195,9 +195,7 @@ def check_readable(paths: Sequence[str] | None, what: str) -> None:
 
 def write_json(path: str, payload: Any, *, force: bool) -> None:
     """Atomic JSON write that refuses to replace a user's file without ``force``."""
-    p = Path(path)
-    if p.exists() and not force:
-        raise Gru4RecError(f"{p} already exists; use --force to overwrite it")
+    p = check_output_path(path, "JSON file", force)
     atomic_write(p, lambda tmp: tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8"))
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gru4rec.errors import Gru4RecError
-from gru4rec.files import atomic_write
+from gru4rec.files import atomic_write, check_output_path
 from gru4rec.report import runs as run_figures
 from gru4rec.report.html import document, figure_html, table_html
 from gru4rec.report.mpl import png_bytes, require_matplotlib
@@ -46,19 +46,10 @@ def planned_files(out: str | os.PathLike[str], *, runs: bool, study: bool) -> li
 
 
 def _check_outputs(files: Sequence[Path], force: bool) -> None:
-    out = files[0]
-    parent = out.parent if str(out.parent) else Path(".")
-    if out.suffix.lower() not in (".html", ".htm"):
-        raise Gru4RecError(f"report file {out} should end in .html")
-    if not parent.is_dir():
-        raise Gru4RecError(f"cannot write the report {out}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise Gru4RecError(f"cannot write the report {out}: folder {parent} is not writable")
-    if out.is_dir():
-        raise Gru4RecError(f"report file {out} is a folder")
-    existing = [str(f) for f in files if f.exists()]
-    if existing and not force:
-        raise Gru4RecError(f"{', '.join(existing)} already exist(s); use --force to overwrite")
+    if files[0].suffix.lower() not in (".html", ".htm"):
+        raise Gru4RecError(f"report file {files[0]} should end in .html")
+    for f in files:
+        check_output_path(f, "report file" if f == files[0] else "report figure", force, argument="force")
 
 
 def _num(value: Any) -> Any:
