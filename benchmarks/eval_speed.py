@@ -22,7 +22,6 @@ line per batch size with the medians of ``--runs`` runs:
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import statistics
 import sys
@@ -73,9 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--matmul-reps", type=int, default=5)
     p.add_argument("--max-sessions", type=int, default=0, help="evaluate only the first n test sessions (0 = all)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--score-buffer", action="store_true",
-                   help="give the net a score_all(out, *, buffer=None) that writes into the evaluator's buffer "
-                        "(if GRU4RecNet does not have it yet)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = leave as is)")
     args = p.parse_args(argv)
 
@@ -83,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     from gru4rec.data import ItemMap, item_support, read_events, sessions_from_events
     from gru4rec.evaluation.evaluator import evaluate_sessions
     from gru4rec.model import GRU4RecNet
+    from gru4rec.recommender import GRU4Rec
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -104,13 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         items = items[: offsets[-1]]
 
     cfg = Config(layers=tuple(args.layers))
-    net = GRU4RecNet(N, cfg, generator=torch.Generator().manual_seed(1)).to(device)
-    if args.score_buffer and "buffer" not in inspect.signature(net.score_all).parameters:
-
-        def score_all(out: torch.Tensor, *, buffer: torch.Tensor | None = None) -> torch.Tensor:
-            return torch.addmm(net.By, out, net.Wy.t(), out=buffer)
-
-        net.score_all = score_all  # type: ignore[method-assign]
+    net = GRU4RecNet(N, cfg, generator=torch.Generator().manual_seed(1)).to(device).eval()
+    model = GRU4Rec(cfg, device=device)  # an untrained network: the speed is the same
+    model.net, model.item_map, model.item_support = net, item_map, support
     L = args.layers[-1]
     d = L  # shared embedding: layer 0 reads Wy rows
     gru_flops = 0
@@ -126,12 +119,9 @@ def main(argv: list[str] | None = None) -> int:
             _sync(device)
             t0 = time.perf_counter()
             result = evaluate_sessions(
-                net,
+                model,
                 items,
                 offsets,
-                n_items=N,
-                item_support=support,
-                device=device,
                 cutoffs=args.cutoffs,
                 mode=args.mode,
                 batch_size=B,
@@ -153,7 +143,6 @@ def main(argv: list[str] | None = None) -> int:
                     "batch_size": B,
                     "mode": args.mode,
                     "beyond_accuracy": not args.no_beyond_accuracy,
-                    "score_buffer": "buffer" in inspect.signature(net.score_all).parameters,
                     "predictions": result.n_predictions,
                     "dropped_events": int(n_dropped),
                     "seconds": round(sec, 3),

@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gru4rec import GRU4Rec  # noqa: E402
-from gru4rec.serve.engine import Engine, Work  # noqa: E402
+from gru4rec.inference import Engine, Work  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

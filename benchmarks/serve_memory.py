@@ -32,7 +32,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gru4rec.serve.state import MemoryStore, RedisStore, SessionState, encode_state  # noqa: E402
+from gru4rec.inference import SessionState  # noqa: E402
+from gru4rec.serve.state import MemoryStore, RedisStore, encode_state  # noqa: E402
 
 
 def rss_bytes() -> int:

@@ -1,9 +1,9 @@
 """Simple session-based baselines behind the same :func:`gru4rec.evaluate` path as GRU4Rec.
 
-Each baseline is fitted on training events and then exposes what the evaluator needs
-(``config`` with the column keys, ``item_map``, ``item_support``, ``net``, ``device``); its
-``net`` implements ``init_hidden`` / ``step`` / ``score_all`` like :class:`gru4rec.model.GRU4RecNet`,
-so the evaluation — unknown items, tie modes, metrics, batching — is exactly the one GRU4Rec gets.
+Each baseline is fitted on training events and then implements the
+:class:`~gru4rec.inference.SessionModel` protocol (a state per session, one step per click,
+scores of every item), as :class:`gru4rec.GRU4Rec` does, so the evaluation — unknown items, tie
+modes, metrics, batching — and the inference engine are exactly the ones GRU4Rec gets.
 
 * :class:`Pop` — the most popular items (number of training events), the same list for everyone.
 * :class:`SessionPop` — items of the current session first, by how often the session has visited
@@ -27,10 +27,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from gru4rec.data import ItemMap, item_support, read_events, sessions_from_events, validate_events
+from gru4rec.devices import resolve_device
 from gru4rec.errors import ConfigError, DataError
+from gru4rec.inference import require_fitted
 
 __all__ = ["BaselineConfig", "Pop", "SessionPop", "ItemKNN"]
 
@@ -45,19 +47,9 @@ class BaselineConfig:
     time_key: str = "Time"
 
 
-def _resolve_device(device: str | torch.device) -> torch.device:
-    if isinstance(device, str) and device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ConfigError(f"device: cannot use {device!r} ({e})") from None
-
-
 class _Baseline:
-    """Fit plumbing shared by the baselines: read events, item map, support, sessions."""
-
-    net: nn.Module | None
+    """Fit plumbing shared by the baselines (read events, item map, support, sessions) and the
+    parts of the :class:`~gru4rec.inference.SessionModel` protocol they share."""
 
     def __init__(
         self,
@@ -68,10 +60,9 @@ class _Baseline:
         device: str | torch.device = "cpu",
     ) -> None:
         self.config = BaselineConfig(session_key, item_key, time_key)
-        self.device = _resolve_device(device)
+        self.device = resolve_device(device)
         self.item_map: Any = None
         self.item_support: np.ndarray | None = None
-        self.net = None
 
     def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> "_Baseline":
         """Fit on training events (a DataFrame or a path to an event file). Returns self."""
@@ -86,12 +77,25 @@ class _Baseline:
         sessions, _ = sessions_from_events(df, self.item_map, **keys)
         n = len(self.item_map)
         self.item_support = item_support(sessions, n)
-        self.net = self._build(sessions.items, sessions.offsets, n).to(self.device)
-        self.net.eval()
+        self._build(sessions.items, sessions.offsets, n)
         return self
 
-    def _build(self, items: np.ndarray, offsets: np.ndarray, n_items: int) -> nn.Module:
+    def _build(self, items: np.ndarray, offsets: np.ndarray, n_items: int) -> None:
+        """Compute the fitted tables from the training sessions."""
         raise NotImplementedError
+
+    @property
+    def fitted(self) -> bool:
+        """Whether :meth:`fit` has run."""
+        return self.item_map is not None
+
+    def output_layer(self) -> None:
+        """None: a baseline's scores are not ``out·Wyᵀ + By``."""
+        return None
+
+    def _rows(self, width: int, batch_size: int) -> list[Tensor]:
+        require_fitted(self)
+        return [torch.zeros(batch_size, width, device=self.device)]
 
     def __repr__(self) -> str:
         fitted = f"n_items={len(self.item_map)}" if self.item_map is not None else "not fitted"
@@ -103,23 +107,6 @@ class _Baseline:
 # ------------------------------------------------------------------------------------------
 
 
-class _PopNet(nn.Module):
-    """Scores are the fixed ``scores`` vector for every row; no state."""
-
-    def __init__(self, scores: Tensor) -> None:
-        super().__init__()
-        self.register_buffer("scores", scores)
-
-    def init_hidden(self, batch_size: int) -> list[Tensor]:
-        return [torch.zeros(batch_size, 1, device=self.scores.device)]
-
-    def step(self, items: Tensor, hidden: list[Tensor]) -> Tensor:
-        return hidden[0]
-
-    def score_all(self, out: Tensor) -> Tensor:
-        return self.scores.expand(out.shape[0], -1)
-
-
 class Pop(_Baseline):
     """Most popular: every item scored by its number of training events (ties keep equal scores,
     so the evaluator's tie mode applies to them)."""
@@ -129,36 +116,27 @@ class Pop(_Baseline):
         super().fit(data)
         return self
 
-    def _build(self, items: np.ndarray, offsets: np.ndarray, n_items: int) -> nn.Module:
+    def _build(self, items: np.ndarray, offsets: np.ndarray, n_items: int) -> None:
         assert self.item_support is not None
-        return _PopNet(torch.as_tensor(self.item_support, dtype=torch.float32))
+        self._popularity = torch.as_tensor(self.item_support, dtype=torch.float32, device=self.device)
+
+    def init_state(self, batch_size: int) -> list[Tensor]:
+        """No state (one zero column per session)."""
+        return self._rows(1, batch_size)
+
+    def step(self, items: Tensor, state: list[Tensor]) -> Tensor:
+        """Nothing to remember."""
+        return state[-1]
+
+    def scores(self, out: Tensor, buffer: Tensor | None = None) -> Tensor:
+        """Every row: the items' training events."""
+        rows = self._popularity.expand(out.shape[0], -1)
+        return rows.clone() if buffer is None else buffer.copy_(rows)
 
 
 # ------------------------------------------------------------------------------------------
 # SessionPop
 # ------------------------------------------------------------------------------------------
-
-
-class _SessionPopNet(nn.Module):
-    """State: per row, how often each item occurred in the session so far (B×N). Scores: that
-    count plus ``support / (max support + 1)`` (in [0, 1): popularity only orders items with
-    equal counts)."""
-
-    def __init__(self, support: np.ndarray) -> None:
-        super().__init__()
-        s = torch.as_tensor(support, dtype=torch.float64)
-        self.register_buffer("tiebreak", (s / (s.max() + 1.0)).to(torch.float32))
-
-    def init_hidden(self, batch_size: int) -> list[Tensor]:
-        return [torch.zeros(batch_size, len(self.tiebreak), device=self.tiebreak.device)]
-
-    def step(self, items: Tensor, hidden: list[Tensor]) -> Tensor:
-        counts = hidden[0]
-        counts.scatter_add_(1, items.unsqueeze(1), torch.ones(len(items), 1, device=counts.device))
-        return counts
-
-    def score_all(self, out: Tensor) -> Tensor:
-        return out + self.tiebreak
 
 
 class SessionPop(_Baseline):
@@ -170,33 +148,30 @@ class SessionPop(_Baseline):
         super().fit(data)
         return self
 
-    def _build(self, items: np.ndarray, offsets: np.ndarray, n_items: int) -> nn.Module:
+    def _build(self, items: np.ndarray, offsets: np.ndarray, n_items: int) -> None:
         assert self.item_support is not None
-        return _SessionPopNet(self.item_support)
+        support = torch.as_tensor(self.item_support, dtype=torch.float64)
+        # In [0, 1): popularity only orders items the session visited equally often.
+        self._tiebreak = (support / (support.max() + 1.0)).to(torch.float32).to(self.device)
+
+    def init_state(self, batch_size: int) -> list[Tensor]:
+        """Per session, how often it visited each item so far (B×N)."""
+        return self._rows(len(self._tiebreak), batch_size)
+
+    def step(self, items: Tensor, state: list[Tensor]) -> Tensor:
+        """Count the item."""
+        counts = state[-1]
+        counts.scatter_add_(1, items.unsqueeze(1), torch.ones(len(items), 1, device=counts.device))
+        return counts
+
+    def scores(self, out: Tensor, buffer: Tensor | None = None) -> Tensor:
+        """The session's visit counts plus the popularity tie-break."""
+        return torch.add(out, self._tiebreak, out=buffer) if buffer is not None else out + self._tiebreak
 
 
 # ------------------------------------------------------------------------------------------
 # ItemKNN
 # ------------------------------------------------------------------------------------------
-
-
-class _NeighbourNet(nn.Module):
-    """Scores of a row = the similarities of its last item's neighbours, 0 elsewhere."""
-
-    def __init__(self, idx: Tensor, sim: Tensor) -> None:
-        super().__init__()
-        self.register_buffer("idx", idx)  # int64 N×K neighbour indices (padded with the item itself)
-        self.register_buffer("sim", sim)  # float32 N×K similarities (0 in padding)
-
-    def init_hidden(self, batch_size: int) -> list[Tensor]:
-        return [torch.zeros(batch_size, 1, device=self.sim.device)]
-
-    def step(self, items: Tensor, hidden: list[Tensor]) -> Tensor:
-        return items  # the only state is the last item
-
-    def score_all(self, out: Tensor) -> Tensor:
-        scores = torch.zeros(out.shape[0], self.idx.shape[0], device=self.sim.device)
-        return scores.scatter_(1, self.idx[out], self.sim[out])
 
 
 def item_similarities(
@@ -278,7 +253,26 @@ class ItemKNN(_Baseline):
         super().fit(data)
         return self
 
-    def _build(self, items: np.ndarray, offsets: np.ndarray, n_items: int) -> nn.Module:
+    def _build(self, items: np.ndarray, offsets: np.ndarray, n_items: int) -> None:
         k = min(self.n_neighbors, max(n_items - 1, 1))
         idx, sim = item_similarities(items, offsets, n_items, n_neighbors=k, lmbd=self.lmbd, alpha=self.alpha)
-        return _NeighbourNet(torch.from_numpy(idx), torch.from_numpy(sim).to(torch.float32))
+        #: Each item's neighbours (N×K item indices, best first, padded with the item itself) and
+        #: their similarities (N×K float32, 0 in the padding): :func:`item_similarities`.
+        self.neighbours = torch.from_numpy(idx).to(self.device)
+        self.similarities = torch.from_numpy(sim).to(torch.float32).to(self.device)
+
+    def init_state(self, batch_size: int) -> list[Tensor]:
+        """The session's last item (as a float: exact below 2^24 items)."""
+        return self._rows(1, batch_size)
+
+    def step(self, items: Tensor, state: list[Tensor]) -> Tensor:
+        """Remember the item."""
+        last = state[-1]
+        last[:, 0] = items
+        return last
+
+    def scores(self, out: Tensor, buffer: Tensor | None = None) -> Tensor:
+        """The similarities of the last item's neighbours, 0 elsewhere."""
+        last = out[:, 0].long()
+        scores = buffer.zero_() if buffer is not None else torch.zeros(out.shape[0], len(self.neighbours), device=out.device)
+        return scores.scatter_(1, self.neighbours[last], self.similarities[last])

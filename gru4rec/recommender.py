@@ -21,8 +21,10 @@ import torch
 
 from gru4rec import checkpoint
 from gru4rec.config import Config
+from gru4rec.devices import resolve_device
 from gru4rec.data import ItemMap, Sessions, item_support, read_events, sessions_from_events, validate_events
 from gru4rec.errors import Gru4RecError, ModelFileError
+from gru4rec.inference import Engine, require_fitted
 from gru4rec.model import GRU4RecNet
 from gru4rec.resources import peak_device_memory_mb, peak_host_memory_mb
 from gru4rec.threads import using_threads
@@ -33,28 +35,13 @@ from gru4rec.training.trainer import Trainer
 from gru4rec.validation import Validator, check_patience, parse_metric
 from gru4rec.warm_start import carry_optimizer_state, check_same_network, grow_item_map, warm_net
 
-__all__ = ["GRU4Rec", "EpochInfo", "Recommendations", "load", "resolve_device"]
+__all__ = ["GRU4Rec", "EpochInfo", "Recommendations", "load"]
 
 log = logging.getLogger(__name__)
 
 MODEL_KIND = "gru4rec-model"
 #: Prefix of the optimiser-state tensors in a model file saved with ``optimizer=True``.
 OPTIMIZER_PREFIX = "optimizer."
-
-
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``'auto'`` picks CUDA when it is available, else the CPU; anything else is validated."""
-    if isinstance(device, torch.device):
-        return device
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except RuntimeError as exc:
-        raise Gru4RecError(f"unknown device {device!r} (use cpu, cuda, cuda:N or auto)") from exc
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise Gru4RecError(f"device {device!r} was asked for but CUDA is not available (use --device cpu)")
-    return resolved
 
 
 @dataclass(frozen=True)
@@ -157,6 +144,8 @@ class GRU4Rec:
         #: start (``fit(init_from=...)``) continues from it; ``save(optimizer=True)`` writes it.
         self.optimizer_state: dict[str, torch.Tensor] | None = None
         self._live: tuple[np.ndarray, list[torch.Tensor]] | None = None
+        self._engine: Engine | None = None
+        self._engine_of: tuple[Any, ...] | None = None
 
     def __repr__(self) -> str:
         state = f"{len(self.item_map)} items, {self.epochs_trained} epochs" if self.item_map is not None else "not fitted"
@@ -235,7 +224,7 @@ class GRU4Rec:
         base: _Base | None = None
         if init_from is not None:
             source = init_from if isinstance(init_from, GRU4Rec) else GRU4Rec.load(init_from, device=self.device)
-            old_net, old_map, _ = source._require_fitted()
+            old_net, old_map, _ = source._parts()
             # Taken before anything is assigned: init_from may be this very model.
             base = _Base("the given model" if source is init_from else str(init_from), old_net, old_map, source.optimizer_state, source.config)
             check_same_network(base.config, c, base.name)
@@ -253,9 +242,9 @@ class GRU4Rec:
             torch.manual_seed(c.seed)
             init_gen = torch.Generator().manual_seed(c.seed)
             if base is None:
-                self.net = GRU4RecNet(len(self.item_map), c, generator=init_gen).to(self.device)
+                self.net = GRU4RecNet(len(self.item_map), c, generator=init_gen).to(self.device).eval()
             else:
-                self.net = warm_net(base.net, len(self.item_map), c, generator=init_gen).to(self.device)
+                self.net = warm_net(base.net, len(self.item_map), c, generator=init_gen).to(self.device).eval()
                 log.info("Warm start from %s: %d items kept, %d new", base.name, len(base.item_map), len(self.item_map) - len(base.item_map))
             trainer = Trainer(self.net, c, self.item_support, precision=self.precision)
             log.debug("training backend: %s", trainer.backend.describe())
@@ -276,7 +265,6 @@ class GRU4Rec:
                 for stats in epochs:
                     self.epochs_trained = stats.epoch
                     self.history.append(stats)
-                    self.net.eval()
                     info = EpochInfo(
                         stats.epoch, stats.loss, stats.seconds, stats.events_per_s, stats.mb_per_s, self,
                         valid=scores.get(stats.epoch), best_epoch=validator.best_epoch if validator is not None else None,
@@ -291,7 +279,6 @@ class GRU4Rec:
             self.best_epoch = validator.finish()
             if early_stop is not None and self.best_epoch is not None:
                 self.epochs_trained = self.best_epoch  # the weights are that epoch's
-        self.net.eval()
         # Views into the trainer's tables: kept so that a warm start from this model carries them.
         # (After early stopping the weights are the best epoch's, the state the last epoch's.)
         self.optimizer_state = trainer.optimizer.state_dict()
@@ -306,18 +293,13 @@ class GRU4Rec:
 
     # ------------------------------------------------------------------ model files
 
-    def _require_fitted(self) -> tuple[GRU4RecNet, ItemMap, np.ndarray]:
-        if self.net is None or self.item_map is None or self.item_support is None:
-            raise Gru4RecError("the model is not trained yet: call fit() or GRU4Rec.load()")
-        return self.net, self.item_map, self.item_support
-
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False, optimizer: bool = False) -> None:
         """Write the model to one file (atomic; an existing file is kept unless ``overwrite``).
 
         ``optimizer``: also write the optimiser's state (``optimizer_state``), so that a warm
         start from the file continues it; the file is then about 2-4 times larger (one table
         per state per item table), which a server does not need."""
-        net, item_map, support = self._require_fitted()
+        net, item_map, support = self._parts()
         if optimizer and self.optimizer_state is None:
             raise Gru4RecError("this model has no optimiser state to save (it was loaded from a file saved without it)")
         tensors = {k: v for k, v in net.state_dict().items()}
@@ -348,104 +330,125 @@ class GRU4Rec:
         model.epochs_trained = int(meta.get("epochs_trained", 0))
         return model
 
-    # ------------------------------------------------------------------ recommendations
+    # ------------------------------------------------------------------ the SessionModel protocol
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the model is trained (or loaded): it has a network, an item map and supports."""
+        return self.net is not None and self.item_map is not None and self.item_support is not None
+
+    def _parts(self) -> tuple[GRU4RecNet, ItemMap, np.ndarray]:
+        item_map, support = require_fitted(self)
+        assert self.net is not None
+        return self.net, item_map, support
+
+    def init_state(self, batch_size: int) -> list[torch.Tensor]:
+        """Zero states of ``batch_size`` fresh sessions: one B×L_i tensor per GRU layer."""
+        return self._parts()[0].init_hidden(batch_size)
 
     @torch.no_grad()
-    def _final_states(self, sequences: list[np.ndarray]) -> torch.Tensor:
-        """Last-layer output after feeding each sequence of item indices from a zero state (B×L)."""
-        net, _, _ = self._require_fitted()
-        net.eval()
-        lengths = torch.tensor([len(s) for s in sequences], device=self.device)
-        width = int(lengths.max()) if len(sequences) else 0
-        padded = np.zeros((len(sequences), max(width, 1)), dtype=np.int64)
-        for row, seq in enumerate(sequences):
-            padded[row, : len(seq)] = seq
-        items = torch.from_numpy(padded).to(self.device)
-        hidden = net.init_hidden(len(sequences))
-        out = torch.zeros(len(sequences), net.sizes[-1], device=self.device)
-        for t in range(width):
-            live = (lengths > t).unsqueeze(1)
-            out = torch.where(live, _step_rows(net, items[:, t], hidden, live), out)
-        return out
+    def step(self, items: torch.Tensor, state: list[torch.Tensor]) -> torch.Tensor:
+        """One GRU step of every row (item indices ``items``), in place; returns the last layer's
+        output, which is ``state[-1]``. Never trains: the network stays in evaluation mode."""
+        return self._parts()[0].step(items, state)
+
+    @torch.no_grad()
+    def scores(self, out: torch.Tensor, buffer: torch.Tensor | None = None) -> torch.Tensor:
+        """Raw scores of every item after the outputs ``out``: ``out·Wyᵀ + By`` (B×N)."""
+        return self._parts()[0].score_all(out, buffer=buffer)
+
+    def output_layer(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(Wy, By)``: the scores are ``out·Wyᵀ + By``."""
+        net = self._parts()[0]
+        return net.Wy, net.By
+
+    def engine(self) -> Engine:
+        """The inference engine of this model (:class:`gru4rec.inference.Engine`, float32 scores),
+        built on first use and again after ``fit``/``load`` replaced the network."""
+        net, item_map, support = self._parts()
+        if self._engine is None or self._engine_of is None or any(a is not b for a, b in zip(self._engine_of, (net, item_map, support))):
+            self._engine = Engine(self)
+            self._engine_of = (net, item_map, support)
+        return self._engine
+
+    # ------------------------------------------------------------------ recommendations
+
+    def _flatten(self, sessions: Sequence[Iterable[Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The sessions' known item indices (flat), their offsets and each session's number of
+        unknown ids — one lookup for all ids, with one warning (to the caller of the public
+        method) that counts the skipped ids."""
+        _, item_map, _ = self._parts()
+        lists = [list(s) for s in sessions]
+        lengths = np.array([len(s) for s in lists], dtype=np.int64)
+        flat = [i for s in lists for i in s]
+        index = item_map.index_of(flat) if flat else np.zeros(0, dtype=np.int64)
+        known = index >= 0
+        session = np.repeat(np.arange(len(lists)), lengths)
+        n_unknown = np.bincount(session[~known], minlength=len(lists))
+        if n_unknown.any():
+            warnings.warn(f"{int(n_unknown.sum())} unknown item id(s) skipped in {int((n_unknown > 0).sum())} session(s)", stacklevel=3)
+        offsets = np.r_[0, np.cumsum(np.bincount(session[known], minlength=len(lists)))].astype(np.int64)
+        return index[known], offsets, n_unknown
+
+    def _flatten_nonempty(self, sessions: Sequence[Iterable[Any]], purpose: str) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_flatten` where every session needs at least one known item."""
+        items, offsets, _ = self._flatten(sessions)
+        empty = np.flatnonzero(np.diff(offsets) == 0)
+        if len(empty):
+            raise Gru4RecError(f"every session needs at least one known item {purpose}; session(s) at position "
+                               f"{', '.join(map(str, empty[:5].tolist()))} have none")
+        return items, offsets
 
     def recommend_batch(self, sessions: Sequence[Iterable[Any]], k: int = 20, *, exclude_seen: bool = False) -> list[Recommendations]:
         """Top-``k`` items for each session (the items clicked so far, oldest first).
 
         Unknown item ids are skipped with one warning that counts them; a session with no known
-        item gets the most popular items, flagged ``fallback=True``, with NaN scores.
+        item gets the most popular items, flagged ``fallback=True``, with NaN scores. With
+        ``exclude_seen`` a session's own items are never recommended (a session may then get
+        fewer than ``k``). Sessions run in chunks (:class:`gru4rec.inference.Engine`): memory
+        is bounded by the chunk, not by the number of sessions.
         """
-        net, item_map, support = self._require_fitted()
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        k = min(k, len(item_map))
-        known, n_unknown = self._known_items(sessions)
-        results: list[Recommendations | None] = [None] * len(known)
-        live_rows = [i for i, seq in enumerate(known) if len(seq)]
-        popular = np.argsort(-support, kind="stable")[:k]
-        for i, seq in enumerate(known):
-            if not len(seq):
-                results[i] = Recommendations(item_map.ids[popular], np.full(k, np.nan, dtype=np.float32), n_unknown[i], True)
-        if live_rows:
-            out = self._final_states([known[i] for i in live_rows])
-            with torch.no_grad():
-                scores = net.score_all(out)
-                if exclude_seen:
-                    for row, i in enumerate(live_rows):
-                        scores[row, torch.from_numpy(known[i]).to(self.device)] = -torch.inf
-                top = torch.topk(scores, k, dim=1)
-            top_scores, top_idx = top.values.cpu().numpy(), top.indices.cpu().numpy()
-            for row, i in enumerate(live_rows):
-                results[i] = Recommendations(item_map.ids[top_idx[row]], top_scores[row], n_unknown[i], False)
-        return [r for r in results if r is not None]
+        items, offsets, n_unknown = self._flatten(sessions)
+        ids = self._parts()[1].ids
+        results: list[Recommendations] = []
+        for chunk in self.engine().recommend(items, offsets, k, exclude_seen=exclude_seen):
+            for r in range(len(chunk.fallback)):
+                kept = chunk.indices[r] >= 0
+                results.append(Recommendations(ids[chunk.indices[r][kept]], chunk.scores[r][kept],
+                                               int(n_unknown[chunk.start + r]), bool(chunk.fallback[r])))
+        return results
 
     def recommend(self, session_items: Iterable[Any], k: int = 20, *, exclude_seen: bool = False) -> Recommendations:
         """Top-``k`` next items for one session given the items clicked so far (oldest first)."""
         return self.recommend_batch([list(session_items)], k, exclude_seen=exclude_seen)[0]
 
-    def _known_items(self, sessions: Sequence[Iterable[Any]]) -> tuple[list[np.ndarray], list[int]]:
-        """Each session's known item indices and its number of unknown ids, with one warning
-        (to the caller of the public method) that counts the skipped ids."""
-        _, item_map, _ = self._require_fitted()
-        indexed = [item_map.index_of(list(s)) for s in sessions]
-        n_unknown = [int((idx < 0).sum()) for idx in indexed]
-        if sum(n_unknown):
-            warnings.warn(f"{sum(n_unknown)} unknown item id(s) skipped in {sum(1 for n in n_unknown if n)} session(s)", stacklevel=3)
-        return [idx[idx >= 0] for idx in indexed], n_unknown
-
-    def _known_nonempty(self, sessions: Sequence[Iterable[Any]], purpose: str) -> list[np.ndarray]:
-        """:meth:`_known_items` where every session needs at least one known item."""
-        known, _ = self._known_items(sessions)
-        empty = [i for i, seq in enumerate(known) if len(seq) == 0]
-        if empty:
-            raise Gru4RecError(f"every session needs at least one known item {purpose}; session(s) at position {', '.join(map(str, empty[:5]))} have none")
-        return known
-
-    @torch.no_grad()
     def score_sessions(self, sessions: Sequence[Iterable[Any]]) -> np.ndarray:
         """Raw scores of every item (B×N, columns in item-map order) after each session.
         Unknown item ids are skipped with one warning that counts them, as in
         :meth:`recommend_batch`; a session with no known item is an error."""
-        net, _, _ = self._require_fitted()
-        return net.score_all(self._final_states(self._known_nonempty(sessions, "to be scored"))).cpu().numpy()
+        items, offsets = self._flatten_nonempty(sessions, "to be scored")
+        engine = self.engine()
+        result = np.empty((len(offsets) - 1, engine.n_items), dtype=np.float32)
+        with torch.inference_mode():
+            for start, out in engine.outputs(items, offsets):
+                result[start : start + len(out)] = self.scores(out).float().cpu().numpy()
+        return result
 
-    @torch.no_grad()
-    def session_embeddings(self, sessions: Sequence[Iterable[Any]], *, batch_size: int = 1024) -> np.ndarray:
+    def session_embeddings(self, sessions: Sequence[Iterable[Any]]) -> np.ndarray:
         """The final hidden state of each session (B×L float32): the last layer's output after
         its known items, from a zero state — ``score_sessions(s)`` is
         ``session_embeddings(s) @ Wyᵀ + By``. Unknown items are skipped with a counted warning; a
-        session with no known item is an error. Sessions run ``batch_size`` at a time, grouped by length."""
-        net, _, _ = self._require_fitted()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        known = self._known_nonempty(sessions, "for its embedding")
-        out = np.empty((len(known), net.sizes[-1]), dtype=np.float32)
-        by_length = np.argsort([len(seq) for seq in known], kind="stable")
-        for start in range(0, len(known), batch_size):
-            rows = by_length[start:start + batch_size]
-            out[rows] = self._final_states([known[i] for i in rows]).float().cpu().numpy()
-        return out
+        session with no known item is an error."""
+        items, offsets = self._flatten_nonempty(sessions, "for its embedding")
+        engine = self.engine()
+        result = np.empty((len(offsets) - 1, engine.sizes[-1]), dtype=np.float32)
+        for start, out in engine.outputs(items, offsets):
+            result[start : start + len(out)] = out.float().cpu().numpy()
+        return result
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def predict_next_batch(self, session_ids: Sequence[Any], input_item_ids: Sequence[Any], predict_for_item_ids: Sequence[Any] | None = None) -> pd.DataFrame:
         """The original's streaming API: one hidden state per batch position, reset whenever the
         session id at that position changes. Returns scores as a DataFrame (items × positions).
@@ -453,25 +456,22 @@ class GRU4Rec:
         An unknown input item leaves that position's state unchanged (with a warning), and its
         column holds the scores of that kept state: the scores the previous call returned there
         for the same session, or those of a zero state (the item biases) for a new one."""
-        net, item_map, _ = self._require_fitted()
+        _, item_map, _ = self._parts()
+        engine = self.engine()
         session_ids = np.asarray(session_ids)
         idx = item_map.index_of(list(input_item_ids))
         batch = len(session_ids)
         if self._live is None or len(self._live[0]) != batch:
-            self._live = (np.full(batch, None, dtype=object), net.init_hidden(batch))
-        previous, hidden = self._live
-        changed = torch.from_numpy(np.array([a != b for a, b in zip(session_ids, previous)])).to(self.device)
-        for h in hidden:
-            h.masked_fill_(changed.unsqueeze(1), 0.0)
-        known = torch.from_numpy(idx >= 0).to(self.device).unsqueeze(1)
-        if not bool(known.all()):
+            self._live = (np.full(batch, None, dtype=object), self.init_state(batch))
+        previous, state = self._live
+        changed = torch.from_numpy(session_ids.astype(object) != previous).to(self.device).unsqueeze(1)
+        for s in state:
+            s.masked_fill_(changed, 0.0)
+        if (idx < 0).any():
             warnings.warn(f"{int((idx < 0).sum())} unknown input item id(s): their positions keep their state", stacklevel=2)
-        out = _step_rows(net, torch.from_numpy(np.maximum(idx, 0)).to(self.device), hidden, known)
-        # The last layer's state is its last output (no dropout here): an unknown input's row
-        # is scored from the state it kept, not from the step with item 0 that was fed for it.
-        out = torch.where(known, out, hidden[-1])
-        self._live = (session_ids.astype(object), hidden)
-        scores = net.score_all(out)
+        out = engine.step_known(state, idx)
+        self._live = (session_ids.astype(object), state)
+        scores = self.scores(out)
         columns = item_map.ids
         if predict_for_item_ids is not None:
             cols = item_map.index_of(np.asarray(predict_for_item_ids))
@@ -480,16 +480,6 @@ class GRU4Rec:
             scores = scores[:, torch.from_numpy(cols).to(self.device)]
             columns = np.asarray(predict_for_item_ids)
         return pd.DataFrame(scores.t().cpu().numpy(), index=columns)
-
-
-def _step_rows(net: GRU4RecNet, items: torch.Tensor, hidden: list[torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
-    """``net.step`` for the rows where ``rows`` (B×1 bool) is true; the other rows keep their
-    hidden state. Returns the step's output for all rows."""
-    before = [h.clone() for h in hidden]
-    out = net.step(items, hidden)
-    for h, h_old in zip(hidden, before):
-        h.copy_(torch.where(rows, h, h_old))
-    return out
 
 
 def load(path: str | os.PathLike[str], *, device: str | torch.device = "auto") -> GRU4Rec:

@@ -106,8 +106,7 @@ def test_item_similarities_brute_force() -> None:
 def test_itemknn_evaluates_like_brute_force() -> None:
     knn = ItemKNN(n_neighbors=2, lmbd=1.0).fit(events(TRAIN))
     N = len(knn.item_map)
-    assert knn.net is not None
-    idx, sim = knn.net.idx.numpy(), knn.net.sim.numpy()
+    idx, sim = knn.neighbours.numpy(), knn.similarities.numpy()
     ranks = []
     for s in TEST:
         ix = [int(i) for i in knn.item_map.index_of(s) if i >= 0]
@@ -133,7 +132,7 @@ def test_baseline_errors(tmp_path) -> None:
         Pop().fit(events(TRAIN).drop(columns="ItemId"))
     with pytest.raises(ConfigError, match="n_neighbors.*lmbd.*alpha"):
         ItemKNN(n_neighbors=0, lmbd=-1.0, alpha=2.0)
-    with pytest.raises(ConfigError, match="device"):
+    with pytest.raises(Gru4RecError, match="device"):
         Pop(device="nonsense")
 
 

@@ -36,7 +36,7 @@ def ranking_path(request, monkeypatch):
     return request.param
 
 # --------------------------------------------------------------------------------------------
-# Fake nets (the evaluator's contract: init_hidden, step, score_all) with NumPy twins
+# Fake nets with NumPy twins, run as session models (make_model: the SessionModel protocol)
 # --------------------------------------------------------------------------------------------
 
 
@@ -54,20 +54,11 @@ class TinyGRUNet:
             self.Wy[dst] = self.Wy[src]
             self.By[dst] = self.By[src]
         self.t = {k: torch.from_numpy(v) for k, v in vars(self).items() if isinstance(v, np.ndarray)}
-        self.training = True
-        self.modes_seen: set[bool] = set()
-
-    def eval(self) -> None:
-        self.training = False
-
-    def train(self, mode: bool = True) -> None:
-        self.training = mode
 
     def init_hidden(self, batch_size: int) -> list[torch.Tensor]:
         return [torch.zeros(batch_size, self.E.shape[1], dtype=torch.float64)]
 
     def step(self, items: torch.Tensor, hidden: list[torch.Tensor]) -> torch.Tensor:
-        self.modes_seen.add(self.training)
         assert not torch.is_grad_enabled()
         h = torch.tanh(self.t["E"][items] @ self.t["W"] + hidden[0] @ self.t["U"])
         hidden[0].copy_(h)
@@ -96,8 +87,6 @@ class IntNet(TinyGRUNet):
         self.Wy = rng.integers(-span, span + 1, size=(n_items, dim)).astype(np.float64)
         self.By = rng.integers(-span, span + 1, size=n_items).astype(np.float64)
         self.t = {k: torch.from_numpy(v) for k, v in vars(self).items() if isinstance(v, np.ndarray)}
-        self.training = False
-        self.modes_seen = set()
 
     def step(self, items: torch.Tensor, hidden: list[torch.Tensor]) -> torch.Tensor:
         hidden[0].add_(self.t["E"][items])
@@ -118,8 +107,6 @@ class TableNet(TinyGRUNet):
     def __init__(self, table: list[list[float]]) -> None:
         self.table = np.asarray(table, dtype=np.float64)
         self.t = {"table": torch.from_numpy(self.table)}
-        self.training = False
-        self.modes_seen = set()
 
     def init_hidden(self, batch_size: int) -> list[torch.Tensor]:
         return [torch.zeros(batch_size, len(self.table), dtype=torch.float64)]
@@ -135,15 +122,40 @@ class TableNet(TinyGRUNet):
         return [self.table[x].copy() for x in session[:-1]]
 
 
-def make_model(net: TinyGRUNet, n_items: int, support: np.ndarray | None = None, ids=None, **keys: str):
+class FakeModel:
+    """A fake net as a :class:`gru4rec.inference.SessionModel`; records the score buffers."""
+
+    def __init__(self, net, item_map: ItemMap, support: np.ndarray, config) -> None:
+        self.net, self.item_map, self.item_support, self.config = net, item_map, support, config
+        self.device = torch.device("cpu")
+        self.buffers_seen: list[torch.Tensor | None] = []
+
+    @property
+    def fitted(self) -> bool:
+        return self.net is not None
+
+    def init_state(self, batch_size: int) -> list[torch.Tensor]:
+        return self.net.init_hidden(batch_size)
+
+    def step(self, items: torch.Tensor, state: list[torch.Tensor]) -> torch.Tensor:
+        return self.net.step(items, state)
+
+    def scores(self, out: torch.Tensor, buffer: torch.Tensor | None = None) -> torch.Tensor:
+        self.buffers_seen.append(buffer)
+        scores = self.net.score_all(out)
+        return scores if buffer is None or buffer.dtype != scores.dtype else buffer.copy_(scores)
+
+    def output_layer(self) -> None:
+        return None
+
+
+def make_model(net: TinyGRUNet, n_items: int, support: np.ndarray | None = None, ids=None, **keys: str) -> FakeModel:
     cfg = SimpleNamespace(session_key="SessionId", item_key="ItemId", time_key="Time")
     for k, v in keys.items():
         setattr(cfg, k, v)
     ids = list(range(100, 100 + n_items)) if ids is None else ids
     support = np.arange(1, n_items + 1)[::-1].copy() if support is None else support
-    return SimpleNamespace(
-        config=cfg, item_map=ItemMap.from_ids(ids), item_support=support, net=net, device=torch.device("cpu")
-    )
+    return FakeModel(net, ItemMap.from_ids(ids), support, cfg)
 
 
 # --------------------------------------------------------------------------------------------
@@ -193,7 +205,7 @@ def random_sessions(rng: np.random.Generator, n_sessions: int, n_items: int, max
 def run(net, items, offsets, n_items, support=None, **kw) -> EvalResult:
     if support is None:
         support = np.arange(1, n_items + 1)[::-1].copy()
-    return evaluate_sessions(net, items, offsets, n_items=n_items, item_support=support, return_ranks=True, **kw)
+    return evaluate_sessions(make_model(net, n_items, support), items, offsets, return_ranks=True, **kw)
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,8 +233,6 @@ def test_random_gru_matches_brute_force(mode: str, batch_size: int) -> None:
     lengths = np.diff(offsets)
     assert res.n_predictions == int((lengths - 1).clip(0).sum()) == len(ref[mode])
     assert res.n_sessions == int((lengths >= 2).sum())
-    # Evaluated in eval mode, training mode restored afterwards.
-    assert net.modes_seen == {False} and net.training
 
 
 @pytest.mark.parametrize("mode", ["standard", "conservative", "median"])
@@ -349,7 +359,7 @@ def test_beyond_accuracy_off_leaves_accuracy_unchanged() -> None:
     net = TinyGRUNet(N, seed=1)
     items, offsets = random_sessions(rng, 15, N)
     on = run(net, items, offsets, N, cutoffs=(5, 10), mode="conservative")
-    off = evaluate_sessions(net, items, offsets, n_items=N, cutoffs=(5, 10), mode="conservative", beyond_accuracy=False)
+    off = evaluate_sessions(make_model(net, N), items, offsets, cutoffs=(5, 10), mode="conservative", beyond_accuracy=False)
     assert off.coverage == {} and off.popularity == {} and off.ranks is None
     assert off.recall == on.recall and off.mrr == on.mrr and off.ndcg == on.ndcg
 
@@ -444,12 +454,10 @@ def test_real_network_matches_brute_force() -> None:
     net = model_mod.GRU4RecNet(N, config_mod.Config(layers=(8, 6)), generator=torch.Generator().manual_seed(0)).double()
     with torch.no_grad():
         net.By.normal_(0, 0.1, generator=torch.Generator().manual_seed(1))
-    net.train()
+    net.eval()
     rng = np.random.default_rng(5)
     items, offsets = random_sessions(rng, 20, N)
     res = run(net, items, offsets, N, cutoffs=(1, 5, 20), mode="conservative", batch_size=6)
-    assert net.training  # mode restored
-    net.eval()
     ranks = []
     with torch.no_grad():
         for s in range(len(offsets) - 1):
@@ -518,17 +526,15 @@ def test_not_a_model_or_not_fitted() -> None:
 
 
 def test_bad_sessions_arrays() -> None:
-    net, _, _ = _small()
+    net, model, _ = _small()
     with pytest.raises(DataError, match=r"item indices must lie in \[0, 3\)"):
-        evaluate_sessions(net, np.array([0, 3]), np.array([0, 2]), n_items=3, beyond_accuracy=False)
+        evaluate_sessions(model, np.array([0, 3]), np.array([0, 2]), beyond_accuracy=False)
     with pytest.raises(DataError, match="offsets"):
-        evaluate_sessions(net, np.array([0, 1]), np.array([0, 3]), n_items=3, beyond_accuracy=False)
+        evaluate_sessions(model, np.array([0, 1]), np.array([0, 3]), beyond_accuracy=False)
     with pytest.raises(DataError, match="non-decreasing"):
-        evaluate_sessions(net, np.array([0, 1]), np.array([0, 2, 1, 2]), n_items=3, beyond_accuracy=False)
-    with pytest.raises(Gru4RecError, match="item_support"):
-        evaluate_sessions(net, np.array([0, 1]), np.array([0, 2]), n_items=3)
+        evaluate_sessions(model, np.array([0, 1]), np.array([0, 2, 1, 2]), beyond_accuracy=False)
     with pytest.raises(Gru4RecError, match="item_support has shape"):
-        evaluate_sessions(net, np.array([0, 1]), np.array([0, 2]), n_items=3, item_support=np.ones(4))
+        evaluate_sessions(make_model(net, 3, support=np.ones(4)), np.array([0, 1]), np.array([0, 2]))
 
 
 def test_tie_modes_constant() -> None:
@@ -564,7 +570,7 @@ def test_progress_goes_to_stderr(monkeypatch, capsys) -> None:
     rng = np.random.default_rng(0)
     net = TinyGRUNet(20, seed=0)
     items, offsets = random_sessions(rng, 30, 20)
-    res = evaluate_sessions(net, items, offsets, n_items=20, beyond_accuracy=False, batch_size=4, progress=True)
+    res = evaluate_sessions(make_model(net, 20), items, offsets, beyond_accuracy=False, batch_size=4, progress=True)
     assert res.n_predictions > 0
     [(bar, drawn_bar)] = bars
     assert drawn_bar and bar.total == res.n_predictions and bar.n == res.n_predictions
@@ -579,30 +585,20 @@ def test_no_progress_bar_unless_asked(monkeypatch) -> None:
     bars = _spy_on_bars(monkeypatch)
     rng = np.random.default_rng(0)
     items, offsets = random_sessions(rng, 30, 20)
-    evaluate_sessions(TinyGRUNet(20, seed=0), items, offsets, n_items=20, beyond_accuracy=False, batch_size=4)
+    evaluate_sessions(make_model(TinyGRUNet(20, seed=0), 20), items, offsets, beyond_accuracy=False, batch_size=4)
     [(bar, drawn_bar)] = bars
     assert not drawn_bar and terminal.getvalue() == ""
 
 
-def test_score_buffer_is_used_when_the_net_accepts_one() -> None:
-    class BufferNet(TinyGRUNet):
-        def __init__(self, *a, **kw) -> None:
-            super().__init__(*a, **kw)
-            self.buffers_seen: list[torch.Tensor] = []
-
-        def score_all(self, out: torch.Tensor, *, buffer: torch.Tensor | None = None) -> torch.Tensor:
-            self.buffers_seen.append(buffer)
-            return torch.addmm(self.t["By"], out, self.t["Wy"].T, out=buffer)
-
+def test_scores_go_into_one_reused_buffer() -> None:
     rng = np.random.default_rng(3)
     N = 30
     items, offsets = random_sessions(rng, 25, N)
-    plain = run(TinyGRUNet(N, seed=4), items, offsets, N, cutoffs=(1, 10), mode="median", batch_size=6)
-    net = BufferNet(N, seed=4)
-    buffered = run(net, items, offsets, N, cutoffs=(1, 10), mode="median", batch_size=6)
-    np.testing.assert_array_equal(plain.ranks, buffered.ranks)
-    assert all(b is not None for b in net.buffers_seen)
-    assert len({b.data_ptr() for b in net.buffers_seen}) == 1  # one buffer, reused
+    model = make_model(TinyGRUNet(N, seed=4), N)
+    res = evaluate_sessions(model, items, offsets, cutoffs=(1, 10), mode="median", batch_size=6, return_ranks=True)
+    np.testing.assert_array_equal(res.ranks, brute_ranks(model.net, items, offsets)["median"])
+    assert len(model.buffers_seen) > 1 and all(b is not None for b in model.buffers_seen)
+    assert len({b.data_ptr() for b in model.buffers_seen}) == 1  # one buffer, reused
 
 
 @pytest.mark.parametrize("mode", ["standard", "median"])

@@ -104,7 +104,7 @@ def test_brute_force_inner_product_top_k_is_the_models(models: dict[str, GRU4Rec
 def test_session_states_are_the_networks_last_layer_output(models: dict[str, GRU4Rec], data: dict[str, Path]) -> None:
     model = models["separate"]
     sessions = known_sessions(model, data)[:6]
-    got = model.session_embeddings(sessions, batch_size=4)  # two batches, grouped by length
+    got = model.session_embeddings(sessions)
     net = model.net
     for row, session in enumerate(sessions):
         hidden = net.init_hidden(1)
@@ -112,8 +112,6 @@ def test_session_states_are_the_networks_last_layer_output(models: dict[str, GRU
             for item in model.item_map.index_of(session):
                 out = net.step(torch.tensor([item]), hidden)
         np.testing.assert_allclose(got[row], out[0].numpy(), rtol=0, atol=1e-6)
-    with pytest.raises(ValueError, match="batch_size must be at least 1"):
-        model.session_embeddings(sessions, batch_size=0)
     with pytest.raises(Gru4RecError, match="at least one known item for its embedding"):
         model.session_embeddings([[-12345]])
 
@@ -219,7 +217,7 @@ def test_refuses_to_overwrite(tmp_path: Path) -> None:
 
 def test_bad_targets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "dir.npy").mkdir()
-    with pytest.raises(Gru4RecError, match=r"dir\.npy is a directory"):
+    with pytest.raises(Gru4RecError, match=r"dir\.npy is a folder, not a file"):
         write_table(tmp_path / "dir.npy", *_columns())
     with pytest.raises(Gru4RecError, match=r"folder .*nope does not exist"):
         write_table(tmp_path / "nope" / "items.parquet", *_columns())
@@ -228,7 +226,7 @@ def test_bad_targets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(files.tempfile, "mkstemp", deny)
-    with pytest.raises(Gru4RecError, match=r"cannot write output file .*items\.parquet: Permission denied"):
+    with pytest.raises(Gru4RecError, match=r"cannot write output file .*items\.parquet: .*Permission denied"):
         write_table(tmp_path / "items.parquet", *_columns())
     assert [p.name for p in tmp_path.iterdir()] == ["dir.npy"]
 

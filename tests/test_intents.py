@@ -9,7 +9,6 @@ import inspect
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -79,12 +78,17 @@ def brute_next(m: IntentModel, t: np.ndarray, seq: list[int]) -> list[float]:
 
 
 class OracleNet:
-    """The oracle as a recurrent net for gru4rec.evaluate (dense torch, written independently of
+    """The oracle as a session model for gru4rec.evaluate (dense torch, written independently of
     the module): the hidden row is [log posterior (K) | started flag | last item]; the
     evaluator's reset to zero marks a session start."""
 
+    fitted = True
+    config = BaselineConfig()
+    device = torch.device("cpu")
+
     def __init__(self, m: IntentModel, train_ids: np.ndarray) -> None:
         self.item_map = ItemMap.from_ids(train_ids)
+        self.item_support = np.ones(len(self.item_map), dtype=np.int64)
         cols = m.index_of(self.item_map.ids)
         self.a, self.b, self.c = m.mix
         self.K = m.n_intents
@@ -94,7 +98,7 @@ class OracleNet:
         self.log_rho = torch.from_numpy(np.log(m.rho))
         self.log_first = torch.log((self.b * self.phi + self.c * self.pop) / (self.b + self.c))
 
-    def init_hidden(self, batch: int) -> list[torch.Tensor]:
+    def init_state(self, batch: int) -> list[torch.Tensor]:
         return [torch.zeros(batch, self.K + 2, dtype=torch.float64)]
 
     def step(self, x: torch.Tensor, hidden: list[torch.Tensor]) -> torch.Tensor:
@@ -105,17 +109,18 @@ class OracleNet:
         h[:, :K] = lp - torch.logsumexp(lp, 1, keepdim=True)
         h[:, K] = 1.0
         h[:, K + 1] = x.double()
-        return h.clone()
+        return h
 
-    def score_all(self, out: torch.Tensor) -> torch.Tensor:
+    def scores(self, out: torch.Tensor, buffer: torch.Tensor | None = None) -> torch.Tensor:
         post, prev = torch.exp(out[:, : self.K]), out[:, self.K + 1].long()
         return self.b * post @ self.phi + self.c * self.pop + self.a * self.T[prev]
 
+    def output_layer(self) -> None:
+        return None
 
-def oracle_as_model(m: IntentModel, train_ids: np.ndarray) -> SimpleNamespace:
-    net = OracleNet(m, train_ids)
-    ones = np.ones(len(net.item_map), dtype=np.int64)
-    return SimpleNamespace(config=BaselineConfig(), item_map=net.item_map, item_support=ones, net=net, device="cpu")
+
+def oracle_as_model(m: IntentModel, train_ids: np.ndarray) -> OracleNet:
+    return OracleNet(m, train_ids)
 
 
 def conservative_metrics(scores: np.ndarray, targets: np.ndarray, cut: int = 20) -> tuple[float, float]:

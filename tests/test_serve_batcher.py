@@ -16,7 +16,7 @@ from serve_helpers import recommend, train_small  # noqa: E402 - skips without t
 
 from gru4rec import GRU4Rec  # noqa: E402
 from gru4rec.serve.batcher import Job, MicroBatcher, Overloaded, ShuttingDown  # noqa: E402
-from gru4rec.serve.engine import Engine, Work  # noqa: E402
+from gru4rec.inference import Engine, Work  # noqa: E402
 from gru4rec.serve.state import MemoryStore, StoreUnavailable  # noqa: E402
 
 

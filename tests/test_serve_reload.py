@@ -24,7 +24,7 @@ from test_serve_cli import environment, processes, start, stop, wait_healthy  # 
 from gru4rec import GRU4Rec  # noqa: E402
 from gru4rec.datasets.synthetic import generate  # noqa: E402
 from gru4rec.serve.batcher import Job, MicroBatcher  # noqa: E402
-from gru4rec.serve.engine import Engine  # noqa: E402
+from gru4rec.inference import Engine  # noqa: E402
 from gru4rec.serve.app import create_app  # noqa: E402
 from gru4rec.serve.reload import file_sha256  # noqa: E402
 from gru4rec.serve.settings import ServeSettings  # noqa: E402

@@ -9,7 +9,7 @@ import torch
 from gru4rec.kernels.build import KernelBuildError
 from gru4rec.kernels.cpu_features import cpu_flags
 from gru4rec.kernels.int8_scores import Int8Kernels, Int8Table, int8_kernels, load_int8_kernels
-from gru4rec.serve.scoring import CertifiedTopK, Float32TopK, make_topk
+from gru4rec.inference.scoring import CertifiedTopK, Float32TopK, make_topk
 
 torch.set_num_threads(1)
 
@@ -175,7 +175,7 @@ def test_int8_table_rejects_bad_inputs() -> None:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_certified_topk_equals_brute_force(built: Int8Kernels, seed: int) -> None:
     w, b, x = trained_like(3000, 48, seed)
-    scorer = CertifiedTopK(Int8Table(built, w, b), Float32TopK(w, b), n_candidates=64, max_batch=8)
+    scorer = CertifiedTopK(Int8Table(built, w, b), Float32TopK.linear(w, b), n_candidates=64, max_batch=8)
     rng = np.random.default_rng(seed)
     ks = [1, 5, 20, 7, 3, 10]
     exclude = [rng.choice(3000, size=n, replace=False) for n in (0, 3, 0, 10, 1, 0)]
@@ -200,7 +200,7 @@ def test_rows_that_cannot_be_certified_are_scored_in_float32() -> None:
     b[:] = 0.0
     b[:4] = torch.tensor([3.0, 2.0, 1.0, 0.5])
     x = torch.cat([x[:1], torch.zeros(2, 32)])
-    scorer = CertifiedTopK(Int8Table(kernels, w, b), Float32TopK(w, b), n_candidates=32, max_batch=8)
+    scorer = CertifiedTopK(Int8Table(kernels, w, b), Float32TopK.linear(w, b), n_candidates=32, max_batch=8)
     exclude = [np.zeros(0, np.int64), np.zeros(0, np.int64), np.arange(4, 40)]
     got = scorer(x, [10, 6, 10], exclude)
     assert scorer.counts == {"certified": 1, "float32": 2}
@@ -219,7 +219,7 @@ def test_rows_that_cannot_be_certified_are_scored_in_float32() -> None:
 def test_large_batches_use_the_float32_product() -> None:
     w, b, _ = trained_like(1500, 16, 3)
     x = torch.randn(12, 16)
-    scorer = CertifiedTopK(Int8Table(kernels, w, b), Float32TopK(w, b), n_candidates=32, max_batch=8)
+    scorer = CertifiedTopK(Int8Table(kernels, w, b), Float32TopK.linear(w, b), n_candidates=32, max_batch=8)
     got = scorer(x, [5] * 12, [np.zeros(0, np.int64)] * 12)
     assert scorer.counts == {"certified": 0, "float32": 12}
     for row in range(12):
@@ -229,22 +229,38 @@ def test_large_batches_use_the_float32_product() -> None:
 def test_float32_topk_with_exclusions_against_numpy() -> None:
     w, b, x = trained_like(400, 24, 9)
     exclude = [np.array([3, 7]), np.zeros(0, np.int64), np.arange(0, 400, 2), np.zeros(0, np.int64), np.array([1]), np.array([0])]
-    got = Float32TopK(w, b)(x, [4, 4, 9, 1, 2, 3], exclude)
+    got = Float32TopK.linear(w, b)(x, [4, 4, 9, 1, 2, 3], exclude)
     for row, (k, ex) in enumerate(zip([4, 4, 9, 1, 2, 3], exclude)):
         order, scores = numpy_topk(w, b, x[row:row + 1], k, ex)
         np.testing.assert_array_equal(got.indices[row, :k], order.ravel())
         np.testing.assert_allclose(got.scores[row, :k], scores.ravel(), rtol=1e-5, atol=1e-6)
 
 
+class _Linear:
+    """The scoring part of a session model whose scores are ``out·Wyᵀ + By``."""
+
+    def __init__(self, w: torch.Tensor, b: torch.Tensor, linear: bool = True) -> None:
+        self.w, self.b, self.linear = w, b, linear
+
+    def scores(self, out: torch.Tensor, buffer: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.addmm(self.b, out, self.w.t())
+
+    def output_layer(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return (self.w, self.b) if self.linear else None
+
+
 def test_make_topk_chooses_and_refuses() -> None:
-    small_w, small_b = torch.randn(300, 16), torch.zeros(300)
-    assert make_topk(small_w, small_b, "auto").name == "float32"  # cache-sized: no int8 copy
-    assert make_topk(small_w, small_b, "float32").name == "float32"
+    small = _Linear(torch.randn(300, 16), torch.zeros(300))
+    assert make_topk(small, "auto").name == "float32"  # cache-sized: no int8 copy
+    assert make_topk(small, "float32").name == "float32"
     with pytest.raises(ValueError, match="scoring must be one of"):
-        make_topk(small_w, small_b, "fast")
+        make_topk(small, "fast")
     with pytest.raises(ValueError, match="not larger than the candidates"):
-        make_topk(small_w, small_b, "int8", n_candidates=400)
+        make_topk(small, "int8", n_candidates=400)
+    big = _Linear(torch.randn(1 << 14, 64), torch.zeros(1 << 14))
+    with pytest.raises(ValueError, match="has no output layer"):  # a baseline's scores: float32 only
+        make_topk(_Linear(big.w, big.b, linear=False), "int8")
+    assert make_topk(_Linear(big.w, big.b, linear=False), "auto").name == "float32"
     if kernels is not None:
-        assert make_topk(small_w, small_b, "int8", n_candidates=16).name == "int8"
-        big = torch.randn(1 << 14, 64)
-        assert make_topk(big, torch.zeros(1 << 14), "auto").name == "int8"
+        assert make_topk(small, "int8", n_candidates=16).name == "int8"
+        assert make_topk(big, "auto").name == "int8"

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gru4rec.serve.state import MemoryStore, RedisStore, SessionState, StoreUnavailable, decode_state, encode_state, open_store
+from gru4rec.inference import SessionState
+from gru4rec.serve.state import MemoryStore, RedisStore, StoreUnavailable, decode_state, encode_state, open_store
 from serve_helpers import free_port, redis_server
 
 

@@ -101,7 +101,7 @@ class Observation:
         import torch
 
         from gru4rec import __version__
-        from gru4rec.recommender import resolve_device
+        from gru4rec.devices import resolve_device
 
         resolved = resolve_device(device)
         callbacks: list[Any] = []

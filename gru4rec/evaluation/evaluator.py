@@ -22,7 +22,6 @@ How it runs (the fast path is the only path):
 """
 from __future__ import annotations
 
-import inspect
 import os
 import time
 import warnings
@@ -44,6 +43,7 @@ from gru4rec.evaluation.metrics import (
     check_mode,
 )
 from gru4rec.evaluation.schedule import schedule_sessions
+from gru4rec.inference import SessionModel, check_session_model, require_fitted
 from gru4rec.log import progress_bar
 
 __all__ = ["DEFAULT_BATCH_SIZE", "TIE_MODES", "EvalResult", "evaluate", "evaluate_sessions"]
@@ -217,8 +217,9 @@ def evaluate(
     """
     cut = check_cutoffs(cutoffs)
     _check_args(mode, batch_size)
-    net, item_map, support, device, cfg = _unpack_model(model)
-    n_items = len(item_map)
+    model = check_session_model(model, "evaluate")
+    item_map, _ = require_fitted(model)
+    cfg = model.config
 
     t0 = time.perf_counter()
     keys = dict(session_key=cfg.session_key, item_key=cfg.item_key, time_key=cfg.time_key)
@@ -237,12 +238,9 @@ def evaluate(
             )
         sessions, n_dropped = sessions_from_events(df, item_map, drop_unknown=True, **keys)
     result = evaluate_sessions(
-        net,
+        model,
         sessions.items,
         sessions.offsets,
-        n_items=n_items,
-        item_support=support,
-        device=device,
         cutoffs=cut,
         mode=mode,
         batch_size=batch_size,
@@ -257,39 +255,18 @@ def evaluate(
         from gru4rec.evaluation.breakdown import compute_breakdown
 
         assert result.ranks is not None
-        result.breakdown = compute_breakdown(result.ranks, sessions.items, sessions.offsets, support, cut)
+        result.breakdown = compute_breakdown(result.ranks, sessions.items, sessions.offsets, model.item_support, cut)
         if not return_ranks:
             result.ranks = None
     result.seconds = time.perf_counter() - t0
     return result
 
 
-def _accepts_keyword(fn: Any, name: str) -> bool:
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _unpack_model(model: Any) -> tuple[Any, Any, Any, torch.device, Any]:
-    missing = [a for a in ("config", "item_map", "item_support", "net", "device") if not hasattr(model, a)]
-    if missing:
-        raise Gru4RecError(
-            f"evaluate: {type(model).__name__} is not a model (it lacks {', '.join(missing)})"
-        )
-    if model.net is None or model.item_map is None:
-        raise Gru4RecError("evaluate: the model is not fitted; call fit() or load a model file first")
-    return model.net, model.item_map, model.item_support, torch.device(model.device), model.config
-
-
 def evaluate_sessions(
-    net: Any,
+    model: SessionModel,
     items: np.ndarray,
     offsets: np.ndarray,
     *,
-    n_items: int,
-    item_support: np.ndarray | None = None,
-    device: torch.device | str = "cpu",
     cutoffs: int | Sequence[int] = (20,),
     mode: TieMode = "standard",
     batch_size: int = DEFAULT_BATCH_SIZE,
@@ -302,15 +279,16 @@ def evaluate_sessions(
 ) -> EvalResult:
     """The evaluation core over sessions given as flat arrays (see :func:`evaluate`).
 
-    ``items`` (int64 [E]) are dense item indices, session after session; session s is
-    ``items[offsets[s]:offsets[s+1]]``. ``net`` exposes ``init_hidden(B)``, ``step(items,
-    hidden)`` and ``score_all(out)`` (see docs/design.md). ``item_support`` (int [N]) is needed
-    for ``popularity`` when ``beyond_accuracy``.
+    ``model`` is a fitted :class:`~gru4rec.inference.SessionModel`; ``items`` (int64 [E]) are
+    its dense item indices, session after session; session s is ``items[offsets[s]:offsets[s+1]]``.
     """
     t0 = time.perf_counter()
     cut = check_cutoffs(cutoffs)
     _check_args(mode, batch_size)
-    device = torch.device(device)
+    model = check_session_model(model, "evaluate")
+    item_map, item_support = require_fitted(model)
+    n_items = len(item_map)
+    device = model.device
     items = np.asarray(items)
     offsets = np.asarray(offsets)
     if items.ndim != 1 or offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(items):
@@ -321,12 +299,9 @@ def evaluate_sessions(
         raise DataError(f"{source}: item indices must lie in [0, {n_items}), got [{items.min()}, {items.max()}]")
     items = items.astype(np.int64, copy=False)
     offsets = offsets.astype(np.int64, copy=False)
-    if beyond_accuracy:
-        if item_support is None:
-            raise Gru4RecError("evaluate: popularity needs the model's item_support (or beyond_accuracy=False)")
-        item_support = np.asarray(item_support)
-        if item_support.shape != (n_items,):
-            raise Gru4RecError(f"evaluate: item_support has shape {item_support.shape}, expected ({n_items},)")
+    item_support = np.asarray(item_support)
+    if item_support.shape != (n_items,):
+        raise Gru4RecError(f"evaluate: item_support has shape {item_support.shape}, expected ({n_items},)")
 
     sched = schedule_sessions(items, offsets, batch_size)
     if sched.n_predictions == 0:
@@ -361,44 +336,33 @@ def evaluate_sessions(
     )
     k, top_ids = metrics.k, metrics.top_ids
     ranker = _Ranker(mode, N, B, k, device, acc_dtype, cpu_fast=device.type == "cpu" and _CPU_FAST)
-    # A net whose score_all writes into a given buffer saves a fresh B×N allocation per step
-    # (on the CPU a large one is fresh memory from the OS every time: page faults and zeroing).
-    use_buffer = _accepts_keyword(net.score_all, "buffer")
+    # Scores are written into one B×N buffer: a fresh allocation per step would be fresh memory
+    # from the OS every time on the CPU (page faults and zeroing).
     score_buf: Tensor | None = None
     active = sched.active.tolist()
-    was_training = bool(getattr(net, "training", False))
-    if hasattr(net, "eval"):
-        net.eval()
     # Progress counts predictions (host-side counts per step: no device synchronisation).
     per_step = sched.valid.sum(axis=1).tolist()
     bar = progress_bar(sched.n_predictions, "evaluation", enabled=progress, unit="pred")
-    try:
-        with bar, torch.no_grad():
-            hidden_full = net.init_hidden(B)
-            hidden = hidden_full
-            for step in range(T):
-                A = active[step]
-                if A < len(hidden[0]):
-                    # The tail: only the first A slots are still busy (see schedule_sessions).
-                    hidden = [h[:A] for h in hidden_full]
-                if step and reset_any[step]:
-                    r = reset[step, :A].unsqueeze(1)
-                    for h in hidden:
-                        h.masked_fill_(r, 0.0)
-                out = net.step(inputs[step, :A], hidden)
-                if use_buffer:
-                    if score_buf is None:
-                        score_buf = torch.empty(B, N, dtype=out.dtype, device=device)
-                    scores = net.score_all(out, buffer=score_buf[:A])
-                else:
-                    scores = net.score_all(out)
-                tgt_scores = scores.gather(1, targets[step, :A].unsqueeze(1))
-                g, e = ranker(scores, tgt_scores, None if top_ids is None else top_ids[:A])
-                metrics.add(g, e, tgt_scores, valid[step, :A], None if pred_index is None else pred_index[step, :A])
-                bar.update(per_step[step])
-    finally:
-        if was_training and hasattr(net, "train"):
-            net.train()
+    with bar, torch.no_grad():
+        hidden_full = model.init_state(B)
+        hidden = hidden_full
+        for step in range(T):
+            A = active[step]
+            if A < len(hidden[0]):
+                # The tail: only the first A slots are still busy (see schedule_sessions).
+                hidden = [h[:A] for h in hidden_full]
+            if step and reset_any[step]:
+                r = reset[step, :A].unsqueeze(1)
+                for h in hidden:
+                    h.masked_fill_(r, 0.0)
+            out = model.step(inputs[step, :A], hidden)
+            if score_buf is None:
+                score_buf = torch.empty(B, N, dtype=out.dtype, device=device)
+            scores = model.scores(out, buffer=score_buf[:A])
+            tgt_scores = scores.gather(1, targets[step, :A].unsqueeze(1))
+            g, e = ranker(scores, tgt_scores, None if top_ids is None else top_ids[:A])
+            metrics.add(g, e, tgt_scores, valid[step, :A], None if pred_index is None else pred_index[step, :A])
+            bar.update(per_step[step])
 
     totals = metrics.read()  # the one read back of the whole evaluation
     P = sched.n_predictions

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from gru4rec.errors import Gru4RecError, OutputExistsError
-from gru4rec.files import atomic_write
+from gru4rec.files import atomic_write, check_output_path
 
 if TYPE_CHECKING:
     from gru4rec.data import ItemMap
@@ -18,19 +18,9 @@ __all__ = ["check_target", "fitted", "write_atomically"]
 
 
 def check_target(path: str | os.PathLike[str], what: str, *, overwrite: bool) -> Path:
-    """``path`` as a Path, or a Gru4RecError naming it when it cannot be written: a directory,
-    an existing file (unless ``overwrite``), a folder that does not exist or is not writable."""
-    p = Path(path)
-    if p.is_dir():
-        raise Gru4RecError(f"{what} {p} is a directory")
-    if p.exists() and not overwrite:
-        raise OutputExistsError(p, what, "overwrite")
-    folder = p.parent if str(p.parent) else Path(".")
-    if not folder.is_dir():
-        raise Gru4RecError(f"cannot write {what} {p}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise Gru4RecError(f"cannot write {what} {p}: folder {folder} is not writable")
-    return p
+    """``path`` as a Path, checked by :func:`gru4rec.files.check_output_path` (an existing file
+    is replaced only with ``overwrite``)."""
+    return check_output_path(path, what, overwrite, argument="overwrite")
 
 
 def write_atomically(path: Path, write: Callable[[Path], None], *, what: str, overwrite: bool) -> Path:
@@ -45,7 +35,7 @@ def write_atomically(path: Path, write: Callable[[Path], None], *, what: str, ov
 
 
 def fitted(model: GRU4Rec) -> tuple[GRU4RecNet, ItemMap]:
-    """The network and item map of a trained or loaded model (a Gru4RecError otherwise)."""
-    if model.net is None or model.item_map is None:
-        raise Gru4RecError("the model is not trained yet: call fit() or GRU4Rec.load() before exporting it")
-    return model.net, model.item_map
+    """The network and item map of a trained or loaded model
+    (:func:`gru4rec.inference.require_fitted`: NotFittedError otherwise)."""
+    net, item_map, _ = model._parts()
+    return net, item_map

@@ -90,7 +90,6 @@ def session_embeddings(
     session_key: str | None = None,
     item_key: str | None = None,
     time_key: str | None = None,
-    batch_size: int = 1024,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The final hidden state of every session in ``events`` (a file or a DataFrame), as columns.
 
@@ -120,7 +119,7 @@ def session_embeddings(
         log.warning("%s: %d session(s) with no item the model knows were left out", source, n_sessions - len(grouped))
     if len(grouped) == 0:
         raise DataError(f"{source}: no session has an item the model knows; nothing to export")
-    states = model.session_embeddings(grouped.tolist(), batch_size=batch_size)
+    states = model.session_embeddings(grouped.tolist())
     columns = {
         "session_id": grouped.index.to_numpy(),
         "embedding": states,

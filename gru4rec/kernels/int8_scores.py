@@ -1,5 +1,5 @@
 """An int8 copy of the output item matrix, for candidates with certified score bounds
-(``int8_scores.c``; serving uses it through :mod:`gru4rec.serve.scoring`).
+(``int8_scores.c``; the inference engine uses it through :mod:`gru4rec.inference.scoring`).
 
 :class:`Int8Table` quantises the rows of ``Wy`` once — ``w_i = c_i q_i + e_i`` with ``q_i`` in
 [−127, 127] — into the kernel's blocked layout (16 items × 4 columns per 64 bytes, see

@@ -7,14 +7,15 @@
 Modules, top to bottom: :mod:`~gru4rec.serve.app` (the FastAPI app and its routes),
 :mod:`~gru4rec.serve.middleware` (body limit, request metrics), :mod:`~gru4rec.serve.schema`
 (request bodies), :mod:`~gru4rec.serve.batcher` (the micro-batcher and its worker thread),
-:mod:`~gru4rec.serve.state` (session stores: memory, Redis), :mod:`~gru4rec.serve.engine` (the
-model's batched step and top-k), :mod:`~gru4rec.serve.scoring` (exact top-k: float32, or int8
-candidates with certified bounds), :mod:`~gru4rec.serve.reload` (a new model on SIGHUP or when
-the file is replaced, switched between two batches), :mod:`~gru4rec.serve.metrics` (Prometheus),
+:mod:`~gru4rec.serve.state` (session stores: memory, Redis), :mod:`~gru4rec.serve.reload` (a new
+model on SIGHUP or when the file is replaced, switched between two batches), :mod:`~gru4rec.serve.metrics` (Prometheus),
 :mod:`~gru4rec.serve.settings` (flags and ``GRU4REC_*`` variables).
 
 Importing this package imports nothing heavy; ``create_app`` needs the ``serve`` extra
-(``pip install 'gru4rec[serve]'``).
+(``pip install 'gru4rec[serve]'``). The model's work — the batched GRU steps, scores,
+exclusions and top-k (float32, or int8 candidates with certified bounds) — is
+:class:`gru4rec.inference.Engine`'s: this package holds only HTTP, the micro-batcher and the
+session stores.
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ import torch
 from gru4rec.errors import Gru4RecError
 from gru4rec.recommender import GRU4Rec
 from gru4rec.serve.batcher import Job, JobResult, MicroBatcher, Overloaded, ShuttingDown
-from gru4rec.serve.engine import Answer, Engine
+from gru4rec.inference import Answer, Engine
 from gru4rec.serve.metrics import CONTENT_TYPE, ServeMetrics
 from gru4rec.serve.middleware import BodyLimit, RequestMetrics
 from gru4rec.serve.reload import ModelReloader, file_sha256

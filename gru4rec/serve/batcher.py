@@ -31,7 +31,7 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
-from gru4rec.serve.engine import Answer, Engine, Work
+from gru4rec.inference import Answer, Engine, Work
 from gru4rec.serve.state import SessionStore, StoreUnavailable, decode_state, encode_state
 
 __all__ = ["Job", "JobResult", "MicroBatcher", "Overloaded", "ShuttingDown"]

@@ -30,7 +30,7 @@ import torch
 from gru4rec.errors import Gru4RecError
 from gru4rec.recommender import GRU4Rec
 from gru4rec.serve.batcher import MicroBatcher
-from gru4rec.serve.engine import Engine, Work
+from gru4rec.inference import Engine, Work
 from gru4rec.serve.settings import ServeSettings
 
 __all__ = ["ModelReloader", "file_sha256"]
@@ -152,8 +152,7 @@ class ModelReloader:
                 break
         else:
             raise Gru4RecError("the file kept changing while it was read")
-        net, _, _ = model._require_fitted()
-        bad = [name for name, p in net.named_parameters() if not bool(torch.isfinite(p).all())]
+        bad = [name for name, p in model._parts()[0].named_parameters() if not bool(torch.isfinite(p).all())]
         if bad:
             raise Gru4RecError(f"weights that are not finite in {', '.join(bad)}")
         model.optimizer_state = None  # a file saved for warm starts: the server does not need it

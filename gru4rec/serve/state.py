@@ -1,8 +1,8 @@
 """Where live sessions are kept between clicks: in this process, or in Redis for many replicas.
 
-A session's state is what the next click needs: the hidden state of every GRU layer (float32,
-concatenated; ``None`` before the first known item) and the known items clicked so far (for
-``exclude_seen``). Both stores hold it as bytes of one layout (:func:`encode_state`), keyed by
+A session's state (:class:`gru4rec.inference.SessionState`) is what the next click needs: the
+hidden state of every GRU layer (float32, concatenated; ``None`` before the first known item)
+and the known items clicked so far (for ``exclude_seen``). Both stores hold it as bytes of one layout (:func:`encode_state`), keyed by
 the session id, and are used by the micro-batcher's worker thread only, one batch at a time:
 ``get_many`` before the batch's GRU step, ``put_many`` / ``delete`` after it.
 
@@ -19,17 +19,16 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import numpy as np
 
 from gru4rec.errors import Gru4RecError
+from gru4rec.inference.state import SessionState
 
 __all__ = [
     "MemoryStore",
     "RedisStore",
-    "SessionState",
     "SessionStore",
     "StoreUnavailable",
     "decode_state",
@@ -45,15 +44,6 @@ _VERSION = 1
 class StoreUnavailable(Gru4RecError):
     """The session store cannot be reached (Redis down): at start-up a one-line error, while
     serving a 503 with the reason."""
-
-
-@dataclass
-class SessionState:
-    """One live session: ``hidden`` (float32, every layer's state concatenated) is None until
-    the session has a known item; ``seen`` holds its known item indices in click order."""
-
-    hidden: np.ndarray | None = None
-    seen: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
 
 
 def encode_state(state: SessionState) -> bytes:

@@ -130,7 +130,6 @@ def train_epochs(
             schedule = build_schedule(ep_items, ep_offsets, config.batch_size, config.n_sample, trainer.device, trainer.dtype)
         if schedule.n_steps == 0:
             raise TrainingDivergedError("the training data has no session of length 2 or more: nothing to train on")
-        trainer.net.train()
         resumed = start if start is not None and start.epoch == epoch and start.step > 0 else None
         if resumed is not None:
             assert resumed.hidden is not None

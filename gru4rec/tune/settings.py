@@ -114,7 +114,7 @@ class ParoptSettings:
         if self.timeout is not None and self.timeout <= 0:
             problems.append(f"--timeout must be > 0, got {self.timeout}")
         try:
-            from gru4rec.recommender import resolve_device
+            from gru4rec.devices import resolve_device
             from gru4rec.training.precision import check_precision
 
             check_precision(self.precision, resolve_device(self.device), warn=False)  # the trials' Trainers warn

@@ -1,10 +1,11 @@
-"""Exact top-k of ``out·Wyᵀ + By`` for a batch of sessions, with exclusions.
+"""Exact top-k of a session model's scores for a batch of sessions, with exclusions.
 
 Two ways to the same answer:
 
-* :class:`Float32TopK` — the full float32 product and ``torch.topk``, as ``GRU4Rec.recommend``
-  computes it. Used on a GPU and for large batches (where the product is compute-bound and the
-  matrix is read once for many rows).
+* :class:`Float32TopK` — the model's full scores (for GRU4Rec the float32 product
+  ``out·Wyᵀ + By``) and ``torch.topk``. Used on a GPU, for large batches (where the product is
+  compute-bound and the matrix is read once for many rows) and for every model without an
+  output layer (the baselines).
 * :class:`CertifiedTopK` — for small batches on the CPU, where one product row reads the whole
   float32 matrix (88 MB at the DIGINETICA size) and memory bandwidth sets the latency. An int8
   copy of the matrix (4× smaller, :mod:`gru4rec.kernels.int8_scores`) yields ``m`` candidates per
@@ -20,12 +21,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from gru4rec.inference.protocol import SessionModel
 from gru4rec.kernels.int8_scores import Int8Table, int8_kernels
 
 __all__ = ["AUTO_INT8_WEIGHTS", "CertifiedTopK", "Float32TopK", "TopK", "TopKResult", "make_topk", "SCORING_CHOICES"]
@@ -65,16 +67,22 @@ def _exclusion_pairs(exclude: Sequence[np.ndarray], device: torch.device) -> tup
 
 
 class Float32TopK:
-    """The full float32 product ``out·Wyᵀ + By``, exclusions set to −inf, ``torch.topk``."""
+    """The model's full scores (``scores(out)``), exclusions set to −inf, ``torch.topk``."""
 
     name = "float32"
 
-    def __init__(self, wy: Tensor, by: Tensor) -> None:
-        self.wy, self.by = wy.detach(), by.detach()
+    def __init__(self, scores: Callable[[Tensor], Tensor]) -> None:
+        self.scores = scores
         self.counts = {"float32": 0}
 
+    @classmethod
+    def linear(cls, wy: Tensor, by: Tensor) -> "Float32TopK":
+        """The top-k of ``out·Wyᵀ + By``."""
+        wy, by = wy.detach(), by.detach()
+        return cls(lambda out: torch.addmm(by, out, wy.t()))
+
     def __call__(self, out: Tensor, ks: Sequence[int], exclude: Sequence[np.ndarray]) -> TopKResult:
-        scores = torch.addmm(self.by, out, self.wy.t())
+        scores = self.scores(out)
         pairs = _exclusion_pairs(exclude, scores.device)
         if pairs is not None:
             scores[pairs] = -torch.inf
@@ -121,17 +129,25 @@ class CertifiedTopK:
         return TopKResult(indices, values)
 
 
-def make_topk(wy: Tensor, by: Tensor, scoring: str = "auto", *, n_candidates: int = 128, max_batch: int = 64) -> TopK:
-    """The scorer for ``scoring``: ``'float32'``; ``'int8'`` (certified candidates, an error
-    where the kernel cannot be built or the matrix is not on the CPU); ``'auto'`` — int8 on the
-    CPU when the kernel builds and the matrix has at least :data:`AUTO_INT8_WEIGHTS` entries
-    (a smaller one stays in the CPU's caches, where float32 is as fast), else float32."""
+def make_topk(model: SessionModel, scoring: str = "auto", *, n_candidates: int = 128, max_batch: int = 64) -> TopK:
+    """The scorer of ``model`` for ``scoring``: ``'float32'``; ``'int8'`` (certified candidates,
+    an error where the kernel cannot be built, the matrix is not on the CPU or the model has no
+    output layer); ``'auto'`` — int8 on the CPU when the kernel builds and the matrix has at
+    least :data:`AUTO_INT8_WEIGHTS` entries (a smaller one stays in the CPU's caches, where
+    float32 is as fast), else float32."""
     if scoring not in SCORING_CHOICES:
         raise ValueError(f"scoring must be one of {', '.join(SCORING_CHOICES)}, got {scoring!r}")
-    exact = Float32TopK(wy, by)
+    exact = Float32TopK(model.scores)
     if scoring == "float32":
         return exact
+    layer = model.output_layer()
     why = None
+    if layer is None:
+        why = f"a {type(model).__name__} has no output layer to quantise"
+        if scoring == "int8":
+            raise ValueError(f"scoring='int8' is not available: {why}")
+        return exact
+    wy, by = (t.detach() for t in layer)
     if wy.device.type != "cpu":
         why = f"the model is on {wy.device} (int8 candidates are a CPU path)"
     elif wy.shape[0] <= n_candidates:

@@ -1,0 +1,16 @@
+"""Running a trained session model: the :class:`SessionModel` protocol, the session state, the
+chunked :class:`Engine` (steps, scores, exclusions, top-k) and its scorers.
+
+Everything that asks a model for recommendations, scores or states — the ``GRU4Rec`` methods,
+``gru4rec recommend``, the HTTP server — goes through :class:`Engine`; see
+:mod:`gru4rec.inference.engine` for how it runs and docs/design.md for why.
+"""
+from gru4rec.inference.engine import DEFAULT_CHUNK_BYTES, Answer, Engine, TopKChunk, Work
+from gru4rec.inference.protocol import SessionModel, check_session_model, require_fitted
+from gru4rec.inference.scoring import SCORING_CHOICES, CertifiedTopK, Float32TopK, TopK, TopKResult, make_topk
+from gru4rec.inference.state import SessionState
+
+__all__ = [
+    "Answer", "CertifiedTopK", "DEFAULT_CHUNK_BYTES", "Engine", "Float32TopK", "SCORING_CHOICES", "SessionModel",
+    "SessionState", "TopK", "TopKChunk", "TopKResult", "Work", "check_session_model", "make_topk", "require_fitted",
+]

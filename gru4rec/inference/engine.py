@@ -1,0 +1,256 @@
+"""The inference engine: sessions' clicks in; states, scores and top-k lists out.
+
+Every way of asking a trained model — ``GRU4Rec.recommend*``, ``score_sessions``,
+``session_embeddings``, ``predict_next_batch``, ``gru4rec recommend`` and the HTTP server —
+runs through :class:`Engine`, over any :class:`~gru4rec.inference.SessionModel`:
+
+* **Ragged steps.** A batch of sessions with different numbers of clicks is fed in one
+  transfer: rows sorted by their number of clicks (longest first), so that the rows still
+  clicking at step t are a prefix and each step runs on row-prefix views of the state — no
+  masks, no copies of the state, no host synchronisation inside the loop.
+* **Chunks.** Many sessions are run ``chunk`` at a time (:attr:`Engine.chunk`: as many rows as
+  fit ``chunk_bytes`` of scores, at most :data:`MAX_CHUNK_ROWS`), so memory is bounded by the
+  chunk, never by the number of sessions; results come back chunk by chunk (a generator).
+* **Top-k** with exclusions by :mod:`gru4rec.inference.scoring` (float32, or certified int8
+  candidates on the CPU); a session without a known item gets the most popular items
+  (``fallback``, no scores).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gru4rec.inference.protocol import SessionModel, require_fitted
+from gru4rec.inference.scoring import TopK, make_topk
+from gru4rec.inference.state import SessionState
+
+__all__ = ["Answer", "DEFAULT_CHUNK_BYTES", "Engine", "MAX_CHUNK_ROWS", "TopKChunk", "Work"]
+
+log = logging.getLogger(__name__)
+
+#: Scores held at once by the chunked methods: 256 MiB (64 rows of a 1M-item catalogue).
+DEFAULT_CHUNK_BYTES = 256 << 20
+#: The most sessions a chunk holds (a larger product gains nothing).
+MAX_CHUNK_ROWS = 1024
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+@dataclass
+class Work:
+    """One row of a served batch: the session's state before (None: a fresh session), the known
+    item indices to feed it, the list length ``k`` and whether to drop the session's own items."""
+
+    state: SessionState | None
+    items: np.ndarray
+    k: int
+    exclude_seen: bool = False
+
+
+@dataclass
+class Answer:
+    """One row's result: item indices (best first), their scores (None for the popularity
+    fallback) and the session's state after the items."""
+
+    items: np.ndarray
+    scores: np.ndarray | None
+    fallback: bool
+    state: SessionState
+
+
+@dataclass
+class TopKChunk:
+    """The top-k of sessions ``start .. start + len(fallback)`` of a :meth:`Engine.recommend`
+    call: ``indices`` (C×k item indices, best first) and ``scores`` (C×k float32); where a row
+    has fewer than k answers (exclusions) the rest is index −1 and score NaN; a ``fallback`` row
+    (no known item) holds the k most popular items with NaN scores."""
+
+    start: int
+    indices: np.ndarray
+    scores: np.ndarray
+    fallback: np.ndarray
+
+
+class Engine:
+    """A fitted session model, ready to answer. Not thread-safe: one thread at a time.
+
+    ``scoring``: ``'float32'``, ``'int8'`` or ``'auto'`` (:func:`~gru4rec.inference.scoring.make_topk`);
+    ``candidates`` and ``int8_max_batch`` tune the int8 path. ``chunk_bytes``: the scores held
+    at once by the chunked methods. ``checksum`` and ``file`` identify a served model file.
+    """
+
+    def __init__(self, model: SessionModel, *, scoring: str = "float32", candidates: int = 128, int8_max_batch: int = 64,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, checksum: str = "", file: str | None = None) -> None:
+        item_map, support = require_fitted(model)
+        self.model, self.device = model, model.device
+        self.checksum, self.file = checksum, file
+        self.item_map = item_map
+        self.n_items = len(item_map)
+        #: Widths of the state tensors; a session's state is their concatenation.
+        self.sizes = [s.shape[1] for s in model.init_state(1)]
+        self.hidden_size = sum(self.sizes)
+        self._offsets = np.cumsum([0, *self.sizes])
+        self.popular = np.argsort(-np.asarray(support), kind="stable")  # the fallback list
+        self.topk: TopK = make_topk(model, scoring, n_candidates=candidates, max_batch=int8_max_batch)
+        if chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+        #: Sessions per chunk of the chunked methods.
+        self.chunk = max(1, min(MAX_CHUNK_ROWS, chunk_bytes // (4 * self.n_items)))
+        self._ids: list[Any] | None = None
+        self._index: dict[Any, int] | None = None
+
+    # ------------------------------------------------------------------ item ids
+
+    @property
+    def item_ids(self) -> list[Any]:
+        """Item ids as plain Python values (JSON-ready), by index."""
+        if self._ids is None:
+            self._ids = self.item_map.to_list()
+        return self._ids
+
+    def index_of(self, item_ids: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
+        """Known item indices (in order) and the unknown ids of ``item_ids`` (a few ids, as a
+        request brings: a dict answers one in ~0.1 µs, the map's pandas index costs ~50 µs a call)."""
+        if self._index is None:
+            self._index = {item_id: i for i, item_id in enumerate(self.item_ids)}
+        index = self._index
+        known, unknown = [], []
+        for item_id in item_ids:
+            i = index.get(item_id)
+            if i is None or isinstance(item_id, bool):
+                unknown.append(item_id)
+            else:
+                known.append(i)
+        return np.asarray(known, dtype=np.int64), unknown
+
+    def keeps_states_of(self, other: "Engine") -> bool:
+        """Whether the sessions' states under ``other`` are valid states here: the same state
+        widths and ``other``'s items at the same indices (a warm start of ``other`` has both)."""
+        return self.sizes == other.sizes and self.item_ids[: other.n_items] == other.item_ids
+
+    # ------------------------------------------------------------------ steps
+
+    def _feed(self, state: list[Tensor], items: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
+        """Feed row b of ``state`` the items ``items[starts[b] : starts[b] + lengths[b]]``, oldest
+        first. The rows must be sorted by ``lengths``, longest first: at step t the rows still
+        clicking are the first A_t, and the step runs on row-prefix views of the state."""
+        T = int(lengths[0]) if len(lengths) else 0
+        if T == 0:
+            return
+        B = len(lengths)
+        # A T×B matrix of the items (step t's row is contiguous), built without a loop over rows.
+        row = np.repeat(np.arange(B), lengths)
+        t = np.arange(len(row)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        padded = np.zeros((T, B), dtype=np.int64)
+        padded[t, row] = items[np.repeat(starts, lengths) + t]
+        steps = torch.from_numpy(padded).to(self.device)
+        live = np.searchsorted(-lengths, -np.arange(T), side="left")  # rows with more than t items
+        for t_ in range(T):
+            A = int(live[t_])
+            self.model.step(steps[t_, :A], state if A == B else [s[:A] for s in state])
+
+    def step_known(self, state: list[Tensor], items: np.ndarray) -> Tensor:
+        """One step of every row whose item index is known (``items[b] >= 0``); the other rows
+        keep their state. Returns the rows' outputs (``state[-1]``)."""
+        rows = np.flatnonzero(items >= 0)
+        if len(rows) == len(items):
+            return self.model.step(torch.from_numpy(items).to(self.device), state)
+        if len(rows):
+            index = torch.from_numpy(rows).to(self.device)
+            part = [s.index_select(0, index) for s in state]
+            self.model.step(torch.from_numpy(items[rows]).to(self.device), part)
+            for s, p in zip(state, part):
+                s.index_copy_(0, index, p)
+        return state[-1]
+
+    def _chunks(self, offsets: np.ndarray) -> Iterator[tuple[int, int]]:
+        for a in range(0, len(offsets) - 1, self.chunk):
+            yield a, min(a + self.chunk, len(offsets) - 1)
+
+    def _outputs(self, items: np.ndarray, offsets: np.ndarray, a: int, b: int) -> tuple[Tensor, np.ndarray]:
+        """Outputs of sessions a..b (from a fresh state) and their lengths, in session order."""
+        lengths = np.diff(offsets[a : b + 1])
+        order = np.argsort(-lengths, kind="stable")
+        state = self.model.init_state(b - a)
+        self._feed(state, items, offsets[a:b][order], lengths[order])
+        out = torch.empty_like(state[-1])
+        out[torch.from_numpy(order).to(self.device)] = state[-1]
+        return out, lengths
+
+    # ------------------------------------------------------------------ many sessions
+
+    @torch.inference_mode()
+    def outputs(self, items: np.ndarray, offsets: np.ndarray) -> Iterator[tuple[int, Tensor]]:
+        """The output (``state[-1]``) after each session, chunk by chunk: ``(start, C×W)`` for
+        sessions ``start .. start + C``. Session s is ``items[offsets[s]:offsets[s+1]]`` (known
+        item indices); an empty session's output is that of a fresh state."""
+        for a, b in self._chunks(offsets):
+            yield a, self._outputs(items, offsets, a, b)[0]
+
+    @torch.inference_mode()
+    def recommend(self, items: np.ndarray, offsets: np.ndarray, k: int, *, exclude_seen: bool = False) -> Iterator[TopKChunk]:
+        """The top-``k`` next items of each session (as :meth:`outputs` takes them), chunk by chunk."""
+        k = min(k, self.n_items)
+        for a, b in self._chunks(offsets):
+            out, lengths = self._outputs(items, offsets, a, b)
+            C = b - a
+            indices = np.full((C, k), -1, dtype=np.int64)
+            scores = np.full((C, k), np.nan, dtype=np.float32)
+            fallback = lengths == 0
+            indices[fallback] = self.popular[:k]
+            live = np.flatnonzero(~fallback)
+            if len(live):
+                seen = np.split(items[offsets[a] : offsets[b]], np.cumsum(lengths)[:-1]) if exclude_seen else None
+                exclude = [seen[r] for r in live] if seen is not None else [_NONE] * len(live)
+                rows = out if len(live) == C else out[torch.from_numpy(live).to(self.device)]
+                top = self.topk(rows, [k] * len(live), exclude)
+                kept = np.isfinite(top.scores[:, :k])  # excluded items (fewer than k left) are no answers
+                indices[live] = np.where(kept, top.indices[:, :k], -1)
+                scores[live] = np.where(kept, top.scores[:, :k], np.nan)
+            yield TopKChunk(a, indices, scores, fallback)
+
+    # ------------------------------------------------------------------ serving
+
+    @torch.inference_mode()
+    def run(self, batch: Sequence[Work]) -> list[Answer]:
+        """Feed every row its items from its state, score the rows that have a known item, top-k
+        each (one batch of a server; the batcher keeps it small)."""
+        B = len(batch)
+        lengths = np.array([len(w.items) for w in batch], dtype=np.int64)
+        order = np.argsort(-lengths, kind="stable")
+        states = [w.state if w.state is not None else SessionState() for w in batch]
+        start = np.zeros((B, self.hidden_size), dtype=np.float32)
+        for slot, row in enumerate(order):
+            hidden = states[row].hidden
+            if hidden is not None:
+                start[slot] = hidden
+        H = torch.from_numpy(start).to(self.device)
+        state = [H[:, a:b].contiguous() for a, b in zip(self._offsets[:-1], self._offsets[1:])]
+        sorted_lengths = lengths[order]
+        if B and sorted_lengths[0]:
+            flat = np.concatenate([batch[row].items for row in order]).astype(np.int64, copy=False)
+            self._feed(state, flat, np.cumsum(sorted_lengths) - sorted_lengths, sorted_lengths)
+        seen = [np.concatenate([s.seen, w.items.astype(np.int32)]) if len(w.items) else s.seen for s, w in zip(states, batch)]
+        slot_of = np.empty(B, dtype=np.int64)
+        slot_of[order] = np.arange(B)
+        live = [row for row in range(B) if len(seen[row])]
+        answers: list[Answer | None] = [None] * B
+        if live:
+            slots = torch.from_numpy(slot_of[live]).to(self.device)
+            top = self.topk(state[-1].index_select(0, slots), [batch[r].k for r in live],
+                            [seen[r] if batch[r].exclude_seen else _NONE for r in live])
+        H_after = torch.cat(state, dim=1).cpu().numpy() if sorted_lengths.any() else start
+        for row in range(B):
+            if not len(seen[row]):
+                answers[row] = Answer(self.popular[: batch[row].k], None, True, SessionState(None, seen[row]))
+        for j, row in enumerate(live):
+            k = batch[row].k
+            scores = top.scores[j, :k]
+            keep = np.isfinite(scores)  # excluded items (fewer than k left) are not answers
+            answers[row] = Answer(top.indices[j, :k][keep], scores[keep], False, SessionState(H_after[slot_of[row]].copy(), seen[row]))
+        return answers  # type: ignore[return-value]

@@ -1,0 +1,76 @@
+"""What a model offers to be run on sessions — the :class:`SessionModel` protocol — and the one
+check that it is fitted.
+
+A session model turns the items a session clicked, oldest first, into scores of every item for
+its next click, one step per click. :class:`gru4rec.GRU4Rec` and every baseline of
+:mod:`gru4rec.baselines` implement it; the inference engine (:mod:`gru4rec.inference.engine`)
+and the evaluator (:func:`gru4rec.evaluate`) accept any model that does, and ask nothing else
+of it. The contract, checked for every model by ``tests/test_session_model_contract.py``:
+
+* ``init_state(B)`` is the state of B fresh sessions: a list of B×W_i tensors on ``device``;
+* ``step(items, state)`` advances every row of ``state`` *in place* by one item (a B int64
+  tensor of item indices) and returns ``state[-1]``, the row's *output*. It must work on
+  row-prefix views (``[s[:A] for s in state]``): rows past A are not touched. It never trains
+  (no dropout, no autograd graph), whatever mode the model was in;
+* ``scores(out, buffer=None)`` are the raw scores of every item (B×N, item-map order), written
+  into ``buffer`` when given; higher is better. The result is the caller's to modify (a new
+  tensor or ``buffer``, never a view of the model's own tables: exclusions are written into it);
+* ``output_layer()`` is ``(Wy, By)`` when ``scores(out)`` is ``out·Wyᵀ + By`` (the exports and
+  the int8 candidate scoring need it), else None;
+* ``item_map`` (id ↔ index), ``item_support`` (training events per item: the popularity that
+  orders the fallback list), ``device`` and ``config`` (its ``session_key``, ``item_key``,
+  ``time_key`` columns) describe the fitted model; ``fitted`` says whether it is.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gru4rec.data import ItemMap
+from gru4rec.errors import Gru4RecError, NotFittedError
+
+__all__ = ["SessionModel", "check_session_model", "require_fitted"]
+
+
+@runtime_checkable
+class SessionModel(Protocol):
+    """A fitted model that scores every item after each click of a session (see the module)."""
+
+    config: Any
+    device: torch.device
+    item_map: ItemMap | None
+    item_support: np.ndarray | None
+
+    @property
+    def fitted(self) -> bool: ...
+
+    def init_state(self, batch_size: int) -> list[Tensor]: ...
+
+    def step(self, items: Tensor, state: list[Tensor]) -> Tensor: ...
+
+    def scores(self, out: Tensor, buffer: Tensor | None = None) -> Tensor: ...
+
+    def output_layer(self) -> tuple[Tensor, Tensor] | None: ...
+
+
+def check_session_model(model: Any, purpose: str) -> SessionModel:
+    """``model`` itself when it implements :class:`SessionModel`, else one error naming what it
+    lacks (``purpose``: who asks, e.g. ``"evaluate"``)."""
+    if isinstance(model, SessionModel):
+        return model
+    wanted = ("config", "device", "item_map", "item_support", "fitted", "init_state", "step", "scores", "output_layer")
+    missing = [name for name in wanted if not hasattr(type(model), name) and not hasattr(model, name)]
+    raise Gru4RecError(f"{purpose}: a {type(model).__name__} is not a session model (it lacks {', '.join(missing)}); "
+                       "pass a GRU4Rec or a baseline from gru4rec.baselines")
+
+
+def require_fitted(model: SessionModel) -> tuple[ItemMap, np.ndarray]:
+    """The item map and item supports of a fitted model; :class:`~gru4rec.errors.NotFittedError`
+    otherwise — the one "is it fitted?" check of the package."""
+    if not model.fitted or model.item_map is None or model.item_support is None:
+        how = "call fit() or GRU4Rec.load()" if type(model).__name__ == "GRU4Rec" else "call fit()"
+        raise NotFittedError(f"the {type(model).__name__} model is not fitted (not trained yet): {how}")
+    return model.item_map, model.item_support
