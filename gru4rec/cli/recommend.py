@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
-import warnings
 
 from gru4rec.cli.common import (
     EXIT_OK,
@@ -54,11 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @uses_threads
 def run(args: argparse.Namespace) -> int:
-    """Run ``gru4rec recommend``: one row per session and rank in ``--output``."""
+    """Run ``gru4rec recommend``: one row per session and rank in ``--output``, written chunk by
+    chunk as the engine answers (memory bounded by a chunk, not by the number of sessions)."""
     import numpy as np
     import pandas as pd
 
-    from gru4rec.data import read_events, write_events
+    from gru4rec.data import read_events, write_event_chunks
 
     to_stdout = args.output == "-"
     if not to_stdout:
@@ -70,35 +69,42 @@ def run(args: argparse.Namespace) -> int:
     ik = args.item_key or config.item_key
     tk = args.time_key or config.time_key
     events = read_events(args.input, session_key=sk, item_key=ik, time_key=tk)
-    # Stable sort: events with equal times keep their file order.
+    # Stable sort: events with equal times keep their file order; a session's events are contiguous.
     events = events.sort_values([sk, tk], kind="stable")
-    sessions = events.groupby(sk, sort=False)[ik].agg(list)
+    session_of, session_ids = pd.factorize(events[sk], sort=False)
+    index = model.item_map.index_of(events[ik])
+    known = index >= 0
+    n_sessions = len(session_ids)
+    items = index[known]
+    offsets = np.r_[0, np.cumsum(np.bincount(session_of[known], minlength=n_sessions))].astype(np.int64)
+    n_unknown = int((~known).sum())
+    if n_unknown:
+        log.warning("%d unknown item id(s) skipped in %d session(s)", n_unknown, len(np.unique(session_of[~known])))
+    del events, session_of, index, known
+    item_ids = model.item_map.ids
+    counts = {"rows": 0, "fallback": 0}
+
+    def frames():
+        for chunk in model.engine().recommend(items, offsets, args.k, exclude_seen=args.exclude_seen):
+            answered = chunk.indices >= 0
+            per_row = answered.sum(axis=1)
+            counts["rows"] += int(per_row.sum())
+            counts["fallback"] += int(chunk.fallback.sum())
+            rows = np.arange(chunk.start, chunk.start + len(per_row))
+            yield pd.DataFrame({
+                sk: np.repeat(session_ids[rows], per_row),
+                "Rank": (np.cumsum(answered, axis=1))[answered],
+                ik: item_ids[chunk.indices[answered]],
+                # Fallback rows have no model score: NaN, written as an empty field (a null in Parquet).
+                "Score": chunk.scores[answered].astype(np.float64),
+                "Fallback": np.repeat(chunk.fallback, per_row),
+            })
+
     start = time.perf_counter()
-    # The API warns its caller about skipped unknown items; here the user reads them as warnings.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        recs = model.recommend_batch(sessions.tolist(), k=args.k, exclude_seen=args.exclude_seen)
-    for w in caught:
-        log.warning("%s", w.message)
-    elapsed = time.perf_counter() - start
-    counts = [len(r.item_ids) for r in recs]
-    recs_frame = pd.DataFrame({
-        sk: np.repeat(sessions.index.to_numpy(), counts),
-        "Rank": np.concatenate([np.arange(1, n + 1) for n in counts]) if counts else np.zeros(0, np.int64),
-        ik: np.concatenate([np.asarray(r.item_ids) for r in recs]) if recs else [],
-        # Fallback rows have no model score: NaN, written as an empty field (a null in Parquet).
-        "Score": np.concatenate([np.asarray(r.scores, dtype=np.float64) for r in recs]) if recs else [],
-        "Fallback": np.repeat([r.fallback for r in recs], counts).astype(bool),
-    })
-    n_fallback = sum(r.fallback for r in recs)
-    if n_fallback:
+    write_event_chunks(frames(), None if to_stdout else args.output, force=args.force)
+    if counts["fallback"]:
         log.warning("%d session(s) had no item known to the model and got the most popular items "
-                    "(Fallback=True)", n_fallback)
-    if to_stdout:
-        recs_frame.to_csv(sys.stdout, sep="\t", index=False)
-        sys.stdout.flush()
-    else:
-        write_events(recs_frame, args.output, force=args.force)
+                    "(Fallback=True)", counts["fallback"])
     log.info("Wrote %d recommendations for %d sessions to %s (%.2fs)",
-             len(recs_frame), len(sessions), "standard output" if to_stdout else args.output, elapsed)
+             counts["rows"], n_sessions, "standard output" if to_stdout else args.output, time.perf_counter() - start)
     return EXIT_OK

@@ -25,7 +25,7 @@ import pandas as pd
 from gru4rec.errors import DataError, Gru4RecError, OutputExistsError
 from gru4rec.files import atomic_write
 
-__all__ = ["read_events", "validate_events", "write_events"]
+__all__ = ["read_events", "validate_events", "write_event_chunks", "write_events"]
 
 _TAB_SUFFIXES = (".tsv", ".txt", ".dat")
 _CSV_SUFFIXES = (".csv",)
@@ -396,6 +396,23 @@ def write_events(
     compresses text formats). Refuses to replace an existing file unless ``force`` (DataError
     naming the file). Writes every column of ``df``, without the index. Returns the path.
     """
+    return write_event_chunks([df], path, force=force, sep=sep)
+
+
+def write_event_chunks(
+    chunks: Iterable[pd.DataFrame], path: str | os.PathLike[str] | None, *, force: bool = False, sep: str | None = None
+) -> Path | None:
+    """:func:`write_events` for frames that come one after another (all with the same
+    columns): each is written as it comes, so the whole never has to be in memory. The file
+    appears, atomically, when the last chunk is written; an error on the way leaves no file
+    (and an existing one as it was). ``path`` None writes TSV to standard output."""
+    if path is None:
+        import sys
+
+        for i, chunk in enumerate(chunks):
+            chunk.to_csv(sys.stdout, sep=sep or "\t", index=False, header=i == 0)
+        sys.stdout.flush()
+        return None
     p = Path(path)
     if p.exists() and not force:
         raise OutputExistsError(p)
@@ -407,17 +424,21 @@ def write_events(
     def write(tmp: Path) -> None:
         if suffix in _PARQUET_SUFFIXES:
             try:
-                import pyarrow  # noqa: F401
+                import pyarrow
+                import pyarrow.parquet as pq
             except ImportError as e:
                 raise Gru4RecError(f"{p}: {_PARQUET_HINT}") from e
-            if gz:
-                buf = io.BytesIO()
-                df.to_parquet(buf, index=False)
-                with gzip.open(tmp, "wb") as f:
-                    f.write(buf.getvalue())
-            else:
-                df.to_parquet(tmp, index=False)
+            with (gzip.open(tmp, "wb") if gz else open(tmp, "wb")) as fh:
+                writer = None
+                for chunk in chunks:
+                    table = pyarrow.Table.from_pandas(chunk, preserve_index=False)
+                    writer = writer or pq.ParquetWriter(fh, table.schema)
+                    writer.write_table(table)
+                if writer is not None:
+                    writer.close()
         else:
-            df.to_csv(tmp, sep=sep, index=False, compression="gzip" if gz else None)
+            with (gzip.open(tmp, "wt", newline="") if gz else open(tmp, "w", newline="")) as fh:
+                for i, chunk in enumerate(chunks):
+                    chunk.to_csv(fh, sep=sep, index=False, header=i == 0)
 
     return atomic_write(p, write)
