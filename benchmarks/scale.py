@@ -14,14 +14,19 @@ and a quick look at small sizes (seconds):
     python benchmarks/scale.py --n-items 2000 --sessions 300 --eval-sessions 50 \\
         --recommend-sessions 100,200 --serve-sessions 20 --work /tmp/scale-small --force
 
-**Peak RSS, per stage.** Every command is its own process, started by this script and reaped
-with ``os.wait4``: the ``ru_maxrss`` that wait4 returns is the high-water mark of the resident set
-of that one process (Linux: the maximum over it and any children it reaped itself — e.g. the
-C compiler that builds the CPU kernels on first use, far smaller than a torch process), never of
-this script or of another stage. (``getrusage(RUSAGE_CHILDREN)`` is not usable per stage: its
-ru_maxrss is the maximum over all children reaped so far, so a smaller later stage would not show.)
-For ``serve``, the figure is the server's ``VmHWM`` from ``/proc/PID/status`` read after the last
-answer and before it is stopped (its ``ru_maxrss`` at exit is kept in the JSON as a cross-check).
+**Peak RSS, per stage.** Every command is its own process, reaped with ``os.wait4``: the
+``ru_maxrss`` that wait4 returns is the high-water mark of the resident set of that one process
+(Linux: the maximum over it and any children it reaped itself — e.g. the C compiler that builds
+the CPU kernels on first use, far smaller than a torch process), never of another stage.
+(``getrusage(RUSAGE_CHILDREN)`` deltas do not work: its ru_maxrss is the maximum over all
+children reaped so far, so a smaller later stage would not show.) One trap: Linux starts the
+ru_maxrss of a process that execs at the resident set of the process it was forked (or
+vforked) from, so a command started directly by this script would report at least this
+script's own peak (pandas and the data frames included). Each command is therefore forked by
+a small launcher (``LAUNCHER``: ``python -I -S``, ≈10 MB), which reaps it and reports its
+ru_maxrss, exit code and wall time. For ``serve``, the figure is the server's ``VmHWM`` from
+``/proc/PID/status``, read after the last answer and before it is stopped (its ru_maxrss at
+exit is kept in the JSON as a cross-check).
 
 **The model's footprint** is the peak RSS of ``gru4rec recommend`` on a file with one session:
 a process that imports torch and the package, loads the model and scores one session against
@@ -121,44 +126,107 @@ def proc_status_kb(pid: int, key: str) -> int | None:
     return None
 
 
+#: The launcher between this script and a command (run as ``python -I -S -c LAUNCHER REPORT CMD...``,
+#: ≈10 MB resident): it forks and execs CMD, forwards SIGTERM/SIGINT/SIGHUP to it, reaps it with
+#: os.wait4 and writes to REPORT one line per fact: CMD's pid (at once), then its ru_maxrss (kB),
+#: its exit code (negative: killed by that signal) and its wall time from fork to exit (s).
+LAUNCHER = r"""
+import os, signal, sys, time
+report, argv, pid = sys.argv[1], sys.argv[2:], None
+def forward(signum, frame):
+    if pid:
+        os.kill(pid, signum)
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(sig, forward)
+start = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        os.write(2, f"scale.py: cannot run {argv[0]}: {exc}\n".encode())
+    os._exit(127)
+with open(report, "w") as fh:
+    fh.write(f"{pid}\n")
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - start
+code = os.waitstatus_to_exitcode(status)
+with open(report, "a") as fh:
+    fh.write(f"{usage.ru_maxrss}\n{code}\n{wall!r}\n")
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
 class Child:
-    """One command in a child process: reaped by ``os.wait4`` in a thread (exit status, wall time,
-    its own ru_maxrss); a watchdog kills it when its RSS passes the limit or the time runs out.
-    Signals go through a pidfd where the platform has one, so a reaped pid is never signalled."""
+    """One command in a grandchild process: this script starts the small LAUNCHER, which forks
+    and execs the command, reaps it with ``os.wait4`` and reports its exit code, wall time and
+    ru_maxrss. (Linux seeds the ru_maxrss of a process that execs with the resident set of the
+    process it was forked from — for a direct child of this script, this script's own, pandas
+    and all — so the command is forked from the small launcher instead.) A watchdog kills the
+    command when its VmRSS passes the limit or its time runs out. Signals go through a pidfd
+    where the platform has one, so a reaped pid is never signalled."""
 
     def __init__(self, name: str, cmd: list[str], *, env: dict[str, str], logs: Path,
                  rss_limit_kb: int | None, timeout_s: float | None) -> None:
         self.name, self.cmd = name, cmd
         logs.mkdir(parents=True, exist_ok=True)
         self.out_path, self.err_path = logs / f"{name}.out", logs / f"{name}.err"
+        self.report = logs / f"{name}.rusage"
+        self.report.unlink(missing_ok=True)
         self.rss_limit_kb, self.timeout_s = rss_limit_kb, timeout_s
         self.killed: str | None = None
         self.rc: int | None = None
         self.maxrss_kb = 0
+        self.wall_s = 0.0
         self.done = threading.Event()
+        self.pid: int | None = None
+        self.pidfd: int | None = None
+        self.lock = threading.Lock()
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.start = time.perf_counter()
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
-        self.pid = self.proc.pid
-        self.pidfd = os.pidfd_open(self.pid) if hasattr(os, "pidfd_open") else None
-        self.end = self.start
+            self.launcher = subprocess.Popen([sys.executable, "-I", "-S", "-c", LAUNCHER, str(self.report), *cmd],
+                                             stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
         threading.Thread(target=self._reap, daemon=True).start()
+        self._pid_of_command()
         threading.Thread(target=self._watch, daemon=True).start()
 
+    def _lines(self) -> list[str]:
+        try:
+            return self.report.read_text().split()
+        except FileNotFoundError:
+            return []
+
+    def _pid_of_command(self) -> None:
+        """The command's pid from the report's first line (and a pidfd on it)."""
+        while not self.done.is_set():
+            lines = self._lines()
+            if lines:
+                with self.lock:
+                    self.pid = int(lines[0])
+                    if hasattr(os, "pidfd_open"):
+                        try:
+                            self.pidfd = os.pidfd_open(self.pid)
+                        except ProcessLookupError:  # already gone (and reaped by the launcher)
+                            self.pidfd = None
+                return
+            time.sleep(0.005)
+
     def _reap(self) -> None:
-        _, status, usage = os.wait4(self.pid, 0)
-        self.end = time.perf_counter()
-        self.maxrss_kb = usage.ru_maxrss  # kB on Linux
-        self.rc = os.waitstatus_to_exitcode(status)
-        self.proc.returncode = self.rc  # Popen must not wait for it again
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
-        self.done.set()
+        launcher_rc = self.launcher.wait()
+        lines = self._lines()
+        if len(lines) == 4:
+            self.maxrss_kb, self.rc, self.wall_s = int(lines[1]), int(lines[2]), float(lines[3])
+        else:  # the launcher itself failed
+            self.rc, self.wall_s = launcher_rc if launcher_rc else 1, time.perf_counter() - self.start
+        with self.lock:
+            if self.pidfd is not None:
+                os.close(self.pidfd)
+                self.pidfd = None
+            self.done.set()
 
     def _watch(self) -> None:
         while not self.done.wait(0.05):
-            rss = proc_status_kb(self.pid, "VmRSS")
+            rss = proc_status_kb(self.pid, "VmRSS") if self.pid else None
             if self.rss_limit_kb and rss and rss > self.rss_limit_kb:
                 self.killed = f"killed by scale.py: RSS {rss / 1024:.0f} MB passed --rss-limit-mb {self.rss_limit_kb / 1024:.0f}"
             elif self.timeout_s and time.perf_counter() - self.start > self.timeout_s:
@@ -168,32 +236,29 @@ class Child:
                 return
 
     def signal(self, sig: int) -> None:
-        if self.done.is_set():
-            return
-        try:
-            fd = self.pidfd
-            if fd is not None:
-                signal.pidfd_send_signal(fd, sig)
-            else:
-                os.kill(self.pid, sig)
-        except (ProcessLookupError, OSError):
-            pass
+        """Send ``sig`` to the command (not to the launcher), unless it is gone."""
+        with self.lock:
+            if self.done.is_set() or self.pid is None:
+                return
+            try:
+                if self.pidfd is not None:
+                    signal.pidfd_send_signal(self.pidfd, sig)
+                elif not hasattr(os, "pidfd_open"):
+                    os.kill(self.pid, sig)
+            except (ProcessLookupError, OSError):
+                pass
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.done.wait(timeout)
 
     def stop(self, grace_s: float = 30.0) -> None:
-        """SIGTERM, then SIGKILL after ``grace_s``; returns once the process is reaped."""
+        """SIGTERM, then SIGKILL after ``grace_s``; returns once the command has exited."""
         if self.done.is_set():
             return
         self.signal(signal.SIGTERM)
         if not self.wait(grace_s):
             self.signal(signal.SIGKILL)
             self.wait()
-
-    @property
-    def wall_s(self) -> float:
-        return self.end - self.start
 
     def stdout(self) -> str:
         return self.out_path.read_text(errors="replace")
@@ -513,7 +578,7 @@ def stage_serve(b: Bench) -> None:
         row.wall_s = time.perf_counter() - start
         status, (metrics, _) = client.request("GET", "/metrics")
         held = re.search(rb"^gru4rec_serve_sessions\s+([0-9.e+]+)", metrics, re.M) if status == 200 else None
-        hwm = proc_status_kb(proc.pid, "VmHWM")
+        hwm = proc_status_kb(proc.pid, "VmHWM") if proc.pid else None
         lat = np.asarray(client.latencies) * 1000.0
         clicks = sum(len(items) for _, items in sessions)
         row.extra.update(startup_s=startup, requests=clicks, good_answers=good, errors=len(client.errors),
