@@ -31,7 +31,9 @@ exit is kept in the JSON as a cross-check).
 **The model's footprint** is the peak RSS of ``gru4rec recommend`` on a file with one session:
 a process that imports torch and the package, loads the model and scores one session against
 the whole catalogue. "RSS above model" is a stage's peak RSS minus that figure: what the stage
-needs for its input, its output and its working memory. The issue's target: ``recommend`` on
+needs for its input, its output and its working memory (filled for the stages that run after
+the model-only run: evaluate, recommend, export, serve; it can be slightly negative for a stage
+that never scores the catalogue, e.g. the item-embedding export). The issue's target: ``recommend`` on
 100k sessions within 2 GB (2,048 MB) above the model, and recommend's memory not growing with
 the number of sessions (the 10k and 100k rows side by side).
 
