@@ -154,3 +154,128 @@ def test_retrain_days_keep_sessions_whole_and_in_time_order() -> None:
     assert how == "2 blocks of consecutive sessions"
     assert [sorted(d["SessionId"].unique()) for d in blocks] == [[1, 2, 3], [4, 5]]
     assert sum(len(d) for d in blocks) == len(events)
+
+
+# ------------------------------------------------------------------------------- scale.py
+
+
+def test_scale_child_peak_rss_is_each_process_own(tmp_path: Path) -> None:
+    """The per-stage figure comes from os.wait4: a child that touches 300 MB shows about that,
+    and a smaller child after it shows its own smaller peak (RUSAGE_CHILDREN would not)."""
+    scale = load("scale")
+    env = dict(__import__("os").environ)
+
+    def peak_mb(mb: int) -> float:
+        code = f"b = b'x' * ({mb} * 2**20)"  # every page written
+        child = scale.Child(f"alloc{mb}", [sys.executable, "-c", code], env=env, logs=tmp_path, rss_limit_kb=None, timeout_s=60)
+        child.wait()
+        assert child.rc == 0 and child.wall_s > 0
+        return child.maxrss_kb / 1024
+
+    big, small = peak_mb(300), peak_mb(20)
+    assert 300 <= big < 300 + 60
+    assert 20 <= small < 20 + 60 and small < big - 200
+
+
+def test_scale_child_over_the_rss_limit_is_killed(tmp_path: Path) -> None:
+    scale = load("scale")
+    code = "import time\nb = b'x' * (400 * 2**20)\ntime.sleep(30)"
+    child = scale.Child("greedy", [sys.executable, "-c", code], env=dict(__import__("os").environ), logs=tmp_path,
+                        rss_limit_kb=200 * 1024, timeout_s=60)
+    assert child.wait(20)
+    assert child.rc == -9 and "RSS" in child.killed and child.wall_s < 20
+
+
+def test_synth_plan_leaves_room_for_the_test_sessions() -> None:
+    scale = load("scale")
+    n, days = scale.synth_plan(120_000, 10_000)
+    share = days / scale.SYNTH_DAYS
+    assert n * (1 - share) >= 120_000 * 1.04  # train_full: sessions before the test window
+    assert n * share * 0.75 >= 10_000  # test: even if a quarter drops out (items unseen in training)
+
+
+def test_scale_run_at_a_tiny_size_is_consistent(tmp_path: Path) -> None:
+    """benchmarks/scale.py end to end at a tiny size (≈30 s): the table's figures against the
+    files the commands wrote and facts computed here from the data."""
+    import importlib.util as iu
+    import subprocess
+
+    import numpy as np
+    import pandas as pd
+
+    stages = ["synth", "train", "evaluate", "recommend", "export"]
+    if iu.find_spec("fastapi") and iu.find_spec("uvicorn"):
+        stages.append("serve")
+    work, out_json, k = tmp_path / "work", tmp_path / "scale.json", 5
+    started = __import__("time").perf_counter()
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale.py"), "--n-items", "2000", "--sessions", "300",
+                          "--eval-sessions", "50", "--recommend-sessions", "100,200", "--serve-sessions", "20", "-k", str(k),
+                          "--stages", ",".join(stages), "--work", str(work), "--json", str(out_json), "--threads", "1"],
+                         capture_output=True, text=True, timeout=300)
+    elapsed = __import__("time").perf_counter() - started
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    report = __import__("json").loads(out_json.read_text())
+    rows = {r["stage"]: r for r in report["stages"]}
+    assert all(r["ok"] for r in rows.values()), [r["note"] for r in rows.values() if not r["ok"]]
+
+    # The printed table says what the JSON says.
+    table = [line.split("|")[1:-1] for line in run.stdout.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [cells[0].strip() for cells in table] == list(rows)
+    for cells in table:
+        r = rows[cells[0].strip()]
+        for cell, key, digits in ((cells[2], "wall_s", 2), (cells[4], "peak_rss_mb", 0), (cells[5], "above_model_mb", 0)):
+            if r[key] is None:
+                assert cell.strip() == "—"
+            else:
+                assert float(cell.replace(",", "")) == pytest.approx(round(r[key], digits), abs=10 ** -digits)
+
+    # The data: the sizes asked for, counted here.
+    train = pd.read_csv(work / "data" / "train_full.tsv", sep="\t")
+    test = pd.read_csv(work / "data" / "test.tsv", sep="\t")
+    assert train["SessionId"].nunique() >= 300 and test["SessionId"].nunique() >= 50
+    assert report["data"]["train_sessions"] == train["SessionId"].nunique()
+
+    # The model file: ≈ 4 bytes per float32 parameter, from the training items and layers=100,
+    # plus the item ids (8-byte supports, ids in the header) and a small header.
+    n_items, layers = train["ItemId"].nunique(), 100
+    params = n_items * (layers + 1) + layers * 3 * layers + layers * layers + layers * 2 * layers + 3 * layers
+    size = (work / "model.safetensors").stat().st_size
+    assert report["model"]["n_items"] == n_items and report["model"]["parameters"] == params
+    assert rows["train"]["extra"]["model_bytes"] == size == report["model"]["bytes"]
+    assert 4 * params + 8 * n_items <= size <= 4 * params + 8 * n_items + 20 * n_items + 64 * 1024
+
+    # recommend: one row per input session and rank, k of them, for exactly the first N sessions.
+    for n in (100, 200):
+        r = rows[f"recommend {n:,}"]
+        assert r["sessions"] == n
+        recs = pd.read_csv(r["extra"]["output"], sep="\t")
+        assert len(recs) == n * k and r["extra"]["output_bytes"] == Path(r["extra"]["output"]).stat().st_size
+        assert list(recs["SessionId"].unique()) == list(train["SessionId"].unique()[:n])
+        assert (recs.groupby("SessionId")["Rank"].agg(list) == pd.Series([list(range(1, k + 1))] * n, index=recs["SessionId"].unique())).all()
+        assert not recs["Fallback"].any()
+
+    # Memory: every figure positive and no more than the machine; "above model" = peak - model-only.
+    model_mb = report["model_only_rss_mb"]
+    assert model_mb == rows["model only (1 session)"]["peak_rss_mb"] and 50 < model_mb < 4096
+    for r in rows.values():
+        assert r["peak_rss_mb"] > 0
+        if r["above_model_mb"] is not None:
+            assert r["above_model_mb"] == pytest.approx(r["peak_rss_mb"] - model_mb)
+        if r["sessions"]:
+            assert r["s_per_1k_sessions"] == pytest.approx(r["wall_s"] / r["sessions"] * 1000)
+    assert rows["recommend 200"]["peak_rss_mb"] < 2 * model_mb  # a tiny input costs little beyond the model
+    assert sum(r["wall_s"] for r in rows.values()) < elapsed  # the stages ran one after the other inside the run
+
+    # evaluate and the exports
+    assert 0 <= rows["evaluate"]["extra"]["recall_20"] <= 1
+    items = np.load(work / "exports" / "items.npy", allow_pickle=False)
+    assert len(items) == n_items and rows["export item-embeddings"]["extra"]["bytes"] == (work / "exports" / "items.npy").stat().st_size
+    assert len(np.load(work / "exports" / "sessions.npy", allow_pickle=False)) == 50
+
+    if "serve" in stages:
+        e, first = rows["serve"]["extra"], test[test["SessionId"].isin(test["SessionId"].unique()[:20])]
+        assert rows["serve"]["sessions"] == 20 and e["sessions_held"] == 20
+        assert e["requests"] == e["good_answers"] == len(first) and e["errors"] == 0
+        assert 0 < e["latency_ms_p50"] <= e["latency_ms_p99"] < rows["serve"]["wall_s"] * 1000
+        assert e["requests_per_s"] * rows["serve"]["wall_s"] == pytest.approx(len(first))
+        assert e["exit_code"] == 0 and e["maxrss_at_exit_mb"] >= rows["serve"]["peak_rss_mb"] - 1
