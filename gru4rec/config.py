@@ -145,6 +145,12 @@ class Config:
     train_random_order: bool = False
     time_sort: bool = True
     seed: int = 42
+    repeat_weight: float = 0.0
+    """Repeat-aware scoring: boost of the items already in the session, in units of the row's
+    score spread (0: off, faithful GRU4Rec; :mod:`gru4rec.inference.repeat`). Used at inference
+    only (recommendations, evaluation, serving), never in training."""
+    repeat_decay: float = 1.0
+    """Repeat-aware scoring: weight of an earlier click relative to the next one (1: counts only)."""
     session_key: str = "SessionId"
     item_key: str = "ItemId"
     time_key: str = "Time"
@@ -178,6 +184,8 @@ class Config:
         "train_random_order": to_bool,
         "time_sort": to_bool,
         "seed": to_int,
+        "repeat_weight": to_float,
+        "repeat_decay": to_float,
         "session_key": to_str,
         "item_key": to_str,
         "time_key": to_str,
@@ -288,6 +296,9 @@ class Config:
         at_least("bpreg", 0.0)
         at_least("logq", 0.0)
         at_least("sigma", 0.0, " (0: Glorot scale per block)")
+        at_least("repeat_weight", 0.0, " (0: no repeat boost)")
+        if "repeat_decay" in v and not 0.0 <= v["repeat_decay"] <= 1.0:
+            problems.append(f"repeat_decay: must be in [0, 1], got {v['repeat_decay']!r}")
         if "seed" in v and not 0 <= v["seed"] < 2**63:
             problems.append(f"seed: must be in [0, 2**63), got {v['seed']!r}")
 

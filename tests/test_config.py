@@ -22,8 +22,8 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "constrained_embedding": True, "n_sample": 2048, "sample_alpha": 0.5,
     "sample_store_size": 10_000_000, "smoothing": 0.0, "adapt": "adagrad", "adapt_params": (),
     "grad_cap": 0.0, "bpreg": 1.0, "logq": 0.0, "sigma": 0.0, "init_as_normal": False,
-    "train_random_order": False, "time_sort": True, "seed": 42, "session_key": "SessionId",
-    "item_key": "ItemId", "time_key": "Time",
+    "train_random_order": False, "time_sort": True, "seed": 42, "repeat_weight": 0.0, "repeat_decay": 1.0,
+    "session_key": "SessionId", "item_key": "ItemId", "time_key": "Time",
 }
 
 # The table of published best settings (docs/behaviour.md §7):
@@ -86,7 +86,7 @@ def test_from_string_every_type() -> None:
         "lmbd=0,embedding=16,constrained_embedding=False,n_sample=0,sample_alpha=1,"
         "sample_store_size=1e6,smoothing=0,adapt=adam,adapt_params=0.8/0.99,grad_cap=5,bpreg=1.5,"
         "logq=0.5,sigma=0.01,init_as_normal=true,train_random_order=1,time_sort=0,seed=7,"
-        "session_key=sid,item_key=iid,time_key=ts,"  # a trailing comma is tolerated
+        "repeat_weight=1.5,repeat_decay=0.5,session_key=sid,item_key=iid,time_key=ts,"  # a trailing comma is tolerated
     )
     want = {
         "loss": "bpr-max", "final_act": "elu-1", "hidden_act": "selu-1.0507-1.6733",
@@ -96,7 +96,7 @@ def test_from_string_every_type() -> None:
         "sample_store_size": 1_000_000, "smoothing": 0.0, "adapt": "adam",
         "adapt_params": (0.8, 0.99), "grad_cap": 5.0, "bpreg": 1.5, "logq": 0.5, "sigma": 0.01,
         "init_as_normal": True, "train_random_order": True, "time_sort": False, "seed": 7,
-        "session_key": "sid", "item_key": "iid", "time_key": "ts",
+        "repeat_weight": 1.5, "repeat_decay": 0.5, "session_key": "sid", "item_key": "iid", "time_key": "ts",
     }
     assert {name: getattr(cfg, name) for name in Config.field_names()} == want
     for name, value in want.items():  # exact types, not just equal values

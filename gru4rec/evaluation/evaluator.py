@@ -44,6 +44,7 @@ from gru4rec.evaluation.metrics import (
 )
 from gru4rec.evaluation.schedule import schedule_sessions
 from gru4rec.inference import SessionModel, check_session_model, require_fitted
+from gru4rec.inference.repeat import RepeatBoost
 from gru4rec.log import progress_bar
 
 __all__ = ["DEFAULT_BATCH_SIZE", "TIE_MODES", "EvalResult", "evaluate", "evaluate_sessions"]
@@ -262,6 +263,39 @@ def evaluate(
     return result
 
 
+class _History:
+    """Each slot's clicks in its current session, for repeat-aware scoring
+    (:mod:`gru4rec.inference.repeat`): item indices and their weights ``decay^age`` (B×W, W the
+    longest session), updated on the device at every step — no host synchronisation."""
+
+    def __init__(self, boost: RepeatBoost, batch: int, longest: int, device: torch.device) -> None:
+        self.boost = boost
+        if boost.active:
+            self.items = torch.zeros(batch, max(longest, 1), dtype=torch.int64, device=device)
+            self.weights = torch.zeros(batch, max(longest, 1), dtype=torch.float32, device=device)
+            self.position = torch.zeros(batch, 1, dtype=torch.int64, device=device)
+            self.one = torch.ones(batch, 1, dtype=torch.float32, device=device)
+
+    def add(self, items: Tensor, reset: Tensor | None) -> None:
+        """The first ``len(items)`` slots click ``items``; ``reset`` marks the slots whose session starts here."""
+        A = len(items)
+        weights, position = self.weights[:A], self.position[:A]
+        if reset is not None:
+            weights.masked_fill_(reset.unsqueeze(1), 0.0)
+            position.masked_fill_(reset.unsqueeze(1), 0)
+        weights.mul_(self.boost.decay)
+        self.items[:A].scatter_(1, position, items.unsqueeze(1))
+        weights.scatter_(1, position, self.one[:A])
+        # A slot idle at the end of the schedule keeps stepping: it stays in the last column.
+        position.add_(1).clamp_(max=self.items.shape[1] - 1)
+
+    def apply(self, scores: Tensor) -> None:
+        """Boost each row's scores by its slot's history (in place)."""
+        A = scores.shape[0]
+        scale = scores.std(dim=1, keepdim=True).nan_to_num_(0.0)
+        scores.scatter_add_(1, self.items[:A], (self.boost.weight * scale) * self.weights[:A].to(scores.dtype))
+
+
 def evaluate_sessions(
     model: SessionModel,
     items: np.ndarray,
@@ -340,6 +374,7 @@ def evaluate_sessions(
     # from the OS every time on the CPU (page faults and zeroing).
     score_buf: Tensor | None = None
     active = sched.active.tolist()
+    history = _History(RepeatBoost.of(model), B, int(np.diff(offsets).max()), device)
     # Progress counts predictions (host-side counts per step: no device synchronisation).
     per_step = sched.valid.sum(axis=1).tolist()
     bar = progress_bar(sched.n_predictions, "evaluation", enabled=progress, unit="pred")
@@ -359,6 +394,9 @@ def evaluate_sessions(
             if score_buf is None:
                 score_buf = torch.empty(B, N, dtype=out.dtype, device=device)
             scores = model.scores(out, buffer=score_buf[:A])
+            if history.boost.active:
+                history.add(inputs[step, :A], reset[step, :A] if step and reset_any[step] else None)
+                history.apply(scores)
             tgt_scores = scores.gather(1, targets[step, :A].unsqueeze(1))
             g, e = ranker(scores, tgt_scores, None if top_ids is None else top_ids[:A])
             metrics.add(g, e, tgt_scores, valid[step, :A], None if pred_index is None else pred_index[step, :A])

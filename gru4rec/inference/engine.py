@@ -13,7 +13,8 @@ runs through :class:`Engine`, over any :class:`~gru4rec.inference.SessionModel`:
   chunk, never by the number of sessions; results come back chunk by chunk (a generator).
 * **Top-k** with exclusions by :mod:`gru4rec.inference.scoring` (float32, or certified int8
   candidates on the CPU); a session without a known item gets the most popular items
-  (``fallback``, no scores).
+  (``fallback``, no scores). With repeat-aware scoring on (the model's ``repeat_weight``,
+  :mod:`gru4rec.inference.repeat`) the session's clicks boost their items' scores first.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import torch
 from torch import Tensor
 
 from gru4rec.inference.protocol import SessionModel, require_fitted
+from gru4rec.inference.repeat import RepeatBoost
 from gru4rec.inference.scoring import TopK, make_topk
 from gru4rec.inference.state import SessionState
 
@@ -39,6 +41,11 @@ DEFAULT_CHUNK_BYTES = 256 << 20
 MAX_CHUNK_ROWS = 1024
 
 _NONE = np.zeros(0, dtype=np.int64)
+
+
+def _boosting(boost: RepeatBoost, histories: Sequence[np.ndarray]):
+    """The scores' adjustment of repeat-aware scoring for rows with these clicks."""
+    return lambda scores: boost.apply_to_histories(scores, histories)
 
 
 @dataclass
@@ -205,10 +212,12 @@ class Engine:
             indices[fallback] = self.popular[:k]
             live = np.flatnonzero(~fallback)
             if len(live):
-                seen = np.split(items[offsets[a] : offsets[b]], np.cumsum(lengths)[:-1]) if exclude_seen else None
-                exclude = [seen[r] for r in live] if seen is not None else [_NONE] * len(live)
+                boost = RepeatBoost.of(self.model)
+                seen = np.split(items[offsets[a] : offsets[b]], np.cumsum(lengths)[:-1]) if exclude_seen or boost.active else None
+                exclude = [seen[r] for r in live] if exclude_seen and seen is not None else [_NONE] * len(live)
+                adjust = _boosting(boost, [seen[r] for r in live]) if boost.active and seen is not None else None
                 rows = out if len(live) == C else out[torch.from_numpy(live).to(self.device)]
-                top = self.topk(rows, [k] * len(live), exclude)
+                top = self.topk(rows, [k] * len(live), exclude, adjust)
                 kept = np.isfinite(top.scores[:, :k])  # excluded items (fewer than k left) are no answers
                 indices[live] = np.where(kept, top.indices[:, :k], -1)
                 scores[live] = np.where(kept, top.scores[:, :k], np.nan)
@@ -242,8 +251,10 @@ class Engine:
         answers: list[Answer | None] = [None] * B
         if live:
             slots = torch.from_numpy(slot_of[live]).to(self.device)
+            boost = RepeatBoost.of(self.model)
             top = self.topk(state[-1].index_select(0, slots), [batch[r].k for r in live],
-                            [seen[r] if batch[r].exclude_seen else _NONE for r in live])
+                            [seen[r] if batch[r].exclude_seen else _NONE for r in live],
+                            _boosting(boost, [seen[r] for r in live]) if boost.active else None)
         H_after = torch.cat(state, dim=1).cpu().numpy() if sorted_lengths.any() else start
         for row in range(B):
             if not len(seen[row]):

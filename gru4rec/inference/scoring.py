@@ -53,7 +53,11 @@ class TopK(Protocol):
     name: str
     counts: dict[str, int]
 
-    def __call__(self, out: Tensor, ks: Sequence[int], exclude: Sequence[np.ndarray]) -> TopKResult: ...
+    def __call__(self, out: Tensor, ks: Sequence[int], exclude: Sequence[np.ndarray],
+                 adjust: Callable[[Tensor], Tensor] | None = None) -> TopKResult:
+        """Top ``ks[b]`` of row b of the scores after ``out``, without the items ``exclude[b]``;
+        ``adjust(scores)``, when given, changes the full scores in place first (the repeat boost)."""
+        ...
 
 
 def _exclusion_pairs(exclude: Sequence[np.ndarray], device: torch.device) -> tuple[Tensor, Tensor] | None:
@@ -81,8 +85,11 @@ class Float32TopK:
         wy, by = wy.detach(), by.detach()
         return cls(lambda out: torch.addmm(by, out, wy.t()))
 
-    def __call__(self, out: Tensor, ks: Sequence[int], exclude: Sequence[np.ndarray]) -> TopKResult:
+    def __call__(self, out: Tensor, ks: Sequence[int], exclude: Sequence[np.ndarray],
+                 adjust: Callable[[Tensor], Tensor] | None = None) -> TopKResult:
         scores = self.scores(out)
+        if adjust is not None:
+            adjust(scores)
         pairs = _exclusion_pairs(exclude, scores.device)
         if pairs is not None:
             scores[pairs] = -torch.inf
@@ -108,11 +115,13 @@ class CertifiedTopK:
         self.n_candidates, self.max_batch = n_candidates, max_batch
         self.counts = {"certified": 0, "float32": 0}
 
-    def __call__(self, out: Tensor, ks: Sequence[int], exclude: Sequence[np.ndarray]) -> TopKResult:
+    def __call__(self, out: Tensor, ks: Sequence[int], exclude: Sequence[np.ndarray],
+                 adjust: Callable[[Tensor], Tensor] | None = None) -> TopKResult:
         B, kmax = out.shape[0], max(ks)
         m = max(self.n_candidates, 3 * kmax)
-        if B > self.max_batch or m >= self.table.n_items:
-            result = self.exact(out, ks, exclude)
+        # Adjusted scores (the repeat boost) have no int8 bounds: they take the float32 path.
+        if B > self.max_batch or m >= self.table.n_items or adjust is not None:
+            result = self.exact(out, ks, exclude, adjust)
             self.counts["float32"] += B
             return result
         rows = self.table.topk(out, ks, exclude, m)  # one kernel call for the whole batch

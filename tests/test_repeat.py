@@ -1,0 +1,152 @@
+"""Repeat-aware scoring (gru4rec.inference.repeat): the boost's formula against NumPy, and the
+same boosted scores in every place that ranks items — the evaluator's device-side histories,
+the engine's recommendations and its served sessions — against brute force on raw scores."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from gru4rec import GRU4Rec, evaluate
+from gru4rec.config import Config
+from gru4rec.datasets.synthetic import generate
+from gru4rec.errors import ConfigError
+from gru4rec.inference import Engine, Work
+from gru4rec.inference.repeat import RepeatBoost, fit_repeat_boost
+
+
+def numpy_boost(scores: np.ndarray, history: np.ndarray, weight: float, decay: float) -> np.ndarray:
+    """The definition: + weight · std(scores) · Σ_{j: x_j = i} decay^(n − j), clicks x_1..x_n."""
+    out = scores.astype(np.float64).copy()
+    sigma = scores.astype(np.float64).std(ddof=1)
+    n = len(history)
+    for j, item in enumerate(history, start=1):
+        out[item] += weight * sigma * decay ** (n - j)
+    return out
+
+
+def test_boost_formula() -> None:
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=(3, 40)).astype(np.float32)
+    histories = [np.array([5, 7, 5, 9]), np.zeros(0, np.int64), np.array([39])]
+    got = RepeatBoost(0.7, 0.5).apply_to_histories(torch.from_numpy(scores.copy()), histories).numpy()
+    for row, h in enumerate(histories):
+        np.testing.assert_allclose(got[row], numpy_boost(scores[row], h, 0.7, 0.5), rtol=1e-5, atol=1e-5)
+    untouched = torch.from_numpy(scores.copy())
+    assert torch.equal(RepeatBoost().apply_to_histories(untouched, histories), torch.from_numpy(scores))
+    with pytest.raises(ValueError, match="repeat_decay"):
+        RepeatBoost(1.0, 1.5)
+    with pytest.raises(ConfigError, match="repeat_weight.*\n.*repeat_decay"):
+        Config(repeat_weight=-0.1, repeat_decay=1.01)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    events = generate(n_sessions=300, n_items=80, seed=5)
+    model = GRU4Rec("layers=16,n_epochs=2,batch_size=16,n_sample=16,sample_store_size=500", device="cpu").fit(events, progress=False)
+    return model, events
+
+
+def _sessions(model, events, n=30):
+    c = model.config
+    ev = events.sort_values([c.session_key, c.time_key], kind="stable")
+    groups = [g for _, g in ev.groupby(c.session_key, sort=True)][-n:]
+    return [model.item_map.index_of(g[c.item_key]) for g in groups], ev[ev[c.session_key].isin([g[c.session_key].iloc[0] for g in groups])]
+
+
+def test_evaluator_ranks_boosted_scores(trained) -> None:
+    model, events = trained
+    sessions, test = _sessions(model, events)
+    model.config = model.config.replace(repeat_weight=1.5, repeat_decay=0.6)
+    try:
+        result = evaluate(model, test, cutoffs=(5,), mode="conservative", return_ranks=True, batch_size=4)
+    finally:
+        model.config = model.config.replace(repeat_weight=0.0, repeat_decay=1.0)
+    plain = evaluate(model, test, cutoffs=(5,), mode="conservative", return_ranks=True, batch_size=4)
+    low, high = [], []
+    ids = model.item_map.ids
+    for s in sessions:
+        for j in range(1, len(s)):
+            raw = model.score_sessions([ids[s[:j]].tolist()])[0]
+            scores = numpy_boost(raw, s[:j], 1.5, 0.6)
+            t, eps = scores[s[j]], 1e-4 * max(1.0, abs(scores[s[j]]))
+            low.append((scores >= t + eps).sum() + 1)
+            high.append((scores >= t - eps).sum())
+    assert len(result.ranks) == len(low)
+    assert np.all((np.asarray(low) <= result.ranks) & (result.ranks <= np.asarray(high)))
+    assert not np.array_equal(result.ranks, plain.ranks)  # the boost changed something
+
+
+def test_recommendations_and_served_sessions_rank_boosted_scores(trained) -> None:
+    model, events = trained
+    sessions, _ = _sessions(model, events, 12)
+    ids = model.item_map.ids
+    model.config = model.config.replace(repeat_weight=2.0, repeat_decay=0.5)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            recs = model.recommend_batch([ids[s].tolist() for s in sessions], k=6)
+        engine = Engine(model, scoring="float32")
+        served = engine.run([Work(None, s[:-1], 6) for s in sessions])
+        served = engine.run([Work(a.state, s[-1:], 6) for a, s in zip(served, sessions)])
+    finally:
+        model.config = model.config.replace(repeat_weight=0.0, repeat_decay=1.0)
+    for s, rec, answer in zip(sessions, recs, served):
+        raw = model.score_sessions([ids[s].tolist()])[0]
+        scores = numpy_boost(raw, s, 2.0, 0.5)
+        want = np.sort(scores)[::-1][:6]
+        np.testing.assert_allclose(np.sort(scores[model.item_map.index_of(rec.item_ids)])[::-1], want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(rec.scores, want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(answer.scores, want, rtol=1e-4, atol=1e-4)
+
+
+def test_fit_picks_the_best_grid_point(trained) -> None:
+    model, events = trained
+    _, valid = _sessions(model, events, 60)
+    before = model.config
+    best, table = fit_repeat_boost(model, valid, weights=(0.5, 3.0), decays=(0.5, 1.0), metric="mrr@10")
+    assert model.config == before  # restored
+    assert [(row["weight"], row["decay"]) for row in table] == [(0.0, 1.0), (0.5, 0.5), (0.5, 1.0), (3.0, 0.5), (3.0, 1.0)]
+    for row in table[1:2]:
+        model.config = before.replace(repeat_weight=row["weight"], repeat_decay=row["decay"])
+        assert evaluate(model, valid, cutoffs=(10,), mode="conservative").mrr[10] == pytest.approx(row["mrr@10"], abs=1e-12)
+    model.config = before
+    top = max(table, key=lambda row: row["mrr@10"])
+    assert (best.weight, best.decay) == (top["weight"], top["decay"])
+
+
+def test_evaluate_command_sets_fits_and_saves_the_boost(trained, tmp_path, capsys) -> None:
+    from gru4rec.cli import main
+
+    model, events = trained
+    _, test = _sessions(model, events, 40)
+    _, valid = _sessions(model, events, 80)
+    # Every validation session ends by going back to its first item: the boost must pay there.
+    c = model.config
+    first = valid.groupby(c.session_key).head(1).copy()
+    first[c.time_key] = valid.groupby(c.session_key)[c.time_key].max().loc[first[c.session_key]].to_numpy() + 1
+    valid = pd.concat([valid, first], ignore_index=True)
+    paths = {name: tmp_path / f"{name}.tsv" for name in ("test", "valid")}
+    test.to_csv(paths["test"], sep="\t", index=False)
+    valid.to_csv(paths["valid"], sep="\t", index=False)
+    model.save(tmp_path / "m.safetensors")
+
+    def recall_mrr(argv):
+        assert main(argv) == 0
+        line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("Recall@10")][0].split()
+        return float(line[1]), float(line[3])
+
+    base = ["evaluate", str(tmp_path / "m.safetensors"), "-t", str(paths["test"]), "-m", "10", "-e", "conservative", "-d", "cpu"]
+    got = recall_mrr(base + ["--repeat-weight", "2", "--repeat-decay", "0.5"])
+    model.config = model.config.replace(repeat_weight=2.0, repeat_decay=0.5)
+    want = evaluate(model, paths["test"], cutoffs=(10,), mode="conservative")
+    model.config = model.config.replace(repeat_weight=0.0, repeat_decay=1.0)
+    assert got == (round(want.recall[10], 6), round(want.mrr[10], 6))
+
+    recall_mrr(base + ["--fit-repeat", str(paths["valid"]), "--save", str(tmp_path / "boosted.safetensors")])
+    best, _ = fit_repeat_boost(model, paths["valid"], metric="mrr@10", mode="conservative")
+    saved = GRU4Rec.load(tmp_path / "boosted.safetensors", device="cpu").config
+    assert (saved.repeat_weight, saved.repeat_decay) == (best.weight, best.decay) and best.weight > 0
