@@ -39,18 +39,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``gru4rec evaluate``."""
     parser.add_argument("model", metavar="MODEL", help="a model file saved by train --save")
     add_eval_flags(parser, test_required=True)
+    repeat = parser.add_argument_group(
+        "repeat-aware scoring", "boost the items a session already holds (off by default: faithful GRU4Rec); "
+        "see docs/python.md#repeat-aware-scoring")
+    repeat.add_argument("--repeat-weight", metavar="W", type=float, default=None,
+                        help="the boost's weight, in units of the row's score spread (default: the model's, 0)")
+    repeat.add_argument("--repeat-decay", metavar="D", type=float, default=None,
+                        help="weight of a click relative to the click after it, in [0, 1] (default: the model's, 1)")
+    repeat.add_argument("--fit-repeat", metavar="VALID", default=None,
+                        help="choose weight and decay on the validation events VALID (a grid, MRR at the first "
+                             "cutoff, the tie mode of -e), print the grid, then evaluate TEST with the winner")
+    repeat.add_argument("--save", metavar="MODEL_OUT", default=None,
+                        help="write the model with the chosen repeat boost to MODEL_OUT (for gru4rec serve)")
     add_column_keys(parser, default_from="the model's")
     add_device(parser)
     add_threads(parser)
     add_force(parser)
 
 
+def _repeat_boost(model: Any, args: argparse.Namespace) -> None:
+    """Set the model's repeat boost from --repeat-weight/--repeat-decay, then --fit-repeat."""
+    from gru4rec.inference.repeat import fit_repeat_boost
+
+    changes = {k: v for k, v in (("repeat_weight", args.repeat_weight), ("repeat_decay", args.repeat_decay)) if v is not None}
+    if changes:
+        model.config = model.config.replace(**changes)
+    if args.fit_repeat is not None:
+        log.info("Choosing the repeat boost on %s", args.fit_repeat)
+        metric = f"mrr@{args.measure[0]}"
+        best, table = fit_repeat_boost(model, args.fit_repeat, metric=metric, mode=args.eval_mode,
+                                       batch_size=args.eval_batch_size)
+        for row in table:
+            log.info("  repeat_weight=%g repeat_decay=%g: %s %.6f", row["weight"], row["decay"], metric, row[metric])
+        model.config = model.config.replace(repeat_weight=best.weight, repeat_decay=best.decay)
+    if changes or args.fit_repeat is not None:
+        log.info("Repeat-aware scoring: repeat_weight=%g, repeat_decay=%g", model.config.repeat_weight, model.config.repeat_decay)
+
+
 @uses_threads
 def run(args: argparse.Namespace) -> int:
     """Run ``gru4rec evaluate``."""
     check_writable_target(args.metrics_json, args.force, "metrics file")
+    check_writable_target(args.save, args.force, "model file")
     check_readable(args.test, "test file")
+    check_readable(None if args.fit_repeat is None else [args.fit_repeat], "validation file")
     model = load_model(args.model, args.device)
+    _repeat_boost(model, args)
+    if args.save:
+        model.save(args.save, overwrite=args.force)
+        log.info("Saved the model with its repeat boost to %s", args.save)
     report = evaluate_files(
         model, args.test, cutoffs=args.measure, mode=args.eval_mode, batch_size=args.eval_batch_size,
         extended=True,
