@@ -8,10 +8,10 @@
 # Before (on the development machine, from the project root):
 #   the data, gzipped, in the ignored .gpu_data/ (one command; every data set and split it needs):
 #     mkdir -p .gpu_data && for d in diginetica:diginetica_srgnn tmall:tmall_srgnn rsc15:rsc15_100k; do for s in train_tr train_valid; do gzip -c ../shared/data/${d#*:}/$s.tsv > .gpu_data/${d%%:*}_$s.tsv.gz; done; done
-#   optuna and its pure-Python needs as wheels in the ignored .whl/ (the GPU machine has none;
-#   see /work/.library/device/README.md): pip download --no-deps --only-binary=:all: -d .whl
-#     optuna alembic sqlalchemy colorlog mako tqdm pyyaml greenlet (versions as in .venv; binary
-#     ones for --python-version 3.12 --platform manylinux2014_x86_64)
+#   optuna and the packages it needs that the GPU machine lacks, as wheels in the ignored .whl/
+#   (the machine has Python 3.12 and no network; /work/.library/device/README.md):
+#     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl optuna==5.1.0 alembic==1.20.1 sqlalchemy==2.1.9 colorlog==6.12.0 mako==1.4.3
+#   (numpy, packaging, pyyaml, tqdm, markupsafe and typing-extensions are there already)
 # Then, with the device tool: command "bash benchmarks/gpu_paropt.sh diginetica", carry
 # [".gpu_data", ".whl"], timeout_s 560. Afterwards commit $OUT/<study>.journal over
 # results/studies/<study>.journal and $OUT/<study>.{trials.csv,trials.json,best.json,best.py,summary.json}
