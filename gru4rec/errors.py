@@ -22,7 +22,7 @@ class TrainingDivergedError(Gru4RecError, FloatingPointError):
 
 
 class LossExplodedWarning(RuntimeWarning):
-    """The epoch loss exploded: above twice the untrained level (:mod:`gru4rec.training.loop`,
+    """The epoch loss exploded: above three times the untrained level (:mod:`gru4rec.training.loop`,
     :func:`~gru4rec.training.loop.exploded`). Training goes on; ``paropt`` stops such a trial."""
 
 

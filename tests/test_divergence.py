@@ -48,10 +48,10 @@ def test_untrained_level_is_the_loss_of_zero_scores(events: pd.DataFrame) -> Non
         assert caught == []
     assert untrained_loss(Config.from_string("loss=cross-entropy,batch_size=128,n_sample=2048")) == pytest.approx(math.log(2176))
     assert untrained_loss(Config.from_string("loss=bpr-max")) == 1.0
-    # The bound: twice the larger of the first step's loss and the untrained level.
+    # The bound: three times the larger of the first step's loss and the untrained level.
     bpr = Config.from_string("loss=bpr-max")
-    assert EXPLOSION_FACTOR == 2.0
-    assert loss_bound(bpr, 0.69) == 2.0 and loss_bound(bpr, 5.0) == 10.0 and loss_bound(bpr, math.nan) == 2.0
+    assert EXPLOSION_FACTOR == 3.0
+    assert loss_bound(bpr, 0.69) == 3.0 and loss_bound(bpr, 5.0) == 15.0 and loss_bound(bpr, math.nan) == 3.0
 
 
 @pytest.mark.parametrize("params", [
@@ -61,7 +61,7 @@ def test_untrained_level_is_the_loss_of_zero_scores(events: pd.DataFrame) -> Non
 def test_an_exploding_loss_warns_once_naming_the_epoch_and_the_loss(events: pd.DataFrame, params: str) -> None:
     model, caught = fit(events, params)
     losses = [s.loss for s in model.history]
-    bound = 2.0 * max(model.history[0].first_step_loss, math.log(32) if "cross-entropy" in params else 1.0)
+    bound = 3.0 * max(model.history[0].first_step_loss, math.log(32) if "cross-entropy" in params else 1.0)
     exploded = [i + 1 for i, loss in enumerate(losses) if loss > bound]
     assert exploded and len(model.history) == 3  # training goes on after the warning
     assert len(caught) == 1

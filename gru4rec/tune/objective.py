@@ -4,7 +4,7 @@ and the failures that make a trial FAIL instead of stopping the study (an invali
 of parameters, a NaN or infinite loss, out of memory).
 
 A trial whose loss explodes (:class:`~gru4rec.errors.LossExplodedWarning`: an epoch loss above
-twice the untrained level, :func:`gru4rec.training.loop.loss_bound`) is stopped at the end of that
+three times the untrained level, :func:`gru4rec.training.loop.loss_bound`) is stopped at the end of that
 epoch, before its validation, and PRUNED, with the warning's text in its ``diverged`` attribute:
 pruned rather than failed so that the TPE sampler counts it among the worst trials (it ignores
 failed ones) and steers away from its learning rate.
