@@ -91,6 +91,23 @@ def test_pruning(data: dict[str, Path], tmp_path: Path) -> None:
     assert t.state == TrialState.COMPLETE and t.intermediate_values == {}
 
 
+def test_pruning_with_early_stopping_reports_the_validation_fit_computed(data: dict[str, Path], tmp_path: Path) -> None:
+    # With --early-stop (benchmarks/gpu_paropt.py) the per-epoch value comes from fit's own
+    # validation (EpochInfo.valid), not from a second evaluation: it must be the same number.
+    run_study(settings(data, tmp_path, n_trials=2, study_name="pruned_es", early_stop=2, eval_mode="conservative"),
+              pruner=AlwaysPrune())
+    trials = trials_of(f"sqlite:///{tmp_path / 'out' / 'paropt.db'}", "pruned_es")
+    assert [t.state for t in trials] == [TrialState.PRUNED] * 2
+    base = Config.from_string(FIXED)
+    train, valid = read_events(data["train"]), read_events(data["valid"])
+    for t in trials:
+        assert list(t.intermediate_values) == [0] and t.user_attrs["epochs"] == 1
+        config = base.replace_from_string(t.user_attrs["param_string"]).replace(n_epochs=1)
+        model = GRU4Rec(config, device="cpu").fit(train, progress=False)
+        expected = evaluate(model, valid, cutoffs=(20,), mode="conservative").mrr[20]
+        assert expected == pytest.approx(t.intermediate_values[0], abs=1e-9)
+
+
 def test_trials_are_quiet_unless_verbose(capsys: pytest.CaptureFixture[str]) -> None:
     # A trial hides the training loop's per-epoch lines (INFO), not its warnings, and restores the level.
     parent, loop = logging.getLogger("gru4rec.training"), logging.getLogger("gru4rec.training.loop")
