@@ -17,8 +17,9 @@ GPU machine sends back holds every finished trial even if the window is cut shor
 copy over ``results/studies/<study>.journal``. The reports (``<study>.trials.csv/.json``,
 ``.best.json/.py``, ``.summary.json``) go to ``$OUT`` or, without it, to ``results/``; the
 committed ``results/<study>.trials.json`` is also passed as ``--add-trials`` (nothing is added
-twice), so a study whose journal was lost continues from its export. A trial left RUNNING in the
-journal (the last window was killed mid-trial) is marked FAIL and queued again first.
+twice), so a study whose journal was lost continues from its export. A trial cut by the end of a
+window (interrupted: FAIL without a reason; killed: left RUNNING, marked FAIL here) is queued
+again, once, at the end of that window or at the start of the next.
 
 ``--fix PARAMS`` pins searched parameters (they leave the space: a tiny CPU check, e.g.
 ``--fix n_sample=64,n_epochs=2,layers=32``) and gives the study its own name (``..._fixed``).
@@ -75,28 +76,42 @@ def narrowed_space(space: Path, fix: str, dest: Path) -> Path:
 
 
 def requeue_orphans(journal: Path, name: str) -> list[int]:
-    """Mark the trials left RUNNING in ``journal``'s study ``name`` FAIL (their process was killed:
-    this script is the study's only writer while it runs) and queue their parameters again;
-    returns their numbers."""
+    """Queue again the trials that the end of a window cut: left RUNNING (the process was killed:
+    marked FAIL here, this script being the study's only writer while it runs) or FAILed by the
+    interrupt (no ``fail_reason``: the objective records one for every failure of its own).
+    Each is queued once (its copy says ``enqueued_from: cut trial N``), and a copy is not queued
+    again. Returns the numbers of the trials marked or queued now."""
     if not journal.is_file():
         return []
-    from gru4rec.tune.storage import open_storage
-
     import optuna
 
+    from gru4rec.tune.storage import open_storage
+
+    states = optuna.trial.TrialState
     storage, _ = open_storage(f"journal:{journal}")
     try:
         study = optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         return []
-    orphans = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING]
-    for t in orphans:
-        storage.set_trial_system_attr(t._trial_id, "fail_reason", "orphaned: its GPU window ended while it ran")
-        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+    trials = study.get_trials(deepcopy=False)
+    queued = {str(t.user_attrs.get("enqueued_from", "")) for t in trials}
+    handled = []
+    for t in trials:
         params = t.params or t.system_attrs.get("fixed_params") or {}
-        if params:  # a trial killed before it drew its parameters has nothing to run again
-            study.enqueue_trial(params, user_attrs={"enqueued_from": f"orphaned trial {t.number}"})
-    return [t.number for t in orphans]
+        reason = t.user_attrs.get("fail_reason") or t.system_attrs.get("fail_reason")
+        running = t.state == states.RUNNING
+        if running:
+            storage.set_trial_system_attr(t._trial_id, "fail_reason", "orphaned: its GPU window ended while it ran")
+            storage.set_trial_state_values(t._trial_id, states.FAIL)
+        elif not (t.state == states.FAIL and not reason):
+            continue
+        copy = f"cut trial {t.number}"
+        again = params and copy not in queued and not str(t.user_attrs.get("enqueued_from", "")).startswith("cut trial")
+        if again:
+            study.enqueue_trial(params, user_attrs={"enqueued_from": copy})
+        if running or again:
+            handled.append(t.number)
+    return handled
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,6 +174,8 @@ def paropt_argv(args: argparse.Namespace, start: float, scratch: Path) -> tuple[
     if args.seed is not None:
         argv += ["--seed", str(args.seed)]
     export = Path(args.results) / f"{name}.trials.json"
+    if not args.train and not Path(train).is_file():
+        raise SystemExit(f"gpu_paropt: {train} not found; prepare .gpu_data/ from the project root with:\n  {PREPARE}")
     if export.is_file():
         argv += ["--add-trials", str(export)]
     return argv, journal, out
@@ -175,12 +192,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = pargs[pargs.index("--study-name") + 1]
         orphans = requeue_orphans(journal, name)
         if orphans:
-            print(f"gpu_paropt: trials {orphans} were left RUNNING by a killed window: marked FAIL and queued again",
-                  file=sys.stderr)
+            print(f"gpu_paropt: trials {orphans} were cut by the end of the last window: queued again", file=sys.stderr)
         print("gpu_paropt: paropt " + " ".join(pargs), file=sys.stderr, flush=True)
         parser = argparse.ArgumentParser(prog="gru4rec paropt")
         add_arguments(parser)
         code = run_paropt(parser.parse_args(pargs))
+        if code == 130:  # the window's end (timeout's SIGINT) cut a trial: queue it, write the reports
+            requeue_orphans(journal, name)
+            n = pargs.index("-nt")
+            code = run_paropt(parser.parse_args(pargs[:n] + ["-nt", "0", "--total"] + pargs[n + 2:]))
+            code = 130 if code == 0 else code
     lock = out / f".{name}.lock"
     if args.out and lock.exists():
         lock.unlink()  # what comes back from a GPU machine is counted in files

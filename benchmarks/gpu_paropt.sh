@@ -48,8 +48,9 @@ if [ -n "${OUT:-}" ]; then
 else
   LOG=/dev/null
 fi
-# The hard stop: a trial still running at the budget's end is killed (the next window queues it
-# again); paropt itself starts no trial in the last --reserve minutes.
+# The hard stop: a trial still running at the budget's end is interrupted (SIGINT: its parameters
+# are queued again and the reports written; killed 20 s later if that hangs, the next window
+# queues it); paropt itself starts no trial in the last --reserve minutes.
 timeout --signal=INT --kill-after=20 "$(awk "BEGIN{print int($MINUTES*60)}")" \
   $PY benchmarks/gpu_paropt.py "$DATASET" --loss "$LOSS" --minutes "$MINUTES" "$@" 2>&1 | tee "$LOG"
 exit "${PIPESTATUS[0]}"

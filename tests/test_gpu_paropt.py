@@ -1,6 +1,6 @@
 """benchmarks/gpu_paropt.py, the core of the GPU tuning window (issue 29), on a tiny synthetic data
-set: a 2-trial study in a journal file, continued by a second call in a copy under OUT, a trial
-left RUNNING by a killed window queued again, and no trial started without time left."""
+set: a 2-trial study in a journal file, continued by a second call in a copy under OUT, the
+trials cut by the end of a window queued again, and no trial started without time left."""
 from __future__ import annotations
 
 import importlib.util
@@ -62,17 +62,28 @@ def test_a_window_adds_trials_to_the_journal_and_the_next_continues_it(data: dic
     assert len(trials(committed)) == 2  # the committed journal is replaced by the copy by hand, not here
     assert sorted(p.name for p in out.iterdir()) == sorted([f"{NAME}.journal"] + [NAME + s for s in gpu_paropt.REPORTS])
 
-    # A window killed mid-trial leaves it RUNNING: the next one marks it FAIL and runs its parameters again.
+    # A window cut mid-trial leaves it RUNNING (killed) or FAIL without a reason (interrupted):
+    # the next window queues each again once; a failure the objective explains is left alone.
     storage, _ = open_storage(f"journal:{copy}")
     study = optuna.load_study(study_name=NAME, storage=storage)
     study.enqueue_trial(second[0].params)
-    orphan = study.ask()
-    assert orphan.number == 4 and trials(copy)[4].state == TrialState.RUNNING
+    killed = study.ask()
+    study.enqueue_trial(second[1].params)
+    interrupted = study.ask()
+    study.tell(interrupted, state=TrialState.FAIL)
+    study.add_trial(optuna.trial.create_trial(state=TrialState.FAIL, params=second[0].params,
+                                              distributions=second[0].distributions,
+                                              user_attrs={"fail_reason": "ConfigError: ..."}))
+    assert (killed.number, interrupted.number, len(trials(copy))) == (4, 5, 7)
+    assert trials(copy)[4].state == TrialState.RUNNING
     assert call(data, tmp_path, "--out", str(out)) == 0
     third = trials(copy)
     assert third[4].state == TrialState.FAIL and third[4].system_attrs["fail_reason"].startswith("orphaned")
-    assert third[5].user_attrs["enqueued_from"] == "orphaned trial 4" and third[5].params == second[0].params
-    assert len([t for t in third if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]) == 6
+    assert [t.user_attrs.get("enqueued_from") for t in third[7:]] == ["cut trial 4", "cut trial 5"]
+    assert third[7].params == second[0].params and third[8].params == second[1].params
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in third[7:]) and len(third) == 9
+    # Handled once: a further window queues nothing again.
+    assert gpu_paropt.requeue_orphans(copy, NAME) == []
 
 
 def test_no_trial_starts_without_time_left(data: dict[str, Path], tmp_path: Path) -> None:
