@@ -26,6 +26,11 @@ class TrainingDivergedError(Gru4RecError, FloatingPointError):
     """The training loss became NaN or infinite."""
 
 
+class LossExplodedWarning(RuntimeWarning):
+    """The epoch loss exploded: above three times the untrained level (:mod:`gru4rec.training.loop`,
+    :func:`~gru4rec.training.loop.exploded`). Training goes on; ``paropt`` stops such a trial."""
+
+
 class OutputPathError(Gru4RecError):
     """An output path that could not be written (checked before any work starts)."""
 

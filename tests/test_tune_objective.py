@@ -1,9 +1,10 @@
 """Tests of gru4rec.tune.objective: failed trials (invalid combinations, a diverging loss) are
-recorded with their reason while the study goes on; pruning after an epoch, never after the last;
+recorded with their reason while the study goes on; an exploding loss prunes its trial at once; pruning after an epoch, never after the last;
 trials are quiet unless verbose."""
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,29 @@ def test_failed_trials_are_recorded_with_their_reason_and_the_study_goes_on(data
     assert by_lr[1e30].user_attrs["fail_reason"].startswith("TrainingDivergedError:")
 
 
+def test_an_exploding_loss_prunes_the_trial_at_once(data: dict[str, Path], tmp_path: Path) -> None:
+    # A learning rate of 2 with bpr-max explodes in the first of three epochs: the trial stops
+    # there, before that epoch's validation, and is PRUNED with the reason; the other completes.
+    space = parse_paramspace('{"name": "learning_rate", "dtype": "categorical", "values": [0.05, 2.0]}')
+    grid = optuna.samplers.GridSampler({"learning_rate": [0.05, 2.0]}, seed=0)
+    fixed = "loss=bpr-max,final_act=linear,momentum=0.5,layers=16,batch_size=16,n_sample=16,n_epochs=3"
+    report = run_study(settings(data, tmp_path, paramspace=space, fixed=fixed, n_trials=2, study_name="explode"),
+                       sampler=grid, pruner=optuna.pruners.NopPruner())
+    trials = trials_of(f"sqlite:///{tmp_path / 'out' / 'paropt.db'}", "explode")
+    by_lr = {t.params["learning_rate"]: t for t in trials}
+    assert by_lr[0.05].state == TrialState.COMPLETE and report.best_number == by_lr[0.05].number
+    bad = by_lr[2.0]
+    assert bad.state == TrialState.PRUNED and bad.user_attrs["epochs"] == 1
+    assert bad.intermediate_values == {}  # stopped before the epoch's validation
+    assert "exploded in epoch 1" in bad.user_attrs["diverged"] and "fail_reason" not in bad.user_attrs
+    # The same model outside paropt: its first epoch's loss is the one the trial was stopped for.
+    model = GRU4Rec(Config.from_string(fixed).replace_from_string("learning_rate=2.0,n_epochs=1"), device="cpu", threads=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(read_events(data["train"]), progress=False)
+    assert f"{model.history[0].loss:.6g}" in bad.user_attrs["diverged"]
+
+
 def test_pruning(data: dict[str, Path], tmp_path: Path) -> None:
     report = run_study(settings(data, tmp_path, n_trials=2, study_name="pruned"), pruner=AlwaysPrune())
     trials = trials_of(f"sqlite:///{tmp_path / 'out' / 'paropt.db'}", "pruned")
@@ -65,6 +89,23 @@ def test_pruning(data: dict[str, Path], tmp_path: Path) -> None:
     run_study(settings(data, tmp_path, n_trials=1, study_name="nopruning", pruning=False, force=True))
     (t,) = trials_of(f"sqlite:///{tmp_path / 'out' / 'paropt.db'}", "nopruning")
     assert t.state == TrialState.COMPLETE and t.intermediate_values == {}
+
+
+def test_pruning_with_early_stopping_reports_the_validation_fit_computed(data: dict[str, Path], tmp_path: Path) -> None:
+    # With --early-stop (benchmarks/gpu_paropt.py) the per-epoch value comes from fit's own
+    # validation (EpochInfo.valid), not from a second evaluation: it must be the same number.
+    run_study(settings(data, tmp_path, n_trials=2, study_name="pruned_es", early_stop=2, eval_mode="conservative"),
+              pruner=AlwaysPrune())
+    trials = trials_of(f"sqlite:///{tmp_path / 'out' / 'paropt.db'}", "pruned_es")
+    assert [t.state for t in trials] == [TrialState.PRUNED] * 2
+    base = Config.from_string(FIXED)
+    train, valid = read_events(data["train"]), read_events(data["valid"])
+    for t in trials:
+        assert list(t.intermediate_values) == [0] and t.user_attrs["epochs"] == 1
+        config = base.replace_from_string(t.user_attrs["param_string"]).replace(n_epochs=1)
+        model = GRU4Rec(config, device="cpu").fit(train, progress=False)
+        expected = evaluate(model, valid, cutoffs=(20,), mode="conservative").mrr[20]
+        assert expected == pytest.approx(t.intermediate_values[0], abs=1e-9)
 
 
 def test_trials_are_quiet_unless_verbose(capsys: pytest.CaptureFixture[str]) -> None:

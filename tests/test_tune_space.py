@@ -212,3 +212,39 @@ def test_space_checked_against_the_fixed_parameters(line: str, fixed: str, messa
     with pytest.raises(ConfigError) as info:
         check_paramspace(space, Config.from_string(fixed), fixed)
     assert message in str(info.value) and "line 1" in str(info.value)
+
+
+def test_wide_spaces_have_the_ranges_of_issue_29() -> None:
+    # The ranges the issue asks for, written out independently of the files.
+    bpr = {s.name: s for s in load_paramspace(ROOT / "paramspaces" / "srgnn_bprmax_wide.json")}
+    xe = {s.name: s for s in load_paramspace(ROOT / "paramspaces" / "srgnn_xe_wide.json")}
+    assert set(bpr) - set(xe) == {"logq", "bpreg", "final_act"} and set(xe) <= set(bpr)
+    for space in (bpr, xe):
+        assert (space["n_sample"].low, space["n_sample"].high) == (2048, 16384)
+        assert (space["n_epochs"].low, space["n_epochs"].high) == (10, 30)
+        assert space["learning_rate"].log and space["learning_rate"].low < 0.05 and space["learning_rate"].high >= 0.25
+        layer_tuples = [Config.from_string(f"layers={v}").layers for v in space["layers"].values]
+        assert max(max(t) for t in layer_tuples) == 1024 and {len(t) for t in layer_tuples} == {1, 2}
+        # The embedding's size and mode: none (0), separate (a size or the layer size), or shared.
+        assert set(space["constrained_embedding"].values) == {True, False}
+        assert 0 in space["embedding"].values and "layersize" in space["embedding"].values
+        for name in ("momentum", "dropout_p_embed", "dropout_p_hidden", "sample_alpha"):
+            assert name in space
+    assert bpr["logq"].values == (0.0, 1.0) and "linear" in bpr["final_act"].values
+    # Valid on top of the GPU script's fixed parameters (benchmarks/gpu_paropt.py).
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_paropt", ROOT / "benchmarks" / "gpu_paropt.py")
+    assert spec is not None and spec.loader is not None
+    gpu_paropt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_paropt)
+    for key, space in (("bprmax", bpr), ("xe", xe)):
+        path, fixed = gpu_paropt.LOSSES[key]
+        assert (ROOT / path).name == f"srgnn_{key}_wide.json"
+        check_paramspace(list(space.values()), Config.from_string(fixed), fixed)
+    # A two-layer choice reaches the model as two layers, through the trial's parameter string.
+    trial = optuna.trial.FixedTrial({**{n: s.low if s.dtype != "categorical" else s.values[0] for n, s in bpr.items()},
+                                     "layers": "512/512", "embedding": "layersize", "constrained_embedding": False})
+    params = {s.name: s.suggest(trial) for s in bpr.values()}
+    config = Config.from_string(gpu_paropt.LOSSES["bprmax"][1]).replace_from_string(trial_param_string(list(bpr.values()), params))
+    assert config.layers == (512, 512) and config.embedding == 512 and config.embedding_mode == "separate"

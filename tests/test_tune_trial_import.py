@@ -82,3 +82,28 @@ def test_a_file_that_is_not_an_export_fails_before_a_study_is_made(
     with pytest.raises(ConfigError, match=message):
         run_study(settings(data, tmp_path, n_trials=1, add_trials=(str(bad),)))
     assert not (tmp_path / "out" / "paropt.db").exists()
+
+
+def test_a_study_given_its_own_export_adds_nothing(tmp_path: Path) -> None:
+    # A sampled stepped float is stored raw (0.05 + 2 * 0.05 = 0.15000000000000002) and exported
+    # cleaned (0.15): the study must still recognise its own trials (gpu_paropt.py passes the
+    # committed export to a study that may already hold them).
+    from gru4rec.tune import parse_paramspace
+    from gru4rec.tune.reports import trials_json_text
+    from gru4rec.tune.trial_import import add_trials
+    from tune_helpers import SPACE_LINES
+
+    space = parse_paramspace("\n".join(SPACE_LINES))
+    study = optuna.create_study(direction="maximize")
+    raw = {"layers": 16, "batch_size": 8, "learning_rate": 0.05 + 2 * 0.05, "dropout_p_hidden": 0.25, "momentum": 0.1 * 3}
+    assert raw["learning_rate"] != 0.15 and raw["momentum"] != 0.3  # the floats the test is about
+    dists = {s.name: optuna.distributions.FloatDistribution(s.low, s.high, step=s.step) if s.dtype == "float"
+             else optuna.distributions.IntDistribution(s.low, s.high, step=s.step) for s in space}
+    study.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.25, params=raw, distributions=dists))
+    study.add_trial(optuna.trial.create_trial(state=TrialState.PRUNED, params={**raw, "layers": 24}, distributions=dists,
+                                              intermediate_values={0: 0.1}))
+    export = tmp_path / "own.trials.json"
+    export.write_text(trials_json_text(study, space))
+    assert json.loads(export.read_text())[0]["params"]["learning_rate"] == 0.15  # exported cleaned
+    assert add_trials(study, export, space) == (0, 0, 2)
+    assert len(study.trials) == 2

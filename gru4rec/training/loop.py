@@ -7,6 +7,18 @@ zero the hidden states, run every step of the schedule (replayed from a CUDA gra
 on the device; the host reads them at most twice a second — for the progress bar and to stop a
 diverged run — and once at the end of the epoch.
 
+Divergence: a NaN or infinite step loss stops training (:class:`~gru4rec.errors.TrainingDivergedError`).
+A loss that stays finite but explodes — an epoch loss above :data:`EXPLOSION_FACTOR` times the
+untrained level, :func:`loss_bound` — is warned about once (:class:`~gru4rec.errors.LossExplodedWarning`,
+naming the epoch and the loss), and training goes on; ``paropt`` turns that warning into a pruned
+trial. The untrained level is the larger of the run's first step loss (the untrained network's
+loss on the first mini-batch, for a fresh run) and the loss of all-zero scores (log(B + n_sample)
+for the softmax losses, 1 for the others: log 2 for bpr and bpr-max, 1 for top1 and top1-max).
+A network that learns ends its first epoch below that level; on the rsc15 sample a diverging
+learning rate ends the first epoch at 3.9x-7.5x it with cross-entropy and at ~1,000x-10,000x
+with bpr-max, and on synthetic data a learning rate of 0.195 that halves the MRR at 2.3x: 3x
+stops the broken runs and leaves the merely poor ones to the pruner (docs/tuning.md, "Divergence").
+
 Checkpoints (:mod:`gru4rec.training.resume`): at every step boundary the loop asks its
 ``checkpoints`` whether one is due (a clock and a flag, no device sync) and hands it the
 :class:`~gru4rec.training.resume.EpochPosition`; it also hands it every epoch's end. A run
@@ -18,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
@@ -25,19 +38,39 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gru4rec.errors import TrainingDivergedError
+from gru4rec.config import Config
+from gru4rec.config_values import SOFTMAX_LOSSES
+from gru4rec.errors import LossExplodedWarning, TrainingDivergedError
 from gru4rec.kernels.gpu import graphed_epoch_runner
 from gru4rec.log import progress_bar
 from gru4rec.training.batching import Schedule, build_schedule
 from gru4rec.training.resume import EpochPosition
 from gru4rec.training.trainer import Trainer
 
-__all__ = ["EpochStats", "StepCheckpoints", "reorder", "train_epochs"]
+__all__ = ["EXPLOSION_FACTOR", "EpochStats", "StepCheckpoints", "loss_bound", "reorder", "train_epochs", "untrained_loss"]
 
 log = logging.getLogger(__name__)
 
 #: Seconds between two looks at the step losses (progress bar, NaN check).
 CHECK_INTERVAL = 0.5
+#: An epoch loss above this many times the untrained level has exploded (:func:`loss_bound`).
+EXPLOSION_FACTOR = 3.0
+
+
+def untrained_loss(config: Config) -> float:
+    """The loss of all-zero scores (every column alike): log(batch_size + n_sample) for the
+    softmax losses (a uniform guess over the step's columns), else 1 (bpr and bpr-max: log 2;
+    top1 and top1-max: 1)."""
+    if config.loss in SOFTMAX_LOSSES:
+        return math.log(config.batch_size + config.n_sample)
+    return 1.0
+
+
+def loss_bound(config: Config, first_step_loss: float) -> float:
+    """The epoch loss above which training has exploded: :data:`EXPLOSION_FACTOR` times the larger
+    of the run's first step loss and :func:`untrained_loss`."""
+    first = first_step_loss if math.isfinite(first_step_loss) else 0.0
+    return EXPLOSION_FACTOR * max(first, untrained_loss(config))
 
 
 @dataclass
@@ -49,6 +82,8 @@ class EpochStats:
     seconds: float
     n_steps: int
     n_events: int
+    first_step_loss: float = math.nan
+    """The loss of the epoch's first step this run trained (NaN if none)."""
 
     @property
     def mb_per_s(self) -> float:
@@ -111,7 +146,9 @@ def train_epochs(
     and told every epoch's end. ``on_epoch_end(stats)`` runs after each epoch and before its
     checkpoint (validation: the checkpoint of epoch e then holds e's validation). Each epoch's
     line is logged at INFO. Raises
-    :class:`TrainingDivergedError` when the loss becomes NaN or infinite.
+    :class:`TrainingDivergedError` when the loss becomes NaN or infinite; warns once
+    (:class:`~gru4rec.errors.LossExplodedWarning`, before ``on_epoch_end``) at the first epoch whose
+    loss is above :func:`loss_bound` of the first step this call trains.
     """
     config = trainer.config
     last = config.n_epochs if n_epochs is None else n_epochs
@@ -120,6 +157,8 @@ def train_epochs(
         first_epoch = start.epoch
         rng.bit_generator.state = start.rng_state
     schedule: Schedule | None = None
+    bound: float | None = None
+    warned = False
     for epoch in range(first_epoch, last + 1):
         rng_state = rng.bit_generator.state  # a mid-epoch checkpoint redraws this epoch's order from it
         if schedule is None or config.train_random_order:
@@ -139,6 +178,14 @@ def train_epochs(
             trainer.reset_hidden()
         stats = _run_epoch(trainer, schedule, epoch, progress, rng_state, resumed, checkpoints)
         log.info(stats.line())
+        if bound is None:
+            bound = loss_bound(config, stats.first_step_loss)
+        if not warned and stats.loss > bound:
+            warned = True
+            warnings.warn(LossExplodedWarning(
+                f"the training loss exploded in epoch {epoch}: {stats.loss:.6g}, above {bound:.6g} "
+                f"({EXPLOSION_FACTOR:g}x the untrained level); lower learning_rate or momentum (or set grad_cap)"
+            ), stacklevel=2)
         if on_epoch_end is not None:
             on_epoch_end(stats)  # before the epoch's checkpoint, which then holds what it did
         if checkpoints is not None:
@@ -211,7 +258,9 @@ def _run_epoch(
                 bar.set_postfix_str(f"loss {check(t + 1):.4f}", refresh=False)
                 bar.update(t + 1 - bar.n)
         mean_loss = check(schedule.n_steps)
+        first_loss = float(step_losses[first_step]) if first_step < schedule.n_steps else math.nan
         seconds = seconds_before + time.perf_counter() - start - paused
     finally:
         bar.close()
-    return EpochStats(epoch=epoch, loss=mean_loss, seconds=seconds, n_steps=schedule.n_steps, n_events=schedule.n_events)
+    return EpochStats(epoch=epoch, loss=mean_loss, seconds=seconds, n_steps=schedule.n_steps, n_events=schedule.n_events,
+                      first_step_loss=first_loss)

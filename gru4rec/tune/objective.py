@@ -1,7 +1,13 @@
 """The trial objective: one in-process training on TRAIN with the trial's parameters, measured
 on VALID after every epoch (reported to Optuna, which may prune the trial) or once at the end,
 and the failures that make a trial FAIL instead of stopping the study (an invalid combination
-of parameters, a diverging loss, out of memory).
+of parameters, a NaN or infinite loss, out of memory).
+
+A trial whose loss explodes (:class:`~gru4rec.errors.LossExplodedWarning`: an epoch loss above
+three times the untrained level, :func:`gru4rec.training.loop.loss_bound`) is stopped at the end of that
+epoch, before its validation, and PRUNED, with the warning's text in its ``diverged`` attribute:
+pruned rather than failed so that the TPE sampler counts it among the worst trials (it ignores
+failed ones) and steers away from its learning rate.
 """
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ import warnings
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from gru4rec.errors import ConfigError, TrainingDivergedError
+from gru4rec.errors import ConfigError, LossExplodedWarning, TrainingDivergedError
 from gru4rec.log import LOGGER_NAME
 from gru4rec.tune._optuna import import_optuna
 from gru4rec.tune.settings import ParoptSettings
@@ -178,7 +184,9 @@ class Objective:
             if run_folder is not None:
                 callbacks.append(run_folder)
             # Quiet trials: the runner logs one line per trial; -v shows the epoch lines too.
-            with quiet_training(not self.settings.verbose):
+            with quiet_training(not self.settings.verbose), warnings.catch_warnings():
+                # An exploded loss stops the trial at the end of its epoch (below: PRUNED).
+                warnings.simplefilter("error", LossExplodedWarning)
                 model.fit(self.train, callback=callbacks, progress=False, **self.fit_options())
             trial.set_user_attr("epochs", reporter.epochs)
             if model.best_epoch is not None and self.settings.early_stop is not None:
@@ -195,6 +203,14 @@ class Objective:
             trial.set_user_attr("epochs", reporter.epochs if reporter is not None else 0)
             trial.set_user_attr("seconds", round(time.perf_counter() - start, 3))
             raise
+        except LossExplodedWarning as exc:
+            # The epoch that exploded was trained but never reached the callback.
+            trial.set_user_attr("epochs", (reporter.epochs if reporter is not None else 0) + 1)
+            trial.set_user_attr("diverged", str(exc))
+            trial.set_user_attr("seconds", round(time.perf_counter() - start, 3))
+            del model
+            _free_cuda_cache()
+            raise optuna.TrialPruned(f"diverged: {exc}") from None
         except (ConfigError, TrainingDivergedError) as exc:
             reason = _one_line(exc)
         except Exception as exc:  # noqa: BLE001 - only out-of-memory is turned into a FAIL

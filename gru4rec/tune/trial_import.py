@@ -76,13 +76,20 @@ def _check_params(params: dict[str, Any], space: Sequence[ParamSpec], finished: 
     return None
 
 
-def _same(trial: "optuna.trial.FrozenTrial", state: str, params: dict[str, Any], value: Any) -> bool:
+def _same(trial: "optuna.trial.FrozenTrial", state: str, params: dict[str, Any], value: Any,
+          specs: dict[str, ParamSpec]) -> bool:
     known = trial.params or trial.system_attrs.get("fixed_params") or {}
-    if known != params:
+    # Compared as the model gets them: a sampled stepped float (0.15000000000000002) is exported
+    # cleaned (0.15), and a study given its own export must find its trials in it.
+    if _cleaned(known, specs) != _cleaned(params, specs):
         return False
     if state in _FINISHED:
         return trial.state.name == state and trial.value == value
     return trial.state.name in _FINISHED + ("WAITING", "RUNNING")  # already finished or queued
+
+
+def _cleaned(params: dict[str, Any], specs: dict[str, ParamSpec]) -> dict[str, Any]:
+    return {name: specs[name].clean(value) if name in specs else value for name, value in params.items()}
 
 
 def add_trials(study: "optuna.Study", path: str | os.PathLike[str], space: Sequence[ParamSpec]) -> ImportedTrials:
@@ -94,6 +101,7 @@ def add_trials(study: "optuna.Study", path: str | os.PathLike[str], space: Seque
     where = f"--add-trials '{path}'"
     records = read_trial_records(path)
     distributions = {s.name: _distribution(s, optuna) for s in space}
+    specs = {s.name: s for s in space}
     plan: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = []
     for index, record in enumerate(records):
         state = str(record["state"])
@@ -120,7 +128,7 @@ def add_trials(study: "optuna.Study", path: str | os.PathLike[str], space: Seque
     added = queued = skipped = 0
     for state, params, record, trial_distributions in plan:
         existing = study.get_trials(deepcopy=False)
-        if any(_same(t, state, params, record.get("value")) for t in existing):
+        if any(_same(t, state, params, record.get("value"), specs) for t in existing):
             skipped += 1
             continue
         if state in _FINISHED:

@@ -81,6 +81,8 @@ class _TrialLog:
             value = trial.intermediate_values.get(last) if last is not None else None
             value_text = f" {self.label}={value:.5f}" if value is not None else ""
             line = f"Trial {trial.number} PRUNED after epoch {trial.user_attrs.get('epochs', '?')}{value_text}  {took}  {params}"
+            if trial.user_attrs.get("diverged"):
+                line += f"  (diverged: {trial.user_attrs['diverged']})"
             self.consecutive_failures = 0
         else:
             reason = trial.user_attrs.get("fail_reason") or trial.system_attrs.get("fail_reason", "")
