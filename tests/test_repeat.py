@@ -15,7 +15,8 @@ from gru4rec.config import Config
 from gru4rec.datasets.synthetic import generate
 from gru4rec.errors import ConfigError
 from gru4rec.inference import Engine, Work
-from gru4rec.inference.repeat import RepeatBoost, fit_repeat_boost
+from gru4rec.inference.repeat import RepeatBoost
+from gru4rec.repeat_fit import fit_repeat_boost
 
 
 def numpy_boost(scores: np.ndarray, history: np.ndarray, weight: float, decay: float) -> np.ndarray:

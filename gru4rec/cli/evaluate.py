@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _repeat_boost(model: Any, args: argparse.Namespace) -> None:
     """Set the model's repeat boost from --repeat-weight/--repeat-decay, then --fit-repeat."""
-    from gru4rec.inference.repeat import fit_repeat_boost
+    from gru4rec.repeat_fit import fit_repeat_boost
 
     changes = {k: v for k, v in (("repeat_weight", args.repeat_weight), ("repeat_decay", args.repeat_decay)) if v is not None}
     if changes:

@@ -13,8 +13,8 @@ and σ is the standard deviation of the row's scores over all items: the model's
 scale, so that one ``weight`` means the same for every model and loss. ``weight = 0`` (the
 default) is faithful GRU4Rec, bit for bit: no boost is computed at all.
 
-The two coefficients are chosen on validation data (:func:`fit_repeat_boost`: a small grid,
-each point one evaluation). The boost is part of the inference path — ``recommend*``, the
+The two coefficients are chosen on validation data (:func:`gru4rec.repeat_fit.fit_repeat_boost`:
+a small grid, each point one evaluation). The boost is part of the inference path — ``recommend*``, the
 evaluator, ``run.py``/``gru4rec evaluate``, ``paropt`` (as ``repeat_weight``/``repeat_decay``,
 searched like any parameter) and ``serve`` — through the model's config fields
 ``repeat_weight`` and ``repeat_decay``. The ONNX export's one-click step holds no session history,
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["RepeatBoost", "fit_repeat_boost"]
+__all__ = ["RepeatBoost"]
 
 
 @dataclass(frozen=True)
@@ -78,36 +78,3 @@ class RepeatBoost:
         device = scores.device
         return self.apply(scores, torch.from_numpy(rows).to(device), torch.from_numpy(items).to(device),
                           torch.from_numpy(ages).to(device))
-
-
-def fit_repeat_boost(
-    model: Any,
-    valid: Any,
-    *,
-    weights: Sequence[float] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
-    decays: Sequence[float] = (0.3, 0.6, 0.9, 1.0),
-    metric: str = "mrr@20",
-    mode: str = "conservative",
-    batch_size: int = 512,
-) -> tuple[RepeatBoost, list[dict[str, float]]]:
-    """The grid point of (``weights`` × ``decays``) with the best ``metric`` on ``valid``, and
-    every point's result (``weight``, ``decay``, the metric). The model's config is restored
-    afterwards; set the winner with ``model.config = model.config.replace(repeat_weight=...,
-    repeat_decay=...)`` (or ``-ps repeat_weight=...`` on the command line)."""
-    from gru4rec.evaluation import evaluate
-    from gru4rec.validation import parse_metric
-
-    chosen = parse_metric(metric)
-    name, cutoff = chosen.name, chosen.cutoff
-    original = model.config
-    table: list[dict[str, float]] = []
-    try:
-        points = [(0.0, 1.0)] + [(w, d) for w in weights if w > 0 for d in decays]
-        for w, d in points:
-            model.config = original.replace(repeat_weight=w, repeat_decay=d)
-            result = evaluate(model, valid, cutoffs=(cutoff,), mode=mode, batch_size=batch_size, beyond_accuracy=False)
-            table.append({"weight": w, "decay": d, metric: float(getattr(result, name)[cutoff])})
-    finally:
-        model.config = original
-    best = max(table, key=lambda row: (row[metric], -row["weight"]))
-    return RepeatBoost(best["weight"], best["decay"]), table
