@@ -68,19 +68,25 @@ def test_an_exploding_loss_prunes_the_trial_at_once(data: dict[str, Path], tmp_p
     assert f"{model.history[0].loss:.6g}" in bad.user_attrs["diverged"]
 
 
-def test_pruning(data: dict[str, Path], tmp_path: Path) -> None:
-    report = run_study(settings(data, tmp_path, n_trials=2, study_name="pruned"), pruner=AlwaysPrune())
-    trials = trials_of(f"sqlite:///{tmp_path / 'out' / 'paropt.db'}", "pruned")
-    assert [t.state for t in trials] == [TrialState.PRUNED] * 2
-    assert report.best_number is None and "no trial completed" in report.problems
-    # Pruned after the first of two epochs; the reported value is that of a 1-epoch model.
+def check_one_epoch_values(trials, data: dict[str, Path], mode: str) -> None:
+    """Each trial was pruned after its first epoch and reported that 1-epoch model's MRR@20,
+    recomputed here by training and evaluating the same configuration independently."""
     base = Config.from_string(FIXED)
     train, valid = read_events(data["train"]), read_events(data["valid"])
     for t in trials:
         assert list(t.intermediate_values) == [0] and t.user_attrs["epochs"] == 1
         config = base.replace_from_string(t.user_attrs["param_string"]).replace(n_epochs=1)
         model = GRU4Rec(config, device="cpu").fit(train, progress=False)
-        assert evaluate(model, valid, cutoffs=(20,)).mrr[20] == pytest.approx(t.intermediate_values[0], abs=1e-9)
+        assert evaluate(model, valid, cutoffs=(20,), mode=mode).mrr[20] == pytest.approx(t.intermediate_values[0], abs=1e-9)
+
+
+def test_pruning(data: dict[str, Path], tmp_path: Path) -> None:
+    report = run_study(settings(data, tmp_path, n_trials=2, study_name="pruned"), pruner=AlwaysPrune())
+    trials = trials_of(f"sqlite:///{tmp_path / 'out' / 'paropt.db'}", "pruned")
+    assert [t.state for t in trials] == [TrialState.PRUNED] * 2
+    assert report.best_number is None and "no trial completed" in report.problems
+    # Pruned after the first of two epochs; the reported value is that of a 1-epoch model.
+    check_one_epoch_values(trials, data, "standard")
     # The last epoch's result is kept: a 1-epoch trial is never pruned.
     run_study(settings(data, tmp_path, n_trials=1, study_name="last", fixed=FIXED.replace("n_epochs=2", "n_epochs=1"),
                        force=True), pruner=AlwaysPrune())
@@ -98,14 +104,7 @@ def test_pruning_with_early_stopping_reports_the_validation_fit_computed(data: d
               pruner=AlwaysPrune())
     trials = trials_of(f"sqlite:///{tmp_path / 'out' / 'paropt.db'}", "pruned_es")
     assert [t.state for t in trials] == [TrialState.PRUNED] * 2
-    base = Config.from_string(FIXED)
-    train, valid = read_events(data["train"]), read_events(data["valid"])
-    for t in trials:
-        assert list(t.intermediate_values) == [0] and t.user_attrs["epochs"] == 1
-        config = base.replace_from_string(t.user_attrs["param_string"]).replace(n_epochs=1)
-        model = GRU4Rec(config, device="cpu").fit(train, progress=False)
-        expected = evaluate(model, valid, cutoffs=(20,), mode="conservative").mrr[20]
-        assert expected == pytest.approx(t.intermediate_values[0], abs=1e-9)
+    check_one_epoch_values(trials, data, "conservative")
 
 
 def test_trials_are_quiet_unless_verbose(capsys: pytest.CaptureFixture[str]) -> None:
