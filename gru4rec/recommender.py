@@ -22,7 +22,7 @@ import torch
 from gru4rec import checkpoint
 from gru4rec.config import Config
 from gru4rec.devices import resolve_device
-from gru4rec.data import ItemMap, Sessions, item_support, read_events, sessions_from_events, validate_events
+from gru4rec.data import ItemMap, Sessions, index_sessions, item_support, read_events, sessions_from_events, validate_events
 from gru4rec.errors import Gru4RecError, ModelFileError
 from gru4rec.inference import Engine, require_fitted
 from gru4rec.model import GRU4RecNet
@@ -145,7 +145,6 @@ class GRU4Rec:
         self.optimizer_state: dict[str, torch.Tensor] | None = None
         self._live: tuple[np.ndarray, list[torch.Tensor]] | None = None
         self._engine: Engine | None = None
-        self._engine_of: tuple[Any, ...] | None = None
 
     def __repr__(self) -> str:
         state = f"{len(self.item_map)} items, {self.epochs_trained} epochs" if self.item_map is not None else "not fitted"
@@ -364,12 +363,12 @@ class GRU4Rec:
 
     def engine(self) -> Engine:
         """The inference engine of this model (:class:`gru4rec.inference.Engine`, float32 scores),
-        built on first use and again after ``fit``/``load`` replaced the network."""
-        net, item_map, support = self._parts()
-        if self._engine is None or self._engine_of is None or any(a is not b for a, b in zip(self._engine_of, (net, item_map, support))):
-            self._engine = Engine(self)
-            self._engine_of = (net, item_map, support)
-        return self._engine
+        built on first use and again when ``fit``/``load`` gave the model a new item map and supports."""
+        _, item_map, support = self._parts()
+        engine = self._engine
+        if engine is None or engine.item_map is not item_map or engine.item_support is not support:
+            self._engine = engine = Engine(self)
+        return engine
 
     # ------------------------------------------------------------------ recommendations
 
@@ -380,15 +379,11 @@ class GRU4Rec:
         _, item_map, _ = self._parts()
         lists = [list(s) for s in sessions]
         lengths = np.array([len(s) for s in lists], dtype=np.int64)
-        flat = [i for s in lists for i in s]
-        index = item_map.index_of(flat) if flat else np.zeros(0, dtype=np.int64)
-        known = index >= 0
-        session = np.repeat(np.arange(len(lists)), lengths)
-        n_unknown = np.bincount(session[~known], minlength=len(lists))
+        items, offsets, n_unknown = index_sessions(item_map, [i for s in lists for i in s],
+                                                   np.repeat(np.arange(len(lists)), lengths), len(lists))
         if n_unknown.any():
             warnings.warn(f"{int(n_unknown.sum())} unknown item id(s) skipped in {int((n_unknown > 0).sum())} session(s)", stacklevel=3)
-        offsets = np.r_[0, np.cumsum(np.bincount(session[known], minlength=len(lists)))].astype(np.int64)
-        return index[known], offsets, n_unknown
+        return items, offsets, n_unknown
 
     def _flatten_nonempty(self, sessions: Sequence[Iterable[Any]], purpose: str) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`_flatten` where every session needs at least one known item."""

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     import pandas as pd
 
-    from gru4rec.data import read_events, write_event_chunks
+    from gru4rec.data import index_sessions, read_events, write_event_chunks
 
     to_stdout = args.output == "-"
     if not to_stdout:
@@ -72,15 +72,11 @@ def run(args: argparse.Namespace) -> int:
     # Stable sort: events with equal times keep their file order; a session's events are contiguous.
     events = events.sort_values([sk, tk], kind="stable")
     session_of, session_ids = pd.factorize(events[sk], sort=False)
-    index = model.item_map.index_of(events[ik])
-    known = index >= 0
     n_sessions = len(session_ids)
-    items = index[known]
-    offsets = np.r_[0, np.cumsum(np.bincount(session_of[known], minlength=n_sessions))].astype(np.int64)
-    n_unknown = int((~known).sum())
-    if n_unknown:
-        log.warning("%d unknown item id(s) skipped in %d session(s)", n_unknown, len(np.unique(session_of[~known])))
-    del events, session_of, index, known
+    items, offsets, n_unknown = index_sessions(model.item_map, events[ik], session_of, n_sessions)
+    if n_unknown.any():
+        log.warning("%d unknown item id(s) skipped in %d session(s)", int(n_unknown.sum()), int((n_unknown > 0).sum()))
+    del events, session_of
     item_ids = model.item_map.ids
     counts = {"rows": 0, "fallback": 0}
 

@@ -16,7 +16,7 @@ from gru4rec.data.events import check_keys, missing_columns_error, show_value, t
 from gru4rec.data.items import ItemMap
 from gru4rec.errors import DataError
 
-__all__ = ["Sessions", "item_support", "sessions_from_events"]
+__all__ = ["Sessions", "index_sessions", "item_support", "sessions_from_events"]
 
 
 @dataclass(frozen=True)
@@ -168,6 +168,17 @@ def sessions_from_events(
         session_ids=session_ids,
     )
     return sessions, n_unknown
+
+
+def index_sessions(item_map: ItemMap, item_ids: Any, session_of: np.ndarray, n_sessions: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sessions to recommend for, as flat arrays: event e has id ``item_ids[e]`` and belongs to
+    session ``session_of[e]`` (0 .. n_sessions − 1, each session's events contiguous and in click
+    order). One lookup for all ids. Returns the known item indices (flat), the offsets of every
+    session — one with no known item is empty, not dropped — and each session's number of unknown ids."""
+    index = item_map.index_of(item_ids) if len(item_ids) else np.zeros(0, dtype=np.int64)
+    known = index >= 0
+    offsets = np.r_[0, np.cumsum(np.bincount(session_of[known], minlength=n_sessions))].astype(np.int64)
+    return index[known], offsets, np.bincount(session_of[~known], minlength=n_sessions)
 
 
 def item_support(items: np.ndarray | Sessions, n_items: int) -> np.ndarray:

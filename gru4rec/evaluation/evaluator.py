@@ -274,7 +274,6 @@ class _History:
             self.items = torch.zeros(batch, max(longest, 1), dtype=torch.int64, device=device)
             self.weights = torch.zeros(batch, max(longest, 1), dtype=torch.float32, device=device)
             self.position = torch.zeros(batch, 1, dtype=torch.int64, device=device)
-            self.one = torch.ones(batch, 1, dtype=torch.float32, device=device)
 
     def add(self, items: Tensor, reset: Tensor | None) -> None:
         """The first ``len(items)`` slots click ``items``; ``reset`` marks the slots whose session starts here."""
@@ -285,15 +284,14 @@ class _History:
             position.masked_fill_(reset.unsqueeze(1), 0)
         weights.mul_(self.boost.decay)
         self.items[:A].scatter_(1, position, items.unsqueeze(1))
-        weights.scatter_(1, position, self.one[:A])
+        weights.scatter_(1, position, 1.0)
         # A slot idle at the end of the schedule keeps stepping: it stays in the last column.
         position.add_(1).clamp_(max=self.items.shape[1] - 1)
 
     def apply(self, scores: Tensor) -> None:
         """Boost each row's scores by its slot's history (in place)."""
         A = scores.shape[0]
-        scale = scores.std(dim=1, keepdim=True).nan_to_num_(0.0)
-        scores.scatter_add_(1, self.items[:A], (self.boost.weight * scale) * self.weights[:A].to(scores.dtype))
+        scores.scatter_add_(1, self.items[:A], self.boost.scale(scores) * self.weights[:A].to(scores.dtype))
 
 
 def evaluate_sessions(

@@ -96,7 +96,7 @@ class Engine:
         item_map, support = require_fitted(model)
         self.model, self.device = model, model.device
         self.checksum, self.file = checksum, file
-        self.item_map = item_map
+        self.item_map, self.item_support = item_map, support
         self.n_items = len(item_map)
         #: Widths of the state tensors; a session's state is their concatenation.
         self.sizes = [s.shape[1] for s in model.init_state(1)]

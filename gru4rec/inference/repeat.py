@@ -55,14 +55,17 @@ class RepeatBoost:
     def active(self) -> bool:
         return self.weight > 0.0
 
+    def scale(self, scores: Tensor) -> Tensor:
+        """``weight · σ`` of each row of ``scores`` (B×1): the boost of one click of age 0."""
+        return self.weight * scores.std(dim=1, keepdim=True).nan_to_num_(0.0)
+
     def apply(self, scores: Tensor, rows: Tensor, items: Tensor, ages: Tensor) -> Tensor:
         """Add the boost to ``scores`` (B×N) in place: click c of the batch is item ``items[c]``
         of row ``rows[c]``, ``ages[c]`` clicks before the row's last one (0 for the last).
         Returns ``scores``."""
         if not self.active or rows.numel() == 0:
             return scores
-        scale = scores.std(dim=1).nan_to_num_(0.0)  # σ of each row, before the boost
-        weights = (self.weight * scale.index_select(0, rows)) * torch.pow(self.decay, ages.to(scores.dtype))
+        weights = self.scale(scores)[:, 0].index_select(0, rows) * torch.pow(self.decay, ages.to(scores.dtype))
         return scores.index_put_((rows, items), weights.to(scores.dtype), accumulate=True)
 
     def apply_to_histories(self, scores: Tensor, histories: Sequence[np.ndarray]) -> Tensor:
