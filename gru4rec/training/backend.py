@@ -98,13 +98,15 @@ def select_backend(
 
     want_fused = (device.type == "cuda" and fused_gpu_requested()) if fused_gpu is None else fused_gpu
     if want_fused:
-        why = triton_unavailable(device)
-        if why is None and dtype != torch.float32:
+        # The settings first (they hold on any machine), then whether Triton can run here.
+        if dtype != torch.float32:
             why = f"they update float32 tables, not {dtype}"
-        if why is None and unique:
+        elif unique:
             why = "they merge duplicate rows through a scratch table (unique_rows=False)"
-        if why is None and cpu_kernels:
+        elif cpu_kernels:
             why = "the fused CPU kernels were asked for too"
+        else:
+            why = triton_unavailable(device)
         if why is not None:
             if fused_gpu:  # insisted on
                 raise ValueError(f"the fused GPU kernels cannot run here: {why}")
