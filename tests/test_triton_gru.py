@@ -19,6 +19,7 @@ if _why is not None:
 from gru4rec.kernels import triton_gru as tg  # noqa: E402
 from gru4rec.training.cell import LayerCache, TorchGRUCell  # noqa: E402
 from gru4rec.training.precision import Matmuls  # noqa: E402
+from gru4rec.training.triton_ops import TritonGRUCell  # noqa: E402
 
 ACTIVATIONS = ["linear", "relu", "tanh", "leaky-0.01", "elu-0.5", "selu-1.0507-1.6733"]
 SIZES = [(3, 5), (17, 33), (64, 130), (33, 70)]  # 33 = one row past a block of 32 (and of 16)
@@ -48,23 +49,16 @@ def _layer(B: int, n: int, seed: int, dropout: bool, scale: float = 1.0):
 
 
 def _forward(v, h, wrz, wh, mask, act):
-    """The forward pass as FusedGRUCell.forward splits it, with the Triton kernels."""
-    B, n = h.shape
-    rz = torch.addmm(v[:, n:], h, wrz)
-    hr = tg.gru_gates(rz, h, torch.empty(B, n, device=h.device))
-    c = torch.addmm(v[:, :n], hr, wh)
-    out = tg.gru_output(c, h, rz, mask, torch.empty(B, n, device=h.device), act)
-    return rz, hr, c, out
+    """The forward pass of the production cell, TritonGRUCell (the first layer's form: h_c = h)."""
+    return TritonGRUCell(act).forward(v, h, h, wrz, wh, mask)
 
 
 def _backward(d, mask, rz, c, h, hr, wh, act, g_bh):
-    """The backward pass as FusedGRUCell.backward splits it: d_v, g_wh, g_wrz (g_bh written)."""
-    B, n = h.shape
-    d_v = torch.empty(B, 3 * n, device=h.device)
-    tg.gru_backward_out(d, mask, rz, c, h, d_v, g_bh, act)
-    g_wh = torch.mm(hr.t(), d_v[:, :n])
-    tg.gru_backward_reset(torch.mm(d_v[:, :n], wh.t()), h, rz, d_v, g_bh)
-    g_wrz = torch.mm(h.t(), d_v[:, n:])
+    """TritonGRUCell.backward from that forward's cache: d_v, g_wh, g_wrz (g_bh written)."""
+    n = h.shape[1]
+    cache = LayerCache(x_c=h, wx=None, h=h, h_c=h, wh=wh, hr=hr, rz=rz, c=c, mask=mask)
+    g_wh, g_wrz = torch.empty(n, n, device=h.device), torch.empty(n, 2 * n, device=h.device)
+    d_v = TritonGRUCell(act).backward(d, cache, g_wh, g_wrz, g_bh)
     return d_v, g_wh, g_wrz
 
 

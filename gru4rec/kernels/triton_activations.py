@@ -25,6 +25,16 @@ ACT_CODES: dict[str, int] = {"linear": ACT_LINEAR, "relu": ACT_RELU, "tanh": ACT
 _N_PARAMS = {"linear": 0, "relu": 0, "tanh": 0, "leaky": 1, "elu": 1, "selu": 2}
 
 
+def activation_args(act: Any) -> tuple[int, float, float]:
+    """(code, p0, p1) from an activation object (via :func:`activation_code`) or from such a
+    tuple already made once (checked, not parsed again): what the kernels' launchers take."""
+    if isinstance(act, tuple):
+        if len(act) != 3 or act[0] not in ACT_CODES.values():
+            raise ValueError(f"act must be an elementwise Activation or a (code, p0, p1) tuple of a known activation code, got {act!r}")
+        return int(act[0]), float(act[1]), float(act[2])
+    return activation_code(act)
+
+
 def activation_code(act: Any) -> tuple[int, float, float]:
     """(code, p0, p1) of an elementwise activation (an object with ``.name`` and ``.params``,
     as :class:`gru4rec.activations.Activation`): leaky-A and elu-A give p0 = A, selu-S-A gives

@@ -38,8 +38,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from gru4rec.kernels.triton_activations import (ACT_CODES, ACT_ELU, ACT_LEAKY, ACT_LINEAR, ACT_RELU, ACT_SELU, ACT_TANH,
-                                               activate, activation_code, sigmoid, slope)
+from gru4rec.kernels.triton_activations import (ACT_ELU, ACT_LEAKY, ACT_LINEAR, ACT_RELU, ACT_SELU, ACT_TANH,
+                                               activate, activation_args, activation_code, sigmoid, slope)
 
 from gru4rec.kernels.triton_support import interpreting
 
@@ -182,15 +182,6 @@ def _state(h: Any) -> tuple[int, int, torch.device]:
     return h.shape[0], h.shape[1], h.device
 
 
-def _act_args(act: Any) -> tuple[int, float, float]:
-    """(code, p0, p1) from an activation object or an (code, p0, p1) tuple of :func:`activation_code`."""
-    if isinstance(act, tuple):
-        if len(act) != 3 or act[0] not in ACT_CODES.values():
-            raise ValueError(f"act must be an elementwise Activation or a (code, p0, p1) tuple, got {act!r}")
-        return int(act[0]), float(act[1]), float(act[2])
-    return activation_code(act)
-
-
 def _fwd_grid(B: int, n: int) -> tuple[int, int]:
     return triton.cdiv(B, _FWD_BLOCK_B), triton.cdiv(n, _FWD_BLOCK_N)
 
@@ -211,7 +202,7 @@ def gru_output(c: Tensor, h: Tensor, rz: Tensor, mask: Tensor | None, out: Tenso
     """``c`` (B × n candidate pre-activations) becomes f(c) in place; ``out`` (B × n) receives
     the layer's output lerp(h, c, z) (times the dropout ``mask`` unless None). Returns ``out``."""
     B, n, dev = _state(h)
-    code, p0, p1 = _act_args(act)
+    code, p0, p1 = activation_args(act)
     _check(c, "c", (B, n), dev)
     _check(rz, "rz", (B, 2 * n), dev)
     _check(out, "out", (B, n), dev)
@@ -229,7 +220,7 @@ def gru_backward_out(d: Tensor, mask: Tensor | None, rz: Tensor, c: Tensor, h: T
     and their column sums into ``g_bh[:n]`` and ``g_bh[2n:]`` (``g_bh``: 3n). The reset parts
     are :func:`gru_backward_reset`'s. Returns ``d_v``."""
     B, n, dev = _state(h)
-    code, p0, p1 = _act_args(act)
+    code, p0, p1 = activation_args(act)
     _check(d, "d", (B, n), dev)
     _check(rz, "rz", (B, 2 * n), dev)
     _check(c, "c", (B, n), dev)

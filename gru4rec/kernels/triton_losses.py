@@ -53,7 +53,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from gru4rec.kernels.triton_activations import ACT_CODES, activate, activation_code, sigmoid, slope
+from gru4rec.config_values import LOSSES, SOFTMAX_LOSSES
+from gru4rec.kernels.triton_activations import activate, activation_args, sigmoid, slope
 from gru4rec.kernels.triton_support import require
 
 __all__ = ["EPS", "LOSSES", "MASK", "loss_grad"]
@@ -64,10 +65,6 @@ EPS = 1e-24
 #: the kernels rely on exp(MASK − max) underflowing to 0, never on the value itself).
 MASK = -1e30
 
-#: The losses :func:`loss_grad` computes (``Config.loss``).
-LOSSES: tuple[str, ...] = ("cross-entropy", "xe_logit", "bpr-max", "top1-max", "bpr", "top1")
-
-_XE_LOSSES = ("cross-entropy", "xe_logit")
 _MAX_BLOCK = 2048  # columns per block: big enough to keep a row's loads wide, small enough for registers
 
 _EPS = tl.constexpr(EPS)
@@ -381,7 +378,7 @@ def loss_grad(
     common = dict(C=C, stride_x=x.stride(0), stride_g=grad.stride(0), inv_batch=float(inv_batch))
 
     grid = (B,)
-    if loss in _XE_LOSSES:
+    if loss in SOFTMAX_LOSSES:
         _xe_rows_kernel[grid](
             x, col_valid, row_valid, n_cols, grad, per_row, **common, smoothing=float(smoothing),
             LOGIT=loss == "xe_logit", SMOOTH=smoothing > 0.0, BLOCK=block, num_warps=num_warps,
@@ -390,9 +387,7 @@ def loss_grad(
         require(smoothing == 0.0, f"label smoothing applies to the cross-entropy losses only, not to {loss!r}")
         if act is None:
             raise ValueError(f"loss {loss!r} needs its elementwise final activation (act)")
-        code, p0, p1 = act if isinstance(act, tuple) else activation_code(act)
-        require(code in ACT_CODES.values(), f"unknown activation code {code!r}")
-        p0, p1 = float(p0), float(p1)
+        code, p0, p1 = activation_args(act)
         if loss in ("bpr-max", "top1-max"):
             _rank_max_rows_kernel[grid](
                 x, col_valid, row_valid, grad, per_row, **common, bpreg=float(bpreg), p0=p0, p1=p1,

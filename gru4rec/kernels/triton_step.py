@@ -31,13 +31,13 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from gru4rec.kernels.triton_losses import MASK
 from gru4rec.kernels.triton_support import require
 
 __all__ = ["dropout_threshold", "gather_rows", "step_inputs"]
 
 _BLOCK_C = 512  # score columns per program
 _BLOCK_N = 64  # hidden units per inner block of the state reset
-MASK = -1e30  # as gru4rec.training.losses.MASK (the tests hold them equal)
 
 
 @triton.jit

@@ -21,33 +21,34 @@ from torch import Tensor
 
 from gru4rec.model import GRU4RecNet
 
-__all__ = ["DropoutMasks", "Threshold", "keep_mask", "keep_masks"]
+__all__ = ["DropoutMasks", "Threshold", "keep_masks"]
 
 #: ``threshold(u, split, p_first, p_rest)``: the uniform draws in ``u`` (flat) become the masks in
 #: place, with probability ``p_first`` before position ``split`` and ``p_rest`` from there on.
 Threshold = Callable[[Tensor, int, float, float], None]
 
 
-def keep_mask(mask: Tensor, p: float) -> Tensor:
+def _keep_mask(mask: Tensor, p: float) -> Tensor:
     """The uniform draws in ``mask`` become the dropout mask in place: 1/(1 − p) where u ≥ p, else 0."""
     return mask.ge_(p).mul_(1.0 / (1.0 - p))
 
 
 def keep_masks(u: Tensor, split: int, p_first: float, p_rest: float) -> None:
-    """:data:`Threshold` by :func:`keep_mask` (the PyTorch code): one pass per part."""
+    """:data:`Threshold` in PyTorch: 1/(1 − p) where u ≥ p, else 0, one pass per part."""
     if split > 0:
-        keep_mask(u[:split], p_first)
+        _keep_mask(u[:split], p_first)
     if split < u.numel():
-        keep_mask(u[split:], p_rest)
+        _keep_mask(u[split:], p_rest)
 
 
 class DropoutMasks:
     """The mask buffers of one trainer (B × d₀ for the embedding, B × Lᵢ per layer; None where
     that dropout is off), views into one flat buffer, and the generator they are drawn from."""
 
-    def __init__(self, net: GRU4RecNet, batch_size: int, seed: int, threshold: Threshold = keep_masks) -> None:
-        """``threshold``: how uniform draws become masks (:func:`keep_masks`, or a fused kernel of
-        the training backend's ops); the draws themselves always come from ``generator``."""
+    def __init__(self, net: GRU4RecNet, batch_size: int, seed: int, threshold: Threshold) -> None:
+        """``threshold``: how uniform draws become masks (the training backend's
+        ``ops.dropout_threshold``: :func:`keep_masks` or a fused kernel); the draws themselves
+        always come from ``generator``."""
         self.threshold = threshold
         p = net.Wy
         self.generator = torch.Generator(device=p.device)

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from gru4rec.config import Config
+from gru4rec.config_values import SOFTMAX_LOSSES
 from gru4rec.kernels.cpu import CpuKernels
 
 __all__ = ["MASK", "LossFn", "LossGradFn", "fused_loss_grad", "make_loss", "make_loss_grad", "masks_through_bias"]
@@ -121,7 +122,7 @@ LossGradFn = Callable[[Tensor, Tensor, Tensor, Tensor], "tuple[Tensor, Tensor]"]
 def masks_through_bias(config: Config) -> bool:
     """Whether the config's loss takes its masked columns through the scores' bias (MASK added
     there, see :data:`LossGradFn`): the cross-entropy losses."""
-    return config.loss in ("cross-entropy", "xe_logit")
+    return config.loss in SOFTMAX_LOSSES
 
 
 def fused_loss_grad(config: Config, kernels: CpuKernels) -> LossGradFn | None:

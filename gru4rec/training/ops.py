@@ -44,14 +44,8 @@ class OptimizerTables(Protocol):
     """What a fused update binds of the optimiser (:class:`gru4rec.training.optim.Optimizer`):
     its rule's constants, the flat dense buffer, the item tables and every state table."""
 
-    method: str
-    lr: float
-    momentum: float
-    lmbd: float
+    rule: dict[str, Any]
     grad_cap: float
-    rho: float
-    beta1: float
-    beta2: float
     flat: Tensor
     sparse: dict[str, Any]
     state: dict[str, Any]

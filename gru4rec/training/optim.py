@@ -110,12 +110,6 @@ class Optimizer:
         elif backend.device.type != device.type or backend.dtype != dtype:
             raise ValueError(f"the backend is for {backend.device} {backend.dtype}, the tables are {device} {dtype}")
         self.backend = backend
-        #: How duplicate rows are summed (see _sum_duplicates): unique rows on the CPU by default.
-        self.unique_rows = backend.unique_rows
-        #: The row operations (PyTorch, fused CPU kernels or Triton), the backend's.
-        self.ops: TorchOps = backend.ops
-        #: The fused CPU kernels, or None: the PyTorch code.
-        self.kernels: CpuKernels | None = self.ops.kernels
         #: Each table's fused update ("dense": the flat buffer), bound once the state exists.
         self._fused: dict[str, TableUpdate] = {}
         # The dense parameters become views into one flat buffer, so that their whole update is
@@ -136,24 +130,42 @@ class Optimizer:
         for name, p in sparse.items():
             self.state[name] = self._new_state(p, sparse=True)
         self.t = torch.zeros((), device=device, dtype=dtype)  # adam's step count
+        #: The rule's constants as the fused updates take them (CPU kernels, Triton): decay is rho
+        #: (rmsprop, adadelta) or beta2 (adam); the bias corrections come per step.
+        self.rule = dict(method=self.method, lr=self.lr, momentum=self.momentum, lmbd=self.lmbd,
+                         decay=self.beta2 if self.method == "adam" else self.rho, beta1=self.beta1, eps=EPS)
         if self.kernels is not None:
-            # decay: rho (rmsprop, adadelta) or beta2 (adam); the bias corrections come per step
-            rule = dict(method=self.method, lr=self.lr, momentum=self.momentum, lmbd=self.lmbd,
-                        decay=self.beta2 if self.method == "adam" else self.rho, beta1=self.beta1, eps=EPS)
-            self._fused["dense"] = self.kernels.table_update(self.flat, vars(self.state["dense"]), **rule)
+            self._fused["dense"] = self.kernels.table_update(self.flat, vars(self.state["dense"]), **self.rule)
             for name, p in sparse.items():
-                self._fused[name] = self.kernels.table_update(p, vars(self.state[name]), **rule)
+                self._fused[name] = self.kernels.table_update(p, vars(self.state[name]), **self.rule)
         #: The update of every table from the (summed) gradients: fused or PyTorch.
         self._apply = self._apply_fused if self.kernels is not None else self._apply_torch
+        #: The whole update as fused GPU kernels (summing, clipping and the rule), or None.
+        self._fused_update: FusedUpdate | None = self.ops.fused_update(self)
         n_rows = any_param.shape[0]
-        if not self.unique_rows:  # counts of duplicate positions, for grad_cap's norm
+        if self._fused_update is not None:
+            pass  # its kernels sum the duplicates and count nothing
+        elif not self.unique_rows:  # counts of duplicate positions, for grad_cap's norm
             self._count = torch.zeros(n_rows, device=device, dtype=dtype)
         else:
             self._mark = torch.zeros(n_rows, device=device, dtype=torch.uint8)
             self._slot = torch.zeros(n_rows, device=device, dtype=torch.int64)
             self._arange = torch.arange(n_rows, device=device)
-        #: The whole update as fused GPU kernels (summing, clipping and the rule), or None.
-        self._fused_update: FusedUpdate | None = self.ops.fused_update(self)
+
+    @property
+    def unique_rows(self) -> bool:
+        """How duplicate rows are summed (see _sum_duplicates): the backend's; unique rows on the CPU by default."""
+        return self.backend.unique_rows
+
+    @property
+    def ops(self) -> TorchOps:
+        """The row operations (PyTorch, fused CPU kernels or Triton): the backend's."""
+        return self.backend.ops
+
+    @property
+    def kernels(self) -> CpuKernels | None:
+        """The fused CPU kernels, or None: the PyTorch code."""
+        return self.backend.ops.kernels
 
     def _new_state(self, p: Tensor, *, sparse: bool) -> _State:
         sparse = sparse and not self.unique_rows  # only the scratch method needs a scratch table

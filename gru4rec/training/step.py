@@ -61,6 +61,7 @@ from gru4rec.training.cell import GRUCell, LayerCache
 from gru4rec.training.dropout import DropoutMasks
 from gru4rec.training.losses import LossGradFn
 from gru4rec.training.backend import Backend
+from gru4rec.training.ops import TorchOps
 from gru4rec.training.optim import Optimizer, SparseGrad, UniqueGrad, item_table_grads
 from gru4rec.training.precision import Matmuls
 from gru4rec.training.sampling import LogQ
@@ -89,7 +90,6 @@ class FastStep:
     def __init__(self, net: GRU4RecNet, optimizer: Optimizer, backend: Backend, cell: GRUCell, matmuls: Matmuls,
                  loss_grad: LossGradFn, dropout: DropoutMasks, logq: LogQ | None, *, mask_in_bias: bool) -> None:
         self.net, self.optimizer, self.backend, self.cell, self.mm = net, optimizer, backend, cell, matmuls
-        self.ops = backend.ops
         self.loss_grad, self.dropout, self.logq = loss_grad, dropout, logq
         #: Whether the masked columns enter the loss through the bias (the cross-entropy losses).
         self.mask_in_bias = mask_in_bias
@@ -99,6 +99,11 @@ class FastStep:
         self._layer_grads = [
             tuple(views.get(f"layers.{i}.{p}") for p in ("Wh", "Wrz", "Bh", "Wx")) for i in range(len(net.layers))
         ]
+
+    @property
+    def ops(self) -> TorchOps:
+        """The row and column operations (PyTorch, fused CPU kernels or Triton): the backend's."""
+        return self.backend.ops
 
     @torch.no_grad()
     def __call__(self, hidden: list[Tensor], inputs: Tensor, targets: Tensor, samples: Tensor, cols: Tensor,

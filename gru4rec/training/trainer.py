@@ -25,7 +25,7 @@ from gru4rec.training.precision import Matmuls, check_precision
 from gru4rec.training.reference import ReferenceStep
 from gru4rec.training.sampling import SampleStore, make_logq
 from gru4rec.training.batching import Schedule
-from gru4rec.training.ops import StepInputs
+from gru4rec.training.ops import StepInputs, TorchOps
 from gru4rec.training.step import FastStep
 
 __all__ = ["Trainer"]
@@ -74,8 +74,6 @@ class Trainer:
         #: The dropout masks, drawn in place from their own generator.
         self.dropout = DropoutMasks(net, B, seed + 2, threshold=self.backend.ops.dropout_threshold)
         self.matmuls = Matmuls(check_precision(precision, self.device, reference), self.dtype)
-        #: The row and column operations (PyTorch, fused CPU kernels or Triton): the backend's.
-        self.ops = self.backend.ops
         #: The fast step's GRU cell (fused where the kernels have it: tanh, float32 products).
         self.cell = self.ops.gru_cell(net.hidden_act, self.matmuls)
         #: The fused gather of a replayed step's inputs (None: PyTorch ops; always for the reference step).
@@ -86,6 +84,11 @@ class Trainer:
             self._fused_inputs = self.ops.step_inputs(net, B, config.n_sample, logq, masks_through_bias(config))
             self._step = FastStep(net, self.optimizer, self.backend, self.cell, self.matmuls, self.ops.loss_grad(config), self.dropout,
                                   logq, mask_in_bias=masks_through_bias(config))
+
+    @property
+    def ops(self) -> TorchOps:
+        """The row and column operations (PyTorch, fused CPU kernels or Triton): the backend's."""
+        return self.backend.ops
 
     @property
     def uses_dropout(self) -> bool:

@@ -29,11 +29,12 @@ from torch import Tensor
 from gru4rec.activations import Activation
 from gru4rec.config import Config
 from gru4rec.kernels import triton_gru, triton_losses, triton_step
+from gru4rec.kernels.triton_activations import activation_code
 from gru4rec.kernels.triton_optim import TritonDenseUpdate, TritonTableUpdate
 from gru4rec.model import GRU4RecNet
 from gru4rec.training.batching import Schedule
 from gru4rec.training.cell import GRUCell, LayerCache
-from gru4rec.training.losses import LossGradFn
+from gru4rec.training.losses import LossGradFn, masks_through_bias
 from gru4rec.training.ops import FusedUpdate, OptimizerTables, SparseGrad, StepBatch, StepInputs, TorchOps
 from gru4rec.training.sampling import LogQ
 from gru4rec.training.precision import Matmuls
@@ -48,7 +49,7 @@ class TritonGRUCell:
     fused = True
 
     def __init__(self, act: Activation) -> None:
-        self.act = act
+        self.act = activation_code(act)  # parsed once, not at every launch
 
     def forward(self, v: Tensor, h: Tensor, h_c: Tensor, wrz: Tensor, wh: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         n = h.shape[1]
@@ -72,10 +73,10 @@ def triton_loss_grad(config: Config) -> LossGradFn:
     """The loss and dL/dx of ``config`` by the Triton kernels: two launches, the gradient written
     over the scores (as the fused CPU cross-entropy does; the step reads them no more) and the
     loss as a float64 0-dim tensor (the epoch loop's step losses are float64)."""
-    loss = config.loss
-    act = None if loss in ("cross-entropy", "xe_logit") else config.final_activation
+    loss, xe = config.loss, masks_through_bias(config)
+    act = None if xe else activation_code(config.final_activation)  # parsed once, not at every step
     constants = dict(loss=loss, act=act, bpreg=float(config.bpreg) if loss == "bpr-max" else 0.0,
-                     smoothing=float(config.smoothing) if loss in ("cross-entropy", "xe_logit") else 0.0,
+                     smoothing=float(config.smoothing) if xe else 0.0,
                      inv_batch=1.0 / float(config.batch_size))
 
     def loss_grad(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
@@ -99,9 +100,7 @@ class TritonUpdate:
     added on the device first, and every update reads the clip scale from there."""
 
     def __init__(self, optimizer: OptimizerTables) -> None:
-        rule = dict(method=optimizer.method, lr=optimizer.lr, momentum=optimizer.momentum, lmbd=optimizer.lmbd,
-                    decay=optimizer.beta2 if optimizer.method == "adam" else optimizer.rho, beta1=optimizer.beta1,
-                    grad_cap=optimizer.grad_cap)
+        rule = dict(optimizer.rule, grad_cap=optimizer.grad_cap)
         self.t = optimizer.t
         self.clip = optimizer.grad_cap > 0
         self.dense = TritonDenseUpdate(optimizer.flat, vars(optimizer.state["dense"]), **rule) if optimizer.flat.numel() else None
