@@ -66,14 +66,26 @@ def serve(path: Path, processes: list, *extra: str) -> tuple[subprocess.Popen[st
     return proc, url
 
 
-def wait_for_model(url: str, sha: str, timeout_s: float = 60) -> dict[str, Any]:
+def serve_model(model: GRU4Rec, tmp_path: Path, processes: list, *extra: str) -> tuple[Path, Any, str]:
+    """``model`` saved to tmp_path/model.safetensors and served from there: (path, process, url)."""
+    path = tmp_path / "model.safetensors"
+    model.save(path)
+    return (path, *serve(path, processes, *extra))
+
+
+def wait_for_info(url: str, done: Any, what: str, timeout_s: float = 60) -> dict[str, Any]:
+    """The server's /v1/model once ``done(info)``; AssertionError ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         info = httpx.get(url + "/v1/model").json()
-        if info["sha256"] == sha:
+        if done(info):
             return info
         time.sleep(0.05)
-    raise AssertionError(f"the server did not switch to {sha[:12]}")
+    raise AssertionError(what)
+
+
+def wait_for_model(url: str, sha: str, timeout_s: float = 60) -> dict[str, Any]:
+    return wait_for_info(url, lambda info: info["sha256"] == sha, f"the server did not switch to {sha[:12]}", timeout_s)
 
 
 def continued(old: GRU4Rec, new: GRU4Rec, before: list[Any], click: Any) -> tuple[list[Any], np.ndarray]:
@@ -130,9 +142,7 @@ def test_sighup_switches_to_the_warm_start_under_load_without_a_failed_request(
     models: dict[str, GRU4Rec], tmp_path: Path, processes: list
 ) -> None:
     old, warm = models["old"], models["warm"]
-    path = tmp_path / "model.safetensors"
-    old.save(path)
-    proc, url = serve(path, processes)
+    path, proc, url = serve_model(old, tmp_path, processes)
     ids = old.item_map.to_list()
     session = [ids[5], ids[17], ids[2]]
     with httpx.Client(base_url=url, timeout=30) as client:
@@ -196,11 +206,9 @@ def test_a_file_that_fails_its_checks_is_refused_and_the_old_model_keeps_serving
     models: dict[str, GRU4Rec], tmp_path: Path, processes: list
 ) -> None:
     old = models["old"]
-    path = tmp_path / "model.safetensors"
-    old.save(path)
+    path, proc, url = serve_model(old, tmp_path, processes)
     old.save(tmp_path / "copy.safetensors")
     sha = file_sha256(path)
-    proc, url = serve(path, processes)
     ids = old.item_map.to_list()
     query = [ids[1], ids[9]]
     damaged = bytearray(path.read_bytes())
@@ -209,18 +217,13 @@ def test_a_file_that_fails_its_checks_is_refused_and_the_old_model_keeps_serving
     tmp.write_bytes(bytes(damaged))
     os.replace(tmp, path)
     proc.send_signal(signal.SIGHUP)
-    deadline = time.monotonic() + 30
-    while httpx.get(url + "/v1/model").json()["reloads"]["refused"] < 1:
-        assert time.monotonic() < deadline, "the damaged file was not refused"
-        time.sleep(0.05)
+    wait_for_info(url, lambda info: info["reloads"]["refused"] >= 1, "the damaged file was not refused", 30)
     broken = GRU4Rec.load(tmp_path / "copy.safetensors", device="cpu")
     with torch.no_grad():
         broken.net.Wy[3, 0] = float("nan")
     replace_atomically(broken, path)
     proc.send_signal(signal.SIGHUP)
-    while httpx.get(url + "/v1/model").json()["reloads"]["refused"] < 2:
-        assert time.monotonic() < deadline, "the file with a NaN weight was not refused"
-        time.sleep(0.05)
+    wait_for_info(url, lambda info: info["reloads"]["refused"] >= 2, "the file with a NaN weight was not refused", 30)
     info = httpx.get(url + "/v1/model").json()
     assert info["sha256"] == sha and info["reloads"]["done"] == 0
     body = httpx.post(url + "/v1/recommend", json={"items": query, "k": K}).json()
@@ -235,9 +238,7 @@ def test_watch_picks_up_a_replaced_file_and_another_architecture_starts_sessions
     models: dict[str, GRU4Rec], tmp_path: Path, processes: list
 ) -> None:
     old, other = models["old"], models["other"]
-    path = tmp_path / "model.safetensors"
-    old.save(path)
-    proc, url = serve(path, processes, "--watch", "0.2")
+    path, proc, url = serve_model(old, tmp_path, processes, "--watch", "0.2")
     ids = old.item_map.to_list()
     assert httpx.post(url + "/v1/sessions/s1/events", json={"item": ids[4], "k": K}).json()["new_session"] is True
     assert httpx.post(url + "/v1/sessions/s1/events", json={"item": ids[6], "k": K}).json()["new_session"] is False

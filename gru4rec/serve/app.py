@@ -38,7 +38,7 @@ from gru4rec.serve.batcher import Job, JobResult, MicroBatcher, Overloaded, Shut
 from gru4rec.inference import Answer, Engine
 from gru4rec.serve.metrics import CONTENT_TYPE, ServeMetrics
 from gru4rec.serve.middleware import BodyLimit, RequestMetrics
-from gru4rec.serve.reload import ModelReloader, file_sha256
+from gru4rec.serve.reload import ModelReloader, read_model_file
 from gru4rec.serve.schema import ApiError, check_session_id, parse_event, parse_json, parse_recommend
 from gru4rec.serve.settings import ServeSettings
 from gru4rec.serve.state import StoreUnavailable, open_store
@@ -120,9 +120,7 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
         loaded, model_file, checksum = model, None, _weights_digest(model)
     else:
         model_file = Path(model)
-        checksum = file_sha256(model_file)
-        loaded = GRU4Rec.load(model_file, device=settings.device)
-        loaded.optimizer_state = None  # kept in a file for warm starts; serving never reads it
+        loaded, checksum = read_model_file(model_file, settings.device)
     engine = engine_for(loaded, checksum, None if model_file is None else str(model_file))
     store = open_store(settings.state, max_sessions=settings.max_sessions, ttl_s=settings.session_ttl_s, namespace=checksum[:16])
     metrics = ServeMetrics(store.size, lambda: dict(store.evictions), lambda: dict(batcher.engine.topk.counts))

@@ -110,7 +110,6 @@ class MicroBatcher:
         self._on_batch = on_batch
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._swap: _Swap | None = None
 
     # ------------------------------------------------------------------ event-loop side
 
@@ -175,9 +174,10 @@ class MicroBatcher:
 
     def _loop(self) -> None:
         while True:
-            batch = self._next_batch()
-            if batch is None:
+            got = self._next_batch()
+            if got is None:
                 return
+            batch, change = got
             if batch:
                 try:
                     self._run(batch)
@@ -191,16 +191,16 @@ class MicroBatcher:
                             job.future.set_exception(exc)
                 if self._on_batch is not None:
                     self._on_batch(len(batch))
-            if self._swap is not None:  # between two batches: the one taken before it ran on the old model
-                change, self._swap = self._swap, None
+            if change is not None:  # between two batches: the one taken before it ran on the old model
                 try:
                     self._apply(change)
                 except Exception as exc:  # noqa: BLE001 - e.g. the store failed: keep the old model
                     log.warning("the model change failed (%s); the previous model keeps serving", exc)
                     change.done.set_exception(exc)
 
-    def _next_batch(self) -> list[Job] | None:
-        """Up to ``max_batch`` jobs, at most one per session, oldest first; None to stop."""
+    def _next_batch(self) -> tuple[list[Job], _Swap | None] | None:
+        """Up to ``max_batch`` jobs, at most one per session, oldest first, and the model change
+        that came after them (if one did); None to stop."""
         taken: list[Job] = []
         sessions: set[str] = set()
         held_back: list[Job] = []
@@ -225,10 +225,9 @@ class MicroBatcher:
             if first is None:
                 return None
             if isinstance(first, _Swap):
-                self._swap = first
-                self._deferred.extend(held_back)
-                return taken
+                return taken, first  # nothing taken, so nothing held back either
             offer(first)
+        change: _Swap | None = None
         deadline = time.monotonic() + self.window_s
         while len(taken) < self.max_batch:
             try:
@@ -240,13 +239,13 @@ class MicroBatcher:
                 stop = True
                 break
             if isinstance(job, _Swap):  # this batch is the last of the old model
-                self._swap = job
+                change = job
                 break
             offer(job)
         self._deferred.extend(held_back)
         if stop:
             self._queue.put(None)  # seen again once the held-back jobs have run
-        return taken
+        return taken, change
 
     def _run(self, batch: list[Job]) -> None:
         deletes = [job for job in batch if job.kind == "delete"]

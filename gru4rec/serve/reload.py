@@ -55,6 +55,19 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
+def read_model_file(path: Path, device: str) -> tuple[GRU4Rec, str]:
+    """The model in ``path`` and the file's sha256, read again when the file was replaced while
+    it was read (three tries). The optimiser state a file may hold for warm starts is dropped:
+    a server never reads it."""
+    for _ in range(3):
+        checksum = file_sha256(path)
+        model = GRU4Rec.load(path, device=device)
+        if file_sha256(path) == checksum:
+            model.optimizer_state = None
+            return model, checksum
+    raise Gru4RecError(f"{path} kept changing while it was read")
+
+
 class ModelReloader:
     """Reloads the served model file into ``batcher`` (see the module docstring).
 
@@ -70,7 +83,6 @@ class ModelReloader:
         self.reloads = 0
         self.refused = 0
         self._lock = threading.Lock()  # one reload at a time
-        self._again = threading.Event()  # a request came while a reload ran
         self._stop = threading.Event()
         self._seen = _signature(self.path)
         self._watcher: threading.Thread | None = None
@@ -109,18 +121,10 @@ class ModelReloader:
     # ------------------------------------------------------------------ the reload
 
     def reload(self) -> bool:
-        """Load, check and switch to the file's model; False when it was refused or unchanged."""
-        if not self._lock.acquire(blocking=False):
-            self._again.set()  # the running reload reads the file once more when it is done
-            return False
-        try:
-            changed = self._reload_once()
-            while self._again.is_set():
-                self._again.clear()
-                changed = self._reload_once() or changed
-            return changed
-        finally:
-            self._lock.release()
+        """Load, check and switch to the file's model; False when it was refused or unchanged.
+        A request during a reload waits for it, then reads the file again (unchanged: one hash)."""
+        with self._lock:
+            return self._reload_once()
 
     def _reload_once(self) -> bool:
         current = self.batcher.engine
@@ -143,19 +147,13 @@ class ModelReloader:
 
     def _load_checked(self, current: Engine) -> Engine | None:
         """The checked engine of the file's model, or None when the file is the served one."""
-        for _ in range(3):  # a file replaced while it was read: read it again
-            before = file_sha256(self.path)
-            if before == current.checksum:
-                return None
-            model = GRU4Rec.load(self.path, device=self.settings.device)
-            if file_sha256(self.path) == before:
-                break
-        else:
-            raise Gru4RecError("the file kept changing while it was read")
-        bad = [name for name, p in model._parts()[0].named_parameters() if not bool(torch.isfinite(p).all())]
+        if file_sha256(self.path) == current.checksum:
+            return None
+        model, before = read_model_file(self.path, self.settings.device)
+        assert model.net is not None  # loaded
+        bad = [name for name, p in model.net.named_parameters() if not bool(torch.isfinite(p).all())]
         if bad:
             raise Gru4RecError(f"weights that are not finite in {', '.join(bad)}")
-        model.optimizer_state = None  # a file saved for warm starts: the server does not need it
         engine = self.engine_for(model, before, str(self.path))
         probe = engine.run([Work(None, np.zeros(1, dtype=np.int64), 1)])[0]
         if probe.scores is None or not np.isfinite(probe.scores).all():
