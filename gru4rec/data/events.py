@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import itertools
 import os
 import warnings
 from pathlib import Path
@@ -405,7 +406,14 @@ def write_event_chunks(
     """:func:`write_events` for frames that come one after another (all with the same
     columns): each is written as it comes, so the whole never has to be in memory. The file
     appears, atomically, when the last chunk is written; an error on the way leaves no file
-    (and an existing one as it was). ``path`` None writes TSV to standard output."""
+    (and an existing one as it was). ``path`` None writes TSV to standard output. At least one
+    frame is needed (the columns come from it). (``gru4rec.datasets.outputs`` writes the split
+    files in chunks too, through pyarrow's streaming writers; this one serves ``gru4rec recommend``.)"""
+    chunks = iter(chunks)
+    first = next(chunks, None)
+    if first is None:
+        raise ValueError("write_event_chunks: no frames to write (the columns come from the first)")
+    chunks = itertools.chain([first], chunks)
     if path is None:
         import sys
 
@@ -429,12 +437,12 @@ def write_event_chunks(
             except ImportError as e:
                 raise Gru4RecError(f"{p}: {_PARQUET_HINT}") from e
             with (gzip.open(tmp, "wb") if gz else open(tmp, "wb")) as fh:
-                writer = None
-                for chunk in chunks:
-                    table = pyarrow.Table.from_pandas(chunk, preserve_index=False)
-                    writer = writer or pq.ParquetWriter(fh, table.schema)
-                    writer.write_table(table)
-                if writer is not None:
+                table = pyarrow.Table.from_pandas(first, preserve_index=False)
+                writer = pq.ParquetWriter(fh, table.schema)
+                try:
+                    for chunk in chunks:
+                        writer.write_table(pyarrow.Table.from_pandas(chunk, preserve_index=False))
+                finally:
                     writer.close()
         else:
             with (gzip.open(tmp, "wt", newline="") if gz else open(tmp, "w", newline="")) as fh:

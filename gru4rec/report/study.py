@@ -124,20 +124,17 @@ def study_figures(study: Any) -> list[StudyFigure]:
         if not complete:
             out.append(StudyFigure(name, title, reason="no trial has completed yet"))
             continue
-        if function == "slice_grid":
-            out.append(StudyFigure(name, title, slice_grid(study, complete)))
-            continue
         try:
             # Optuna lays its figures out for pyplot's default size; give it room to do so.
             with warnings.catch_warnings(), matplotlib.rc_context({"figure.figsize": FIGURE_SIZE}):
                 warnings.simplefilter("ignore")  # ExperimentalWarning on every call
-                axes = getattr(ovm, function)(study)
+                drawn = slice_grid(study, complete) if function == "slice_grid" else getattr(ovm, function)(study)
         except (ValueError, RuntimeError, ZeroDivisionError) as exc:
-            out.append(StudyFigure(name, title, reason=f"Optuna cannot draw it for this study: {exc}"))
+            out.append(StudyFigure(name, title, reason=f"it cannot be drawn for this study: {exc}"))
             continue
-        first = axes.flat[0] if hasattr(axes, "flat") else axes
-        figure = first.figure
-        plt.close(figure)  # keep the Figure, drop it from pyplot's registry
+        # Optuna returns Axes (one or an array of them), drawn through pyplot; slice_grid a Figure.
+        figure = drawn if hasattr(drawn, "savefig") else (drawn.flat[0] if hasattr(drawn, "flat") else drawn).figure
+        plt.close(figure)  # keep the Figure, drop it from pyplot's registry (a no-op for ours)
         out.append(StudyFigure(name, title, figure))
     return out
 
