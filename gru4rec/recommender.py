@@ -9,6 +9,7 @@ item map and the item supports; loading needs neither the training data nor pick
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import warnings
@@ -25,6 +26,7 @@ from gru4rec.devices import resolve_device
 from gru4rec.data import ItemMap, Sessions, index_sessions, item_support, read_events, sessions_from_events, validate_events
 from gru4rec.errors import Gru4RecError, ModelFileError
 from gru4rec.inference import Engine, require_fitted
+from gru4rec.inference.repeat import RepeatBoost
 from gru4rec.model import GRU4RecNet
 from gru4rec.resources import peak_device_memory_mb, peak_host_memory_mb
 from gru4rec.threads import using_threads
@@ -79,9 +81,10 @@ class EpochInfo:
 
 @dataclass
 class Recommendations:
-    """Top-k items for one session and their raw scores. ``fallback`` is True when no item of
-    the session was known and the most popular items were returned instead; their ``scores``
-    are then NaN (the model scored nothing)."""
+    """Top-k items for one session and the scores they were ranked by: the model's scores, plus
+    the repeat boost when the model has one (``repeat_boost``, docs/python.md#repeat-aware-scoring).
+    ``fallback`` is True when no item of the session was known and the most popular items were
+    returned instead; their ``scores`` are then NaN (the model scored nothing)."""
 
     item_ids: np.ndarray
     scores: np.ndarray
@@ -143,7 +146,6 @@ class GRU4Rec:
         #: ``{param}.{acc|dacc|m|vel}``), or from a file saved with it; None otherwise. A warm
         #: start (``fit(init_from=...)``) continues from it; ``save(optimizer=True)`` writes it.
         self.optimizer_state: dict[str, torch.Tensor] | None = None
-        self._live: tuple[np.ndarray, list[torch.Tensor]] | None = None
         self._engine: Engine | None = None
 
     def __repr__(self) -> str:
@@ -337,7 +339,7 @@ class GRU4Rec:
         return self.net is not None and self.item_map is not None and self.item_support is not None
 
     def _parts(self) -> tuple[GRU4RecNet, ItemMap, np.ndarray]:
-        item_map, support = require_fitted(self)
+        item_map, support = require_fitted(self, "call fit() or GRU4Rec.load()")
         assert self.net is not None
         return self.net, item_map, support
 
@@ -360,6 +362,22 @@ class GRU4Rec:
         """``(Wy, By)``: the scores are ``out·Wyᵀ + By``."""
         net = self._parts()[0]
         return net.Wy, net.By
+
+    @property
+    def repeat_boost(self) -> RepeatBoost:
+        """The repeat boost ranked scores get (``repeat_weight``, ``repeat_decay`` of the config;
+        none by default): :class:`~gru4rec.inference.repeat.RepeatAware`."""
+        return RepeatBoost(self.config.repeat_weight, self.config.repeat_decay)
+
+    def with_repeat_boost(self, weight: float, decay: float = 1.0) -> "GRU4Rec":
+        """This model with repeat-aware scoring ``weight``, ``decay`` (docs/python.md#repeat-aware-scoring):
+        a new ``GRU4Rec`` that shares this one's network, item map and supports (no tensor is
+        copied; training either one later gives it a network of its own) and whose config holds
+        the two coefficients, so that ``save`` writes them. This model is not changed."""
+        boosted = copy.copy(self)
+        boosted.config = self.config.replace(repeat_weight=weight, repeat_decay=decay)
+        boosted._engine = None
+        return boosted
 
     def engine(self) -> Engine:
         """The inference engine of this model (:class:`gru4rec.inference.Engine`, float32 scores),
@@ -395,7 +413,8 @@ class GRU4Rec:
         return items, offsets
 
     def recommend_batch(self, sessions: Sequence[Iterable[Any]], k: int = 20, *, exclude_seen: bool = False) -> list[Recommendations]:
-        """Top-``k`` items for each session (the items clicked so far, oldest first).
+        """Top-``k`` items for each session (the items clicked so far, oldest first), ranked by the
+        model's scores plus its repeat boost when it has one (:attr:`repeat_boost`).
 
         Unknown item ids are skipped with one warning that counts them; a session with no known
         item gets the most popular items, flagged ``fallback=True``, with NaN scores. With
@@ -420,15 +439,15 @@ class GRU4Rec:
         return self.recommend_batch([list(session_items)], k, exclude_seen=exclude_seen)[0]
 
     def score_sessions(self, sessions: Sequence[Iterable[Any]]) -> np.ndarray:
-        """Raw scores of every item (B×N, columns in item-map order) after each session.
-        Unknown item ids are skipped with one warning that counts them, as in
-        :meth:`recommend_batch`; a session with no known item is an error."""
+        """The model's scores of every item (B×N, columns in item-map order) after each session,
+        without the repeat boost (:meth:`recommend_batch` ranks with it). Unknown item ids are
+        skipped with one warning that counts them, as in :meth:`recommend_batch`; a session with
+        no known item is an error."""
         items, offsets = self._flatten_nonempty(sessions, "to be scored")
         engine = self.engine()
         result = np.empty((len(offsets) - 1, engine.n_items), dtype=np.float32)
-        with torch.inference_mode():
-            for start, out in engine.outputs(items, offsets):
-                result[start : start + len(out)] = self.scores(out).float().cpu().numpy()
+        for start, scores in engine.session_scores(items, offsets):
+            result[start : start + len(scores)] = scores.float().cpu().numpy()
         return result
 
     def session_embeddings(self, sessions: Sequence[Iterable[Any]]) -> np.ndarray:
@@ -443,30 +462,20 @@ class GRU4Rec:
             result[start : start + len(out)] = out.float().cpu().numpy()
         return result
 
-    @torch.inference_mode()
     def predict_next_batch(self, session_ids: Sequence[Any], input_item_ids: Sequence[Any], predict_for_item_ids: Sequence[Any] | None = None) -> pd.DataFrame:
         """The original's streaming API: one hidden state per batch position, reset whenever the
-        session id at that position changes. Returns scores as a DataFrame (items × positions).
+        session id at that position changes (the engine holds them: :meth:`Engine.predict_next
+        <gru4rec.inference.Engine.predict_next>`). Returns the model's scores (without the repeat
+        boost) as a DataFrame (items × positions).
 
         An unknown input item leaves that position's state unchanged (with a warning), and its
         column holds the scores of that kept state: the scores the previous call returned there
         for the same session, or those of a zero state (the item biases) for a new one."""
         _, item_map, _ = self._parts()
-        engine = self.engine()
-        session_ids = np.asarray(session_ids)
         idx = item_map.index_of(list(input_item_ids))
-        batch = len(session_ids)
-        if self._live is None or len(self._live[0]) != batch:
-            self._live = (np.full(batch, None, dtype=object), self.init_state(batch))
-        previous, state = self._live
-        changed = torch.from_numpy(session_ids.astype(object) != previous).to(self.device).unsqueeze(1)
-        for s in state:
-            s.masked_fill_(changed, 0.0)
         if (idx < 0).any():
             warnings.warn(f"{int((idx < 0).sum())} unknown input item id(s): their positions keep their state", stacklevel=2)
-        out = engine.step_known(state, idx)
-        self._live = (session_ids.astype(object), state)
-        scores = self.scores(out)
+        scores = self.engine().predict_next(np.asarray(session_ids), idx)
         columns = item_map.ids
         if predict_for_item_ids is not None:
             cols = item_map.index_of(np.asarray(predict_for_item_ids))

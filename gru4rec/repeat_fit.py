@@ -2,13 +2,15 @@
 
 It evaluates, so it sits above both the inference layer and the evaluator (as ``validation.py``
 does): nothing in the library imports it; ``gru4rec evaluate --fit-repeat`` and
-``benchmarks/repeat_boost.py`` do.
+``benchmarks/repeat_boost.py`` do. The network runs once over the validation sessions: every
+step's scores are ranked under every grid point (:func:`gru4rec.evaluation.evaluate_boosts`).
 """
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from gru4rec.evaluation import evaluate
+from gru4rec.evaluation import evaluate_boosts
+from gru4rec.evaluation.metrics import TieMode
 from gru4rec.inference.repeat import RepeatBoost
 from gru4rec.validation import parse_metric
 
@@ -22,24 +24,18 @@ def fit_repeat_boost(
     weights: Sequence[float] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
     decays: Sequence[float] = (0.3, 0.6, 0.9, 1.0),
     metric: str = "mrr@20",
-    mode: str = "conservative",
+    mode: TieMode = "conservative",
     batch_size: int = 512,
 ) -> tuple[RepeatBoost, list[dict[str, float]]]:
-    """The grid point of (``weights`` × ``decays``) with the best ``metric`` on ``valid``, and
-    every point's result (``weight``, ``decay``, the metric). The model's config is restored
-    afterwards; set the winner with ``model.config = model.config.replace(repeat_weight=...,
-    repeat_decay=...)`` (or ``-ps repeat_weight=...`` on the command line)."""
+    """The grid point of (``weights`` × ``decays``, and no boost) with the best ``metric`` on
+    ``valid`` (ties: the smaller weight), and every point's result (``weight``, ``decay``, the
+    metric) — each equal to an evaluation of the model with that boost. The model is not
+    changed; ``model.with_repeat_boost(best.weight, best.decay)`` is the model with the winner
+    (``-ps repeat_weight=...,repeat_decay=...`` on the command line)."""
     chosen = parse_metric(metric)
     name, cutoff = chosen.name, chosen.cutoff
-    original = model.config
-    table: list[dict[str, float]] = []
-    try:
-        points = [(0.0, 1.0)] + [(w, d) for w in weights if w > 0 for d in decays]
-        for w, d in points:
-            model.config = original.replace(repeat_weight=w, repeat_decay=d)
-            result = evaluate(model, valid, cutoffs=(cutoff,), mode=mode, batch_size=batch_size, beyond_accuracy=False)
-            table.append({"weight": w, "decay": d, metric: float(getattr(result, name)[cutoff])})
-    finally:
-        model.config = original
+    points = [RepeatBoost()] + [RepeatBoost(w, d) for w in weights if w > 0 for d in decays]
+    results = evaluate_boosts(model, valid, points, cutoffs=(cutoff,), mode=mode, batch_size=batch_size)
+    table = [{"weight": p.weight, "decay": p.decay, metric: float(getattr(r, name)[cutoff])} for p, r in zip(points, results)]
     best = max(table, key=lambda row: (row[metric], -row["weight"]))
     return RepeatBoost(best["weight"], best["decay"]), table

@@ -57,13 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_force(parser)
 
 
-def _repeat_boost(model: Any, args: argparse.Namespace) -> None:
-    """Set the model's repeat boost from --repeat-weight/--repeat-decay, then --fit-repeat."""
+def _repeat_boost(model: Any, args: argparse.Namespace) -> Any:
+    """The model with the repeat boost of --repeat-weight/--repeat-decay, then --fit-repeat."""
     from gru4rec.repeat_fit import fit_repeat_boost
 
     changes = {k: v for k, v in (("repeat_weight", args.repeat_weight), ("repeat_decay", args.repeat_decay)) if v is not None}
     if changes:
-        model.config = model.config.replace(**changes)
+        model = model.with_repeat_boost(changes.get("repeat_weight", model.config.repeat_weight),
+                                        changes.get("repeat_decay", model.config.repeat_decay))
     if args.fit_repeat is not None:
         log.info("Choosing the repeat boost on %s", args.fit_repeat)
         metric = f"mrr@{args.measure[0]}"
@@ -71,9 +72,10 @@ def _repeat_boost(model: Any, args: argparse.Namespace) -> None:
                                        batch_size=args.eval_batch_size)
         for row in table:
             log.info("  repeat_weight=%g repeat_decay=%g: %s %.6f", row["weight"], row["decay"], metric, row[metric])
-        model.config = model.config.replace(repeat_weight=best.weight, repeat_decay=best.decay)
+        model = model.with_repeat_boost(best.weight, best.decay)
     if changes or args.fit_repeat is not None:
         log.info("Repeat-aware scoring: repeat_weight=%g, repeat_decay=%g", model.config.repeat_weight, model.config.repeat_decay)
+    return model
 
 
 @uses_threads
@@ -84,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     check_readable(args.test, "test file")
     check_readable(None if args.fit_repeat is None else [args.fit_repeat], "validation file")
     model = load_model(args.model, args.device)
-    _repeat_boost(model, args)
+    model = _repeat_boost(model, args)
     if args.save:
         model.save(args.save, overwrite=args.force)
         log.info("Saved the model with its repeat boost to %s", args.save)

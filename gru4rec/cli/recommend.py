@@ -25,10 +25,11 @@ log = logging.getLogger(__name__)
 DESCRIPTION = (
     "Top-k next items for every session in SESSIONS, given all its events.\n\n"
     "Output columns: the session column, Rank (1..k), the item column, Score\n"
-    "(the model's raw score) and Fallback. Items the model does not know are\n"
-    "skipped with a counted warning; a session with no known item gets the\n"
-    "most popular items, with Fallback = True and an empty Score (no model\n"
-    "score exists for them). -o - writes TSV to standard output."
+    "(the score it was ranked by: the model's, plus the repeat boost when the\n"
+    "model has one, see gru4rec evaluate --repeat-weight) and Fallback. Items\n"
+    "the model does not know are skipped with a counted warning; a session with\n"
+    "no known item gets the most popular items, with Fallback = True and an empty\n"
+    "Score (no model score exists for them). -o - writes TSV to standard output."
 )
 
 

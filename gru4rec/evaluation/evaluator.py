@@ -1,9 +1,10 @@
 """Full-catalogue next-item evaluation (docs/behaviour.md §8): the batched session-parallel loop.
 
 Every test event except a session's first is one prediction: the model has seen the session's
-previous items (from a zero hidden state at the session start) and the target item is ranked
-against all N training items on the raw scores ``out·Wyᵀ + By``. The tie modes and the metrics
-are defined in :mod:`gru4rec.evaluation.metrics`.
+previous items (from a fresh state at the session start) and the target item is ranked against
+all N training items on the model's scores (for GRU4Rec ``out·Wyᵀ + By``), with the model's repeat
+boost when it has one (:mod:`gru4rec.inference.repeat`). The tie modes and the metrics are
+defined in :mod:`gru4rec.evaluation.metrics`.
 
 How it runs (the fast path is the only path):
 
@@ -14,9 +15,14 @@ How it runs (the fast path is the only path):
   moved to the device in one transfer (:mod:`gru4rec.evaluation.schedule`); the loop then makes
   one Python iteration per step, all slots advanced together with fixed shapes (idle slots at
   the end are masked).
-* One matrix product per step scores all items (``net.score_all``); the rank of the target is a
-  comparison count against its own score taken from that same matrix (so the target ties with
-  itself exactly and duplicated items tie exactly) — no sorting on the rank path.
+* One call per step scores all items (the model's ``scores``: for GRU4Rec one matrix product);
+  the repeat boost adds to it from each slot's history kept on the device
+  (:class:`~gru4rec.inference.repeat.SlotHistory`); the rank of the target is a comparison count
+  against its own score taken from that same matrix (so the target ties with itself exactly and
+  duplicated items tie exactly) — no sorting on the rank path.
+* :func:`evaluate_boosts` ranks the same scores under several repeat boosts in one pass (each
+  boost added, ranked and taken off again, the scores computed once per step): the grid of
+  :func:`gru4rec.repeat_fit.fit_repeat_boost`.
 * Metrics for every cutoff are accumulated on the device and read once at the end: no host
   synchronisation per step.
 """
@@ -44,10 +50,10 @@ from gru4rec.evaluation.metrics import (
 )
 from gru4rec.evaluation.schedule import schedule_sessions
 from gru4rec.inference import SessionModel, check_session_model, require_fitted
-from gru4rec.inference.repeat import RepeatBoost
+from gru4rec.inference.repeat import RepeatBoost, SlotHistory
 from gru4rec.log import progress_bar
 
-__all__ = ["DEFAULT_BATCH_SIZE", "TIE_MODES", "EvalResult", "evaluate", "evaluate_sessions"]
+__all__ = ["DEFAULT_BATCH_SIZE", "TIE_MODES", "EvalResult", "evaluate", "evaluate_boosts", "evaluate_sessions"]
 
 #: Default number of sessions evaluated in parallel (chosen with benchmarks/eval_speed.py: on the
 #: 2-core CPU, diginetica L=512 N=43,097, 256/512/1024 all take ≈21–22 s for 60,858 predictions,
@@ -187,10 +193,10 @@ def evaluate(
     (docs/behaviour.md §8).
 
     Args:
-        model: a fitted model exposing ``config`` (with ``session_key``, ``item_key``,
-            ``time_key``), ``item_map``, ``item_support``, ``net`` and ``device`` — a
-            :class:`gru4rec.GRU4Rec`, a loaded model, or a baseline from
-            :mod:`gru4rec.baselines`.
+        model: a fitted :class:`~gru4rec.inference.SessionModel` (its ``config`` names the
+            test data's columns) — a :class:`gru4rec.GRU4Rec`, a loaded model, or a baseline
+            from :mod:`gru4rec.baselines`; its scores are ranked with its repeat boost
+            (``repeat_boost``) when it has one.
         test: the test events: a DataFrame, a path to an event file (read with the model's
             column keys), or a :class:`gru4rec.data.Sessions` already in dense item indices.
         cutoffs: one cutoff or a list; every metric is computed for each in the same pass.
@@ -219,25 +225,8 @@ def evaluate(
     cut = check_cutoffs(cutoffs)
     _check_args(mode, batch_size)
     model = check_session_model(model, "evaluate")
-    item_map, _ = require_fitted(model)
-    cfg = model.config
-
     t0 = time.perf_counter()
-    keys = dict(session_key=cfg.session_key, item_key=cfg.item_key, time_key=cfg.time_key)
-    if isinstance(test, Sessions):
-        sessions, n_dropped, source = test, 0, "test sessions"
-    else:
-        if isinstance(test, (str, os.PathLike)):
-            source = str(test)
-            df = read_events(test, **keys)
-        elif isinstance(test, pd.DataFrame):
-            source = "test data"
-            df = validate_events(test, source=source, **keys)
-        else:
-            raise DataError(
-                f"test: expected a DataFrame, a path to an event file or Sessions, got {type(test).__name__}"
-            )
-        sessions, n_dropped = sessions_from_events(df, item_map, drop_unknown=True, **keys)
+    sessions, n_dropped, source = _test_sessions(model, test)
     result = evaluate_sessions(
         model,
         sessions.items,
@@ -263,35 +252,51 @@ def evaluate(
     return result
 
 
-class _History:
-    """Each slot's clicks in its current session, for repeat-aware scoring
-    (:mod:`gru4rec.inference.repeat`): item indices and their weights ``decay^age`` (B×W, W the
-    longest session), updated on the device at every step — no host synchronisation."""
+def _test_sessions(model: SessionModel, test: Any) -> tuple[Sessions, int, str]:
+    """The test sessions in the model's item indices (events of unknown items dropped), their
+    number of dropped events and the name of their source."""
+    item_map, _ = require_fitted(model)
+    cfg = model.config
+    keys = dict(session_key=cfg.session_key, item_key=cfg.item_key, time_key=cfg.time_key)
+    if isinstance(test, Sessions):
+        return test, 0, "test sessions"
+    if isinstance(test, (str, os.PathLike)):
+        source = str(test)
+        df = read_events(test, **keys)
+    elif isinstance(test, pd.DataFrame):
+        source = "test data"
+        df = validate_events(test, source=source, **keys)
+    else:
+        raise DataError(f"test: expected a DataFrame, a path to an event file or Sessions, got {type(test).__name__}")
+    sessions, n_dropped = sessions_from_events(df, item_map, drop_unknown=True, **keys)
+    return sessions, n_dropped, source
 
-    def __init__(self, boost: RepeatBoost, batch: int, longest: int, device: torch.device) -> None:
-        self.boost = boost
-        if boost.active:
-            self.items = torch.zeros(batch, max(longest, 1), dtype=torch.int64, device=device)
-            self.weights = torch.zeros(batch, max(longest, 1), dtype=torch.float32, device=device)
-            self.position = torch.zeros(batch, 1, dtype=torch.int64, device=device)
 
-    def add(self, items: Tensor, reset: Tensor | None) -> None:
-        """The first ``len(items)`` slots click ``items``; ``reset`` marks the slots whose session starts here."""
-        A = len(items)
-        weights, position = self.weights[:A], self.position[:A]
-        if reset is not None:
-            weights.masked_fill_(reset.unsqueeze(1), 0.0)
-            position.masked_fill_(reset.unsqueeze(1), 0)
-        weights.mul_(self.boost.decay)
-        self.items[:A].scatter_(1, position, items.unsqueeze(1))
-        weights.scatter_(1, position, 1.0)
-        # A slot idle at the end of the schedule keeps stepping: it stays in the last column.
-        position.add_(1).clamp_(max=self.items.shape[1] - 1)
-
-    def apply(self, scores: Tensor) -> None:
-        """Boost each row's scores by its slot's history (in place)."""
-        A = scores.shape[0]
-        scores.scatter_add_(1, self.items[:A], self.boost.scale(scores) * self.weights[:A].to(scores.dtype))
+def evaluate_boosts(
+    model: Any,
+    test: Any,
+    boosts: Sequence[RepeatBoost],
+    *,
+    cutoffs: int | Sequence[int] = (20,),
+    mode: TieMode = "standard",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    beyond_accuracy: bool = False,
+    seed: int = 42,
+) -> list[EvalResult]:
+    """:func:`evaluate` of ``model`` under each of ``boosts`` instead of its own repeat boost,
+    in one pass: every step's scores are computed once and ranked under every boost. Result i
+    equals ``evaluate`` of the model with boost i (the same scores, boosted by the same
+    operations); memory grows by one set of metric counters per boost, never by a copy of the
+    scores."""
+    cut = check_cutoffs(cutoffs)
+    _check_args(mode, batch_size)
+    model = check_session_model(model, "evaluate")
+    if not boosts:
+        raise ValueError("evaluate_boosts needs at least one boost")
+    sessions, n_dropped, source = _test_sessions(model, test)
+    return _evaluate(model, sessions.items, sessions.offsets, list(boosts), cutoffs=cut, mode=mode, batch_size=batch_size,
+                     beyond_accuracy=beyond_accuracy, progress=False, seed=seed, return_ranks=False,
+                     n_dropped_events=n_dropped, source=source)
 
 
 def evaluate_sessions(
@@ -314,10 +319,32 @@ def evaluate_sessions(
     ``model`` is a fitted :class:`~gru4rec.inference.SessionModel`; ``items`` (int64 [E]) are
     its dense item indices, session after session; session s is ``items[offsets[s]:offsets[s+1]]``.
     """
+    model = check_session_model(model, "evaluate")
+    return _evaluate(model, items, offsets, [RepeatBoost.of(model)], cutoffs=cutoffs, mode=mode, batch_size=batch_size,
+                     beyond_accuracy=beyond_accuracy, progress=progress, seed=seed, return_ranks=return_ranks,
+                     n_dropped_events=n_dropped_events, source=source)[0]
+
+
+def _evaluate(
+    model: SessionModel,
+    items: np.ndarray,
+    offsets: np.ndarray,
+    boosts: list[RepeatBoost],
+    *,
+    cutoffs: int | Sequence[int],
+    mode: TieMode,
+    batch_size: int,
+    beyond_accuracy: bool,
+    progress: bool,
+    seed: int,
+    return_ranks: bool,
+    n_dropped_events: int,
+    source: str,
+) -> list[EvalResult]:
+    """The evaluation loop: one :class:`EvalResult` per boost, from the same scores."""
     t0 = time.perf_counter()
     cut = check_cutoffs(cutoffs)
     _check_args(mode, batch_size)
-    model = check_session_model(model, "evaluate")
     item_map, item_support = require_fitted(model)
     n_items = len(item_map)
     device = model.device
@@ -353,26 +380,32 @@ def evaluate_sessions(
     reset_any = sched.reset.any(axis=1)  # host copy: skip the reset op when no slot restarts
     pred_index = torch.from_numpy(sched.pred_index).to(device) if return_ranks else None
 
-    metrics = MetricAccumulator(
-        cut,
-        mode,
-        n_items=N,
-        batch=B,
-        n_predictions=sched.n_predictions,
-        device=device,
-        acc_dtype=acc_dtype,
-        beyond_accuracy=beyond_accuracy,
-        item_support=item_support,
-        seed=seed,
-        return_ranks=return_ranks,
-    )
-    k, top_ids = metrics.k, metrics.top_ids
-    ranker = _Ranker(mode, N, B, k, device, acc_dtype, cpu_fast=device.type == "cpu" and _CPU_FAST)
+    metrics = [
+        MetricAccumulator(
+            cut,
+            mode,
+            n_items=N,
+            batch=B,
+            n_predictions=sched.n_predictions,
+            device=device,
+            acc_dtype=acc_dtype,
+            beyond_accuracy=beyond_accuracy,
+            item_support=item_support,
+            seed=seed,
+            return_ranks=return_ranks,
+        )
+        for _ in boosts
+    ]
+    ranker = _Ranker(mode, N, B, metrics[0].k, device, acc_dtype, cpu_fast=device.type == "cpu" and _CPU_FAST)
     # Scores are written into one B×N buffer: a fresh allocation per step would be fresh memory
     # from the OS every time on the CPU (page faults and zeroing).
     score_buf: Tensor | None = None
     active = sched.active.tolist()
-    history = _History(RepeatBoost.of(model), B, int(np.diff(offsets).max()), device)
+    boosted = any(boost.active for boost in boosts)
+    history = SlotHistory(B, int(np.diff(offsets).max()), device) if boosted else None
+    # With several boosts each one's additions are taken off again before the next: the scores
+    # at the boosted places are kept (a few per row) instead of a copy of the whole B×N matrix.
+    restore = boosted and len(boosts) > 1
     # Progress counts predictions (host-side counts per step: no device synchronisation).
     per_step = sched.valid.sum(axis=1).tolist()
     bar = progress_bar(sched.n_predictions, "evaluation", enabled=progress, unit="pred")
@@ -392,34 +425,48 @@ def evaluate_sessions(
             if score_buf is None:
                 score_buf = torch.empty(B, N, dtype=out.dtype, device=device)
             scores = model.scores(out, buffer=score_buf[:A])
-            if history.boost.active:
+            if history is not None:
                 history.add(inputs[step, :A], reset[step, :A] if step and reset_any[step] else None)
-                history.apply(scores)
-            tgt_scores = scores.gather(1, targets[step, :A].unsqueeze(1))
-            g, e = ranker(scores, tgt_scores, None if top_ids is None else top_ids[:A])
-            metrics.add(g, e, tgt_scores, valid[step, :A], None if pred_index is None else pred_index[step, :A])
+                clicks = history.clicks(A)
+                spread = RepeatBoost.spread(scores) if restore else None
+                if restore:
+                    places = clicks[0] * N + clicks[1]
+                    kept = scores.view(-1).index_select(0, places)
+            targets_now = targets[step, :A].unsqueeze(1)
+            for boost, counts in zip(boosts, metrics):
+                if boost.active:
+                    boost.add(scores, *clicks, spread=spread)
+                tgt_scores = scores.gather(1, targets_now)
+                g, e = ranker(scores, tgt_scores, None if counts.top_ids is None else counts.top_ids[:A])
+                counts.add(g, e, tgt_scores, valid[step, :A], None if pred_index is None else pred_index[step, :A])
+                if boost.active and restore:
+                    scores.view(-1).index_copy_(0, places, kept)  # duplicates write the same kept value
             bar.update(per_step[step])
 
-    totals = metrics.read()  # the one read back of the whole evaluation
     P = sched.n_predictions
-    if totals.n_nan:
-        warnings.warn(
-            f"evaluate: {totals.n_nan} of {P} predictions had a NaN target score (diverged model?); counted as misses",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-    return EvalResult(
-        cutoffs=cut,
-        mode=mode,
-        recall=totals.recall,
-        mrr=totals.mrr,
-        ndcg=totals.ndcg,
-        coverage=totals.coverage,
-        popularity=totals.popularity,
-        n_predictions=P,
-        n_sessions=sched.n_sessions,
-        n_dropped_events=int(n_dropped_events),
-        n_items=N,
-        seconds=time.perf_counter() - t0,
-        ranks=totals.ranks,
-    )
+    seconds = time.perf_counter() - t0
+    results = []
+    for counts in metrics:
+        totals = counts.read()  # the one read back of the whole evaluation
+        if totals.n_nan:
+            warnings.warn(
+                f"evaluate: {totals.n_nan} of {P} predictions had a NaN target score (diverged model?); counted as misses",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        results.append(EvalResult(
+            cutoffs=cut,
+            mode=mode,
+            recall=totals.recall,
+            mrr=totals.mrr,
+            ndcg=totals.ndcg,
+            coverage=totals.coverage,
+            popularity=totals.popularity,
+            n_predictions=P,
+            n_sessions=sched.n_sessions,
+            n_dropped_events=int(n_dropped_events),
+            n_items=N,
+            seconds=seconds,
+            ranks=totals.ranks,
+        ))
+    return results

@@ -2,7 +2,8 @@
 
 Every way of asking a trained model — ``GRU4Rec.recommend*``, ``score_sessions``,
 ``session_embeddings``, ``predict_next_batch``, ``gru4rec recommend`` and the HTTP server —
-runs through :class:`Engine`, over any :class:`~gru4rec.inference.SessionModel`:
+runs through :class:`Engine`, over any :class:`~gru4rec.inference.SessionModel` (the evaluator
+keeps its own session-parallel loop over the same protocol and the same boost):
 
 * **Ragged steps.** A batch of sessions with different numbers of clicks is fed in one
   transfer: rows sorted by their number of clicks (longest first), so that the rows still
@@ -13,19 +14,24 @@ runs through :class:`Engine`, over any :class:`~gru4rec.inference.SessionModel`:
   chunk, never by the number of sessions; results come back chunk by chunk (a generator).
 * **Top-k** with exclusions by :mod:`gru4rec.inference.scoring` (float32, or certified int8
   candidates on the CPU); a session without a known item gets the most popular items
-  (``fallback``, no scores). With repeat-aware scoring on (the model's ``repeat_weight``,
-  :mod:`gru4rec.inference.repeat`) the session's clicks boost their items' scores first.
+  (``fallback``, no scores). With repeat-aware scoring on (the model's ``repeat_boost``,
+  :mod:`gru4rec.inference.repeat`) the session's clicks boost their items' scores first. A
+  chunk's clicks stay flat (:class:`~gru4rec.inference.clicks.Clicks`) from the input to the
+  exclusions and the boost.
+* **Streaming** (:meth:`Engine.predict_next`): the original's one-state-per-position interface,
+  its state held by the engine.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from gru4rec.inference.clicks import Clicks
 from gru4rec.inference.protocol import SessionModel, require_fitted
 from gru4rec.inference.repeat import RepeatBoost
 from gru4rec.inference.scoring import TopK, make_topk
@@ -40,12 +46,20 @@ DEFAULT_CHUNK_BYTES = 256 << 20
 #: The most sessions a chunk holds (a larger product gains nothing).
 MAX_CHUNK_ROWS = 1024
 
-_NONE = np.zeros(0, dtype=np.int64)
+
+def _boosting(boost: RepeatBoost, clicks: Clicks) -> Callable[[Tensor], Tensor] | None:
+    """The scores' adjustment of repeat-aware scoring for rows with these clicks (None: no boost)."""
+    return (lambda scores: boost.apply(scores, clicks)) if boost.active else None
 
 
-def _boosting(boost: RepeatBoost, histories: Sequence[np.ndarray]):
-    """The scores' adjustment of repeat-aware scoring for rows with these clicks."""
-    return lambda scores: boost.apply_to_histories(scores, histories)
+@dataclass
+class _Stream:
+    """The state of :meth:`Engine.predict_next`: the session id at each position (None: no
+    session yet), the positions' states and a fresh state to reset them from."""
+
+    session_ids: np.ndarray
+    state: list[Tensor]
+    fresh: list[Tensor]
 
 
 @dataclass
@@ -110,6 +124,7 @@ class Engine:
         self.chunk = max(1, min(MAX_CHUNK_ROWS, chunk_bytes // (4 * self.n_items)))
         self._ids: list[Any] | None = None
         self._index: dict[Any, int] | None = None
+        self._stream: _Stream | None = None
 
     # ------------------------------------------------------------------ item ids
 
@@ -161,20 +176,6 @@ class Engine:
             A = int(live[t_])
             self.model.step(steps[t_, :A], state if A == B else [s[:A] for s in state])
 
-    def step_known(self, state: list[Tensor], items: np.ndarray) -> Tensor:
-        """One step of every row whose item index is known (``items[b] >= 0``); the other rows
-        keep their state. Returns the rows' outputs (``state[-1]``)."""
-        rows = np.flatnonzero(items >= 0)
-        if len(rows) == len(items):
-            return self.model.step(torch.from_numpy(items).to(self.device), state)
-        if len(rows):
-            index = torch.from_numpy(rows).to(self.device)
-            part = [s.index_select(0, index) for s in state]
-            self.model.step(torch.from_numpy(items[rows]).to(self.device), part)
-            for s, p in zip(state, part):
-                s.index_copy_(0, index, p)
-        return state[-1]
-
     def _chunks(self, offsets: np.ndarray) -> Iterator[tuple[int, int]]:
         for a in range(0, len(offsets) - 1, self.chunk):
             yield a, min(a + self.chunk, len(offsets) - 1)
@@ -200,28 +201,68 @@ class Engine:
             yield a, self._outputs(items, offsets, a, b)[0]
 
     @torch.inference_mode()
+    def session_scores(self, items: np.ndarray, offsets: np.ndarray) -> Iterator[tuple[int, Tensor]]:
+        """The model's scores of every item after each session (as :meth:`outputs` takes them),
+        chunk by chunk: ``(start, C×N)``; the scores without the repeat boost."""
+        for a, b in self._chunks(offsets):
+            yield a, self.model.scores(self._outputs(items, offsets, a, b)[0])
+
+    @torch.inference_mode()
     def recommend(self, items: np.ndarray, offsets: np.ndarray, k: int, *, exclude_seen: bool = False) -> Iterator[TopKChunk]:
-        """The top-``k`` next items of each session (as :meth:`outputs` takes them), chunk by chunk."""
+        """The top-``k`` next items of each session (as :meth:`outputs` takes them), chunk by
+        chunk, ranked by the scores with the model's repeat boost, when it has one."""
         k = min(k, self.n_items)
+        boost = RepeatBoost.of(self.model)
         for a, b in self._chunks(offsets):
             out, lengths = self._outputs(items, offsets, a, b)
             C = b - a
             indices = np.full((C, k), -1, dtype=np.int64)
             scores = np.full((C, k), np.nan, dtype=np.float32)
             fallback = lengths == 0
-            indices[fallback] = self.popular[:k]
-            live = np.flatnonzero(~fallback)
-            if len(live):
-                boost = RepeatBoost.of(self.model)
-                seen = np.split(items[offsets[a] : offsets[b]], np.cumsum(lengths)[:-1]) if exclude_seen or boost.active else None
-                exclude = [seen[r] for r in live] if exclude_seen and seen is not None else [_NONE] * len(live)
-                adjust = _boosting(boost, [seen[r] for r in live]) if boost.active and seen is not None else None
-                rows = out if len(live) == C else out[torch.from_numpy(live).to(self.device)]
-                top = self.topk(rows, [k] * len(live), exclude, adjust)
+            if not fallback.all():
+                # A fallback row (no click) is scored with the others and its answer replaced:
+                # cheaper than taking the other rows out of the output and the clicks.
+                clicks = Clicks.window(items, offsets, a, b)
+                top = self.topk(out, [k] * C, clicks if exclude_seen else None, _boosting(boost, clicks))
                 kept = np.isfinite(top.scores[:, :k])  # excluded items (fewer than k left) are no answers
-                indices[live] = np.where(kept, top.indices[:, :k], -1)
-                scores[live] = np.where(kept, top.scores[:, :k], np.nan)
+                indices[:] = np.where(kept, top.indices[:, :k], -1)
+                scores[:] = np.where(kept, top.scores[:, :k], np.nan)
+            indices[fallback] = self.popular[:k]
+            scores[fallback] = np.nan
             yield TopKChunk(a, indices, scores, fallback)
+
+    # ------------------------------------------------------------------ streaming
+
+    def reset_stream(self) -> None:
+        """Forget :meth:`predict_next`'s positions: the next call starts every position afresh."""
+        self._stream = None
+
+    @torch.inference_mode()
+    def predict_next(self, session_ids: np.ndarray, items: np.ndarray) -> Tensor:
+        """The original's streaming step (``GRU4Rec.predict_next_batch``): position b holds one
+        session's state, which starts afresh when ``session_ids[b]`` differs from the previous
+        call's (or the number of positions changed); a position with a known item (``items[b] >=
+        0``) steps, the others keep their state. Returns the scores of every item after each
+        position's state (B×N, without the repeat boost)."""
+        B = len(session_ids)
+        ids = np.asarray(session_ids).astype(object)
+        stream = self._stream
+        if stream is None or len(stream.session_ids) != B:
+            stream = self._stream = _Stream(np.full(B, None, dtype=object), self.model.init_state(B), self.model.init_state(B))
+        changed = torch.from_numpy(ids != stream.session_ids).to(self.device).unsqueeze(1)
+        for s, fresh in zip(stream.state, stream.fresh):
+            s.copy_(torch.where(changed, fresh, s))
+        rows = np.flatnonzero(items >= 0)
+        if len(rows) == B:
+            self.model.step(torch.from_numpy(items).to(self.device), stream.state)
+        elif len(rows):
+            index = torch.from_numpy(rows).to(self.device)
+            part = [s.index_select(0, index) for s in stream.state]
+            self.model.step(torch.from_numpy(items[rows]).to(self.device), part)
+            for s, p in zip(stream.state, part):
+                s.index_copy_(0, index, p)
+        stream.session_ids = ids
+        return self.model.scores(stream.state[-1])
 
     # ------------------------------------------------------------------ serving
 
@@ -251,10 +292,10 @@ class Engine:
         answers: list[Answer | None] = [None] * B
         if live:
             slots = torch.from_numpy(slot_of[live]).to(self.device)
-            boost = RepeatBoost.of(self.model)
+            clicks = Clicks.of_rows([seen[r] for r in live])
             top = self.topk(state[-1].index_select(0, slots), [batch[r].k for r in live],
-                            [seen[r] if batch[r].exclude_seen else _NONE for r in live],
-                            _boosting(boost, [seen[r] for r in live]) if boost.active else None)
+                            clicks.where(np.array([batch[r].exclude_seen for r in live], dtype=bool)),
+                            _boosting(RepeatBoost.of(self.model), clicks))
         H_after = torch.cat(state, dim=1).cpu().numpy() if sorted_lengths.any() else start
         for row in range(B):
             if not len(seen[row]):

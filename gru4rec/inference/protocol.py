@@ -20,6 +20,9 @@ of it. The contract, checked for every model by ``tests/test_session_model_contr
 * ``item_map`` (id ↔ index), ``item_support`` (training events per item: the popularity that
   orders the fallback list), ``device`` and ``config`` (its ``session_key``, ``item_key``,
   ``time_key`` columns) describe the fitted model; ``fitted`` says whether it is.
+
+A model may also say which repeat boost its scores get before they are ranked
+(:class:`gru4rec.inference.repeat.RepeatAware`: ``repeat_boost``); a model without it gets none.
 """
 from __future__ import annotations
 
@@ -67,10 +70,10 @@ def check_session_model(model: Any, purpose: str) -> SessionModel:
                        "pass a GRU4Rec or a baseline from gru4rec.baselines")
 
 
-def require_fitted(model: SessionModel) -> tuple[ItemMap, np.ndarray]:
+def require_fitted(model: SessionModel, how: str = "call fit()") -> tuple[ItemMap, np.ndarray]:
     """The item map and item supports of a fitted model; :class:`~gru4rec.errors.NotFittedError`
-    otherwise — the one "is it fitted?" check of the package."""
+    otherwise, ending with ``how`` (what makes this model fitted; a model's own methods say more
+    than ``fit()`` where they can) — the one "is it fitted?" check of the package."""
     if not model.fitted or model.item_map is None or model.item_support is None:
-        how = "call fit() or GRU4Rec.load()" if type(model).__name__ == "GRU4Rec" else "call fit()"
         raise NotFittedError(f"the {type(model).__name__} model is not fitted (not trained yet): {how}")
     return model.item_map, model.item_support

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gru4rec.inference.clicks import Clicks
 from gru4rec.inference.protocol import SessionModel
 from gru4rec.kernels.int8_scores import Int8Table, int8_kernels
 
@@ -53,21 +54,19 @@ class TopK(Protocol):
     name: str
     counts: dict[str, int]
 
-    def __call__(self, out: Tensor, ks: Sequence[int], exclude: Sequence[np.ndarray],
+    def __call__(self, out: Tensor, ks: Sequence[int], exclude: Clicks | None = None,
                  adjust: Callable[[Tensor], Tensor] | None = None) -> TopKResult:
-        """Top ``ks[b]`` of row b of the scores after ``out``, without the items ``exclude[b]``;
-        ``adjust(scores)``, when given, changes the full scores in place first (the repeat boost)."""
+        """Top ``ks[b]`` of row b of the scores after ``out``, without row b's items of
+        ``exclude``; ``adjust(scores)``, when given, changes the full scores in place first (the
+        repeat boost)."""
         ...
 
 
-def _exclusion_pairs(exclude: Sequence[np.ndarray], device: torch.device) -> tuple[Tensor, Tensor] | None:
-    """The (row, item) pairs to exclude as two index tensors, built in one go."""
-    lengths = [len(e) for e in exclude]
-    if not sum(lengths):
+def _exclusion_pairs(exclude: Clicks | None, device: torch.device) -> tuple[Tensor, Tensor] | None:
+    """The (row, item) pairs to exclude as two index tensors, straight from the flat clicks."""
+    if exclude is None or not len(exclude.items):
         return None
-    rows = torch.from_numpy(np.repeat(np.arange(len(exclude)), lengths)).to(device)
-    items = torch.from_numpy(np.concatenate([np.asarray(e, dtype=np.int64) for e in exclude])).to(device)
-    return rows, items
+    return torch.from_numpy(exclude.rows()).to(device), torch.from_numpy(exclude.items).to(device)
 
 
 class Float32TopK:
@@ -85,7 +84,7 @@ class Float32TopK:
         wy, by = wy.detach(), by.detach()
         return cls(lambda out: torch.addmm(by, out, wy.t()))
 
-    def __call__(self, out: Tensor, ks: Sequence[int], exclude: Sequence[np.ndarray],
+    def __call__(self, out: Tensor, ks: Sequence[int], exclude: Clicks | None = None,
                  adjust: Callable[[Tensor], Tensor] | None = None) -> TopKResult:
         scores = self.scores(out)
         if adjust is not None:
@@ -115,21 +114,23 @@ class CertifiedTopK:
         self.n_candidates, self.max_batch = n_candidates, max_batch
         self.counts = {"certified": 0, "float32": 0}
 
-    def __call__(self, out: Tensor, ks: Sequence[int], exclude: Sequence[np.ndarray],
+    def __call__(self, out: Tensor, ks: Sequence[int], exclude: Clicks | None = None,
                  adjust: Callable[[Tensor], Tensor] | None = None) -> TopKResult:
         B, kmax = out.shape[0], max(ks)
+        if exclude is None:
+            exclude = Clicks.none(B)
         m = max(self.n_candidates, 3 * kmax)
         # Adjusted scores (the repeat boost) have no int8 bounds: they take the float32 path.
         if B > self.max_batch or m >= self.table.n_items or adjust is not None:
             result = self.exact(out, ks, exclude, adjust)
             self.counts["float32"] += B
             return result
-        rows = self.table.topk(out, ks, exclude, m)  # one kernel call for the whole batch
+        rows = self.table.topk(out, ks, exclude.items, exclude.offsets, m)  # one kernel call for the whole batch
         indices, values = rows.indices, rows.scores
         n_cert = int(rows.certified.sum())
         if n_cert < B:
             redo_rows = np.flatnonzero(~rows.certified)
-            redo = self.exact(out[torch.from_numpy(redo_rows)], [ks[r] for r in redo_rows], [exclude[r] for r in redo_rows])
+            redo = self.exact(out[torch.from_numpy(redo_rows)], [ks[r] for r in redo_rows], exclude.take(redo_rows))
             width = redo.indices.shape[1]
             indices[redo_rows, :width] = redo.indices
             values[redo_rows, :width] = redo.scores

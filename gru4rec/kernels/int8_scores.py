@@ -156,20 +156,19 @@ class Int8Table:
         return score, lower
 
 
-    def topk(self, x: Tensor, ks: Sequence[int], exclude: Sequence[np.ndarray], m: int) -> CertifiedRows:
+    def topk(self, x: Tensor, ks: Sequence[int], exclude_items: np.ndarray, exclude_offsets: np.ndarray, m: int) -> CertifiedRows:
         """Candidates, exact rescoring, exclusions and certification in one kernel call (no
         Python or torch work per step in between): for each row of ``x`` the best ``max(ks)``
-        of its ``m`` candidates that are not in ``exclude[row]``, and whether at least ``ks[row]``
-        of them are proven to beat every item outside the candidates."""
+        of its ``m`` candidates that are not among its excluded items
+        (``exclude_items[exclude_offsets[row]:exclude_offsets[row + 1]]``), and whether at least
+        ``ks[row]`` of them are proven to beat every item outside the candidates."""
         x = self._query(x)
         B, kmax = x.shape[0], max(ks, default=1)
-        if not 1 <= kmax <= m <= self.n_items or len(ks) != B or len(exclude) != B or min(ks, default=1) < 1:
+        if not 1 <= kmax <= m <= self.n_items or len(ks) != B or len(exclude_offsets) != B + 1 or min(ks, default=1) < 1:
             raise ValueError(f"need one k >= 1 and one exclusion list per row and max(k) <= m <= {self.n_items}")
-        lengths = np.fromiter((len(e) for e in exclude), dtype=np.int64, count=B)
-        starts = np.zeros(B + 1, dtype=np.int64)
-        np.cumsum(lengths, out=starts[1:])
+        starts = np.ascontiguousarray(exclude_offsets, dtype=np.int64)
         # a fresh array: the kernel sorts each row's exclusions in place
-        items = np.concatenate([np.asarray(e, dtype=np.int64) for e in exclude]) if starts[-1] else np.zeros(1, np.int64)
+        items = np.array(exclude_items, dtype=np.int64) if starts[-1] else np.zeros(1, np.int64)
         ks_arr = np.asarray(ks, dtype=np.int64)
         indices = np.empty((B, kmax), dtype=np.int64)
         scores = np.empty((B, kmax), dtype=np.float32)

@@ -1,5 +1,6 @@
-"""Serving's exact top-k: the int8 kernel's bounds against float32 and float64 scores, and the
-certified top-k against a brute-force NumPy top-k (with exclusions, uncertified rows, big batches)."""
+"""The engine's exact top-k (gru4rec.inference.scoring): the int8 kernel's bounds against float32 and
+float64 scores, and the certified top-k against a brute-force NumPy top-k (with exclusions,
+uncertified rows, big batches); the flat clicks the exclusions come in (gru4rec.inference.clicks)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,6 +10,7 @@ import torch
 from gru4rec.kernels.build import KernelBuildError
 from gru4rec.kernels.cpu_features import cpu_flags
 from gru4rec.kernels.int8_scores import Int8Kernels, Int8Table, int8_kernels, load_int8_kernels
+from gru4rec.inference.clicks import Clicks
 from gru4rec.inference.scoring import CertifiedTopK, Float32TopK, make_topk
 
 torch.set_num_threads(1)
@@ -140,9 +142,9 @@ def test_a_row_is_certified_when_k_candidates_are_proven_above_the_rest(built: I
     _, lower = table.rescore(x, idx)
     proven = (lower > upper.min(dim=1, keepdim=True).values).sum(dim=1).tolist()
     assert all(0 < c < m for c in proven)
-    none = [np.zeros(0, np.int64)] * len(proven)
-    assert table.topk(x, proven, none, m).certified.all()
-    assert not table.topk(x, [c + 1 for c in proven], none, m).certified.any()
+    none = Clicks.none(len(proven))
+    assert table.topk(x, proven, none.items, none.offsets, m).certified.all()
+    assert not table.topk(x, [c + 1 for c in proven], none.items, none.offsets, m).certified.any()
 
 
 def test_equal_scores_are_listed_by_item_index(built: Int8Kernels) -> None:
@@ -153,7 +155,7 @@ def test_equal_scores_are_listed_by_item_index(built: Int8Kernels) -> None:
     w, b = w.clone(), b.clone()
     for twin in (1500, 7, 900):  # copies of the best item, before and after it
         w[twin], b[twin] = w[best], b[best]
-    rows = Int8Table(built, w, b).topk(x[:1], [4], [np.zeros(0, np.int64)], 64)
+    rows = Int8Table(built, w, b).topk(x[:1], [4], np.zeros(0, np.int64), np.zeros(2, np.int64), 64)
     assert rows.certified.all()
     assert rows.indices[0].tolist() == sorted([best, 1500, 7, 900])
 
@@ -181,7 +183,7 @@ def test_certified_topk_equals_brute_force(built: Int8Kernels, seed: int) -> Non
     exclude = [rng.choice(3000, size=n, replace=False) for n in (0, 3, 0, 10, 1, 0)]
     # The true top items excluded in row 1: the answer must skip them.
     exclude[1] = numpy_topk(w, b, x[1:2], 3, np.zeros(0, np.int64))[0].ravel()
-    got = scorer(x, ks, exclude)
+    got = scorer(x, ks, Clicks.of_rows(exclude))
     for row, (k, ex) in enumerate(zip(ks, exclude)):
         order, scores = numpy_topk(w, b, x[row:row + 1], k, ex)
         np.testing.assert_array_equal(got.indices[row, :k], order.ravel())
@@ -202,7 +204,7 @@ def test_rows_that_cannot_be_certified_are_scored_in_float32() -> None:
     x = torch.cat([x[:1], torch.zeros(2, 32)])
     scorer = CertifiedTopK(Int8Table(kernels, w, b), Float32TopK.linear(w, b), n_candidates=32, max_batch=8)
     exclude = [np.zeros(0, np.int64), np.zeros(0, np.int64), np.arange(4, 40)]
-    got = scorer(x, [10, 6, 10], exclude)
+    got = scorer(x, [10, 6, 10], Clicks.of_rows(exclude))
     assert scorer.counts == {"certified": 1, "float32": 2}
     # The float32 path's answer: the 4 biased items first, then ties in torch.topk's order.
     ref = torch.addmm(b, x, w.t())
@@ -220,7 +222,7 @@ def test_large_batches_use_the_float32_product() -> None:
     w, b, _ = trained_like(1500, 16, 3)
     x = torch.randn(12, 16)
     scorer = CertifiedTopK(Int8Table(kernels, w, b), Float32TopK.linear(w, b), n_candidates=32, max_batch=8)
-    got = scorer(x, [5] * 12, [np.zeros(0, np.int64)] * 12)
+    got = scorer(x, [5] * 12, Clicks.none(12))
     assert scorer.counts == {"certified": 0, "float32": 12}
     for row in range(12):
         np.testing.assert_array_equal(got.indices[row, :5], numpy_topk(w, b, x[row:row + 1], 5, np.zeros(0, np.int64))[0].ravel())
@@ -229,7 +231,7 @@ def test_large_batches_use_the_float32_product() -> None:
 def test_float32_topk_with_exclusions_against_numpy() -> None:
     w, b, x = trained_like(400, 24, 9)
     exclude = [np.array([3, 7]), np.zeros(0, np.int64), np.arange(0, 400, 2), np.zeros(0, np.int64), np.array([1]), np.array([0])]
-    got = Float32TopK.linear(w, b)(x, [4, 4, 9, 1, 2, 3], exclude)
+    got = Float32TopK.linear(w, b)(x, [4, 4, 9, 1, 2, 3], Clicks.of_rows(exclude))
     for row, (k, ex) in enumerate(zip([4, 4, 9, 1, 2, 3], exclude)):
         order, scores = numpy_topk(w, b, x[row:row + 1], k, ex)
         np.testing.assert_array_equal(got.indices[row, :k], order.ravel())
@@ -264,3 +266,26 @@ def test_make_topk_chooses_and_refuses() -> None:
     if kernels is not None:
         assert make_topk(small, "int8", n_candidates=16).name == "int8"
         assert make_topk(big, "auto").name == "int8"
+
+
+def test_clicks_against_per_row_arrays() -> None:
+    """The flat clicks' rows, ages, row selections and row masks against the same done one row
+    array at a time."""
+    rng = np.random.default_rng(3)
+    rows = [rng.integers(0, 50, n) for n in (3, 0, 1, 5, 0, 2)]
+    clicks = Clicks.of_rows(rows)
+    assert clicks.n_rows == 6 and clicks.lengths.tolist() == [3, 0, 1, 5, 0, 2]
+    np.testing.assert_array_equal(clicks.rows(), np.concatenate([[r] * len(a) for r, a in enumerate(rows)]))
+    np.testing.assert_array_equal(clicks.ages(), np.concatenate([np.arange(len(a))[::-1] for a in rows]))
+    pick = np.array([3, 0, 4, 3])
+    taken = clicks.take(pick)
+    for j, r in enumerate(pick):
+        np.testing.assert_array_equal(taken.items[taken.offsets[j]:taken.offsets[j + 1]], rows[r])
+    keep = np.array([True, False, False, True, True, False])
+    kept = clicks.where(keep)
+    for r, a in enumerate(rows):
+        np.testing.assert_array_equal(kept.items[kept.offsets[r]:kept.offsets[r + 1]], a if keep[r] else [])
+    window = Clicks.window(clicks.items, clicks.offsets, 2, 5)
+    for j, r in enumerate(range(2, 5)):
+        np.testing.assert_array_equal(window.items[window.offsets[j]:window.offsets[j + 1]], rows[r])
+    assert Clicks.none(4).lengths.tolist() == [0, 0, 0, 0]

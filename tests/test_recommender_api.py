@@ -55,7 +55,7 @@ def test_predict_next_batch_streams_sessions_with_resets_and_unknown_items(model
     ids = model.item_map.ids
     a, b, c = [ids[1], ids[4], ids[6]], [ids[2], ids[3]], [ids[8], ids[9]]
     unknown = "no such item"
-    model._live = None
+    model.engine().reset_stream()
     feed = [
         (["A", "B"], [a[0], b[0]]),
         (["A", "B"], [a[1], b[1]]),
@@ -93,7 +93,7 @@ def test_an_unknown_input_is_scored_from_the_kept_state(model: GRU4Rec) -> None:
     position kept (not a step with item 0); for a new session that state is zero: By."""
     ids = model.item_map.ids
     wy, by = model.net.Wy.detach().numpy().astype(np.float64), model.net.By.detach().numpy().astype(np.float64)
-    model._live = None
+    model.engine().reset_stream()
     first = model.predict_next_batch(["A", "B"], [ids[3], ids[5]])
     with pytest.warns(UserWarning, match="2 unknown input item"):
         df = model.predict_next_batch(["A", "N"], ["no such item", "nor this"])
