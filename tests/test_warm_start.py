@@ -117,7 +117,7 @@ def test_fit_init_from_grows_the_map_and_takes_todays_popularity(yesterday: GRU4
 @pytest.mark.parametrize(("change", "field"), [
     ("layers=16/8", "layers"),
     ("hidden_act=relu", "hidden_act"),
-    ("constrained_embedding=False,embedding=12", "embedding_mode"),
+    ("constrained_embedding=False,embedding=12", "constrained_embedding"),
 ])
 def test_a_network_mismatch_is_one_error_naming_the_field(yesterday: GRU4Rec, change: str, field: str) -> None:
     _, today = days()
