@@ -446,16 +446,17 @@ class Config:
         return ",".join(parts)
 
 
-def _specs() -> dict[str, FieldSpec]:
-    """Every field's :class:`FieldSpec`, in declaration order; a field without one is a bug."""
-    missing = [f.name for f in fields(Config) if not isinstance(f.metadata.get(_SPEC), FieldSpec)]
+def _specs(cls: type[Config]) -> dict[str, FieldSpec]:
+    """Every field's :class:`FieldSpec`, in declaration order; a field declared without one
+    (not with :func:`_hyper`) fails the import of this module."""
+    missing = [f.name for f in fields(cls) if not isinstance(f.metadata.get(_SPEC), FieldSpec)]
     if missing:
         raise TypeError(f"Config fields without a group, converter and check (declare them with _hyper): {', '.join(missing)}")
-    return {f.name: f.metadata[_SPEC] for f in fields(Config)}
+    return {f.name: f.metadata[_SPEC] for f in fields(cls)}
 
 
 #: Each field's group, converter and own check (read-only), from the field declarations.
-SPECS: Mapping[str, FieldSpec] = MappingProxyType(_specs())
+SPECS: Mapping[str, FieldSpec] = MappingProxyType(_specs(Config))
 _SPECS = SPECS
 
 
