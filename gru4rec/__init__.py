@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "GRU4Rec": ("gru4rec.recommender", "GRU4Rec"),
-    "EpochInfo": ("gru4rec.recommender", "EpochInfo"),
+    "EpochInfo": ("gru4rec.fitting", "EpochInfo"),
     "Config": ("gru4rec.config", "Config"),
     "evaluate": ("gru4rec.evaluation.evaluator", "evaluate"),
     "EvalResult": ("gru4rec.evaluation.metrics", "EvalResult"),

@@ -26,8 +26,9 @@ format is recognised by the file's first bytes, never by its name. Writes go to 
 file in the target folder, are fsync'ed and renamed over the target (:func:`gru4rec.files.atomic_write`),
 so a crash leaves the old file or the new one, never half of one.
 
-The model (``GRU4Rec.save/load``) and the resume checkpoints of training both use
-:func:`save_file` / :func:`load_file`; neither needs anything else from this module.
+The model files (:mod:`gru4rec.model_file`: what a model file holds) and the resume checkpoints
+of training both use :func:`save_file` / :func:`load_file` (and :func:`read_meta` for the
+metadata alone); neither needs anything else from this module.
 """
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "save_file",
     "load_file",
+    "read_meta",
     "file_info",
 ]
 
@@ -386,6 +388,36 @@ def load_file(
     device = torch.device(map_location)
     tensors = loaded.tensors if device.type == "cpu" else {n: t.to(device) for n, t in loaded.tensors.items()}
     return tensors, loaded.meta
+
+
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The metadata dict of a file written by :func:`save_file`, without reading its tensors
+    (a format-2 file's header only; a format-1 file is read whole). The checksums are not
+    verified here: :func:`load_file` verifies them when the tensors are read.
+
+    Raises ModelFileError as :func:`load_file` does for a missing, truncated or foreign file or
+    an unreadable format version."""
+    path = Path(path)
+    if _sniff(path) != 2:
+        return _load(path).meta
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as fh:
+            entries = fh.metadata() or {}
+    except (SafetensorError, OSError, ValueError, RuntimeError, TypeError, OverflowError) as exc:
+        raise ModelFileError(
+            f"model file {path} is truncated or corrupt and cannot be read ({type(exc).__name__}: {_first_line(exc)})"
+        ) from exc
+    if entries.get("format") != json.dumps(FORMAT_NAME):
+        raise ModelFileError(f"{path} is a safetensors file but not a gru4rec model file (no gru4rec format marker)")
+    try:
+        decoded = {key: json.loads(value) for key, value in entries.items()}
+    except json.JSONDecodeError as exc:
+        raise _corrupt(path, f"a metadata entry is not JSON ({exc})") from exc
+    version = decoded.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise _corrupt(path, f"invalid format version {version!r}")
+    _check_version(path, version, str(decoded.get("writer", "unknown")), (2,))
+    return {k: v for k, v in decoded.items() if k not in RESERVED_KEYS}
 
 
 def file_info(path: str | os.PathLike[str]) -> dict[str, Any]:

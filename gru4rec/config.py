@@ -11,9 +11,17 @@ the command lines and the model files all read it. It can be built
   (the original's ``.py`` files are read, never executed; JSON, TOML and YAML hold the same
   mapping: see :mod:`gru4rec.param_files`).
 
+Each field is declared once, with :func:`_hyper`: its default, its group (``network``,
+``training``, ``data`` or ``inference``: :data:`~gru4rec.config_values.GROUPS`), its converter and
+its own check (a range or the allowed choices). :data:`SPECS`, :data:`NETWORK_FIELDS`,
+:data:`INFERENCE_FIELDS` and :data:`DATA_FIELDS` are read from those declarations; the checks of
+combinations of fields (a loss and its final activation, an optimiser and its constants, distinct
+column names) are one function, :func:`_combination_problems`.
+
 Whatever the route, every value is converted to its field's type and the whole configuration is
 checked at once; :class:`~gru4rec.errors.ConfigError` lists every problem, each naming its
-parameter. Two values are derived when construction resolves them:
+parameter. A config remembers which fields were given (:attr:`Config.given`) rather than left at
+their defaults, so that a warm start can take the others from the model it continues. Two values are derived when construction resolves them:
 
 * ``final_act=None`` becomes the loss's usual final activation (``softmax`` for cross-entropy,
   ``softmax_logit`` for xe_logit, ``elu-0.5`` for bpr-max, top1-max, bpr and top1);
@@ -30,12 +38,12 @@ both ``elu_param`` and ``final_act`` with another loss is an error.
 """
 from __future__ import annotations
 
-import difflib
 import os
 import typing
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields
-from typing import Any, ClassVar
+from dataclasses import MISSING, dataclass, field, fields
+from types import MappingProxyType
+from typing import Any
 
 from gru4rec.activations import ELEMENTWISE_ACTIVATIONS, Activation, parse_activation
 from gru4rec.config_values import (
@@ -43,12 +51,19 @@ from gru4rec.config_values import (
     ADAPT_PARAM_MEANING,
     ADAPTS,
     DEFAULT_FINAL_ACT,
+    GROUPS,
     LOSSES,
     PARAM_STRING_SEPARATORS,
     SOFTMAX_LOSSES,
     BadValue,
+    FieldSpec,
+    at_least,
     format_value,
+    greater_than,
+    in_range,
+    one_of,
     split_param_string,
+    suggest,
     to_bool,
     to_embedding,
     to_float,
@@ -63,14 +78,11 @@ from gru4rec.config_values import (
 from gru4rec.errors import ConfigError
 from gru4rec.param_files import read_param_file
 
-__all__ = ["Config", "LOSSES", "ADAPTS", "DEFAULT_FINAL_ACT"]
+__all__ = ["Config", "LOSSES", "ADAPTS", "DEFAULT_FINAL_ACT", "GROUPS", "DATA_FIELDS", "INFERENCE_FIELDS", "NETWORK_FIELDS", "SPECS"]
 
 _ALIASES: dict[str, str] = {"elu_param": "final_act"}
-
-
-def _suggest(name: str, candidates: typing.Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(candidates), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+_SPEC = "gru4rec"  # the key of a field's FieldSpec in its metadata
+NETWORK, TRAINING, DATA, INFERENCE = GROUPS
 
 
 def _raise(problems: list[str], source: str | None = None) -> typing.NoReturn:
@@ -90,6 +102,50 @@ def _problems_of(error: ConfigError) -> list[str]:
     return list(getattr(error, "problems", [str(error)]))
 
 
+# ------------------------------------------------------------------ what a field declares
+
+
+def _hyper(default: Any, group: str, convert: typing.Callable[[Any], Any], check: typing.Callable[[Any], str | None] | None = None) -> Any:
+    """A hyperparameter: its default, its group, its converter and its own check (see
+    :class:`~gru4rec.config_values.FieldSpec`); the one place each of them is written."""
+    return field(default=default, metadata={_SPEC: FieldSpec(group, convert, check)})
+
+
+def _to_activation(value: Any) -> str:
+    """An activation string in its normalised form (``' ELU-1.0'`` -> ``'elu-1'``)."""
+    try:
+        return parse_activation(to_name(value)).spec
+    except ValueError as exc:
+        raise BadValue(str(exc)) from None
+
+
+def _to_optional_activation(value: Any) -> str | None:
+    """:func:`_to_activation`, or None (also from ``''``/``'none'``): derived from the loss."""
+    text = to_optional_act(value)
+    return None if text is None else _to_activation(text)
+
+
+def _elementwise(spec: str) -> str | None:
+    if parse_activation(spec).name in ELEMENTWISE_ACTIVATIONS:
+        return None
+    return f"must be an elementwise activation ({', '.join(sorted(ELEMENTWISE_ACTIVATIONS))}), got {spec!r}"
+
+
+def _layer_sizes(layers: tuple[int, ...]) -> str | None:
+    if not layers:
+        return "needs at least one layer, e.g. layers=100"
+    if any(size < 1 for size in layers):
+        return f"every layer size must be >= 1, got {list(layers)}"
+    return None
+
+
+def _column_name(name: str) -> str | None:
+    return None if name else "must be a non-empty column name"
+
+
+_FRACTION = in_range(0.0, 1.0)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Config:
     """GRU4Rec hyperparameters (docs/behaviour.md §7), validated on construction; immutable.
@@ -101,105 +157,76 @@ class Config:
     the tuple fields).
     """
 
-    loss: str = "cross-entropy"
+    loss: str = _hyper("cross-entropy", TRAINING, to_name, one_of(LOSSES, "loss"))
     """``cross-entropy``, ``xe_logit``, ``bpr-max``, ``top1-max``, ``bpr`` or ``top1`` (docs/behaviour.md §5)."""
-    final_act: str | None = None
+    final_act: str | None = _hyper(None, TRAINING, _to_optional_activation)
     """Activation of the scores before the loss; ``None`` derives it from the loss (docs/behaviour.md §2)."""
-    hidden_act: str = "tanh"
+    hidden_act: str = _hyper("tanh", NETWORK, _to_activation, _elementwise)
     """Candidate activation of the GRU cell (elementwise activations only)."""
-    layers: tuple[int, ...] = (100,)
+    layers: tuple[int, ...] = _hyper((100,), NETWORK, to_int_tuple, _layer_sizes)
     """Sizes of the GRU layers."""
-    n_epochs: int = 10
-    batch_size: int = 64
-    dropout_p_embed: float = 0.0
-    dropout_p_hidden: float = 0.0
-    learning_rate: float = 0.05
-    momentum: float = 0.0
-    lmbd: float = 0.0
+    n_epochs: int = _hyper(10, TRAINING, to_int, at_least(1))
+    batch_size: int = _hyper(64, TRAINING, to_int, at_least(1))
+    dropout_p_embed: float = _hyper(0.0, TRAINING, to_float, _FRACTION)
+    dropout_p_hidden: float = _hyper(0.0, TRAINING, to_float, _FRACTION)
+    learning_rate: float = _hyper(0.05, TRAINING, to_float, greater_than(0))
+    momentum: float = _hyper(0.0, TRAINING, to_float, _FRACTION)
+    lmbd: float = _hyper(0.0, TRAINING, to_float, at_least(0.0))
     """L2 regularisation applied in the update (docs/behaviour.md §6)."""
-    embedding: int | str = 0
+    embedding: int | str = _hyper(0, NETWORK, to_embedding, at_least(0, " (0: no separate embedding)"))
     """Width of a separate input embedding (0: none; ``'layersize'``: ``layers[0]``)."""
-    constrained_embedding: bool = True
+    constrained_embedding: bool = _hyper(True, NETWORK, to_bool)
     """Share the output item matrix as the input embedding (``embedding`` is then ignored)."""
-    n_sample: int = 2048
+    n_sample: int = _hyper(2048, TRAINING, to_int, at_least(0))
     """Extra negative samples shared by the mini-batch (docs/behaviour.md §4)."""
-    sample_alpha: float = 0.5
+    sample_alpha: float = _hyper(0.5, TRAINING, to_float, at_least(0.0))
     """Sampling probability ∝ support^alpha (1: popularity, 0: uniform)."""
-    sample_store_size: int = 10_000_000
+    sample_store_size: int = _hyper(10_000_000, TRAINING, to_int, at_least(0, " (0: draw the samples every step)"))
     """Number of pre-drawn sample ids (0: draw every step)."""
-    smoothing: float = 0.0
+    smoothing: float = _hyper(0.0, TRAINING, to_float, _FRACTION)
     """Label smoothing of the cross-entropy losses."""
-    adapt: str = "adagrad"
+    adapt: str = _hyper("adagrad", TRAINING, to_name, one_of(ADAPTS, "optimiser"))
     """``adagrad``, ``rmsprop``, ``adadelta``, ``adam`` or ``sgd`` (docs/behaviour.md §6)."""
-    adapt_params: tuple[float, ...] = ()
+    adapt_params: tuple[float, ...] = _hyper((), TRAINING, to_float_tuple)
     """Optimiser constants (empty: defaults, see :attr:`resolved_adapt_params`)."""
-    grad_cap: float = 0.0
+    grad_cap: float = _hyper(0.0, TRAINING, to_float, at_least(0.0, " (0: no clipping)"))
     """Clip the global gradient norm to this value (0: no clipping)."""
-    bpreg: float = 1.0
+    bpreg: float = _hyper(1.0, TRAINING, to_float, at_least(0.0))
     """Score regularisation of bpr-max."""
-    logq: float = 0.0
+    logq: float = _hyper(0.0, TRAINING, to_float, at_least(0.0))
     """Weight of the logQ correction (docs/behaviour.md §4); 1.0 is advised with cross-entropy."""
-    sigma: float = 0.0
+    sigma: float = _hyper(0.0, TRAINING, to_float, at_least(0.0, " (0: Glorot scale per block)"))
     """Fixed initialisation scale (0: per-block Glorot scale)."""
-    init_as_normal: bool = False
-    train_random_order: bool = False
-    time_sort: bool = True
-    seed: int = 42
-    repeat_weight: float = 0.0
+    init_as_normal: bool = _hyper(False, TRAINING, to_bool)
+    train_random_order: bool = _hyper(False, TRAINING, to_bool)
+    time_sort: bool = _hyper(True, TRAINING, to_bool)
+    seed: int = _hyper(42, TRAINING, to_int, in_range(0, 2**63, high_text="2**63"))
+    repeat_weight: float = _hyper(0.0, INFERENCE, to_float, at_least(0.0, " (0: no repeat boost)"))
     """Repeat-aware scoring: boost of the items already in the session, in units of the row's
     score spread (0: off, faithful GRU4Rec; :mod:`gru4rec.inference.repeat`). Used at inference
     only (recommendations, evaluation, serving), never in training."""
-    repeat_decay: float = 1.0
+    repeat_decay: float = _hyper(1.0, INFERENCE, to_float, in_range(0.0, 1.0, closed=True))
     """Repeat-aware scoring: weight of an earlier click relative to the next one (1: counts only)."""
-    session_key: str = "SessionId"
-    item_key: str = "ItemId"
-    time_key: str = "Time"
-
-    # Converter per field; keys are the field names (checked at import by _check_converters).
-    _CONVERTERS: ClassVar[dict[str, typing.Callable[[Any], Any]]] = {
-        "loss": to_name,
-        "final_act": to_optional_act,
-        "hidden_act": to_name,
-        "layers": to_int_tuple,
-        "n_epochs": to_int,
-        "batch_size": to_int,
-        "dropout_p_embed": to_float,
-        "dropout_p_hidden": to_float,
-        "learning_rate": to_float,
-        "momentum": to_float,
-        "lmbd": to_float,
-        "embedding": to_embedding,
-        "constrained_embedding": to_bool,
-        "n_sample": to_int,
-        "sample_alpha": to_float,
-        "sample_store_size": to_int,
-        "smoothing": to_float,
-        "adapt": to_name,
-        "adapt_params": to_float_tuple,
-        "grad_cap": to_float,
-        "bpreg": to_float,
-        "logq": to_float,
-        "sigma": to_float,
-        "init_as_normal": to_bool,
-        "train_random_order": to_bool,
-        "time_sort": to_bool,
-        "seed": to_int,
-        "repeat_weight": to_float,
-        "repeat_decay": to_float,
-        "session_key": to_str,
-        "item_key": to_str,
-        "time_key": to_str,
-    }
+    session_key: str = _hyper("SessionId", DATA, to_str, _column_name)
+    item_key: str = _hyper("ItemId", DATA, to_str, _column_name)
+    time_key: str = _hyper("Time", DATA, to_str, _column_name)
 
     # ------------------------------------------------------------------ construction & checks
+
+    def __new__(cls, **values: Any) -> Config:
+        # Which fields the caller gave (not left at their defaults): a warm start takes the
+        # others from the model it starts from. Recorded here because __init__ cannot tell a
+        # default from an equal value given explicitly.
+        self = super().__new__(cls)
+        object.__setattr__(self, "_given", frozenset(values))
+        return self
 
     def __post_init__(self) -> None:
         problems: list[str] = []
         values: dict[str, Any] = {}
-        for name, convert in self._CONVERTERS.items():
-            raw = getattr(self, name)
+        for name, spec in _SPECS.items():
             try:
-                values[name] = convert(raw)
+                values[name] = spec.convert(getattr(self, name))
             except BadValue as bad:
                 problems.append(f"{name}: {bad}")
         # Remember which values were derived so that replace() can derive them again.
@@ -212,123 +239,20 @@ class Config:
             derived.add("embedding")
             layers = values.get("layers")
             values["embedding"] = layers[0] if layers else 0
-        problems.extend(self._check(values))
+        fine: dict[str, Any] = {}  # the values that passed their own check: the combinations use these
+        for name, value in values.items():
+            check = _SPECS[name].check
+            problem = None if check is None or value is None else check(value)
+            if problem is None:
+                fine[name] = value
+            else:
+                problems.append(f"{name}: {problem}")
+        problems.extend(_combination_problems(fine))
         if problems:
             _raise(problems)
         for name, value in values.items():
             object.__setattr__(self, name, value)
         object.__setattr__(self, "_derived", frozenset(derived))
-
-    @staticmethod
-    def _check(v: dict[str, Any]) -> list[str]:
-        """Ranges and combinations of the values that converted; one message per problem."""
-        problems: list[str] = []
-
-        def at_least(name: str, low: float, note: str = "") -> None:
-            if name in v and v[name] < low:
-                problems.append(f"{name}: must be >= {low}{note}, got {v[name]!r}")
-
-        def fraction(name: str, what: str = "") -> None:
-            if name in v and not 0.0 <= v[name] < 1.0:
-                problems.append(f"{name}: must be in [0, 1){what}, got {v[name]!r}")
-
-        loss = v.get("loss")
-        if loss is not None and loss not in LOSSES:
-            problems.append(f"loss: unknown loss {loss!r}{_suggest(loss, LOSSES)}; use one of {', '.join(LOSSES)}")
-            loss = None
-
-        final: Activation | None = None
-        if v.get("final_act") is not None:
-            try:
-                final = parse_activation(v["final_act"])
-                v["final_act"] = final.spec
-            except ValueError as exc:
-                problems.append(f"final_act: {exc}")
-        if final is not None and loss is not None:
-            if loss == "cross-entropy" and final.name != "softmax":
-                problems.append(
-                    f"final_act: loss 'cross-entropy' needs final_act 'softmax', got {final.spec!r} "
-                    "(use loss 'bpr-max' for elementwise final activations)"
-                )
-            elif loss == "xe_logit" and final.name != "softmax_logit":
-                problems.append(f"final_act: loss 'xe_logit' needs final_act 'softmax_logit', got {final.spec!r}")
-            elif loss not in SOFTMAX_LOSSES and not final.elementwise:
-                problems.append(
-                    f"final_act: loss {loss!r} needs an elementwise final_act such as 'elu-0.5' or "
-                    f"'linear', got {final.spec!r} (softmax goes with loss 'cross-entropy')"
-                )
-
-        if "hidden_act" in v:
-            try:
-                hidden = parse_activation(v["hidden_act"])
-            except ValueError as exc:
-                problems.append(f"hidden_act: {exc}")
-            else:
-                if hidden.name not in ELEMENTWISE_ACTIVATIONS:
-                    allowed = ", ".join(sorted(ELEMENTWISE_ACTIVATIONS))
-                    problems.append(f"hidden_act: must be an elementwise activation ({allowed}), got {hidden.spec!r}")
-                v["hidden_act"] = hidden.spec
-
-        if "layers" in v:
-            layers = v["layers"]
-            if not layers:
-                problems.append("layers: needs at least one layer, e.g. layers=100")
-            elif any(size < 1 for size in layers):
-                problems.append(f"layers: every layer size must be >= 1, got {list(layers)}")
-
-        at_least("n_epochs", 1)
-        at_least("batch_size", 1)
-        fraction("dropout_p_embed")
-        fraction("dropout_p_hidden")
-        if "learning_rate" in v and not v["learning_rate"] > 0:
-            problems.append(f"learning_rate: must be > 0, got {v['learning_rate']!r}")
-        fraction("momentum")
-        at_least("lmbd", 0.0)
-        if isinstance(v.get("embedding"), int):
-            at_least("embedding", 0, " (0: no separate embedding)")
-        at_least("n_sample", 0)
-        at_least("sample_alpha", 0.0)
-        at_least("sample_store_size", 0, " (0: draw the samples every step)")
-        fraction("smoothing")
-        if v.get("smoothing", 0.0) > 0.0 and loss is not None and loss not in SOFTMAX_LOSSES:
-            problems.append(f"smoothing: label smoothing applies to the cross-entropy losses only, not to loss {loss!r}")
-        at_least("grad_cap", 0.0, " (0: no clipping)")
-        at_least("bpreg", 0.0)
-        at_least("logq", 0.0)
-        at_least("sigma", 0.0, " (0: Glorot scale per block)")
-        at_least("repeat_weight", 0.0, " (0: no repeat boost)")
-        if "repeat_decay" in v and not 0.0 <= v["repeat_decay"] <= 1.0:
-            problems.append(f"repeat_decay: must be in [0, 1], got {v['repeat_decay']!r}")
-        if "seed" in v and not 0 <= v["seed"] < 2**63:
-            problems.append(f"seed: must be in [0, 2**63), got {v['seed']!r}")
-
-        adapt = v.get("adapt")
-        if adapt is not None and adapt not in ADAPTS:
-            problems.append(f"adapt: unknown optimiser {adapt!r}{_suggest(adapt, ADAPTS)}; use one of {', '.join(ADAPTS)}")
-        elif adapt is not None and "adapt_params" in v:
-            given = v["adapt_params"]
-            expected = len(ADAPT_PARAM_DEFAULTS[adapt])
-            if given and len(given) != expected:
-                if expected == 0:
-                    problems.append(f"adapt_params: adapt {adapt!r} takes no parameters, got {list(given)}")
-                else:
-                    problems.append(
-                        f"adapt_params: adapt {adapt!r} takes {expected} value(s), "
-                        f"{ADAPT_PARAM_MEANING[adapt]}, got {list(given)}"
-                    )
-            elif given and not all(0.0 <= p < 1.0 for p in given):
-                problems.append(f"adapt_params: the decay rates of adapt {adapt!r} must be in [0, 1), got {list(given)}")
-
-        keys = [k for k in ("session_key", "item_key", "time_key") if k in v]
-        for key in keys:
-            if not v[key]:
-                problems.append(f"{key}: must be a non-empty column name")
-        named = [k for k in keys if v[k]]
-        for i, first in enumerate(named):
-            for second in named[i + 1:]:
-                if v[first] == v[second]:
-                    problems.append(f"{second}: must differ from {first} (both are {v[first]!r})")
-        return problems
 
     # ------------------------------------------------------------------ alternative constructors
 
@@ -371,7 +295,7 @@ class Config:
                 out["final_act"] = "linear" if alpha == 0 else f"elu-{alpha!r}"
                 continue
             if name not in known:
-                problems.append(f"{name}: unknown parameter{_suggest(name, [*known, *_ALIASES])}")
+                problems.append(f"{name}: unknown parameter{suggest(name, [*known, *_ALIASES])}")
                 continue
             if name in out:
                 problems.append(f"{name}: given more than once")
@@ -380,8 +304,12 @@ class Config:
         return out, problems
 
     @classmethod
-    def _build(cls, params: Mapping[str, Any], *, extra: list[str] | None = None, source: str | None = None) -> Config:
-        """Construct from a name→value mapping, reporting every problem (including ``extra``)."""
+    def _build(
+        cls, params: Mapping[str, Any], *, extra: list[str] | None = None, source: str | None = None,
+        given: typing.AbstractSet[str] | None = None,
+    ) -> Config:
+        """Construct from a name→value mapping, reporting every problem (including ``extra``).
+        ``given``: the fields to record as given (default: those in ``params``)."""
         values, problems = cls._expand(params)
         problems = [*(extra or []), *problems]
         try:
@@ -390,6 +318,8 @@ class Config:
             _raise(problems + _problems_of(error), source)
         if problems:
             _raise(problems, source)
+        if given is not None:
+            object.__setattr__(config, "_given", frozenset(given))
         return config
 
     @classmethod
@@ -429,14 +359,26 @@ class Config:
         Values that were derived (``final_act`` from the loss, ``embedding='layersize'``) are
         derived again from the new values unless they are part of ``changes``.
         """
-        return self._build(self._with_changes(changes))
+        return self._build(self._with_changes(changes), given=self._given_with(changes))
 
     def replace_from_string(self, text: str) -> Config:
         """A copy with the parameter string ``text`` applied on top (e.g. ``-ps`` over ``-pf``)."""
         if not isinstance(text, str):
             _raise([f"a parameter string must be a str, got {type_name(text)}"])
         pairs, problems = split_param_string(text)
-        return self._build(self._with_changes(pairs), extra=problems)
+        return self._build(self._with_changes(pairs), extra=problems, given=self._given_with(pairs))
+
+    @property
+    def given(self) -> frozenset[str]:
+        """The fields that were given rather than left at their defaults: the arguments of
+        ``Config(...)``, the names in a parameter string, file or mapping, and those of every
+        :meth:`replace` since (``elu_param`` counts as ``final_act``). A warm start
+        (``fit(init_from=...)``) takes every other field from the model it starts from."""
+        return getattr(self, "_given", frozenset())  # set by __new__; a copy unpickled from an older release has none
+
+    def _given_with(self, changes: Mapping[str, Any]) -> frozenset[str]:
+        names = {_ALIASES.get(key.strip(), key.strip()) for key in changes if isinstance(key, str)}
+        return self.given | (names & set(SPECS))
 
     def _with_changes(self, changes: Mapping[str, Any]) -> dict[str, Any]:
         base: dict[str, Any] = {name: getattr(self, name) for name in self.field_names()}
@@ -504,9 +446,70 @@ class Config:
         return ",".join(parts)
 
 
-def _check_converters() -> None:
-    # Internal invariant: every field has exactly one converter.
-    assert set(Config._CONVERTERS) == set(Config.field_names()), "Config._CONVERTERS out of sync with the fields"
+def _specs(cls: type[Config]) -> dict[str, FieldSpec]:
+    """Every field's :class:`FieldSpec`, in declaration order; a field declared without one
+    (not with :func:`_hyper`) fails the import of this module."""
+    missing = [f.name for f in fields(cls) if not isinstance(f.metadata.get(_SPEC), FieldSpec)]
+    if missing:
+        raise TypeError(f"Config fields without a group, converter and check (declare them with _hyper): {', '.join(missing)}")
+    return {f.name: f.metadata[_SPEC] for f in fields(cls)}
 
 
-_check_converters()
+#: Each field's group, converter and own check (read-only), from the field declarations.
+SPECS: Mapping[str, FieldSpec] = MappingProxyType(_specs(Config))
+_SPECS = SPECS
+
+
+def _group(name: str) -> tuple[str, ...]:
+    return tuple(field_name for field_name, spec in SPECS.items() if spec.group == name)
+
+
+#: The fields that define the network's shape and function (a warm start keeps them).
+NETWORK_FIELDS: tuple[str, ...] = _group(NETWORK)
+#: The column names of the event files.
+DATA_FIELDS: tuple[str, ...] = _group(DATA)
+#: The fields used only when the model answers (recommendations, evaluation, serving), never in training.
+INFERENCE_FIELDS: tuple[str, ...] = _group(INFERENCE)
+
+
+def _combination_problems(v: dict[str, Any]) -> list[str]:
+    """The problems of combinations of fields, among the values ``v`` that passed their own
+    checks (a field missing from ``v`` is already reported); one message per problem."""
+    problems: list[str] = []
+    loss = v.get("loss")
+    if v.get("final_act") is not None and loss is not None:
+        final: Activation = parse_activation(v["final_act"])
+        if loss == "cross-entropy" and final.name != "softmax":
+            problems.append(
+                f"final_act: loss 'cross-entropy' needs final_act 'softmax', got {final.spec!r} "
+                "(use loss 'bpr-max' for elementwise final activations)"
+            )
+        elif loss == "xe_logit" and final.name != "softmax_logit":
+            problems.append(f"final_act: loss 'xe_logit' needs final_act 'softmax_logit', got {final.spec!r}")
+        elif loss not in SOFTMAX_LOSSES and not final.elementwise:
+            problems.append(
+                f"final_act: loss {loss!r} needs an elementwise final_act such as 'elu-0.5' or "
+                f"'linear', got {final.spec!r} (softmax goes with loss 'cross-entropy')"
+            )
+    if v.get("smoothing", 0.0) > 0.0 and loss is not None and loss not in SOFTMAX_LOSSES:
+        problems.append(f"smoothing: label smoothing applies to the cross-entropy losses only, not to loss {loss!r}")
+    adapt = v.get("adapt")
+    if adapt is not None and "adapt_params" in v:
+        given = v["adapt_params"]
+        expected = len(ADAPT_PARAM_DEFAULTS[adapt])
+        if given and len(given) != expected:
+            if expected == 0:
+                problems.append(f"adapt_params: adapt {adapt!r} takes no parameters, got {list(given)}")
+            else:
+                problems.append(
+                    f"adapt_params: adapt {adapt!r} takes {expected} value(s), "
+                    f"{ADAPT_PARAM_MEANING[adapt]}, got {list(given)}"
+                )
+        elif given and not all(0.0 <= p < 1.0 for p in given):
+            problems.append(f"adapt_params: the decay rates of adapt {adapt!r} must be in [0, 1), got {list(given)}")
+    named = [k for k in DATA_FIELDS if k in v]
+    for i, first in enumerate(named):
+        for second in named[i + 1:]:
+            if v[first] == v[second]:
+                problems.append(f"{second}: must differ from {first} (both are {v[first]!r})")
+    return problems

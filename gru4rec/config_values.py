@@ -8,13 +8,23 @@ parameter (the caller adds the name, so that one report can list every problem).
 """
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 import typing
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 __all__ = [
     "ADAPTS",
+    "GROUPS",
+    "Check",
+    "FieldSpec",
+    "at_least",
+    "greater_than",
+    "in_range",
+    "one_of",
+    "suggest",
     "ADAPT_PARAM_DEFAULTS",
     "ADAPT_PARAM_MEANING",
     "BadValue",
@@ -81,6 +91,69 @@ def type_name(value: Any) -> str:
 
 class BadValue(Exception):
     """A value that cannot be converted; the message is completed with the parameter name."""
+
+
+# ------------------------------------------------------------------------------ declarations
+
+#: The groups of hyperparameters: ``network`` (the network's shape and function: a warm start
+#: keeps them), ``training`` (how it is trained), ``data`` (the column names of the event files),
+#: ``inference`` (used when the model answers, never in training).
+GROUPS: tuple[str, ...] = ("network", "training", "data", "inference")
+
+#: A check of one converted value: None when it is fine, else the problem (without the name).
+Check = Callable[[Any], "str | None"]
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """What a :class:`~gru4rec.config.Config` field declares besides its type and default: its
+    group (one of :data:`GROUPS`), the converter of a user's value (raises :class:`BadValue`)
+    and the check of the converted value on its own (ranges, choices; None: any value of the
+    type). Checks that involve several fields are :meth:`Config`'s combination checks."""
+
+    group: str
+    convert: Callable[[Any], Any]
+    check: Check | None = None
+
+    def __post_init__(self) -> None:
+        if self.group not in GROUPS:
+            raise ValueError(f"unknown hyperparameter group {self.group!r}; use one of {', '.join(GROUPS)}")
+
+
+def suggest(name: str, candidates: typing.Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``candidates``, or ``''``."""
+    close = difflib.get_close_matches(name, list(candidates), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def at_least(low: float, note: str = "") -> Check:
+    """The check ``value >= low`` (``note`` is added to the message, e.g. what 0 means)."""
+    return lambda value: None if value >= low else f"must be >= {low}{note}, got {value!r}"
+
+
+def greater_than(low: float) -> Check:
+    """The check ``value > low``."""
+    return lambda value: None if value > low else f"must be > {low}, got {value!r}"
+
+
+def in_range(low: float, high: float, *, closed: bool = False, high_text: str | None = None) -> Check:
+    """The check ``low <= value < high`` (``closed``: ``<= high``); ``high_text`` writes ``high``
+    in the message (e.g. ``2**63``)."""
+    interval = f"[{low:g}, {high_text or f'{high:g}'}{']' if closed else ')'}"
+
+    def check(value: Any) -> str | None:
+        inside = low <= value <= high if closed else low <= value < high
+        return None if inside else f"must be in {interval}, got {value!r}"
+
+    return check
+
+
+def one_of(choices: typing.Sequence[str], what: str) -> Check:
+    """The check ``value in choices``; the message names ``what`` it is (e.g. ``optimiser``),
+    the closest choice and all of them."""
+    return lambda value: None if value in choices else (
+        f"unknown {what} {value!r}{suggest(value, choices)}; use one of {', '.join(choices)}"
+    )
 
 
 def to_int(value: Any) -> int:

@@ -3,80 +3,40 @@
     >>> model = GRU4Rec(Config.from_file("paramfiles/rsc15_xe_shared_100_best.py")).fit("train.tsv")
     >>> model.recommend([214834865, 214706441], k=20).item_ids
 
-Everything a trained model needs travels in one file (``save``): the weights, the config, the
-item map and the item supports; loading needs neither the training data nor pickle.
+Everything a trained model needs travels in one file (``save``, :mod:`gru4rec.model_file`): the
+weights, the config, the item map and the item supports; loading needs neither the training data
+nor pickle. ``fit`` is wired in :mod:`gru4rec.fitting` (data, warm start, validation, callbacks)
+over one :class:`gru4rec.training.fit.TrainingRun`; this class keeps the user API and the
+:class:`~gru4rec.inference.SessionModel` methods.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
-from gru4rec import checkpoint
 from gru4rec.config import Config
+from gru4rec.data import ItemMap, index_sessions
 from gru4rec.devices import resolve_device
-from gru4rec.data import ItemMap, Sessions, index_sessions, item_support, read_events, sessions_from_events, validate_events
-from gru4rec.errors import Gru4RecError, ModelFileError
+from gru4rec.errors import Gru4RecError
+from gru4rec.fitting import EpochInfo, fit_model
 from gru4rec.inference import Engine, require_fitted
 from gru4rec.inference.repeat import RepeatBoost
 from gru4rec.model import GRU4RecNet
-from gru4rec.resources import peak_device_memory_mb, peak_host_memory_mb
-from gru4rec.threads import using_threads
-from gru4rec.training.loop import EpochStats, train_epochs
+from gru4rec.model_file import read_model, write_model
+from gru4rec.training.loop import EpochStats
 from gru4rec.training.precision import check_precision
-from gru4rec.training.resume import TrainingCheckpoint
-from gru4rec.training.trainer import Trainer
-from gru4rec.validation import Validator, check_patience, parse_metric
-from gru4rec.warm_start import carry_optimizer_state, check_same_network, grow_item_map, warm_net
 
 __all__ = ["GRU4Rec", "EpochInfo", "Recommendations", "load"]
 
 log = logging.getLogger(__name__)
-
-MODEL_KIND = "gru4rec-model"
-#: Prefix of the optimiser-state tensors in a model file saved with ``optimizer=True``.
-OPTIMIZER_PREFIX = "optimizer."
-
-
-@dataclass(frozen=True)
-class _Base:
-    """What a warm start takes from the model it starts from (``fit(init_from=...)``)."""
-
-    name: str
-    net: GRU4RecNet
-    item_map: ItemMap
-    optimizer_state: dict[str, torch.Tensor] | None
-    config: Config
-
-
-@dataclass
-class EpochInfo:
-    """Passed to the ``fit`` callback after every epoch. Raising in the callback stops training.
-
-    ``valid``: the validation metrics after this epoch (``{'recall@20': ..., 'mrr@20': ...,
-    'ndcg@20': ...}``) and ``best_epoch`` the best epoch so far, when ``fit`` validates;
-    ``peak_host_mb`` / ``peak_device_mb``: the process's peak resident memory and (on CUDA)
-    the peak memory torch allocated, so far, in MiB (:mod:`gru4rec.resources`).
-    """
-
-    epoch: int
-    loss: float
-    seconds: float
-    events_per_s: float
-    mb_per_s: float
-    model: "GRU4Rec" = field(repr=False)
-    valid: dict[str, float] | None = None
-    best_epoch: int | None = None
-    peak_host_mb: float = 0.0
-    peak_device_mb: float | None = None
 
 
 @dataclass
@@ -155,21 +115,6 @@ class GRU4Rec:
 
     # ------------------------------------------------------------------ training
 
-    def _events(self, data: pd.DataFrame | str | os.PathLike[str]) -> pd.DataFrame:
-        c = self.config
-        keys = dict(session_key=c.session_key, item_key=c.item_key, time_key=c.time_key)
-        if isinstance(data, pd.DataFrame):
-            return validate_events(data, source="<DataFrame>", **keys)
-        return read_events(data, **keys)
-
-    def _sessions(self, events: pd.DataFrame, *, drop_unknown: bool, order: str) -> tuple[Sessions, int]:
-        assert self.item_map is not None
-        c = self.config
-        return sessions_from_events(
-            events, self.item_map, session_key=c.session_key, item_key=c.item_key, time_key=c.time_key,
-            order=order, drop_unknown=drop_unknown,  # type: ignore[arg-type]
-        )
-
     def fit(
         self,
         data: pd.DataFrame | str | os.PathLike[str],
@@ -193,9 +138,11 @@ class GRU4Rec:
         ``init_from`` (a warm start, :mod:`gru4rec.warm_start`): the model's weights are the
         starting point; its items keep their indices and rows, the new data's new items get
         fresh rows; its optimiser state is carried when it has one (``optimizer_state``; a file
-        saved with ``optimizer=True``); the network fields of the config must equal the model's
-        (else :class:`~gru4rec.errors.ConfigError`), training fields may differ; the item
-        supports (sampling, fallback) are the new data's.
+        saved with ``optimizer=True``); the item supports (sampling, fallback) are the new data's.
+        The model's config is the default: this model's ``config`` becomes the model's with the
+        fields this one was given (:attr:`Config.given`, e.g. ``GRU4Rec(n_epochs=1)``) on top; a
+        given network field that differs from the model's is a
+        :class:`~gru4rec.errors.ConfigError` naming it.
 
         ``valid`` (DataFrame or file): evaluate on it after every epoch at ``valid_cutoffs`` with
         ``valid_mode`` ties (:mod:`gru4rec.validation`); ``early_stop=P`` stops when ``metric``
@@ -213,84 +160,11 @@ class GRU4Rec:
         ``progress``: a progress bar per epoch on a terminal. The per-epoch lines are logged at
         INFO by ``gru4rec.training.loop`` (see :mod:`gru4rec.log`).
         """
-        c = self.config
-        chosen = parse_metric(metric)  # bad validation arguments fail before any data is read
-        check_patience(early_stop)
-        if early_stop is not None and valid is None:
-            raise Gru4RecError("early_stop needs valid= (the events to validate on)")
-        callbacks = [] if callback is None else [callback] if callable(callback) else list(callback)
-        if checkpoint_dir is None and (resume or checkpoint_every is not None):
-            raise Gru4RecError(f"{'resume=True' if resume else 'checkpoint_every'} needs checkpoint_dir (where the checkpoint is)")
-        ckpt = TrainingCheckpoint(checkpoint_dir, resume=resume, every_minutes=checkpoint_every) if checkpoint_dir is not None else None
-        base: _Base | None = None
-        if init_from is not None:
-            source = init_from if isinstance(init_from, GRU4Rec) else GRU4Rec.load(init_from, device=self.device)
-            old_net, old_map, _ = source._parts()
-            # Taken before anything is assigned: init_from may be this very model.
-            base = _Base("the given model" if source is init_from else str(init_from), old_net, old_map, source.optimizer_state, source.config)
-            check_same_network(base.config, c, base.name)
-        events = self._events(data)
-        self.item_map = ItemMap.from_ids(events[c.item_key]) if base is None else grow_item_map(base.item_map, events[c.item_key])
-        sessions, _ = self._sessions(events, drop_unknown=False, order="time" if c.time_sort else "id")
-        self.item_support = item_support(sessions.items, len(self.item_map))
-        del events
-        validator = None
-        if valid is not None:
-            valid_sessions, _ = self._sessions(self._events(valid), drop_unknown=True, order="id")
-            validator = Validator(self, valid_sessions, metric=chosen, cutoffs=valid_cutoffs, mode=valid_mode, patience=early_stop)
-
-        with using_threads(self.threads):
-            torch.manual_seed(c.seed)
-            init_gen = torch.Generator().manual_seed(c.seed)
-            if base is None:
-                self.net = GRU4RecNet(len(self.item_map), c, generator=init_gen).to(self.device).eval()
-            else:
-                self.net = warm_net(base.net, len(self.item_map), c, generator=init_gen).to(self.device).eval()
-                log.info("Warm start from %s: %d items kept, %d new", base.name, len(base.item_map), len(self.item_map) - len(base.item_map))
-            trainer = Trainer(self.net, c, self.item_support, precision=self.precision)
-            log.debug("training backend: %s", trainer.backend.describe())
-            if base is not None:
-                carry_optimizer_state(trainer.optimizer, base.optimizer_state, base.config, len(base.item_map), base.name)
-            rng = np.random.default_rng(c.seed + 3)
-            start = ckpt.attach(trainer, c, self._fingerprint(sessions), extra=validator) if ckpt is not None else None
-            self.history = []
-            self.epochs_trained = start.epoch - 1 if start is not None else 0
-            # Validation runs inside the loop, after an epoch and before its checkpoint, so that
-            # the checkpoint of epoch e holds the validation of epoch e.
-            scores: dict[int, dict[str, float]] = {}
-            validate = None if validator is None else (lambda stats: scores.__setitem__(stats.epoch, validator.after_epoch(stats.epoch)))
-            stopped = validator is not None and validator.should_stop  # resumed after it had stopped early
-            with ckpt.catching_signals() if ckpt is not None else contextlib.nullcontext():
-                epochs = () if stopped else train_epochs(trainer, sessions.items, sessions.offsets, rng=rng, progress=progress,
-                                                         start=start, checkpoints=ckpt, on_epoch_end=validate)
-                for stats in epochs:
-                    self.epochs_trained = stats.epoch
-                    self.history.append(stats)
-                    info = EpochInfo(
-                        stats.epoch, stats.loss, stats.seconds, stats.events_per_s, stats.mb_per_s, self,
-                        valid=scores.get(stats.epoch), best_epoch=validator.best_epoch if validator is not None else None,
-                        peak_host_mb=peak_host_memory_mb(), peak_device_mb=peak_device_memory_mb(self.device),
-                    )
-                    for observer in callbacks:
-                        observer(info)
-                    if validator is not None and validator.should_stop:
-                        break
-        if validator is not None:
-            self.valid_history = list(validator.history)
-            self.best_epoch = validator.finish()
-            if early_stop is not None and self.best_epoch is not None:
-                self.epochs_trained = self.best_epoch  # the weights are that epoch's
-        # Views into the trainer's tables: kept so that a warm start from this model carries them.
-        # (After early stopping the weights are the best epoch's, the state the last epoch's.)
-        self.optimizer_state = trainer.optimizer.state_dict()
-        if ckpt is not None and not keep_checkpoint:
-            ckpt.remove()
+        fit_model(self, data, valid=valid, early_stop=early_stop, metric=metric, valid_cutoffs=valid_cutoffs,
+                  valid_mode=valid_mode, callback=callback, checkpoint_dir=checkpoint_dir, resume=resume,
+                  checkpoint_every=checkpoint_every, keep_checkpoint=keep_checkpoint, progress=progress,
+                  init_from=init_from)
         return self
-
-    def _fingerprint(self, sessions: Sessions) -> dict[str, Any]:
-        """What a resumed run's data must match (:class:`~gru4rec.training.resume.TrainingCheckpoint`)."""
-        assert self.item_map is not None
-        return {"n_items": len(self.item_map), "n_events": int(sessions.n_events), "n_sessions": int(sessions.n_sessions)}
 
     # ------------------------------------------------------------------ model files
 
@@ -303,32 +177,19 @@ class GRU4Rec:
         net, item_map, support = self._parts()
         if optimizer and self.optimizer_state is None:
             raise Gru4RecError("this model has no optimiser state to save (it was loaded from a file saved without it)")
-        tensors = {k: v for k, v in net.state_dict().items()}
-        tensors["item_support"] = torch.from_numpy(support)
-        if optimizer:
-            assert self.optimizer_state is not None
-            tensors.update({OPTIMIZER_PREFIX + k: v for k, v in self.optimizer_state.items()})
-        meta = {"kind": MODEL_KIND, "config": self.config.to_dict(), "item_ids": item_map.to_list(), "epochs_trained": self.epochs_trained}
-        checkpoint.save_file(path, tensors, meta, overwrite=overwrite)
+        write_model(path, net=net, config=self.config, item_map=item_map, item_support=support,
+                    epochs_trained=self.epochs_trained, optimizer_state=self.optimizer_state if optimizer else None,
+                    overwrite=overwrite)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, device: str | torch.device = "auto") -> "GRU4Rec":
-        """Read a model written by :meth:`save`. Never executes code from the file."""
-        tensors, meta = checkpoint.load_file(path)
-        if meta.get("kind") != MODEL_KIND:
-            raise ModelFileError(f"{path} is not a gru4rec model file (kind {meta.get('kind')!r})")
-        try:
-            model = cls(Config.from_dict(meta["config"]), device=device)
-            model.item_map = ItemMap.from_list(meta["item_ids"])
-            model.item_support = tensors.pop("item_support").numpy().astype(np.int64)
-            state = {k[len(OPTIMIZER_PREFIX):]: tensors.pop(k) for k in [k for k in tensors if k.startswith(OPTIMIZER_PREFIX)]}
-            model.optimizer_state = state or None  # kept on the CPU: only a warm start reads it
-            net = GRU4RecNet(len(model.item_map), model.config)
-            net.load_state_dict(tensors)
-        except (KeyError, RuntimeError, ValueError) as exc:
-            raise ModelFileError(f"{path} does not hold a consistent gru4rec model: {exc}") from exc
-        model.net = net.to(model.device).eval()
-        model.epochs_trained = int(meta.get("epochs_trained", 0))
+        """Read a model written by :meth:`save` (:mod:`gru4rec.model_file`). Never executes code from the file."""
+        parts = read_model(path)
+        model = cls(parts.config, device=device)
+        model.item_map, model.item_support = parts.item_map, parts.item_support
+        model.optimizer_state = parts.optimizer_state  # kept on the CPU: only a warm start reads it
+        model.net = parts.net.to(model.device).eval()
+        model.epochs_trained = parts.epochs_trained
         return model
 
     # ------------------------------------------------------------------ the SessionModel protocol

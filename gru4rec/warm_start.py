@@ -8,9 +8,12 @@ initialisation. What carries over and what does not:
   are drawn exactly as :class:`~gru4rec.model.GRU4RecNet` draws the rows of a table of the new
   size (same seed, same per-block scale), so a warm start with no new item differs from a fresh
   model only in the rows it carries. Items absent from the new data keep their rows.
-* **Configuration.** The fields that define the network (:data:`NETWORK_FIELDS`) must be equal;
-  a difference is one :class:`~gru4rec.errors.ConfigError` naming the fields. Everything else
-  (learning rate, epochs, loss, n_sample, ...) may change.
+* **Configuration.** The model's config is the default (:func:`inherit_config`): a field the new
+  config was not given (:attr:`Config.given`) is the model's, so the daily run states only what
+  changes (``n_epochs=1``). The fields that define the network (:data:`NETWORK_FIELDS`, the
+  ``network`` group of :mod:`gru4rec.config`) cannot change: a given one that differs is one
+  :class:`~gru4rec.errors.ConfigError` naming the fields. Everything else (learning rate,
+  epochs, loss, n_sample, ...) may change.
 * **Optimiser state.** A model file holds no optimiser state unless it was saved with it
   (``save(path, optimizer=True)``, ``gru4rec train --save-optimizer``). When the old model has
   it and the method (``adapt``) is the same, every state table the new optimiser keeps is
@@ -25,47 +28,58 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
 
-from gru4rec.config import Config
+from gru4rec.config import NETWORK_FIELDS, Config
 from gru4rec.data import ItemMap
 from gru4rec.errors import ConfigError
 from gru4rec.model import GRU4RecNet
 from gru4rec.training.optim import Optimizer
 
-__all__ = ["NETWORK_FIELDS", "check_same_network", "grow_item_map", "warm_net", "carry_optimizer_state"]
+__all__ = ["NETWORK_FIELDS", "check_same_network", "inherit_config", "grow_item_map", "warm_net", "carry_optimizer_state"]
 
 log = logging.getLogger(__name__)
 
-#: Config values that define the network's shape and function; a warm start keeps them.
-#: (``embedding_mode`` is derived from ``constrained_embedding`` and ``embedding``; the width
-#: ``embedding`` matters only in separate mode.)
-NETWORK_FIELDS: tuple[str, ...] = ("layers", "hidden_act", "embedding_mode", "embedding")
-
-
-def _network_values(config: Config) -> dict[str, Any]:
-    return {
-        "layers": tuple(config.layers),
-        "hidden_act": config.hidden_act,
-        "embedding_mode": config.embedding_mode,
-        "embedding": int(config.embedding) if config.embedding_mode == "separate" else None,
-    }
+def _network_differences(old: Config, new: Config) -> list[str]:
+    """``'name: old in the model, new now'`` for each field of :data:`NETWORK_FIELDS` in which the
+    networks differ. The width ``embedding`` is compared only when neither shares its output
+    matrix as the embedding (``constrained_embedding``): a shared network has no width of its own."""
+    show = lambda v: "/".join(map(str, v)) if isinstance(v, tuple) else str(v)  # noqa: E731  # as in a parameter string
+    changed = []
+    for name in NETWORK_FIELDS:
+        if name == "embedding" and (old.constrained_embedding or new.constrained_embedding):
+            continue
+        theirs, ours = getattr(old, name), getattr(new, name)
+        if theirs != ours:
+            changed.append(f"{name}: {show(theirs)} in the model, {show(ours)} now")
+    return changed
 
 
 def check_same_network(old: Config, new: Config, source: str) -> None:
     """Raise :class:`ConfigError` naming every network field in which ``new`` differs from the
     config of the model in ``source`` (a file name or a description, for the message)."""
-    theirs, ours = _network_values(old), _network_values(new)
-    show = lambda v: "/".join(map(str, v)) if isinstance(v, tuple) else str(v)  # noqa: E731  # as in a parameter string
-    changed = [f"{name}: {show(theirs[name])} in the model, {show(ours[name])} now" for name in NETWORK_FIELDS if theirs[name] != ours[name]]
+    changed = _network_differences(old, new)
     if changed:
         raise ConfigError(f"cannot warm-start from {source}: the network differs ({'; '.join(changed)}); "
                           "only training parameters may change")
+
+
+def inherit_config(old: Config, new: Config, source: str) -> Config:
+    """The config a warm start from the model in ``source`` (config ``old``) trains with: the
+    fields given in ``new`` (:attr:`Config.given`), every other field the model's — so a daily
+    ``-ps n_epochs=1`` needs no network field. A given network field that differs from the
+    model's is a :class:`ConfigError` (:func:`check_same_network`). ``final_act`` follows a given
+    ``loss`` when it is not given itself, as it does in a fresh config."""
+    changes = {name: getattr(new, name) for name in new.given}
+    if "loss" in new.given and "final_act" not in new.given:
+        changes["final_act"] = new.final_act  # the new loss's default, as without a warm start
+    config = old.replace(**changes)
+    check_same_network(old, config, source)
+    return config
 
 
 def grow_item_map(old: ItemMap, ids: pd.Series | np.ndarray) -> ItemMap:

@@ -474,3 +474,63 @@ def test_param_file_code_is_never_run(tmp_path: Path, code: str) -> None:
         Config.from_file(path)
     assert "evil.py" in str(excinfo.value)
     assert not marker.exists()
+
+
+# ------------------------------------------------------------------------------ declarations
+
+
+def test_every_field_declares_its_group_converter_and_check() -> None:
+    from gru4rec import warm_start
+    from gru4rec.config import DATA_FIELDS, INFERENCE_FIELDS, NETWORK_FIELDS, SPECS
+    from gru4rec.config_values import GROUPS, FieldSpec
+
+    assert tuple(SPECS) == Config.field_names()
+    assert all(isinstance(spec, FieldSpec) and spec.group in GROUPS and callable(spec.convert) for spec in SPECS.values())
+    # The groups, written out independently of the declarations.
+    assert set(NETWORK_FIELDS) == {"layers", "hidden_act", "embedding", "constrained_embedding"}
+    assert set(INFERENCE_FIELDS) == {"repeat_weight", "repeat_decay"}
+    assert set(DATA_FIELDS) == {"session_key", "item_key", "time_key"}
+    assert warm_start.NETWORK_FIELDS == tuple(name for name, spec in SPECS.items() if spec.group == "network")
+    with pytest.raises(Exception):
+        SPECS["loss"] = SPECS["seed"]  # type: ignore[index]  # read-only
+
+
+def test_a_field_declared_without_its_spec_is_refused() -> None:
+    from gru4rec.config import _specs
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Forgetful(Config):
+        extra: int = 3
+
+    with pytest.raises(TypeError, match="without a group, converter and check.*extra"):
+        _specs(Forgetful)
+
+
+def test_each_field_is_converted_and_checked_by_its_declaration() -> None:
+    from gru4rec.config import SPECS
+
+    # A value its converter refuses, and one its own check refuses, for a field of each kind.
+    with pytest.raises(ConfigError) as excinfo:
+        Config(n_epochs="x", repeat_decay=1.5, layers=(0,), item_key="")
+    assert problems_of(excinfo) == [
+        "n_epochs: expected an integer, got 'x'",
+        "layers: every layer size must be >= 1, got [0]",
+        "repeat_decay: must be in [0, 1], got 1.5",
+        "item_key: must be a non-empty column name",
+    ]
+    assert SPECS["seed"].check(2**63) == "must be in [0, 2**63), got 9223372036854775808"
+    assert SPECS["learning_rate"].check(0.0) == "must be > 0, got 0.0" and SPECS["learning_rate"].check(0.1) is None
+
+
+def test_a_config_remembers_which_fields_were_given() -> None:
+    import pickle
+
+    assert Config().given == frozenset() == Config.from_string("").given == Config.from_dict({}).given
+    assert Config(n_epochs=10, layers=(100,)).given == {"n_epochs", "layers"}  # given, although equal to the defaults
+    cfg = Config.from_string("loss=bpr-max,elu_param=1,batch_size=8")
+    assert cfg.given == {"loss", "final_act", "batch_size"}
+    assert cfg.replace(seed=1).given == {"loss", "final_act", "batch_size", "seed"}
+    assert cfg.replace_from_string("momentum=0.1").given == {"loss", "final_act", "batch_size", "momentum"}
+    assert cfg.replace(seed=1) == Config(loss="bpr-max", final_act="elu-1", batch_size=8, seed=1)
+    assert pickle.loads(pickle.dumps(cfg)).given == cfg.given
+    assert Config.from_dict(Config().to_dict()).given == set(Config.field_names())  # a model file's config gives all

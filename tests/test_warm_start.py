@@ -21,7 +21,7 @@ from gru4rec.model import GRU4RecNet
 from gru4rec.training.backend import select_backend
 from gru4rec.training.loop import train_epochs
 from gru4rec.training.trainer import Trainer
-from gru4rec.warm_start import carry_optimizer_state, grow_item_map, warm_net
+from gru4rec.warm_start import carry_optimizer_state, grow_item_map, inherit_config, warm_net
 
 SMALL = "layers=16,batch_size=8,n_sample=24,n_epochs=1,sample_store_size=1000,learning_rate=0.1,momentum=0.3"
 MODES = {"shared": "", "separate": ",constrained_embedding=False,embedding=12", "none": ",constrained_embedding=False,embedding=0"}
@@ -117,7 +117,7 @@ def test_fit_init_from_grows_the_map_and_takes_todays_popularity(yesterday: GRU4
 @pytest.mark.parametrize(("change", "field"), [
     ("layers=16/8", "layers"),
     ("hidden_act=relu", "hidden_act"),
-    ("constrained_embedding=False,embedding=12", "embedding_mode"),
+    ("constrained_embedding=False,embedding=12", "constrained_embedding"),
 ])
 def test_a_network_mismatch_is_one_error_naming_the_field(yesterday: GRU4Rec, change: str, field: str) -> None:
     _, today = days()
@@ -287,3 +287,79 @@ def test_a_model_can_warm_start_from_itself() -> None:
     assert len(model.item_map) > n_old and model.item_map == want.item_map
     for name, p in model.net.named_parameters():
         torch.testing.assert_close(p, dict(want.net.named_parameters())[name], rtol=1e-6, atol=1e-7, msg=name)
+
+
+# ------------------------------------------------------------------ the model's config as the defaults
+
+
+def test_a_warm_start_without_network_fields_trains_the_models_network(yesterday: GRU4Rec) -> None:
+    """``GRU4Rec("n_epochs=2").fit(today, init_from=yesterday)``: every field not given is the
+    model's (layers=16, learning_rate=0.1, momentum=0.3, ... of SMALL, not the defaults), and
+    the result is the warm start written out by hand with that config."""
+    _, today = days()
+    model = GRU4Rec("n_epochs=2", device="cpu", threads=1).fit(today, progress=False, init_from=yesterday)
+    want_config = Config.from_string(SMALL).replace(n_epochs=2)
+    assert model.config == want_config
+    assert (model.config.layers, model.config.learning_rate, model.config.batch_size) == ((16,), 0.1, 8)
+    want = _by_hand(yesterday, today, want_config, with_state=True)
+    for name, p in model.net.named_parameters():
+        torch.testing.assert_close(p, dict(want.named_parameters())[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert model.epochs_trained == 2
+
+
+def test_given_training_fields_win_over_the_models() -> None:
+    old = Config.from_dict(Config.from_string(SMALL + ",loss=bpr-max,final_act=elu-1").to_dict())  # as read from a file
+    assert inherit_config(old, Config(n_epochs=3, learning_rate=0.2), "m") == old.replace(n_epochs=3, learning_rate=0.2)
+    assert inherit_config(old, Config(), "m") == old
+    assert inherit_config(old, Config(layers=16, hidden_act="tanh"), "m") == old  # equal network fields may be given
+    # A new loss without a final_act gets the new loss's default, as in a fresh config.
+    assert inherit_config(old, Config(loss="cross-entropy"), "m").final_act == "softmax"
+    assert inherit_config(old, Config(loss="top1"), "m").final_act == "elu-0.5"
+    assert inherit_config(old, Config(loss="top1", final_act="linear"), "m").final_act == "linear"
+    assert inherit_config(old, Config.from_string("n_sample=0").replace(seed=7), "m") == old.replace(n_sample=0, seed=7)
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ("layers=100", "layers: 16 in the model, 100 now"),
+    ("n_epochs=1,hidden_act=relu", "hidden_act: tanh in the model, relu now"),
+    ("constrained_embedding=False,embedding=12", "constrained_embedding: True in the model, False now"),
+])
+def test_a_given_network_field_that_differs_is_the_error_naming_it(yesterday: GRU4Rec, given: str, message: str) -> None:
+    _, today = days()
+    with pytest.raises(ConfigError, match=rf"cannot warm-start from the given model: the network differs \({message}\)"):
+        GRU4Rec(given, device="cpu").fit(today, progress=False, init_from=yesterday)
+
+
+def test_the_train_command_takes_the_models_fields(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``gru4rec train today.tsv -ps n_epochs=2 --init-from day1``: the daily command names no
+    network field; its model is the Python API's with the model's config and n_epochs=2."""
+    from gru4rec.cli import main
+
+    old, today = days()
+    old.to_csv(tmp_path / "old.tsv", sep="\t", index=False)
+    today.to_csv(tmp_path / "today.tsv", sep="\t", index=False)
+    first, second = tmp_path / "old.safetensors", tmp_path / "new.safetensors"
+    assert main(["train", str(tmp_path / "old.tsv"), "-ps", SMALL, "-s", str(first), "--threads", "1"]) == 0
+    assert main(["train", str(tmp_path / "today.tsv"), "-ps", "n_epochs=2", "--init-from", str(first),
+                 "-s", str(second), "--threads", "1"]) == 0
+    got = GRU4Rec.load(second)
+    assert got.config == Config.from_string(SMALL).replace(n_epochs=2)
+    want = GRU4Rec(Config.from_string(SMALL).replace(n_epochs=2), device="cpu", threads=1).fit(today, progress=False, init_from=first)
+    assert got.item_map == want.item_map
+    for name, p in got.net.named_parameters():
+        torch.testing.assert_close(p, dict(want.net.named_parameters())[name], rtol=1e-6, atol=1e-7, msg=name)
+    capsys.readouterr()
+    code = main(["train", str(tmp_path / "today.tsv"), "-ps", "n_epochs=2,layers=32", "--init-from", str(first)])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("gru4rec: error: ")]
+    assert code != 0 and len(err) == 1 and f"cannot warm-start from {first}: the network differs (layers: 16 in the model, 32 now)" in err[0], err
+
+
+def test_the_config_of_a_model_file_is_read_from_its_header(tmp_path: Path, yesterday: GRU4Rec) -> None:
+    from gru4rec.errors import ModelFileError
+    from gru4rec.model_file import read_model_config
+
+    yesterday.save(tmp_path / "m.safetensors")
+    assert read_model_config(tmp_path / "m.safetensors") == yesterday.config == GRU4Rec.load(tmp_path / "m.safetensors").config
+    (tmp_path / "notes.txt").write_text("hello\n")
+    with pytest.raises(ModelFileError, match="not a gru4rec model file"):
+        read_model_config(tmp_path / "notes.txt")

@@ -78,8 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default 10,000,000)")
     params.add_argument("--init-from", metavar="MODEL", default=None,
                         help="warm start: continue the model in MODEL on DATA (its items keep their rows, new items "
-                             "get fresh ones; the network parameters must match, training parameters may change; "
-                             "its optimiser state is carried if MODEL was saved with --save-optimizer; docs/retraining.md)")
+                             "get fresh ones; MODEL's parameters are the defaults of -ps/-pf: give only what changes, "
+                             "e.g. n_epochs; a different network parameter is an error; its optimiser state is "
+                             "carried if MODEL was saved with --save-optimizer; docs/retraining.md)")
     add_column_keys(parser, default_from="the params")
     out = parser.add_argument_group("output")
     out.add_argument("-s", "--save", metavar="MODEL", default=None,
@@ -138,6 +139,11 @@ def run(args: argparse.Namespace) -> int:
         args.param_file, args.params, seed=args.seed, sample_store_size=args.sample_store_size,
         session_key=args.session_key, item_key=args.item_key, time_key=args.time_key,
     )
+    if args.init_from is not None:  # the model's fields are the defaults; a different network is refused now
+        from gru4rec.model_file import read_model_config
+        from gru4rec.warm_start import inherit_config
+
+        config = inherit_config(read_model_config(args.init_from), config, args.init_from)
     saved = None
     try:
         try:

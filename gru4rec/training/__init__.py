@@ -17,6 +17,7 @@ Reading order, from the data to the loop:
 ``trainer``            the training state and one step over it (:class:`Trainer`)
 ``resume``             checkpoints at step boundaries and resuming from them (:class:`TrainingCheckpoint`)
 ``loop``               the epoch loop (:func:`train_epochs`, :class:`EpochStats`)
+``fit``                one training run of ``fit``: network, trainer, checkpoint, epochs (:class:`TrainingRun`)
 =====================  ==========================================================================
 
 The public names below are imported from their modules on first use, so that importing one
@@ -30,6 +31,8 @@ _LAZY = {
     "EpochStats": "loop",
     "train_epochs": "loop",
     "reorder": "loop",
+    "TrainingRun": "fit",
+    "WarmStart": "fit",
     "Trainer": "trainer",
     "TrainingCheckpoint": "resume",
     "EpochPosition": "resume",

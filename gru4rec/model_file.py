@@ -1,0 +1,102 @@
+"""What a GRU4Rec model file holds, over the container of :mod:`gru4rec.checkpoint`.
+
+A model file is one safetensors file (:func:`gru4rec.checkpoint.save_file`) whose
+
+* tensors are the network's ``state_dict`` (``GRU4RecNet``'s parameter names), ``item_support``
+  (int64, one count per item) and, when saved with the optimiser, its state as
+  ``optimizer.<Optimizer.state_dict key>`` (:data:`OPTIMIZER_PREFIX`);
+* metadata is ``kind`` (:data:`MODEL_KIND`), ``config`` (:meth:`Config.to_dict`), ``item_ids``
+  (the item map, index order) and ``epochs_trained``.
+
+Loading needs neither the training data nor pickle, and never executes code from the file.
+``GRU4Rec.save``/``GRU4Rec.load`` are the user API over :func:`write_model`/:func:`read_model`.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from gru4rec import checkpoint
+from gru4rec.config import Config
+from gru4rec.data import ItemMap
+from gru4rec.errors import ModelFileError
+from gru4rec.model import GRU4RecNet
+
+__all__ = ["MODEL_KIND", "OPTIMIZER_PREFIX", "ModelParts", "read_model", "read_model_config", "write_model"]
+
+#: The ``kind`` metadata entry of a model file (training checkpoints have another).
+MODEL_KIND = "gru4rec-model"
+#: Prefix of the optimiser-state tensors in a model file saved with the optimiser.
+OPTIMIZER_PREFIX = "optimizer."
+
+
+@dataclass(frozen=True)
+class ModelParts:
+    """Everything a model file holds: the network (on the CPU, in evaluation mode), its config,
+    item map and item supports, the optimiser state (None unless saved with it) and the number
+    of epochs it was trained."""
+
+    config: Config
+    net: GRU4RecNet
+    item_map: ItemMap
+    item_support: np.ndarray
+    optimizer_state: dict[str, torch.Tensor] | None
+    epochs_trained: int
+
+
+def write_model(
+    path: str | os.PathLike[str],
+    *,
+    net: GRU4RecNet,
+    config: Config,
+    item_map: ItemMap,
+    item_support: np.ndarray,
+    epochs_trained: int,
+    optimizer_state: Mapping[str, torch.Tensor] | None = None,
+    overwrite: bool = False,
+) -> None:
+    """Write a model file (atomic; an existing file is kept unless ``overwrite``);
+    ``optimizer_state`` (``Optimizer.state_dict()``) is written when given."""
+    tensors = dict(net.state_dict())
+    tensors["item_support"] = torch.from_numpy(item_support)
+    if optimizer_state is not None:
+        tensors.update({OPTIMIZER_PREFIX + k: v for k, v in optimizer_state.items()})
+    meta = {"kind": MODEL_KIND, "config": config.to_dict(), "item_ids": item_map.to_list(), "epochs_trained": epochs_trained}
+    checkpoint.save_file(path, tensors, meta, overwrite=overwrite)
+
+
+def _check_kind(path: str | os.PathLike[str], meta: Mapping[str, Any]) -> None:
+    if meta.get("kind") != MODEL_KIND:
+        raise ModelFileError(f"{path} is not a gru4rec model file (kind {meta.get('kind')!r})")
+
+
+def read_model(path: str | os.PathLike[str]) -> ModelParts:
+    """Read a file written by :func:`write_model` (checksums verified); :class:`ModelFileError`
+    for anything else or for parts that do not fit together."""
+    tensors, meta = checkpoint.load_file(path)
+    _check_kind(path, meta)
+    try:
+        config = Config.from_dict(meta["config"])
+        item_map = ItemMap.from_list(meta["item_ids"])
+        support = tensors.pop("item_support").numpy().astype(np.int64)
+        state = {k[len(OPTIMIZER_PREFIX):]: tensors.pop(k) for k in [k for k in tensors if k.startswith(OPTIMIZER_PREFIX)]}
+        net = GRU4RecNet(len(item_map), config)
+        net.load_state_dict(tensors)
+    except (KeyError, RuntimeError, ValueError) as exc:
+        raise ModelFileError(f"{path} does not hold a consistent gru4rec model: {exc}") from exc
+    return ModelParts(config, net.eval(), item_map, support, state or None, int(meta.get("epochs_trained", 0)))
+
+
+def read_model_config(path: str | os.PathLike[str]) -> Config:
+    """The config of the model in ``path``, from the file's metadata alone (no tensor is read)."""
+    meta = checkpoint.read_meta(path)
+    _check_kind(path, meta)
+    try:
+        return Config.from_dict(meta["config"])
+    except (KeyError, ValueError) as exc:
+        raise ModelFileError(f"{path} does not hold a consistent gru4rec model: {exc}") from exc
