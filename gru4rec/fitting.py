@@ -141,21 +141,22 @@ def fit_model(
         run = TrainingRun(c, len(model.item_map), model.item_support, device=model.device, precision=model.precision, warm=base)
         model.net = run.net
         model.history = []
-        model.epochs_trained = 0
-        with contextlib.closing(run.epochs(sessions, checkpoint=ckpt, fingerprint=fingerprint, validation=validator,
-                                           progress=progress)) as epochs:
-            for epoch in epochs:
-                stats = epoch.stats
-                model.epochs_trained = stats.epoch
-                model.history.append(stats)
-                info = EpochInfo(
-                    stats.epoch, stats.loss, stats.seconds, stats.events_per_s, stats.mb_per_s, model,
-                    valid=epoch.valid, best_epoch=validator.best_epoch if validator is not None else None,
-                    peak_host_mb=peak_host_memory_mb(), peak_device_mb=peak_device_memory_mb(model.device),
-                )
-                for observer in callbacks:
-                    observer(info)
-        model.epochs_trained = run.epochs_done
+        try:
+            with contextlib.closing(run.epochs(sessions, checkpoint=ckpt, fingerprint=fingerprint, validation=validator,
+                                               progress=progress)) as epochs:
+                for epoch in epochs:
+                    stats = epoch.stats
+                    model.epochs_trained = stats.epoch
+                    model.history.append(stats)
+                    info = EpochInfo(
+                        stats.epoch, stats.loss, stats.seconds, stats.events_per_s, stats.mb_per_s, model,
+                        valid=epoch.valid, best_epoch=validator.best_epoch if validator is not None else None,
+                        peak_host_mb=peak_host_memory_mb(), peak_device_mb=peak_device_memory_mb(model.device),
+                    )
+                    for observer in callbacks:
+                        observer(info)
+        finally:  # also after an interruption: the epochs whose weights the network holds (a resumed run's included)
+            model.epochs_trained = run.epochs_done
     if validator is not None:
         model.valid_history = list(validator.history)
         model.best_epoch = validator.finish()

@@ -60,18 +60,18 @@ def test_trials_stop_early_and_write_their_run_folders(data: dict[str, Path], tm
 def test_trials_train_with_the_threads_asked_for(data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   threads: int | None, workers: int, expected: int) -> None:
     # The machine's default (3 here) must not replace --threads when a trial's fit starts.
-    import gru4rec.recommender
+    import gru4rec.fitting
     import gru4rec.threads
 
     monkeypatch.setattr(gru4rec.threads, "default_threads", lambda: 3)
     seen: list[int] = []
-    real = gru4rec.recommender.using_threads
+    real = gru4rec.fitting.using_threads  # fit's threads are set where fit is wired
 
     def spy(n: int | None = None):  # type: ignore[no-untyped-def]
         seen.append(3 if n is None else n)
         return real(n)
 
-    monkeypatch.setattr(gru4rec.recommender, "using_threads", spy)
+    monkeypatch.setattr(gru4rec.fitting, "using_threads", spy)
     before = torch.get_num_threads()
     try:
         run_study(settings(data, tmp_path, threads=threads, workers=workers, n_trials=2, storage=f"sqlite:///{tmp_path / 't.db'}",
