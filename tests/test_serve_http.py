@@ -206,7 +206,7 @@ BAD_REQUESTS = [
     ("POST", "/v1/recommend", b'{"items": [], "k": 2.0}', 422, r"^'k' must be an integer, got a number$"),
     ("POST", "/v1/recommend", b'{"items": [], "exclude_seen": 1}', 422, r"^'exclude_seen' must be true or false, got an integer$"),
     ("POST", "/v1/recommend", b'{"items": [' + b",".join([b"1"] * 41) + b"]}", 422, r"^'items' has 41 entries, more than the limit of 40$"),
-    ("POST", "/v1/sessions/s/events", b'{"items": [1]}', 422, r"^unknown field 'items' \(fields: item, k, exclude_seen\)$"),
+    ("POST", "/v1/sessions/s/events", b'{"items": [1]}', 422, r"^unknown field 'items' \(fields: item, k, exclude_seen, seq\)$"),
     ("POST", "/v1/sessions/s/events", b"{}", 422, r"^missing field 'item'$"),
     ("POST", "/v1/sessions/s/events", b'{"item": {"id": 1}}', 422,
      r"^'item' must be an item id \(an integer or a string\), got an object$"),
@@ -281,7 +281,7 @@ def test_model_health_and_metrics_routes(model_file: tuple[GRU4Rec, Path]) -> No
         assert metric(client, "gru4rec_serve_popularity_fallbacks_total") == 1
         assert metric(client, "gru4rec_serve_scored_rows_total", path="float32") == 5
         assert metric(client, "gru4rec_serve_batch_size_sum") == 6
-        assert client.get("/healthz").json() == {"status": "ok", "waiting": 0}
+        assert client.get("/healthz").json() == {"status": "ok", "waiting": 0, "stale": False}
 
 
 def test_eviction_and_ttl_start_sessions_afresh(model_file: tuple[GRU4Rec, Path]) -> None:
