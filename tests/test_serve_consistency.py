@@ -253,3 +253,56 @@ def test_a_click_in_flight_during_a_model_swap_is_applied_once(model_file: tuple
     np.testing.assert_allclose(last.answer.scores, want_scores, rtol=1e-5, atol=1e-5)
     session = decode_session(store.get_many(["m"])[0], e_warm.hidden_size)  # type: ignore[arg-type]
     assert session is not None and session.position == 4 and len(session.state.seen) == 4
+
+
+class Contended(MemoryStore):
+    """Refuses the writes of session ``busy`` ``times`` times (another replica writing it)."""
+
+    def __init__(self, busy: str, times: int) -> None:
+        super().__init__(100, 60.0)
+        self.busy, self.left = busy, times
+
+    def compare_and_set(self, writes: list[tuple[str, bytes | None, bytes]]) -> list[int]:
+        refused = [i for i, (key, _, _) in enumerate(writes) if key == self.busy and self.left > 0]
+        if refused:
+            self.left -= 1
+        kept = [w for i, w in enumerate(writes) if i not in refused]
+        assert super().compare_and_set(kept) == []
+        return refused
+
+
+def test_a_conflicted_click_runs_again_without_holding_up_the_others_and_gives_up_after_a_bound(
+    model_file: tuple[GRU4Rec, Path]
+) -> None:
+    from gru4rec.serve.batcher import MAX_ATTEMPTS, StateConflict
+
+    model, path = model_file
+    engine = Engine(model, scoring="float32")
+    ids = model.item_map.to_list()
+    store = Contended("busy", MAX_ATTEMPTS - 1)
+    batcher = MicroBatcher(engine, store)
+    busy = Job("event", "busy", engine.index_of([ids[1]])[0], K)
+    calm = Job("event", "calm", engine.index_of([ids[2]])[0], K)
+    batcher.submit(busy)
+    batcher.submit(calm)
+    batcher._run([busy, calm])  # the first batch, run here: calm is answered, busy goes back to the queue
+    assert calm.future.done() and not busy.future.done() and list(batcher._deferred) == [busy]
+    batcher.start()
+    try:
+        result = busy.future.result(timeout=30)  # the last refusal before the bound: applied
+        assert [engine.item_ids[i] for i in result.answer.items.tolist()] == recommend(model, [ids[1]], K)[0]
+        assert batcher.counts == {"replayed": 0, "retried": MAX_ATTEMPTS - 1, "gave_up": 0}
+        store.left = MAX_ATTEMPTS
+        again = batcher.submit(Job("event", "busy", engine.index_of([ids[3]])[0], K))
+        with pytest.raises(StateConflict, match=f"changed under this click {MAX_ATTEMPTS} times in a row"):
+            again.result(timeout=30)
+        assert batcher.counts["gave_up"] == 1
+    finally:
+        batcher.stop()
+    session = decode_session(store.get_many(["busy"])[0], engine.hidden_size)  # type: ignore[arg-type]
+    assert session is not None and session.position == 1  # the refused click left no trace
+    app = create_app(path, ServeSettings(device="cpu", scoring="float32"))
+    app.state.batcher.store = Contended("s", MAX_ATTEMPTS)
+    with running(app) as base, httpx.Client(base_url=base) as client:
+        r = client.post("/v1/sessions/s/events", json={"item": ids[1], "k": K})
+        assert r.status_code == 503 and "send it again" in r.json()["error"]
