@@ -283,8 +283,6 @@ def test_a_conflicted_click_runs_again_without_holding_up_the_others_and_gives_u
     batcher = MicroBatcher(engine, store)
     busy = Job("event", "busy", engine.index_of([ids[1]])[0], K)
     calm = Job("event", "calm", engine.index_of([ids[2]])[0], K)
-    batcher.submit(busy)
-    batcher.submit(calm)
     batcher._run([busy, calm])  # the first batch, run here: calm is answered, busy goes back to the queue
     assert calm.future.done() and not busy.future.done() and list(batcher._deferred) == [busy]
     batcher.start()
