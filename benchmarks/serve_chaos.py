@@ -16,8 +16,8 @@ Two phases, each printing one JSON line:
 * ``chaos`` — ``--sessions`` sessions of ``--clicks`` clicks each, ``--concurrency`` clients,
   each click sent with its ``seq`` to alternating replicas; on a connection error, a timeout or a
   503 the client sends the same click to the other replica (the documented retry contract).
-  After a third of the clicks replica A is killed (``-9``) and started again; after two thirds
-  Redis is. ``lost_or_doubled`` counts the sessions with an answer that is not
+  After a quarter of the clicks replica A is killed (``-9``) and started again (it loads while
+  the load goes on); after half of them Redis is. ``lost_or_doubled`` counts the sessions with an answer that is not
   ``recommend`` of its clicks, or whose last click is not answered again.
 
 Everything is bounded (a few hundred sessions, seconds of load, a 300 s guard) and every process
@@ -111,13 +111,15 @@ class Replica:
     def __init__(self, model: Path, state: str, code: Path, threads: int) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.cmd = [sys.executable, "-m", "gru4rec", "serve", str(model), "--port", str(self.port), "--device", "cpu",
+        self.cmd = [sys.executable, "-m", "gru4rec", "serve", str(model.resolve()), "--port", str(self.port), "--device", "cpu",
                     "--state", state, "--threads", str(threads), "--log-interval", "3600"]
         self.env = dict(os.environ, PYTHONPATH=str(code) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+        self.code = code
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # cwd: `python -m` puts the working folder first on sys.path, before PYTHONPATH.
+        self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=self.code, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def wait_healthy(self, timeout_s: float = 120) -> None:
         import httpx
@@ -256,29 +258,32 @@ async def chaos(replicas: list[Replica], redis: Redis, model: Any, args: argpars
                 for t in range(1, args.clicks + 1):
                     answers[s][t - 1] = (await send(s, t, (s + t) % 2))["items"]
                     done["clicks"] += 1
+                    await asyncio.sleep(args.think_ms / 1000)  # a visitor reads the answer
 
         async def havoc() -> None:
             loop = asyncio.get_running_loop()
-            while done["clicks"] < total // 3:
+            while done["clicks"] < total // 4:
                 await asyncio.sleep(0.01)
             events["replica_killed_at_click"] = done["clicks"]
             replicas[0].kill()
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.3)
             replicas[0].start()
-            await loop.run_in_executor(None, replicas[0].wait_healthy)
-            events["replica_back_at_click"] = done["clicks"]
-            while done["clicks"] < 2 * total // 3:
+            back = loop.run_in_executor(None, replicas[0].wait_healthy)  # it loads while the load goes on
+            while done["clicks"] < total // 2:
                 await asyncio.sleep(0.01)
             events["redis_killed_at_click"] = done["clicks"]
             redis.kill()
             await asyncio.sleep(0.5)
             await loop.run_in_executor(None, redis.start)
             events["redis_back_at_click"] = done["clicks"]
+            await back
+            events["replica_back_at_click"] = done["clicks"]
 
         chaos_task = asyncio.create_task(havoc())
         await asyncio.wait_for(asyncio.gather(*(user() for _ in range(args.concurrency))), args.guard_s)
         await asyncio.wait_for(chaos_task, args.guard_s)
         elapsed = time.perf_counter() - started
+        counts = server_clicks(urls)  # before the resends below (a replica killed with -9 took its counts along)
         # The last click of every session, sent again: answered again, identically (not stepped).
         last_again = await asyncio.gather(*(send(s, args.clicks, s % 2) for s in range(len(sessions))))
     want = expected(model, sessions, args.k)
@@ -286,7 +291,8 @@ async def chaos(replicas: list[Replica], redis: Redis, model: Any, args: argpars
     wrong |= {s for s, body in enumerate(last_again) if body["items"] != answers[s][-1]}
     return {"phase": "chaos", "sessions": len(sessions), "clicks": total, "answers_checked": total,
             "lost_or_doubled": len(wrong), "client_retries": done["retries"], "seconds": round(elapsed, 1),
-            "clicks_per_s": round(total / elapsed, 1), **events, "server_counts": server_clicks(urls)}
+            "clicks_per_s": round(total / elapsed, 1), **events, "server_counts_during_load": counts,
+            "replayed_in_final_resend": server_clicks(urls).get("replayed", 0.0) - counts.get("replayed", 0.0)}
 
 
 # ----------------------------------------------------------------------------------------- main
@@ -297,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phases", nargs="+", choices=("race", "chaos"), default=["race", "chaos"])
     parser.add_argument("--race-sessions", type=int, default=150)
     parser.add_argument("--sessions", type=int, default=300, help="sessions of the chaos phase")
-    parser.add_argument("--clicks", type=int, default=6, help="clicks per session of the chaos phase")
+    parser.add_argument("--clicks", type=int, default=8, help="clicks per session of the chaos phase")
+    parser.add_argument("--think-ms", type=float, default=100.0, help="a client's pause after each answer (ms)")
     parser.add_argument("--concurrency", type=int, default=32, help="clients at once in the chaos phase")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)

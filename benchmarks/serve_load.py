@@ -111,9 +111,10 @@ def read_sessions(path: Path, limit: int) -> list[list[Any]]:
 def start_server(model: Path, max_batch: int, threads: int, extra: list[str], device: str = "cpu", *,
                  state: str = "memory", code: Path = ROOT) -> tuple[subprocess.Popen[str], str]:
     env = dict(os.environ, PYTHONPATH=str(code) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "gru4rec", "serve", str(model), "--port", "0", "--device", device, "--state", state,
+    cmd = [sys.executable, "-m", "gru4rec", "serve", str(Path(model).resolve()), "--port", "0", "--device", device, "--state", state,
            "--max-batch", str(max_batch), "--threads", str(threads), "--log-interval", "3600", *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    # cwd: `python -m` puts the working folder first on sys.path, before PYTHONPATH.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=code)
     line = proc.stdout.readline()  # type: ignore[union-attr]
     if " at http://" not in line:
         proc.kill()

@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 DESCRIPTION = (
     "Serve next-item recommendations over HTTP (FastAPI on uvicorn).\n\n"
     "  POST /v1/recommend                  {\"items\": [...], \"k\": 20, \"exclude_seen\": false}\n"
-    "  POST /v1/sessions/ID/events         {\"item\": ..., \"k\": 20}  (state kept on the server)\n"
+    "  POST /v1/sessions/ID/events         {\"item\": ..., \"k\": 20, \"seq\": n}  (state kept on the server;\n"
+    "                                      seq, optional: the click's position, makes a retry safe)\n"
     "  DELETE /v1/sessions/ID              end a session\n"
     "  GET /healthz, /v1/model, /metrics   health, the model, Prometheus metrics\n\n"
     "Prints the URL, logs one line per minute (requests, p50/p99, sessions held) and stops\n"
