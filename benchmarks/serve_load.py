@@ -17,7 +17,15 @@ sessions, with short filler sessions so that every one of the 43,097 items occur
 into ``--work``. The sessions: ``--sessions FILE`` (session, item, time
 columns), or the synthetic test sessions written next to the synthetic model.
 
+Scale-out: ``--replicas N`` starts N servers per setting, and the load generator sends each
+request to the next replica in turn (a round-robin load balancer without stickiness: a
+session's clicks alternate between replicas); ``--state redis`` starts a throwaway redis-server
+(loopback, no persistence) that they share (or give a ``redis://`` URL). ``--code DIR`` runs the
+servers from another checkout (e.g. an older commit ``git archive``d to a folder), to compare
+before and after a change with the same load generator.
+
     python benchmarks/serve_load.py --repeats 3
+    python benchmarks/serve_load.py --replicas 2 --state redis --modes stateful --batching on --concurrency 32
     python benchmarks/serve_load.py --model digi.pt --sessions ../shared/data/diginetica_srgnn/test.tsv
 """
 from __future__ import annotations
@@ -27,9 +35,12 @@ import asyncio
 import gc
 import json
 import os
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -97,11 +108,13 @@ def read_sessions(path: Path, limit: int) -> list[list[Any]]:
 # --------------------------------------------------------------------------------- the server
 
 
-def start_server(model: Path, max_batch: int, threads: int, extra: list[str], device: str = "cpu") -> tuple[subprocess.Popen[str], str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "gru4rec", "serve", str(model), "--port", "0", "--device", device,
+def start_server(model: Path, max_batch: int, threads: int, extra: list[str], device: str = "cpu", *,
+                 state: str = "memory", code: Path = ROOT) -> tuple[subprocess.Popen[str], str]:
+    env = dict(os.environ, PYTHONPATH=str(code) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "gru4rec", "serve", str(Path(model).resolve()), "--port", "0", "--device", device, "--state", state,
            "--max-batch", str(max_batch), "--threads", str(threads), "--log-interval", "3600", *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    # cwd: `python -m` puts the working folder first on sys.path, before PYTHONPATH.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=code)
     line = proc.stdout.readline()  # type: ignore[union-attr]
     if " at http://" not in line:
         proc.kill()
@@ -109,18 +122,44 @@ def start_server(model: Path, max_batch: int, threads: int, extra: list[str], de
     return proc, line.split(" at ")[1].split()[0]
 
 
-def server_counters(url: str) -> dict[str, float]:
-    """Batch-size sum/count and rows per scoring path from /metrics."""
+def start_redis() -> tuple[subprocess.Popen[bytes], str, str]:
+    """A throwaway redis-server on a free loopback port (no persistence): process, URL, folder."""
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not os.path.exists(binary):
+        raise SystemExit("--state redis needs redis-server (Debian: apt-get install redis-server)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    folder = tempfile.mkdtemp(prefix="gru4rec-load-redis-")
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import redis
+
+    client = redis.Redis(port=port)
+    for _ in range(200):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    client.close()
+    return proc, f"redis://127.0.0.1:{port}/0", folder
+
+
+def server_counters(urls: list[str]) -> dict[str, float]:
+    """Batch-size sum/count and rows per scoring path from /metrics, summed over ``urls``."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
     counters: dict[str, float] = {}
-    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=30).text):
-        for sample in family.samples:
-            if sample.name in ("gru4rec_serve_batch_size_sum", "gru4rec_serve_batch_size_count"):
-                counters[sample.name] = sample.value
-            elif sample.name == "gru4rec_serve_scored_rows_total":
-                counters[f"rows_{sample.labels['path']}"] = sample.value
+    for url in urls:
+        for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=30).text):
+            for sample in family.samples:
+                if sample.name in ("gru4rec_serve_batch_size_sum", "gru4rec_serve_batch_size_count"):
+                    counters[sample.name] = counters.get(sample.name, 0.0) + sample.value
+                elif sample.name == "gru4rec_serve_scored_rows_total":
+                    key = f"rows_{sample.labels['path']}"
+                    counters[key] = counters.get(key, 0.0) + sample.value
     return counters
 
 
@@ -142,11 +181,12 @@ def requests_of(session: list[Any], mode: str, sid: str) -> list[tuple[str, dict
     return [("/v1/recommend", {"items": session[: t + 1], "k": 20}) for t in range(len(session))]
 
 
-async def closed_loop(url: str, mode: str, sessions: list[list[Any]], concurrency: int, max_requests: int,
+async def closed_loop(urls: list[str], mode: str, sessions: list[list[Any]], concurrency: int, max_requests: int,
                       max_seconds: float, warmup: int, tag: str) -> dict[str, float]:
     """``concurrency`` virtual users, each replaying whole sessions, each sending its next
-    request when the previous answer came (closed loop). aiohttp, not httpx: httpx's async
-    client costs ~10 ms per request at concurrency 32 here and would measure itself."""
+    request when the previous answer came (closed loop), to the replicas ``urls`` in turn.
+    aiohttp, not httpx: httpx's async client costs ~10 ms per request at concurrency 32 here and
+    would measure itself."""
     try:
         import aiohttp
     except ImportError as exc:
@@ -157,18 +197,21 @@ async def closed_loop(url: str, mode: str, sessions: list[list[Any]], concurrenc
     started = time.perf_counter()
     deadline = started + max_seconds
     counting_since: float | None = None
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(url, connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as client:
+    connector = aiohttp.TCPConnector(limit=concurrency * len(urls))
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as client:
 
         async def user(u: int) -> None:
             nonlocal answered, errors, next_session, counting_since
+            sent = u  # this user's requests go to the replicas in turn
             while answered < max_requests + warmup and time.perf_counter() < deadline:
                 s = next_session % len(sessions)
                 next_session += 1
                 sid = f"{tag}-{u}-{s}"
                 for path, body in requests_of(sessions[s], mode, sid):
                     t0 = time.perf_counter()
-                    async with client.post(path, json=body) as r:
+                    url = urls[sent % len(urls)]
+                    sent += 1
+                    async with client.post(url + path, json=body) as r:
                         await r.read()
                         ok = r.status == 200
                     dt = time.perf_counter() - t0
@@ -181,7 +224,7 @@ async def closed_loop(url: str, mode: str, sessions: list[list[Any]], concurrenc
                     if answered >= max_requests + warmup or time.perf_counter() >= deadline:
                         return
                 if mode == "stateful":
-                    async with client.delete(f"/v1/sessions/{sid}") as r:
+                    async with client.delete(f"{urls[sent % len(urls)]}/v1/sessions/{sid}") as r:
                         await r.read()
 
         await asyncio.gather(*(user(u) for u in range(concurrency)))
@@ -199,12 +242,12 @@ def _event_loop_run(coroutine: Any) -> Any:
     return uvloop.run(coroutine)
 
 
-def measured_run(url: str, mode: str, sessions: list[list[Any]], concurrency: int, args: argparse.Namespace,
+def measured_run(urls: list[str], mode: str, sessions: list[list[Any]], concurrency: int, args: argparse.Namespace,
                  tag: str) -> dict[str, Any]:
-    """One closed-loop run, with the server's mean batch size and int8-certified share during it."""
-    before = server_counters(url)
-    run = _event_loop_run(closed_loop(url, mode, sessions, concurrency, args.requests, args.seconds, args.warmup, tag))
-    after = server_counters(url)
+    """One closed-loop run, with the servers' mean batch size and int8-certified share during it."""
+    before = server_counters(urls)
+    run = _event_loop_run(closed_loop(urls, mode, sessions, concurrency, args.requests, args.seconds, args.warmup, tag))
+    after = server_counters(urls)
 
     def grown(key: str) -> float:
         return after.get(key, 0.0) - before.get(key, 0.0)
@@ -235,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="the server's device (cpu, cuda, ...)")
     parser.add_argument("--server-args", default="", help="more flags for gru4rec serve (e.g. '--scoring float32')")
     parser.add_argument("--max-sessions", type=int, default=2000, help="sessions replayed (cycled)")
+    parser.add_argument("--replicas", type=int, default=1, help="servers per setting, sent requests in turn")
+    parser.add_argument("--state", default="memory", help="memory, redis (a throwaway redis-server) or a redis:// URL")
+    parser.add_argument("--code", type=Path, default=ROOT, help="the checkout the servers run (default: this one)")
     args = parser.parse_args(argv)
 
     if args.model is None:
@@ -250,24 +296,37 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     gc.freeze()
     results: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
-    servers: dict[str, tuple[subprocess.Popen[str], str]] = {}
+    servers: dict[str, list[tuple[subprocess.Popen[str], str]]] = {}
+    redis: tuple[subprocess.Popen[bytes], str, str] | None = None
+    state = args.state
     try:
-        # Both servers stay up, and each setting runs with batching on and off back to back, so
+        if state == "redis":
+            redis = start_redis()
+            state = redis[1]
+        # All servers stay up, and each setting runs with batching on and off back to back, so
         # that a ratio compares runs a few seconds apart on this shared machine.
         for batching in args.batching:
-            servers[batching] = start_server(model, 64 if batching == "on" else 1, args.threads, args.server_args.split(), args.device)
+            servers[batching] = [start_server(model, 64 if batching == "on" else 1, args.threads, args.server_args.split(),
+                                              args.device, state=state, code=args.code) for _ in range(args.replicas)]
         for repeat in range(args.repeats):
             for mode in args.modes:
                 for c in args.concurrency:
-                    for batching, (_, url) in servers.items():
+                    for batching, started in servers.items():
+                        urls = [url for _, url in started]
                         line = {"mode": mode, "batching": batching, "concurrency": c, "repeat": repeat,
-                                **measured_run(url, mode, sessions, c, args, tag=f"{batching}{repeat}{c}")}
+                                "replicas": args.replicas, "state": "redis" if state.startswith("redis") else state,
+                                **measured_run(urls, mode, sessions, c, args, tag=f"{batching}{repeat}{c}")}
                         results.setdefault((mode, batching, c), []).append(line)
                         print(json.dumps(line), flush=True)
     finally:
-        for proc, _ in servers.values():
-            proc.terminate()
-            proc.wait(30)
+        for started in servers.values():
+            for proc, _ in started:
+                proc.terminate()
+                proc.wait(30)
+        if redis is not None:
+            redis[0].terminate()
+            redis[0].wait(30)
+            shutil.rmtree(redis[2], ignore_errors=True)
     if args.repeats > 1:
         for (mode, batching, c), lines in results.items():
             med = {key: round(statistics.median(line[key] for line in lines), 2)

@@ -33,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gru4rec.inference import SessionState  # noqa: E402
-from gru4rec.serve.state import MemoryStore, RedisStore, encode_state  # noqa: E402
+from gru4rec.serve.state import LastClick, MemoryStore, RedisStore, encode_session  # noqa: E402
 
 
 def rss_bytes() -> int:
@@ -41,13 +41,24 @@ def rss_bytes() -> int:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def states(n: int, hidden: int, clicks: int, seed: int = 0) -> list[tuple[str, bytes]]:
-    """``n`` (session id, encoded state) pairs with ids as a web shop's would look (uuid-like)."""
+#: The length of the last answer each stored session keeps (the server's default k).
+K = 20
+
+
+def encoded(hidden: np.ndarray, seen: np.ndarray, answer: np.ndarray, scores: np.ndarray) -> bytes:
+    """A stored session as the server writes it: the state and the answer to its last click."""
+    return encode_session(SessionState(hidden, seen), len(seen), LastClick(int(seen[-1]), answer, scores, False, False))
+
+
+def states(n: int, hidden: int, clicks: int, seed: int = 0) -> list[tuple[str, bytes | None, bytes]]:
+    """``n`` writes of new sessions (id, expected None, stored bytes), with ids as a web shop's
+    would look (uuid-like)."""
     rng = np.random.default_rng(seed)
-    out = []
+    out: list[tuple[str, bytes | None, bytes]] = []
     for i in range(n):
-        s = SessionState(rng.standard_normal(hidden).astype(np.float32), rng.integers(0, 43_097, clicks).astype(np.int32))
-        out.append((f"{i:08x}-{rng.integers(1 << 62):016x}", encode_state(s)))
+        value = encoded(rng.standard_normal(hidden).astype(np.float32), rng.integers(0, 43_097, clicks).astype(np.int32),
+                        rng.integers(0, 43_097, K).astype(np.int32), rng.standard_normal(K).astype(np.float32))
+        out.append((f"{i:08x}-{rng.integers(1 << 62):016x}", None, value))
     return out
 
 
@@ -56,7 +67,7 @@ def measure_memory(n: int, hidden: int, clicks: int) -> dict[str, float]:
     gc.collect()
     before = rss_bytes()
     for start in range(0, n, 10_000):
-        store.put_many(states(min(10_000, n - start), hidden, clicks, seed=start + 1))
+        store.compare_and_set(states(min(10_000, n - start), hidden, clicks, seed=start + 1))
     gc.collect()
     grown = rss_bytes() - before
     assert store.size() == n
@@ -87,7 +98,7 @@ def measure_redis(n: int, hidden: int, clicks: int) -> dict[str, float] | None:
         store = RedisStore(f"redis://127.0.0.1:{port}/0", ttl_s=3600, namespace="0123456789abcdef")
         before = int(client.info("memory")["used_memory"])
         for start in range(0, n, 10_000):
-            store.put_many(states(min(10_000, n - start), hidden, clicks, seed=start + 1))
+            store.compare_and_set(states(min(10_000, n - start), hidden, clicks, seed=start + 1))
         grown = int(client.info("memory")["used_memory"]) - before
         assert client.dbsize() == n
         store.close()
@@ -105,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=512, help="floats of hidden state (sum of the layers)")
     parser.add_argument("--clicks", type=int, default=5, help="known items per session")
     args = parser.parse_args(argv)
-    payload = len(encode_state(SessionState(np.zeros(args.hidden, np.float32), np.zeros(args.clicks, np.int32))))
+    payload = len(encoded(np.zeros(args.hidden, np.float32), np.zeros(args.clicks, np.int32), np.zeros(K, np.int32),
+                          np.zeros(K, np.float32)))
     print(json.dumps({"state_bytes": payload, "hidden": args.hidden, "clicks": args.clicks}), flush=True)
     print(json.dumps(measure_memory(args.sessions, args.hidden, args.clicks)), flush=True)
     line = measure_redis(args.sessions, args.hidden, args.clicks)

@@ -82,39 +82,77 @@ def running(app: Any) -> Iterator[str]:
         sock.close()
 
 
-@contextlib.contextmanager
-def redis_server(tmp_path: Path) -> Iterator[str]:
-    """A real redis-server on a free loopback port (no persistence), killed on exit."""
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
-    port = free_port()
-    proc = subprocess.Popen(
-        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
+class RedisProcess:
+    """A real redis-server on a loopback port in ``directory``: with ``password`` it requires
+    one, with ``aof`` it keeps an append-only file fsynced on every write, so that a restart
+    (:meth:`kill` then :meth:`start`, same port and folder) comes back with every write."""
+
+    def __init__(self, directory: Path, *, password: str | None = None, aof: bool = False) -> None:
+        if REDIS_SERVER is None:
+            pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
+        self.directory, self.password, self.aof = directory, password, aof
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
         import redis
 
-        client = redis.Redis(host="127.0.0.1", port=port)
+        persistence = ["--appendonly", "yes", "--appendfsync", "always"] if self.aof else ["--appendonly", "no"]
+        auth = ["--requirepass", self.password] if self.password else []
+        self.proc = subprocess.Popen(
+            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *persistence, *auth,
+             "--dir", str(self.directory)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(host="127.0.0.1", port=self.port, password=self.password)
         deadline = time.monotonic() + 10
         while True:
             try:
                 client.ping()
                 break
             except redis.ConnectionError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server did not start (exit code {proc.poll()})") from None
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server did not start (exit code {self.proc.poll()})") from None
+                time.sleep(0.05)
+            except redis.ResponseError:  # loading its append-only file
                 time.sleep(0.05)
         client.close()
-        yield f"redis://127.0.0.1:{port}/0"
+
+    def kill(self) -> None:
+        """``kill -9``: no shutdown, nothing saved but what the append-only file holds."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@contextlib.contextmanager
+def redis_process(tmp_path: Path, *, password: str | None = None, aof: bool = False) -> Iterator[RedisProcess]:
+    """A started :class:`RedisProcess`, stopped on exit."""
+    server = RedisProcess(tmp_path, password=password, aof=aof)
+    try:
+        server.start()
+        yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server.stop()
+
+
+@contextlib.contextmanager
+def redis_server(tmp_path: Path) -> Iterator[str]:
+    """A real redis-server on a free loopback port (no persistence), stopped on exit; its URL."""
+    with redis_process(tmp_path) as server:
+        yield server.url
 
 
 torch.set_num_threads(1)

@@ -44,7 +44,7 @@ def test_the_closed_loop_stops_after_its_requests(mode: str) -> None:
     ids = model.item_map.to_list()
     sessions = [[ids[1], ids[2], ids[3]], [ids[4], ids[5]]]
     with running(create_app(model, ServeSettings(device="cpu"))) as url:
-        got = asyncio.run(serve_load.closed_loop(url, mode, sessions, concurrency=3, max_requests=25, max_seconds=60,
+        got = asyncio.run(serve_load.closed_loop([url], mode, sessions, concurrency=3, max_requests=25, max_seconds=60,
                                                  warmup=5, tag="t"))
     assert got["errors"] == 0
     assert 25 <= got["requests"] <= 25 + 2  # users still waiting on an answer when the count is reached finish it

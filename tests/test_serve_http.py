@@ -206,7 +206,7 @@ BAD_REQUESTS = [
     ("POST", "/v1/recommend", b'{"items": [], "k": 2.0}', 422, r"^'k' must be an integer, got a number$"),
     ("POST", "/v1/recommend", b'{"items": [], "exclude_seen": 1}', 422, r"^'exclude_seen' must be true or false, got an integer$"),
     ("POST", "/v1/recommend", b'{"items": [' + b",".join([b"1"] * 41) + b"]}", 422, r"^'items' has 41 entries, more than the limit of 40$"),
-    ("POST", "/v1/sessions/s/events", b'{"items": [1]}', 422, r"^unknown field 'items' \(fields: item, k, exclude_seen\)$"),
+    ("POST", "/v1/sessions/s/events", b'{"items": [1]}', 422, r"^unknown field 'items' \(fields: item, k, exclude_seen, seq\)$"),
     ("POST", "/v1/sessions/s/events", b"{}", 422, r"^missing field 'item'$"),
     ("POST", "/v1/sessions/s/events", b'{"item": {"id": 1}}', 422,
      r"^'item' must be an item id \(an integer or a string\), got an object$"),
@@ -281,7 +281,7 @@ def test_model_health_and_metrics_routes(model_file: tuple[GRU4Rec, Path]) -> No
         assert metric(client, "gru4rec_serve_popularity_fallbacks_total") == 1
         assert metric(client, "gru4rec_serve_scored_rows_total", path="float32") == 5
         assert metric(client, "gru4rec_serve_batch_size_sum") == 6
-        assert client.get("/healthz").json() == {"status": "ok", "waiting": 0}
+        assert client.get("/healthz").json() == {"status": "ok", "waiting": 0, "stale": False}
 
 
 def test_eviction_and_ttl_start_sessions_afresh(model_file: tuple[GRU4Rec, Path]) -> None:
@@ -319,3 +319,31 @@ def test_string_item_ids(tmp_path: Path) -> None:
         check_answer(body, recommend(model, [ids[3], ids[9]], 5))
         assert body["unknown"] == [12]  # an int is not a string id
         assert client.get("/v1/model").json()["file"] is None
+
+
+def test_the_model_s_repeat_boost_is_shown_at_start_up_and_in_v1_model(
+    model_file: tuple[GRU4Rec, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 37, item 5: a model with repeat-aware scoring says so; its answers carry the boost."""
+    model, _ = model_file
+    boosted = GRU4Rec.load(model_file[1], device="cpu")
+    boosted.config = boosted.config.replace(repeat_weight=5.0, repeat_decay=0.8)
+    path = tmp_path / "boosted.safetensors"
+    boosted.save(path)
+    with caplog.at_level("INFO", logger="gru4rec.serve.app"):
+        app = create_app(path, ServeSettings(device="cpu", scoring="float32"))
+    assert any("scoring float32, repeat boost weight 5 decay 0.8, sessions in memory" in r.getMessage() for r in caplog.records)
+    ids = model.item_map.to_list()
+    clicks = [ids[4], ids[9], ids[4]]
+    with running(app) as url, httpx.Client(base_url=url) as client:
+        assert client.get("/v1/model").json()["repeat_boost"] == {"weight": 5.0, "decay": 0.8}
+        body = client.post("/v1/recommend", json={"items": clicks, "k": 5}).json()
+        check_answer(body, recommend(GRU4Rec.load(path, device="cpu"), clicks, 5))
+        plain_items, plain_scores = recommend(model, clicks, 5)
+        assert (body["items"], body["scores"]) != (plain_items, plain_scores)  # the boost changed the answer
+    caplog.clear()
+    with caplog.at_level("INFO", logger="gru4rec.serve.app"):
+        plain = create_app(model_file[1], ServeSettings(device="cpu", scoring="float32"))
+    assert not any("repeat boost" in r.getMessage() for r in caplog.records)
+    with running(plain) as url, httpx.Client(base_url=url) as client:
+        assert client.get("/v1/model").json()["repeat_boost"] is None

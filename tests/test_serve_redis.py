@@ -110,10 +110,10 @@ def test_another_namespace_holds_none_of_the_previous_models_sessions(tmp_path: 
     with redis_server(tmp_path) as url:
         store = RedisStore(url, 60.0, "old")
         other = RedisStore(url, 60.0, "old")
-        store.put_many([("s1", b"state-1")])
+        assert store.compare_and_set([("s1", None, b"state-1")]) == []
         store.use_namespace("new")
         assert store.get_many(["s1"]) == [None]
-        store.put_many([("s1", b"state-2")])
+        assert store.compare_and_set([("s1", None, b"state-2")]) == []
         assert store.get_many(["s1"]) == [b"state-2"] and other.get_many(["s1"]) == [b"state-1"]
         store.close()
         other.close()

@@ -272,3 +272,36 @@ def test_sessions_in_redis_survive_a_warm_start_and_not_another_architecture(mod
             assert app.state.reloader.reload() and not app.state.reloader.reload()  # the second: unchanged
             body = client.post("/v1/sessions/r1/events", json={"item": ids[2], "k": K}).json()
             assert body["new_session"] is True and body["items"] == recommend(other, [ids[2]], K)[0]
+
+
+def test_a_refused_file_marks_the_model_stale_until_a_good_file_arrives(
+    models: dict[str, GRU4Rec], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 37, item 6: after a refused (truncated) file the server serves the old model from
+    memory, but a restart would load the broken file: /healthz and /v1/model say so, a warning
+    repeats, and --watch keeps trying until a good file arrives."""
+    old, warm = models["old"], models["warm"]
+    path = tmp_path / "model.safetensors"
+    old.save(path)
+    sha = file_sha256(path)
+    app = create_app(path, ServeSettings(device="cpu", scoring="float32", watch_s=0.1, log_interval_s=0.1))
+    with caplog.at_level("WARNING", logger="gru4rec.serve"), running(app) as url, httpx.Client(base_url=url) as client:
+        assert client.get("/healthz").json()["stale"] is False and client.get("/v1/model").json()["stale"] is False
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])  # a copy cut short, in place
+        info = wait_for_info(url, lambda info: info["stale"], "the truncated file was not flagged", 30)
+        assert info["sha256"] == sha and info["reloads"]["refused"] >= 1
+        assert info["stale_reason"].startswith(f"the new model in {path} was refused: ")
+        health = client.get("/healthz").json()
+        assert health["status"] == "ok" and health["stale"] is True and health["stale_reason"] == info["stale_reason"]
+        deadline = time.monotonic() + 30
+        while sum("Stale model file" in r.getMessage() for r in caplog.records) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        warnings = [r.getMessage() for r in caplog.records if "Stale model file" in r.getMessage()]
+        assert len(warnings) >= 2 and "a restart would load the file on disk" in warnings[0]  # it repeats
+        ids = old.item_map.to_list()
+        assert client.post("/v1/recommend", json={"items": [ids[3]], "k": K}).json()["items"] == recommend(old, [ids[3]], K)[0]
+        replace_atomically(warm, path)  # the good file: the watch, still trying, takes it
+        info = wait_for_model(url, file_sha256(path))
+        assert info["stale"] is False and info["stale_reason"] is None and client.get("/healthz").json()["stale"] is False
+        assert "stale_reason" not in client.get("/healthz").json()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import ipaddress
 import logging
 import os
 import signal
@@ -22,13 +23,17 @@ log = logging.getLogger(__name__)
 DESCRIPTION = (
     "Serve next-item recommendations over HTTP (FastAPI on uvicorn).\n\n"
     "  POST /v1/recommend                  {\"items\": [...], \"k\": 20, \"exclude_seen\": false}\n"
-    "  POST /v1/sessions/ID/events         {\"item\": ..., \"k\": 20}  (state kept on the server)\n"
+    "  POST /v1/sessions/ID/events         {\"item\": ..., \"k\": 20, \"seq\": n}  (state kept on the server;\n"
+    "                                      seq, optional: the click's position, makes a retry safe)\n"
     "  DELETE /v1/sessions/ID              end a session\n"
     "  GET /healthz, /v1/model, /metrics   health, the model, Prometheus metrics\n\n"
     "Prints the URL, logs one line per minute (requests, p50/p99, sessions held) and stops\n"
     "cleanly on Ctrl-C or SIGTERM. On SIGHUP (or with --watch, when MODEL is replaced) it loads\n"
     "MODEL again, checks it and switches to it between two batches; a file that fails the\n"
-    "checks is refused with a log line. Needs the serve extra: pip install 'gru4rec[serve]'."
+    "checks is refused with a log line. Needs the serve extra: pip install 'gru4rec[serve]'.\n\n"
+    "Access: with an access token in GRU4REC_TOKEN or a file (--token-file), the /v1 routes need\n"
+    "'Authorization: Bearer TOKEN' (401 without it); /healthz and /metrics stay open. An address\n"
+    "other than loopback without a token is refused unless --insecure says so."
 )
 
 
@@ -62,7 +67,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "without it, reload on SIGHUP only")
     add_device(parser)
     parser.add_argument("--state", default="memory", metavar="memory|redis://HOST:PORT/DB",
-                        help="where sessions live: in this process (default) or in Redis, shared by replicas")
+                        help="where sessions live: in this process (default) or in Redis, shared by replicas "
+                             "(redis://:PASSWORD@HOST:PORT/DB, rediss:// for TLS); also GRU4REC_STATE, which keeps a "
+                             "password out of the process list")
+    access = parser.add_argument_group("access")
+    access.add_argument("--token-file", metavar="PATH", default=None,
+                        help="a file whose first line is the access token the /v1 routes require as "
+                             "'Authorization: Bearer TOKEN' (or set GRU4REC_TOKEN; never the token itself on the command line)")
+    access.add_argument("--insecure", action="store_true",
+                        help="listen on an address other than loopback without an access token (anyone who reaches "
+                             "the port can read, change and delete every session)")
     sessions = parser.add_argument_group("sessions")
     sessions.add_argument("--max-sessions", type=positive_int, default=1_000_000,
                           help="memory store: sessions held at most, least recently used out first (default: 1000000)")
@@ -94,13 +108,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between activity lines (default: 60)")
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    """The listening socket, bound before the server starts (so the URL printed is the real one)."""
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _listen(host: str, port: int, *, open_to_all: bool) -> socket.socket:
+    """The listening socket, bound before the server starts (so the URL printed is the real one).
+    An address other than loopback is refused unless ``open_to_all`` (a token, or --insecure)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise Gru4RecError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     family, _, _, _, address = infos[0]
+    if not open_to_all and not _is_loopback(address[0]):
+        raise Gru4RecError(
+            f"--host {host} listens beyond this machine without an access token: anyone who reaches the port could "
+            "read, change and delete every session. Set GRU4REC_TOKEN or --token-file FILE (the /v1 routes then need "
+            "'Authorization: Bearer TOKEN'), or pass --insecure if something in front of the server checks access")
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -126,13 +153,15 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.exists(args.model):
         raise FileNotFoundError(2, "model file not found", args.model)
     settings = ServeSettings(
-        model=args.model, device=args.device, state=args.state, max_sessions=args.max_sessions,
+        model=args.model, device=args.device, state=_state(args.state), max_sessions=args.max_sessions,
         session_ttl_s=args.session_ttl, max_batch=args.max_batch, batch_window_ms=args.batch_window_ms,
         max_queue=args.max_queue, max_body_bytes=args.max_body_bytes, max_items=args.max_items, scoring=args.scoring,
         candidates=args.candidates, int8_max_batch=args.int8_max_batch, threads=args.threads,
         log_interval_s=args.log_interval, watch_s=args.watch,
+        token=os.environ.get("GRU4REC_TOKEN") or None, token_file=args.token_file,
     )
-    sock = _listen(args.host, args.port)  # first: a taken port fails before the model loads
+    token = settings.access_token()  # a bad token file fails before the port is taken
+    sock = _listen(args.host, args.port, open_to_all=bool(token) or args.insecure)  # a taken port fails before the model loads
     try:
         app = create_app(args.model, settings)
     except ValueError as exc:  # e.g. --scoring int8 where it cannot run
@@ -148,6 +177,14 @@ def run(args: argparse.Namespace) -> int:
     server.run(sockets=[sock])
     log.info("Stopped serving %s", args.model)
     return EXIT_OK
+
+
+def _state(flag: str) -> str:
+    """``--state``, or ``GRU4REC_STATE`` when the flag keeps its default (a Redis password in
+    the environment stays out of ``ps``)."""
+    if flag != "memory":
+        return flag
+    return os.environ.get("GRU4REC_STATE") or flag
 
 
 def _server(config: Any) -> Any:

@@ -5,15 +5,20 @@ cannot take the request now; see the README's "Serve it" section):
 
 * ``POST /v1/recommend`` ``{"items": [...], "k": 20, "exclude_seen": false}`` — stateless: the
   session's clicks so far, oldest first;
-* ``POST /v1/sessions/{session_id}/events`` ``{"item": ..., "k": 20, "exclude_seen": false}`` —
-  one click; the session's state stays on the server (``"new_session": true`` when it was not
-  held: a new, evicted or expired session starts fresh);
+* ``POST /v1/sessions/{session_id}/events`` ``{"item": ..., "k": 20, "exclude_seen": false,
+  "seq": n}`` — one click; the session's state stays on the server (``"new_session": true`` when
+  it was not held: a new, evicted or expired session starts fresh). With ``seq`` (the click's
+  position, 1 for the first) a retry is safe: the session's last click sent again gets the same
+  answer without a step, a position out of line a 409 with ``"expected_seq"``;
 * ``DELETE /v1/sessions/{session_id}`` — end a session;
 * ``GET /healthz``, ``GET /v1/model``, ``GET /metrics`` (Prometheus text format).
 
 Answers: ``{"items": [...], "scores": [...], "unknown": [...], "fallback": false}``; a session
 without a known item gets the most popular items with ``"fallback": true`` and
 ``"scores": null``. They equal ``GRU4Rec.recommend`` on the same clicks.
+
+With an access token (:attr:`ServeSettings.token` / ``token_file``) the ``/v1`` routes need
+``Authorization: Bearer TOKEN`` (:class:`~gru4rec.serve.middleware.BearerToken`).
 
 A model served from a file is reloaded on SIGHUP, and with ``watch_s`` when the file is
 replaced (:mod:`gru4rec.serve.reload`): the routes always use the batcher's current engine.
@@ -34,10 +39,10 @@ import torch
 
 from gru4rec.errors import Gru4RecError
 from gru4rec.recommender import GRU4Rec
-from gru4rec.serve.batcher import Job, JobResult, MicroBatcher, Overloaded, ShuttingDown
+from gru4rec.serve.batcher import Job, JobResult, MicroBatcher, Overloaded, SeqMismatch, ShuttingDown, StateConflict
 from gru4rec.inference import Answer, Engine
 from gru4rec.serve.metrics import CONTENT_TYPE, ServeMetrics
-from gru4rec.serve.middleware import BodyLimit, RequestMetrics
+from gru4rec.serve.middleware import BearerToken, BodyLimit, RequestMetrics
 from gru4rec.serve.reload import ModelReloader, read_model_file
 from gru4rec.serve.schema import ApiError, check_session_id, parse_event, parse_json, parse_recommend
 from gru4rec.serve.settings import ServeSettings
@@ -77,6 +82,21 @@ def _answer(engine: Engine, answer: Answer, unknown: list[Any]) -> dict[str, Any
     }
 
 
+def _repeat_boost(engine: Engine) -> dict[str, float] | None:
+    """The model's repeat-aware scoring (its config's ``repeat_weight``/``repeat_decay``), or
+    None when it has none (weight 0, or a model without the fields)."""
+    config = engine.model.config
+    weight = float(getattr(config, "repeat_weight", 0.0) or 0.0)
+    if weight <= 0:
+        return None
+    return {"weight": weight, "decay": float(getattr(config, "repeat_decay", 1.0))}
+
+
+def _boost_text(engine: Engine) -> str:
+    boost = _repeat_boost(engine)
+    return "" if boost is None else f", repeat boost weight {boost['weight']:g} decay {boost['decay']:g}"
+
+
 class _Route(Route):
     """A plain Starlette route that puts itself in the request's scope as FastAPI's routes do, so
     that the request metrics count it by its template."""
@@ -106,6 +126,7 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
     :class:`ServeSettings`. The model is loaded here, so that a bad file fails at start-up.
     """
     settings = settings if settings is not None else ServeSettings.from_env()
+    token = settings.access_token()  # first: a bad token file fails before the model loads
     if settings.threads is not None:
         torch.set_num_threads(settings.threads)
     if model is None:
@@ -123,12 +144,14 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
         loaded, checksum = read_model_file(model_file, settings.device)
     engine = engine_for(loaded, checksum, None if model_file is None else str(model_file))
     store = open_store(settings.state, max_sessions=settings.max_sessions, ttl_s=settings.session_ttl_s, namespace=checksum[:16])
-    metrics = ServeMetrics(store.size, lambda: dict(store.evictions), lambda: dict(batcher.engine.topk.counts))
+    metrics = ServeMetrics(store.size, lambda: dict(store.evictions), lambda: dict(batcher.engine.topk.counts),
+                           lambda: dict(batcher.counts))
     batcher = MicroBatcher(engine, store, max_batch=settings.max_batch, window_s=settings.batch_window_ms / 1000,
                            max_queue=settings.max_queue, on_batch=metrics.batch_size.observe)
     reloader = ModelReloader(model_file, batcher, settings, engine_for) if model_file is not None else None
-    log.info("Serving %s: %d items, layers %s, on %s, scoring %s, sessions in %s", model_file or "a model in memory",
-             engine.n_items, engine.sizes, engine.device, engine.topk.name, store.kind)
+    log.info("Serving %s: %d items, layers %s, on %s, scoring %s%s, sessions in %s%s", model_file or "a model in memory",
+             engine.n_items, engine.sizes, engine.device, engine.topk.name, _boost_text(engine), store.kind,
+             ", access token required on /v1" if token else "")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -146,6 +169,10 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
             while True:
                 await asyncio.sleep(settings.log_interval_s)
                 log.info("%s", metrics.activity_line(settings.log_interval_s))
+                if reloader is not None and reloader.stale is not None:
+                    log.warning("Stale model file: %s. The server keeps serving sha256 %s from memory, but a restart "
+                                "would load the file on disk: put a good model file in its place (docs/serving.md)",
+                                reloader.stale, batcher.engine.checksum[:12])
 
         task = asyncio.create_task(log_activity())
         try:
@@ -170,8 +197,10 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
             raise ApiError(503, str(exc)) from None
         try:
             return await asyncio.wrap_future(future)
-        except (StoreUnavailable, ShuttingDown) as exc:
+        except (StoreUnavailable, ShuttingDown, StateConflict) as exc:
             raise ApiError(503, str(exc)) from None
+        except SeqMismatch as exc:
+            raise ApiError(409, str(exc), expected_seq=exc.expected) from None
 
     # The three per-click routes are plain Starlette routes of the FastAPI app: they read their
     # own body, so FastAPI's per-request dependency solving would only cost time (~40 % of the
@@ -191,12 +220,14 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
         engine = batcher.engine
         body = parse_event(parse_json(await request.body()), n_items=engine.n_items)
         known, unknown = engine.index_of([body.item])
-        result = await run(Job("event", session_id, known, body.k, body.exclude_seen, engine=engine))
+        result = await run(Job("event", session_id, known, body.k, body.exclude_seen, engine=engine, seq=body.seq))
         assert result.answer is not None and result.engine is not None
-        if result.answer.fallback:
+        if result.answer.fallback and not result.replayed:
             metrics.fallbacks.inc()
         payload = _answer(result.engine, result.answer, unknown)
         payload.update(session_id=session_id, new_session=result.new_session)
+        if body.seq is not None:
+            payload["seq"] = body.seq
         return JSONResponse(payload)
 
     async def end_session(request: Request) -> JSONResponse:
@@ -216,7 +247,11 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
             await asyncio.to_thread(store.ping)
         except StoreUnavailable as exc:
             raise ApiError(503, str(exc)) from None
-        return JSONResponse({"status": "ok", "waiting": batcher.waiting})
+        stale = None if reloader is None else reloader.stale
+        health: dict[str, Any] = {"status": "ok", "waiting": batcher.waiting, "stale": stale is not None}
+        if stale is not None:
+            health["stale_reason"] = stale
+        return JSONResponse(health)
 
     @app.get("/v1/model")
     async def model_info() -> JSONResponse:
@@ -229,6 +264,9 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
             "epochs_trained": engine.model.epochs_trained,
             "config": engine.model.config.to_dict(),
             "reloads": None if reloader is None else {"done": reloader.reloads, "refused": reloader.refused},
+            "stale": reloader is not None and reloader.stale is not None,
+            "stale_reason": None if reloader is None else reloader.stale,
+            "repeat_boost": _repeat_boost(engine),
             "device": str(engine.device),
             "scoring": engine.topk.name,
             "state": store.kind,
@@ -241,7 +279,7 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse({"error": exc.message}, status_code=exc.status)
+        return JSONResponse({"error": exc.message, **exc.fields}, status_code=exc.status)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -266,5 +304,7 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
         return JSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if token:
+        app.add_middleware(BearerToken, token=token)  # outside the body limit: no body is read without the token
     app.add_middleware(RequestMetrics, metrics=metrics)  # outermost: it also times refused bodies
     return app

@@ -9,7 +9,11 @@ tests, do not share counters):
 * ``gru4rec_serve_sessions`` — sessions held (memory store only: Redis is shared);
 * ``gru4rec_serve_session_evictions_total{reason}`` — sessions dropped for the cap or the TTL;
 * ``gru4rec_serve_scored_rows_total{path}`` — rows scored with a certified int8 top-k or in float32;
-* ``gru4rec_serve_popularity_fallbacks_total`` — answers for sessions without a known item.
+* ``gru4rec_serve_popularity_fallbacks_total`` — answers for sessions without a known item;
+* ``gru4rec_serve_clicks_total{outcome}`` — clicks answered again from the stored answer
+  (``replayed``: a retry with the ``seq`` already applied), runs refused by the state's
+  compare-and-set and run again (``retried``: another replica wrote the session meanwhile), and
+  clicks given up after too many refusals (``gave_up``: a 503).
 
 :meth:`ServeMetrics.activity_line` gives the line logged once a minute: requests, p50/p99 of the
 period's latencies and the sessions held.
@@ -38,8 +42,8 @@ class _StateCollector:
     """Reads the store's and the scorer's counters when scraped (they keep plain ints)."""
 
     def __init__(self, sessions: Callable[[], int | None], evictions: Callable[[], dict[str, int]],
-                 scored: Callable[[], dict[str, int]]) -> None:
-        self._sessions, self._evictions, self._scored = sessions, evictions, scored
+                 scored: Callable[[], dict[str, int]], clicks: Callable[[], dict[str, int]]) -> None:
+        self._sessions, self._evictions, self._scored, self._clicks = sessions, evictions, scored, clicks
 
     def collect(self) -> Iterator[object]:
         held = self._sessions()
@@ -53,13 +57,17 @@ class _StateCollector:
         for path, n in self._scored().items():
             scored.add_metric([path], n)
         yield scored
+        clicks = CounterMetricFamily("gru4rec_serve_clicks", "Clicks not simply applied once, by outcome", labels=["outcome"])
+        for outcome, n in self._clicks().items():
+            clicks.add_metric([outcome], n)
+        yield clicks
 
 
 class ServeMetrics:
     """The app's metrics (see the module docstring)."""
 
     def __init__(self, sessions: Callable[[], int | None], evictions: Callable[[], dict[str, int]],
-                 scored: Callable[[], dict[str, int]]) -> None:
+                 scored: Callable[[], dict[str, int]], clicks: Callable[[], dict[str, int]]) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter("gru4rec_serve_requests", "HTTP requests", ["route", "method", "status"], registry=self.registry)
         self.latency = Histogram("gru4rec_serve_request_seconds", "HTTP request latency", ["route"],
@@ -68,7 +76,7 @@ class ServeMetrics:
                                     registry=self.registry)
         self.fallbacks = Counter("gru4rec_serve_popularity_fallbacks", "Answers from the popularity fallback",
                                  registry=self.registry)
-        self.registry.register(_StateCollector(sessions, evictions, scored))  # type: ignore[arg-type]
+        self.registry.register(_StateCollector(sessions, evictions, scored, clicks))  # type: ignore[arg-type]
         self._sessions = sessions
         self._period: list[float] = []
         self._lock = threading.Lock()

@@ -1,4 +1,10 @@
-"""Two plain ASGI middlewares around the app: the request-body limit and the request metrics.
+"""Three plain ASGI middlewares around the app: the access token, the request-body limit and
+the request metrics.
+
+:class:`BearerToken` refuses a request to a ``/v1`` route without ``Authorization: Bearer
+TOKEN`` with 401, before its body is read; the token is compared in constant time
+(:func:`hmac.compare_digest`), so the time of a refusal says nothing about how much of a guess
+was right. ``/healthz`` and ``/metrics`` stay open (load balancers and Prometheus ask them).
 
 :class:`BodyLimit` refuses a body larger than the limit with 413 — from its ``Content-Length``
 before anything is read, or, for a chunked body, as soon as the bytes read pass the limit — and
@@ -9,13 +15,14 @@ hands the app the body it read, so that no handler ever holds more than the limi
 """
 from __future__ import annotations
 
+import hmac
 import json
 import time
 from typing import Any, Awaitable, Callable, MutableMapping
 
 from gru4rec.serve.metrics import ServeMetrics
 
-__all__ = ["BodyLimit", "RequestMetrics"]
+__all__ = ["BearerToken", "BodyLimit", "RequestMetrics"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -24,15 +31,43 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-async def send_error(send: Send, status: int, message: str, *, close: bool = False) -> None:
+async def send_error(send: Send, status: int, message: str, *, close: bool = False,
+                     extra_headers: list[tuple[bytes, bytes]] | None = None) -> None:
     """A ``{"error": message}`` JSON response; ``close`` asks the client to drop the connection
     (the unread rest of a refused body must not be taken for the next request)."""
     body = json.dumps({"error": message}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(extra_headers or [])]
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+class BearerToken:
+    """``/v1`` routes need ``Authorization: Bearer {token}`` (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not (path == "/v1" or path.startswith("/v1/")):
+            await self.app(scope, receive, send)
+            return
+        given = b""
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                given = value
+                break
+        scheme, _, credentials = given.partition(b" ")
+        # The scheme is case-insensitive (RFC 9110); only the token's bytes are secret.
+        if scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self._token):
+            await self.app(scope, receive, send)
+            return
+        reason = ("this route needs an access token: send the header 'Authorization: Bearer TOKEN'" if not given
+                  else "the access token is not valid")
+        await send_error(send, 401, reason, close=True, extra_headers=[(b"www-authenticate", b'Bearer realm="gru4rec"')])
 
 
 class BodyLimit:

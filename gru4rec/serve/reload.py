@@ -14,6 +14,12 @@ moves to the new model's namespace and every session starts afresh (``"new_sessi
 its next click). Replace the file atomically (write a temporary file, then rename it over the
 served one): ``gru4rec train --save`` does. ``--watch`` compares the file's inode, size and
 modification time every ``watch_s`` seconds.
+
+**A refused file is a trap**: the old model serves on from memory, but the file on disk is the
+broken one, and the next restart would fail on it. Until a good file arrives (or the served
+one is put back), :attr:`ModelReloader.stale` holds the reason: ``/healthz`` and ``/v1/model``
+report ``"stale": true`` with it, the app logs a warning with every activity line, and
+``--watch`` keeps watching the file and tries every replacement.
 """
 from __future__ import annotations
 
@@ -82,6 +88,8 @@ class ModelReloader:
         self.batcher, self.settings, self.engine_for = batcher, settings, engine_for
         self.reloads = 0
         self.refused = 0
+        #: Why the file on disk is not the served model (its last reload was refused), or None.
+        self.stale: str | None = None
         self._lock = threading.Lock()  # one reload at a time
         self._stop = threading.Event()
         self._seen = _signature(self.path)
@@ -132,14 +140,20 @@ class ModelReloader:
             engine = self._load_checked(current)
         except (Gru4RecError, OSError, ValueError, RuntimeError) as exc:
             self.refused += 1
+            self.stale = f"the new model in {self.path} was refused: {_one_line(exc)}"
             log.warning("Refused the new model in %s: %s; still serving sha256 %s", self.path, _one_line(exc), current.checksum[:12])
             return False
         if engine is None:
-            log.info("Model file %s is unchanged (sha256 %s); nothing to reload", self.path, current.checksum[:12])
+            if self.stale is not None:
+                log.info("Model file %s is the served model again (sha256 %s)", self.path, current.checksum[:12])
+            else:
+                log.info("Model file %s is unchanged (sha256 %s); nothing to reload", self.path, current.checksum[:12])
+            self.stale = None
             return False
         keep = engine.keeps_states_of(current)
         self.batcher.swap(engine, keep_sessions=keep, namespace=engine.checksum[:16]).result(timeout=60)
         self.reloads += 1
+        self.stale = None
         log.info("Now serving %s: sha256 %s, %d items (%+d), epochs_trained %d; live sessions %s", self.path, engine.checksum[:12],
                  engine.n_items, engine.n_items - current.n_items, engine.model.epochs_trained,
                  "kept" if keep else "start afresh (another architecture or item map)")

@@ -12,18 +12,19 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ApiError", "EventBody", "RecommendBody", "parse_event", "parse_json", "parse_recommend", "check_session_id",
-           "MAX_SESSION_ID"]
+           "MAX_SEQ", "MAX_SESSION_ID"]
 
 #: Longest session id accepted in a URL.
 MAX_SESSION_ID = 200
 
 
 class ApiError(Exception):
-    """A request the server refuses: the HTTP status and a one-line reason."""
+    """A request the server refuses: the HTTP status, a one-line reason and any more fields of
+    the JSON answer (``{"error": message, **fields}``)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, **fields: Any) -> None:
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.fields = status, message, fields
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,12 @@ class EventBody:
     item: Any
     k: int
     exclude_seen: bool
+    #: The click's position in its session (1 for the first), or None.
+    seq: int | None = None
+
+
+#: Largest ``seq`` (positions are stored as 32-bit unsigned integers).
+MAX_SEQ = 2**32 - 1
 
 
 def _kind(value: Any) -> str:
@@ -147,12 +154,18 @@ def parse_recommend(body: dict[str, Any], *, n_items: int, max_items: int) -> Re
 
 
 def parse_event(body: dict[str, Any], *, n_items: int) -> EventBody:
-    """``{"item": ..., "k": 20, "exclude_seen": false}``: one click of a session."""
-    _check_fields(body, ("item", "k", "exclude_seen"), ("item",))
+    """``{"item": ..., "k": 20, "exclude_seen": false, "seq": n}``: one click of a session;
+    ``seq`` (optional) is its position in the session, 1 for the first."""
+    _check_fields(body, ("item", "k", "exclude_seen", "seq"), ("item",))
     item = body["item"]
     if not _is_item_id(item):
         raise ApiError(422, f"'item' must be an item id (an integer or a string), got {_kind(item)}")
-    return EventBody(item, _k(body, n_items), _exclude_seen(body))
+    seq = body.get("seq")
+    if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool)):
+        raise ApiError(422, f"'seq' must be an integer, got {_kind(seq)}")
+    if seq is not None and not 1 <= seq <= MAX_SEQ:
+        raise ApiError(422, f"'seq' must be between 1 and {MAX_SEQ} (the click's position in its session), got {seq}")
+    return EventBody(item, _k(body, n_items), _exclude_seen(body), seq)
 
 
 def check_session_id(session_id: str) -> str:

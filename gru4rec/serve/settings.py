@@ -12,9 +12,11 @@ from typing import Any, Mapping
 
 from gru4rec.errors import ConfigError
 
-__all__ = ["ENV_PREFIX", "ServeSettings"]
+__all__ = ["ENV_PREFIX", "MIN_TOKEN_CHARS", "ServeSettings"]
 
 ENV_PREFIX = "GRU4REC_"
+#: Shortest access token accepted (``secrets.token_urlsafe(32)`` gives 43 characters).
+MIN_TOKEN_CHARS = 16
 _SCORING = ("auto", "float32", "int8")
 
 
@@ -57,6 +59,30 @@ class ServeSettings:
     #: Seconds between checks of the model file for a replacement, which is then loaded and
     #: swapped in (0: only on SIGHUP); see :mod:`gru4rec.serve.reload`.
     watch_s: float = 0.0
+    #: The access token the ``/v1`` routes require as ``Authorization: Bearer TOKEN``
+    #: (``GRU4REC_TOKEN``; never a command-line value, which other users of the machine can
+    #: read). None: the routes are open.
+    token: str | None = dataclasses.field(default=None, repr=False)
+    #: A file holding the access token (``GRU4REC_TOKEN_FILE``, ``--token-file``): its first
+    #: line. Read when the app is created.
+    token_file: str | None = None
+
+    def access_token(self) -> str | None:
+        """The access token: ``token``, or the first line of ``token_file``, or None."""
+        if self.token_file is None:
+            return None if self.token is None else self.token.strip()
+        try:
+            text = open(self.token_file, encoding="utf-8").read()  # noqa: SIM115 - one read
+        except OSError as exc:
+            raise ConfigError(f"cannot read the token file {self.token_file}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"the token file {self.token_file} is not UTF-8 text") from None
+        lines = text.strip().splitlines()
+        token = lines[0].strip() if lines else ""
+        if len(token) < MIN_TOKEN_CHARS:
+            raise ConfigError(f"the token in {self.token_file} has {len(token)} characters; an access token needs at least "
+                              f"{MIN_TOKEN_CHARS} (make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+        return token
 
     def __post_init__(self) -> None:
         problems = []
@@ -77,7 +103,14 @@ class ServeSettings:
         if self.scoring not in _SCORING:
             problems.append(f"scoring must be one of {', '.join(_SCORING)}, got {self.scoring!r}")
         if self.state != "memory" and not self.state.startswith(("redis://", "rediss://", "unix://")):
-            problems.append(f"state must be 'memory' or a redis:// URL, got {self.state!r}")
+            from gru4rec.serve.state import redacted_url
+
+            problems.append(f"state must be 'memory' or a redis:// URL, got {redacted_url(self.state)!r}")
+        if self.token is not None and self.token_file is not None:
+            problems.append("give the access token once: token (GRU4REC_TOKEN) or token_file (GRU4REC_TOKEN_FILE), not both")
+        if self.token is not None and len(self.token.strip()) < MIN_TOKEN_CHARS:
+            problems.append(f"the access token (GRU4REC_TOKEN) has {len(self.token.strip())} characters; it needs at least "
+                            f"{MIN_TOKEN_CHARS}")
         if problems:
             raise ConfigError("invalid server settings: " + "; ".join(problems))
 

@@ -1,25 +1,43 @@
 """Where live sessions are kept between clicks: in this process, or in Redis for many replicas.
 
-A session's state (:class:`gru4rec.inference.SessionState`) is what the next click needs: the
-hidden state of every GRU layer (float32, concatenated; ``None`` before the first known item)
-and the known items clicked so far (for ``exclude_seen``). Both stores hold it as bytes of one layout (:func:`encode_state`), keyed by
-the session id, and are used by the micro-batcher's worker thread only, one batch at a time:
-``get_many`` before the batch's GRU step, ``put_many`` / ``delete`` after it.
+A stored session (:class:`StoredSession`) is what the next click needs — the hidden state of
+every GRU layer (float32, concatenated; ``None`` before the first known item) and the known items
+clicked so far (for ``exclude_seen``): a :class:`gru4rec.inference.SessionState` — and what makes
+a click safe to send twice: the session's *position* (clicks applied so far) and the answer to
+its last click (:class:`LastClick`). Both stores hold it as bytes of one layout
+(:func:`encode_session`), keyed by the session id, and are used by the micro-batcher's worker
+thread only, one batch at a time: ``get_many`` before the batch's GRU step,
+``compare_and_set`` / ``delete`` after it.
+
+**Compare-and-set.** Every write carries a fresh random 64-bit *version* in the value's first
+bytes (:func:`cas_prefix`). A write names the prefix it read (or ``None``: the key was absent)
+and succeeds only if the stored value still starts with it; a write whose session changed in
+between (another replica's click, a DELETE, an expiry) is refused and reported, so that the
+batcher runs that click again on the fresh state. Random versions, not counters: a session
+deleted and clicked again never comes back to a version read before (no ABA).
 
 * :class:`MemoryStore` — an LRU with a time-to-live and a cap on sessions; counts what it drops
-  (``evictions["capacity"]``, ``evictions["ttl"]``).
-* :class:`RedisStore` — one Redis key per session with the time-to-live as the key's expiry
-  (``SET ... EX``), so that any replica can take a session's next click and a restarted server
-  continues where it was. Keys carry the model file's checksum: a different model never reads
+  (``evictions["capacity"]``, ``evictions["ttl"]``). One process, one batcher: its
+  compare-and-set never fails, but keeps the contract.
+* :class:`RedisStore` — one Redis key per session with the time-to-live as the key's expiry,
+  so that any replica can take a session's next click and a restarted server continues where it
+  was. The compare-and-set of a whole batch is one Lua script (``EVALSHA``: one round trip,
+  atomic on the server). Keys carry the model file's checksum: a different model never reads
   another model's states.
+
+Layout 1 (before versions and positions) is still read: such a state has position 0
+("unknown") and its whole value is its compare-and-set prefix.
 """
 from __future__ import annotations
 
+import os
 import struct
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Callable, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
@@ -27,18 +45,26 @@ from gru4rec.errors import Gru4RecError
 from gru4rec.inference.state import SessionState
 
 __all__ = [
+    "LastClick",
     "MemoryStore",
     "RedisStore",
     "SessionStore",
     "StoreUnavailable",
-    "decode_state",
-    "encode_state",
+    "StoredSession",
+    "cas_prefix",
+    "decode_session",
+    "encode_session",
     "open_store",
+    "redacted_url",
 ]
 
 _MAGIC = b"G4RS"
-_HEADER = struct.Struct("<4sHII")  # magic, layout version, hidden floats, seen items
-_VERSION = 1
+_V1 = struct.Struct("<4sHII")  # magic, layout 1, hidden floats, seen items
+# magic, layout 2, version (8 random bytes), position, hidden floats, seen items, answer items,
+# flags (1: fallback, 2: the click started the session), the last click's item index (-1: unknown)
+_V2 = struct.Struct("<4sH8sIIIHBxi")
+_PREFIX = 4 + 2 + 8  # magic, layout, version: what a compare-and-set compares
+_FALLBACK, _STARTED = 1, 2
 
 
 class StoreUnavailable(Gru4RecError):
@@ -46,28 +72,92 @@ class StoreUnavailable(Gru4RecError):
     serving a 503 with the reason."""
 
 
-def encode_state(state: SessionState) -> bytes:
-    """The state as bytes: a 14-byte header, the hidden floats, the seen item indices (int32)."""
+@dataclass(frozen=True)
+class LastClick:
+    """The last click a session applied and its answer: what a retry of it is answered with.
+    ``item`` is the click's known item index (-1: an unknown item); ``items``/``scores`` the
+    answer (``scores`` None for the popularity fallback); ``started`` whether the click started
+    the session (its ``new_session``)."""
+
+    item: int
+    items: np.ndarray
+    scores: np.ndarray | None
+    fallback: bool
+    started: bool
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    """A session as stored: its state, its position (clicks applied; 0 for a layout-1 state,
+    whose position is unknown) and its last click (None for a layout-1 state)."""
+
+    state: SessionState
+    position: int
+    last: LastClick | None
+
+
+def encode_session(state: SessionState, position: int, last: LastClick) -> bytes:
+    """The session as layout-2 bytes with a new random version: the header, the hidden floats,
+    the seen item indices (int32), the last answer's items (int32) and scores (float32, absent
+    for a fallback)."""
     hidden = b"" if state.hidden is None else np.ascontiguousarray(state.hidden, dtype="<f4").tobytes()
     seen = np.ascontiguousarray(state.seen, dtype="<i4").tobytes()
-    return _HEADER.pack(_MAGIC, _VERSION, len(hidden) // 4, len(seen) // 4) + hidden + seen
+    items = np.ascontiguousarray(last.items, dtype="<i4").tobytes()
+    scores = b"" if last.scores is None else np.ascontiguousarray(last.scores, dtype="<f4").tobytes()
+    flags = (_FALLBACK if last.scores is None else 0) | (_STARTED if last.started else 0)
+    header = _V2.pack(_MAGIC, 2, os.urandom(8), position, len(hidden) // 4, len(seen) // 4, len(items) // 4, flags, last.item)
+    return b"".join((header, hidden, seen, items, scores))
 
 
-def decode_state(data: bytes, hidden_size: int) -> SessionState | None:
-    """The state in ``data``, or None when the bytes are not a state of a model with
+def decode_session(data: bytes, hidden_size: int) -> StoredSession | None:
+    """The session in ``data``, or None when the bytes are not a session of a model with
     ``hidden_size`` floats of hidden state (then the session starts fresh)."""
-    if len(data) < _HEADER.size:
+    if len(data) < _V1.size or data[:4] != _MAGIC:
         return None
-    magic, version, n_hidden, n_seen = _HEADER.unpack_from(data)
-    if magic != _MAGIC or version != _VERSION or n_hidden not in (0, hidden_size):
+    layout = int.from_bytes(data[4:6], "little")
+    if layout == 1:
+        _, _, n_hidden, n_seen = _V1.unpack_from(data)
+        offset, position, n_items, flags, item = _V1.size, 0, 0, 0, -1
+    elif layout == 2 and len(data) >= _V2.size:
+        _, _, _, position, n_hidden, n_seen, n_items, flags, item = _V2.unpack_from(data)
+        offset = _V2.size
+    else:
         return None
-    if len(data) != _HEADER.size + 4 * (n_hidden + n_seen):
+    n_scores = 0 if flags & _FALLBACK else n_items
+    if n_hidden not in (0, hidden_size) or len(data) != offset + 4 * (n_hidden + n_seen + n_items + n_scores):
         return None
-    offset = _HEADER.size
     # Read-only views of the bytes, no copies: the engine only reads a stored state.
     hidden = np.frombuffer(data, dtype="<f4", count=n_hidden, offset=offset) if n_hidden else None
-    seen = np.frombuffer(data, dtype="<i4", count=n_seen, offset=offset + 4 * n_hidden)
-    return SessionState(hidden, seen)
+    offset += 4 * n_hidden
+    seen = np.frombuffer(data, dtype="<i4", count=n_seen, offset=offset)
+    state = SessionState(hidden, seen)
+    if layout == 1:
+        return StoredSession(state, 0, None)
+    offset += 4 * n_seen
+    answer = np.frombuffer(data, dtype="<i4", count=n_items, offset=offset)
+    scores = None if flags & _FALLBACK else np.frombuffer(data, dtype="<f4", count=n_items, offset=offset + 4 * n_items)
+    return StoredSession(state, position, LastClick(item, answer, scores, bool(flags & _FALLBACK), bool(flags & _STARTED)))
+
+
+def cas_prefix(data: bytes) -> bytes:
+    """What a compare-and-set of a write after reading ``data`` compares: the magic, layout and
+    version of a layout-2 value, or the whole value otherwise (a layout-1 state, foreign bytes).
+    The prefix of a layout-2 value never starts a layout-1 value, nor the other way round (the
+    layout number differs), so one comparison (``value.startswith(prefix)``) serves both."""
+    return data[:_PREFIX] if len(data) >= _V2.size and data[4:6] == b"\x02\x00" and data[:4] == _MAGIC else data
+
+
+def redacted_url(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``: for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port is not None else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 class SessionStore(Protocol):
@@ -78,7 +168,10 @@ class SessionStore(Protocol):
 
     def get_many(self, keys: list[str]) -> list[bytes | None]: ...
 
-    def put_many(self, items: list[tuple[str, bytes]]) -> None: ...
+    def compare_and_set(self, writes: list[tuple[str, bytes | None, bytes]]) -> list[int]:
+        """Write each ``(key, expected, value)`` whose stored value still starts with
+        ``expected`` (``None``: the key must be absent); the indices of the writes refused."""
+        ...
 
     def delete(self, key: str) -> bool: ...
 
@@ -113,23 +206,29 @@ class MemoryStore:
         self._lock = threading.Lock()  # size() is read from the event loop's thread
         self.evictions = {"capacity": 0, "ttl": 0}
 
+    def _live(self, key: str, now: float) -> bytes | None:
+        """The key's value, or None (an expired one is dropped and counted); under the lock."""
+        entry = self._data.get(key)
+        if entry is not None and now - entry[0] > self.ttl_s:
+            del self._data[key]
+            self.evictions["ttl"] += 1
+            entry = None
+        return None if entry is None else entry[1]
+
     def get_many(self, keys: list[str]) -> list[bytes | None]:
         now = self._clock()
-        found: list[bytes | None] = []
         with self._lock:
-            for key in keys:
-                entry = self._data.get(key)
-                if entry is not None and now - entry[0] > self.ttl_s:
-                    del self._data[key]
-                    self.evictions["ttl"] += 1
-                    entry = None
-                found.append(None if entry is None else entry[1])
-        return found
+            return [self._live(key, now) for key in keys]
 
-    def put_many(self, items: list[tuple[str, bytes]]) -> None:
+    def compare_and_set(self, writes: list[tuple[str, bytes | None, bytes]]) -> list[int]:
         now = self._clock()
+        refused = []
         with self._lock:
-            for key, value in items:
+            for i, (key, expected, value) in enumerate(writes):
+                current = self._live(key, now)
+                if (current is None) != (expected is None) or (current is not None and not current.startswith(expected)):  # type: ignore[arg-type]
+                    refused.append(i)
+                    continue
                 self._data[key] = (now, value)
                 self._data.move_to_end(key)
             while self._data:
@@ -141,6 +240,7 @@ class MemoryStore:
             while len(self._data) > self.max_sessions:
                 self._data.popitem(last=False)
                 self.evictions["capacity"] += 1
+        return refused
 
     def delete(self, key: str) -> bool:
         with self._lock:
@@ -163,11 +263,37 @@ class MemoryStore:
             self._data.clear()
 
 
+#: The compare-and-set of a batch, atomic in Redis. KEYS: the sessions' keys; ARGV[1]: the
+#: time-to-live in ms, then per key the expected prefix ('' : the key must be absent; a stored
+#: value is never empty) and the new value. Returns the 0-based indices of the refused writes.
+_CAS_SCRIPT = """
+local refused = {}
+for i = 1, #KEYS do
+  local want = ARGV[2 * i]
+  local cur = redis.call('GET', KEYS[i])
+  local ok
+  if want == '' then
+    ok = (cur == false)
+  else
+    ok = (cur ~= false) and (string.sub(cur, 1, #want) == want)
+  end
+  if ok then
+    redis.call('SET', KEYS[i], ARGV[2 * i + 1], 'PX', ARGV[1])
+  else
+    refused[#refused + 1] = i - 1
+  end
+end
+return refused
+"""
+
+
 class RedisStore:
-    """Sessions in Redis at ``url`` (``redis://host:port/db``), one key per session,
-    ``{prefix}{namespace}:{session id}``, expiring ``ttl_s`` after the last click. Redis's own
-    eviction (``maxmemory-policy``) applies; ``evictions`` stays zero here because Redis does
-    not tell its clients."""
+    """Sessions in Redis at ``url`` (``redis://[:password@]host:port/db``, ``rediss://`` for
+    TLS, ``unix://``), one key per session, ``{prefix}{namespace}:{session id}``, expiring
+    ``ttl_s`` after the last click. Redis's own eviction (``maxmemory-policy``) applies;
+    ``evictions`` stays zero here because Redis does not tell its clients. One Redis server (or
+    a primary): a batch's keys go to one script, which Redis Cluster would refuse across slots.
+    Messages name the URL without its password."""
 
     kind = "redis"
 
@@ -177,8 +303,14 @@ class RedisStore:
         except ImportError as exc:  # pragma: no cover - the serve extra installs it
             raise ImportError("session state in Redis needs the redis package: pip install 'gru4rec[serve]'") from exc
         self._redis_errors = (redis.RedisError, OSError)
-        self._client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-        self.url, self.ttl_ms = url, max(1, int(ttl_s * 1000))
+        self.url = redacted_url(url)
+        try:
+            self._client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        except ValueError as exc:  # a malformed URL: say which, without its password
+            raise StoreUnavailable(f"Redis URL {self.url} is not valid: {exc}") from None
+        # EVALSHA, and EVAL once when the server does not hold the script (first use, a restart).
+        self._cas = self._client.register_script(_CAS_SCRIPT)
+        self.ttl_ms = max(1, int(ttl_s * 1000))
         self._base_prefix = prefix
         self._prefix = f"{prefix}{namespace}:"
         self.evictions = {"capacity": 0, "ttl": 0}
@@ -193,15 +325,15 @@ class RedisStore:
         names = [self._prefix + k for k in keys]
         return list(self._call("MGET", lambda: self._client.mget(names)))  # type: ignore[arg-type]
 
-    def put_many(self, items: list[tuple[str, bytes]]) -> None:
-        def write() -> None:
-            pipe = self._client.pipeline(transaction=False)
-            for key, value in items:
-                pipe.set(self._prefix + key, value, px=self.ttl_ms)
-            pipe.execute()
-
-        if items:
-            self._call("SET", write)
+    def compare_and_set(self, writes: list[tuple[str, bytes | None, bytes]]) -> list[int]:
+        if not writes:
+            return []
+        keys = [self._prefix + key for key, _, _ in writes]
+        args: list[bytes | int] = [self.ttl_ms]
+        for _, expected, value in writes:
+            args += [b"" if expected is None else expected, value]
+        refused = self._call("EVALSHA (compare-and-set)", lambda: self._cas(keys=keys, args=args))
+        return [int(i) for i in refused]  # type: ignore[union-attr]
 
     def delete(self, key: str) -> bool:
         return bool(self._call("DEL", lambda: self._client.delete(self._prefix + key)))
@@ -229,5 +361,4 @@ def open_store(spec: str, *, max_sessions: int, ttl_s: float, namespace: str) ->
         store = RedisStore(spec, ttl_s, namespace)
         store.ping()
         return store
-    raise ValueError(f"state must be 'memory' or a redis:// URL, got {spec!r}")
-
+    raise ValueError(f"state must be 'memory' or a redis:// URL, got {redacted_url(spec)!r}")
