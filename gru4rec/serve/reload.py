@@ -151,9 +151,15 @@ class ModelReloader:
             self.stale = None
             return False
         keep = engine.keeps_states_of(current)
-        self.batcher.swap(engine, keep_sessions=keep, namespace=engine.checksum[:16]).result(timeout=60)
+        # The flag clears before the swap becomes visible: /v1/model must never show the good
+        # file's checksum beside the refused file's reason (a failed swap puts the reason back).
+        stale, self.stale = self.stale, None
+        try:
+            self.batcher.swap(engine, keep_sessions=keep, namespace=engine.checksum[:16]).result(timeout=60)
+        except BaseException:
+            self.stale = stale
+            raise
         self.reloads += 1
-        self.stale = None
         log.info("Now serving %s: sha256 %s, %d items (%+d), epochs_trained %d; live sessions %s", self.path, engine.checksum[:12],
                  engine.n_items, engine.n_items - current.n_items, engine.model.epochs_trained,
                  "kept" if keep else "start afresh (another architecture or item map)")
