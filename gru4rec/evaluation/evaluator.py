@@ -22,6 +22,7 @@ How it runs (the fast path is the only path):
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
@@ -46,6 +47,7 @@ from gru4rec.evaluation.schedule import schedule_sessions
 from gru4rec.inference import SessionModel, check_session_model, require_fitted
 from gru4rec.inference.repeat import RepeatBoost
 from gru4rec.log import progress_bar
+from gru4rec.threads import online_choice
 
 __all__ = ["DEFAULT_BATCH_SIZE", "TIE_MODES", "EvalResult", "evaluate", "evaluate_sessions"]
 
@@ -376,9 +378,13 @@ def evaluate_sessions(
     # Progress counts predictions (host-side counts per step: no device synchronisation).
     per_step = sched.valid.sum(axis=1).tolist()
     bar = progress_bar(sched.n_predictions, "evaluation", enabled=progress, unit="pred")
-    with bar, torch.no_grad():
+    # On the CPU the thread count is chosen from the steps' own times (gru4rec/threads.py); a step
+    # is measured per active row, as the tail's steps have fewer.
+    threads = online_choice("evaluation", trial_steps=max(3, min(50, T // 10)), warmup_steps=1) if device.type == "cpu" else None
+    with bar, torch.no_grad(), threads if threads is not None else contextlib.nullcontext():
         hidden_full = model.init_state(B)
         hidden = hidden_full
+        step_start = time.perf_counter()
         for step in range(T):
             A = active[step]
             if A < len(hidden[0]):
@@ -399,6 +405,10 @@ def evaluate_sessions(
             g, e = ranker(scores, tgt_scores, None if top_ids is None else top_ids[:A])
             metrics.add(g, e, tgt_scores, valid[step, :A], None if pred_index is None else pred_index[step, :A])
             bar.update(per_step[step])
+            if threads is not None:
+                now = time.perf_counter()
+                threads.observe(now - step_start, A)
+                step_start = now
 
     totals = metrics.read()  # the one read back of the whole evaluation
     P = sched.n_predictions
