@@ -184,3 +184,42 @@ def test_evaluation_chooses_its_threads_unless_they_are_fixed(tmp_path: Path, mo
     assert made[1].candidates == [2] and made[1].comparisons == 0
     # the thread count does not change the ranks
     assert chosen.recall == fixed.recall and chosen.mrr == pytest.approx(fixed.mrr, rel=1e-6)
+
+
+def test_the_server_worker_chooses_its_threads_from_the_batches() -> None:
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    import threading
+
+    from gru4rec.inference import Engine
+    from gru4rec.serve.batcher import Job, MicroBatcher
+    from gru4rec.serve.state import MemoryStore
+
+    events = generate(n_sessions=80, n_items=20, seed=1)
+    model = GRU4Rec(TINY, device="cpu", threads=1).fit(events, progress=False)
+    engine = Engine(model)
+    applied: list[tuple[int, str]] = []
+    observed: list[float] = []
+    machine = FakeMachine({1: 1.0, 2: 1.0}, threads=2)
+
+    def apply(n: int) -> None:
+        applied.append((n, threading.current_thread().name))
+        machine.apply(n)
+
+    class Recording(threads.ThreadChoice):
+        def observe(self, seconds: float, work: float = 1.0) -> None:
+            observed.append(work)
+            super().observe(seconds, work)
+
+    choice = Recording([1, 2], workload="serving", trial_steps=1, warmup_steps=0, apply=apply, current=machine.current)
+    batcher = MicroBatcher(engine, MemoryStore(max_sessions=100, ttl_s=600.0), max_batch=3, threads=choice)
+    ids = model.item_map.to_list()
+    futures = [batcher.submit(Job("event", f"s{i % 5}", engine.index_of([ids[i]])[0], 3)) for i in range(10)]
+    futures.append(batcher.submit(Job("delete", "s0")))
+    batcher.start()
+    for future in futures:
+        future.result(timeout=30)
+    batcher.stop()
+    # entered on the worker thread (torch's count is per thread), told each batch's rows, left as it found it
+    assert applied and {name for _, name in applied} == {"gru4rec-batcher"} and applied[0][0] == 1
+    assert sum(observed) == 10 and max(observed) <= 3 and choice.comparisons >= 1
+    assert machine.threads == 2

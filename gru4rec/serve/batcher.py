@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import threading
@@ -33,6 +34,7 @@ import numpy as np
 
 from gru4rec.inference import Answer, Engine, Work
 from gru4rec.serve.state import SessionStore, StoreUnavailable, decode_state, encode_state
+from gru4rec.threads import ThreadChoice
 
 __all__ = ["Job", "JobResult", "MicroBatcher", "Overloaded", "ShuttingDown"]
 
@@ -88,7 +90,8 @@ class _Swap:
 class MicroBatcher:
     """Runs :class:`Job`\\ s in batches on one worker thread (see the module docstring).
 
-    ``on_batch(size)`` is called after each batch (metrics).
+    ``on_batch(size)`` is called after each batch (metrics). ``threads``: the worker's online
+    thread-count choice (:func:`gru4rec.threads.online_choice`), told each batch's model time.
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class MicroBatcher:
         window_s: float = 0.0,
         max_queue: int = 4096,
         on_batch: Callable[[int], Any] | None = None,
+        threads: ThreadChoice | None = None,
     ) -> None:
         self.engine, self.store = engine, store
         self.max_batch, self.window_s = max_batch, window_s
@@ -108,6 +112,7 @@ class MicroBatcher:
         self.max_queue = max_queue
         self._deferred: collections.deque[Job] = collections.deque()
         self._on_batch = on_batch
+        self._threads = threads
         self._thread: threading.Thread | None = None
         self._stopping = False
 
@@ -173,6 +178,11 @@ class MicroBatcher:
     # ------------------------------------------------------------------ worker side
 
     def _loop(self) -> None:
+        # torch's thread count is the worker thread's own: the choice is made here, not at start-up
+        with self._threads if self._threads is not None else contextlib.nullcontext():
+            self._serve()
+
+    def _serve(self) -> None:
         while True:
             got = self._next_batch()
             if got is None:
@@ -271,7 +281,10 @@ class MicroBatcher:
                 # indexed by the previous model: map again by id (an id it lacks is skipped)
                 items, _ = engine.index_of([job.engine.item_ids[i] for i in items.tolist()])
             works.append(Work(state, items, job.k, job.exclude_seen))
+        started = time.perf_counter()
         answers = engine.run(works)
+        if self._threads is not None:  # the model's work only (per row): the store's round trips are not the CPU's
+            self._threads.observe(time.perf_counter() - started, len(works))
         self.store.put_many([(job.session or "", encode_state(a.state)) for job, a in zip(jobs, answers) if job.kind == "event"])
         for job, work, answer in zip(jobs, works, answers):
             if not job.future.done():
