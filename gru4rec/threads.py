@@ -28,6 +28,7 @@ import contextlib
 import logging
 import math
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,6 +236,13 @@ class ThreadDecision:
 
 _decisions: dict[str, ThreadDecision] = {}
 
+#: A count this many times slower per unit than one thread has collapsed: the machine is busy.
+COLLAPSE = 2.0
+#: Seconds for which a collapse found by one choice holds for a new one (its first comparison is skipped).
+BUSY_MEMORY_S = 60.0
+#: Until when (``time.monotonic``) this process's latest comparison found the machine busy.
+_busy_until = 0.0
+
 
 def last_decision(workload: str) -> ThreadDecision | None:
     """The latest decision of this process's :class:`ThreadChoice` for ``workload`` ('training',
@@ -263,14 +271,21 @@ class ThreadChoice:
        interval doubling (to ``max_recheck_windows``) each time the comparison keeps the count,
        so that a machine that became quiet is noticed and a steady one is barely disturbed.
 
-    ``apply(n)`` sets the thread count (default: ``torch.set_num_threads``) and ``current()``
-    reads it (``torch.get_num_threads``); tests pass their own, with made-up timings. With one
-    candidate nothing is measured: the count is fixed.
+    A comparison that finds the most threads :data:`COLLAPSE` times slower than one (the machine
+    is busy: waiting threads spin on cores others need) is remembered for :data:`BUSY_MEMORY_S`
+    seconds: a choice made meanwhile (the evaluation after training) starts holding one thread
+    instead of comparing — a short workload would lose much of its time to the collapsing count.
+
+    ``apply(n)`` sets the thread count (default: ``torch.set_num_threads``), ``current()``
+    reads it (``torch.get_num_threads``) and ``clock()`` tells the time (``time.monotonic``);
+    tests pass their own, with made-up timings. With one candidate nothing is measured: the count
+    is fixed.
     """
 
     def __init__(self, candidates: Sequence[int], *, workload: str = "training", trial_steps: int = 200,
                  warmup_steps: int = 5, slowdown: float = 1.25, recheck_windows: int = 8, max_recheck_windows: int = 256,
-                 apply: Callable[[int], None] | None = None, current: Callable[[], int] | None = None) -> None:
+                 apply: Callable[[int], None] | None = None, current: Callable[[], int] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         counts = sorted(set(candidates))
         if not counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
             raise ValueError(f"candidates must be positive integers, got {list(candidates)!r}")
@@ -282,6 +297,7 @@ class ThreadChoice:
         self.trial_steps, self.warmup_steps, self.slowdown = trial_steps, warmup_steps, slowdown
         self.first_recheck, self.max_recheck = recheck_windows, max_recheck_windows
         self._apply = apply if apply is not None else _torch_set_threads
+        self._clock = clock
         self._current = current if current is not None else _torch_get_threads
         self.threads = counts[-1]
         """The count this choice runs now (during a comparison: the one being measured)."""
@@ -302,6 +318,11 @@ class ThreadChoice:
         self._units = 0
         if len(counts) == 1:
             self.chosen = counts[0]
+        elif clock() < _busy_until:
+            # Another choice of this process just saw the larger counts collapse: a short workload
+            # (an evaluation after training) would spend much of its time re-learning that.
+            self.threads = self.chosen = counts[0]
+            self._comparing = False
         else:  # the first comparison starts at one thread, set on entering ``with``
             self.threads = counts[0]
             self._skip = warmup_steps
@@ -368,7 +389,11 @@ class ThreadChoice:
             self._decide()
 
     def _decide(self) -> None:
+        global _busy_until
         best = min(self._results, key=lambda n: (self._results[n], -n))
+        one, most = self._results.get(self.candidates[0]), self._results.get(self.candidates[-1])
+        if one is not None and most is not None:
+            _busy_until = self._clock() + BUSY_MEMORY_S if most >= COLLAPSE * one else 0.0
         before = self.chosen
         self.chosen = best
         self.comparisons += 1

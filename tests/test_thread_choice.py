@@ -19,6 +19,12 @@ from gru4rec.training.trainer import Trainer
 TINY = "layers=8,n_sample=16,n_epochs=2,batch_size=8,sample_store_size=160"
 
 
+@pytest.fixture(autouse=True)
+def no_remembered_collapse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts without a collapse remembered from another (threads._busy_until)."""
+    monkeypatch.setattr(threads, "_busy_until", 0.0)
+
+
 class FakeMachine:
     """A thread count and the time one step takes at each count (changeable mid-run), in units of
     1/1024 s, which add up without rounding."""
@@ -92,6 +98,29 @@ def test_rechecks_of_a_steady_machine_grow_rarer() -> None:
     # (the window at 2 threads took 10 ms: 5 steps) and comes after 2, 4, 8, 8... windows of 10
     assert at[:5] == [20, 20 + 20 + 5, 45 + 40 + 5, 90 + 80 + 5, 175 + 80 + 5]
     assert choice.chosen == 2
+
+
+def test_a_collapse_seen_by_one_choice_starts_the_next_at_one_thread() -> None:
+    now = [100.0]
+    machine = FakeMachine({1: 1.0, 2: 4.0})
+    first = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0])
+    with first:
+        machine.run(first, 30)
+    assert first.chosen == 1 and machine.steps_at[2] == 3  # 2 threads spent 1 thread's 10 steps' time
+    second = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0])
+    with second:
+        machine.run(second, 15)  # an evaluation right after: holds one thread, no comparison
+    assert second.chosen == 1 and second.comparisons == 0 and machine.steps_at[2] == 3
+    now[0] += threads.BUSY_MEMORY_S + 1  # long after: compare again
+    machine.ms = {1: 1.0, 2: 1.5}  # slower, not collapsed: nothing is remembered
+    third = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0])
+    with third:
+        machine.run(third, 25)
+    assert third.comparisons == 1 and machine.steps_at[2] > 3
+    fourth = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0])
+    with fourth:
+        machine.run(fourth, 25)
+    assert fourth.comparisons == 1
 
 
 def test_one_candidate_is_a_fixed_count() -> None:
