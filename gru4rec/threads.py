@@ -276,6 +276,9 @@ class ThreadChoice:
     seconds: a choice made meanwhile (the evaluation after training) starts holding one thread
     instead of comparing — a short workload would lose much of its time to the collapsing count.
 
+    ``compare_first=False`` (a short workload) starts holding the most threads instead of
+    comparing (one thread after a collapse, as above); the windows then work as in the hold.
+
     ``apply(n)`` sets the thread count (default: ``torch.set_num_threads``), ``current()``
     reads it (``torch.get_num_threads``) and ``clock()`` tells the time (``time.monotonic``);
     tests pass their own, with made-up timings. With one candidate nothing is measured: the count
@@ -284,8 +287,8 @@ class ThreadChoice:
 
     def __init__(self, candidates: Sequence[int], *, workload: str = "training", trial_steps: int = 200,
                  warmup_steps: int = 5, slowdown: float = 1.25, recheck_windows: int = 8, max_recheck_windows: int = 256,
-                 apply: Callable[[int], None] | None = None, current: Callable[[], int] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 compare_first: bool = True, apply: Callable[[int], None] | None = None,
+                 current: Callable[[], int] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         counts = sorted(set(candidates))
         if not counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
             raise ValueError(f"candidates must be positive integers, got {list(candidates)!r}")
@@ -318,10 +321,11 @@ class ThreadChoice:
         self._units = 0
         if len(counts) == 1:
             self.chosen = counts[0]
-        elif clock() < _busy_until:
+        elif clock() < _busy_until or not compare_first:
             # Another choice of this process just saw the larger counts collapse: a short workload
-            # (an evaluation after training) would spend much of its time re-learning that.
-            self.threads = self.chosen = counts[0]
+            # (an evaluation after training) would spend much of its time re-learning that. Without
+            # one, a workload too short to compare holds the most threads (the fastest on a quiet machine).
+            self.threads = self.chosen = counts[0] if clock() < _busy_until else counts[-1]
             self._comparing = False
         else:  # the first comparison starts at one thread, set on entering ``with``
             self.threads = counts[0]
@@ -438,7 +442,7 @@ def _torch_get_threads() -> int:
     return torch.get_num_threads()
 
 
-def online_choice(workload: str, *, trial_steps: int = 200, warmup_steps: int = 5) -> ThreadChoice:
+def online_choice(workload: str, *, trial_steps: int = 200, warmup_steps: int = 5, compare_first: bool = True) -> ThreadChoice:
     """The :class:`ThreadChoice` of one workload ('training', 'evaluation', 'serving') of this
     process: between one thread and torch's count now (after :func:`set_threads`: the CPUs this
     process may use), or that count alone where the caller fixed it (:func:`threads_fixed`)."""
@@ -447,4 +451,5 @@ def online_choice(workload: str, *, trial_steps: int = 200, warmup_steps: int = 
     fixed = threads_fixed()
     now = torch.get_num_threads()
     candidates = [now] if fixed is not None or now == 1 else [1, now]
-    return ThreadChoice(candidates, workload=workload, trial_steps=trial_steps, warmup_steps=warmup_steps)
+    return ThreadChoice(candidates, workload=workload, trial_steps=trial_steps, warmup_steps=warmup_steps,
+                        compare_first=compare_first)

@@ -111,6 +111,10 @@ def test_a_collapse_seen_by_one_choice_starts_the_next_at_one_thread() -> None:
     with second:
         machine.run(second, 15)  # an evaluation right after: holds one thread, no comparison
     assert second.chosen == 1 and second.comparisons == 0 and machine.steps_at[2] == 3
+    short = machine.choice([1, 2], trial_steps=10, warmup_steps=0, compare_first=False, clock=lambda: now[0])
+    with short:  # too short to compare, but a collapse was just seen: one thread
+        machine.run(short, 5)
+    assert short.chosen == 1 and machine.steps_at[2] == 3
     now[0] += threads.BUSY_MEMORY_S + 1  # long after: compare again
     machine.ms = {1: 1.0, 2: 1.5}  # slower, not collapsed: nothing is remembered
     third = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0])
@@ -121,6 +125,11 @@ def test_a_collapse_seen_by_one_choice_starts_the_next_at_one_thread() -> None:
     with fourth:
         machine.run(fourth, 25)
     assert fourth.comparisons == 1
+    short = machine.choice([1, 2], trial_steps=10, warmup_steps=0, compare_first=False, clock=lambda: now[0])
+    with short:  # too short to compare on a machine that is not busy: the most threads
+        assert machine.threads == 2
+        machine.run(short, 5)
+    assert short.chosen == 2 and short.comparisons == 0
 
 
 def test_one_candidate_is_a_fixed_count() -> None:

@@ -378,9 +378,13 @@ def evaluate_sessions(
     # Progress counts predictions (host-side counts per step: no device synchronisation).
     per_step = sched.valid.sum(axis=1).tolist()
     bar = progress_bar(sched.n_predictions, "evaluation", enabled=progress, unit="pred")
-    # On the CPU the thread count is chosen from the steps' own times (gru4rec/threads.py); a step
-    # is measured per active row, as the tail's steps have fewer.
-    threads = online_choice("evaluation", trial_steps=max(3, min(50, T // 10)), warmup_steps=1) if device.type == "cpu" else None
+    # On the CPU the thread count is chosen from the times of the steps with every slot busy
+    # (gru4rec/threads.py): the bulk of the work, alike in size (a tail step's few rows cost mostly
+    # overhead). Too few of them to compare: the most threads, or one after a collapse just seen.
+    n_full = int((sched.active == B).sum())
+    threads = None
+    if device.type == "cpu":
+        threads = online_choice("evaluation", trial_steps=max(3, min(50, n_full // 10)), warmup_steps=1, compare_first=n_full >= 40)
     with bar, torch.no_grad(), threads if threads is not None else contextlib.nullcontext():
         hidden_full = model.init_state(B)
         hidden = hidden_full
@@ -407,7 +411,8 @@ def evaluate_sessions(
             bar.update(per_step[step])
             if threads is not None:
                 now = time.perf_counter()
-                threads.observe(now - step_start, A)
+                if A == B:
+                    threads.observe(now - step_start)
                 step_start = now
 
     totals = metrics.read()  # the one read back of the whole evaluation
