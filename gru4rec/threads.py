@@ -236,8 +236,10 @@ class ThreadDecision:
 
 _decisions: dict[str, ThreadDecision] = {}
 
-#: A count this many times slower per unit than one thread has collapsed: the machine is busy.
-COLLAPSE = 2.0
+#: A count this many times slower per unit than one thread has collapsed: the machine is busy (on the
+#: 2-core host, rsc15 steps at 2 threads measured 0.8-1.45x the time of 1 thread on a quiet machine
+#: and 1.56-4x beside one busy process).
+COLLAPSE = 1.5
 #: Seconds for which a collapse found by one choice holds for a new one (its first comparison is skipped).
 BUSY_MEMORY_S = 60.0
 #: Until when (``time.monotonic``) this process's latest comparison found the machine busy.

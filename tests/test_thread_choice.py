@@ -116,7 +116,7 @@ def test_a_collapse_seen_by_one_choice_starts_the_next_at_one_thread() -> None:
         machine.run(short, 5)
     assert short.chosen == 1 and machine.steps_at[2] == 3
     now[0] += threads.BUSY_MEMORY_S + 1  # long after: compare again
-    machine.ms = {1: 1.0, 2: 1.5}  # slower, not collapsed: nothing is remembered
+    machine.ms = {1: 1.0, 2: 1.25}  # slower, not collapsed: nothing is remembered
     third = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0])
     with third:
         machine.run(third, 25)
