@@ -110,7 +110,8 @@ def _run(args: argparse.Namespace, variant: str) -> dict[str, object]:
 def main() -> None:
     """Measure and print."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--busy", type=int, nargs="+", default=[0], help="busy processes beside the runs (one load per command is best)")
+    parser.add_argument("--busy", type=int, nargs="+", default=[0],
+                        help="busy processes beside the runs (one load per command is best)")
     parser.add_argument("--variants", nargs="+", default=["default", "passive", "spin", "threads=1"], choices=list(VARIANTS))
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=3)

@@ -255,9 +255,9 @@ def last_decision(workload: str) -> ThreadDecision | None:
 class ThreadChoice:
     """The faster of some thread counts, chosen from the measured time of the work itself.
 
-    Use it inside ``with choice:``. The caller reports every unit of work — a training step, an evaluation batch, a served
-    batch — with :meth:`observe` (its seconds, and how much work it was); the choice sets torch's
-    thread count between two of them. Inside ``with choice:`` torch runs the choice's current
+    The caller reports every unit of work — a training step, an evaluation batch, a served batch —
+    with :meth:`observe` (its seconds, and how much work it was); the choice sets torch's thread
+    count between two of them. Use it as ``with choice:``: inside, torch runs the choice's current
     count; on leaving, the count from before comes back (validation between two epochs runs its
     own choice). The rounds:
 
@@ -321,13 +321,14 @@ class ThreadChoice:
         self._skip = 0
         self._seconds = self._work = 0.0
         self._units = 0
+        busy = clock() < _busy_until
         if len(counts) == 1:
             self.chosen = counts[0]
-        elif clock() < _busy_until or not compare_first:
+        elif busy or not compare_first:
             # Another choice of this process just saw the larger counts collapse: a short workload
             # (an evaluation after training) would spend much of its time re-learning that. Without
             # one, a workload too short to compare holds the most threads (the fastest on a quiet machine).
-            self.threads = self.chosen = counts[0] if clock() < _busy_until else counts[-1]
+            self.threads = self.chosen = counts[0] if busy else counts[-1]
             self._comparing = False
         else:  # the first comparison starts at one thread, set on entering ``with``
             self.threads = counts[0]

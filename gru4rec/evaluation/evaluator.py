@@ -384,7 +384,8 @@ def evaluate_sessions(
     n_full = int((sched.active == B).sum())
     threads = None
     if device.type == "cpu":
-        threads = online_choice("evaluation", trial_steps=max(3, min(50, n_full // 10)), warmup_steps=1, compare_first=n_full >= 40)
+        threads = online_choice("evaluation", trial_steps=max(3, min(50, n_full // 10)), warmup_steps=1,
+                                compare_first=n_full >= 40)
     with bar, torch.no_grad(), threads if threads is not None else contextlib.nullcontext():
         hidden_full = model.init_state(B)
         hidden = hidden_full
