@@ -80,9 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     from gru4rec.evaluation.evaluator import evaluate_sessions
     from gru4rec.model import GRU4RecNet
     from gru4rec.recommender import GRU4Rec
+    from gru4rec.threads import set_threads
 
     if args.threads:
-        torch.set_num_threads(args.threads)
+        set_threads(args.threads)  # fixed: no online choice (gru4rec/threads.py)
     device = torch.device(args.device)
     train_path, test_path = args.data / "train_full.tsv", args.data / "test.tsv"
     if not train_path.exists():

@@ -77,7 +77,9 @@ def epochs_of(output: str) -> list[float]:
 
 
 def run(cmd: list[str], threads: int, what: str) -> list[float]:
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    if threads:  # else each its own default (ours: chosen online, gru4rec/threads.py; the port: torch's)
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     speeds = epochs_of(proc.stdout + proc.stderr)
     if proc.returncode != 0 or not speeds:
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True, help="training file (TSV: SessionId, ItemId, Time)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS of both (0: each its own default)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (both implementations train there)")
     args = parser.parse_args(argv)
     if not (args.port / "gru4rec_pytorch.py").is_file():

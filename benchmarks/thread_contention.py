@@ -1,18 +1,30 @@
-"""Training speed by thread count when other processes keep the CPUs busy.
+"""Training and evaluation speed by thread setting, on a quiet machine and beside busy processes.
 
-    python benchmarks/thread_contention.py                 # 3 repeats, busy load = the CPUs available
-    python benchmarks/thread_contention.py --repeats 5 --busy 0 1 2
+    python benchmarks/thread_contention.py --busy 0            # one load per command: each fits in minutes
+    python benchmarks/thread_contention.py --busy 1 --epochs 3 --repeats 2 --cap 60
+    python benchmarks/thread_contention.py --busy 2 --variants default passive threads=1
 
-Every measurement is a fresh process (the OpenMP runtime reads its settings when it loads) that
-trains ``--epochs`` epochs of the synthetic data set with the demo's settings and prints the
-seconds of ``fit``. Variants: ``threads=1``; the default thread count (the CPUs this process may
-use) with gru4rec's default wait policy (``OMP_WAIT_POLICY=PASSIVE``, set when gru4rec is
-imported: idle threads sleep at once); the default thread count with the OpenMP runtime's own
-policy (torch imported before gru4rec: idle threads spin a while before sleeping). Each
-runs beside ``--busy`` processes that spin on a core each (0 = a quiet machine), and the
-variants' repeats are interleaved so that a drifting load disturbs all alike. Printed: one JSON
-line per measurement, then per load the median seconds of each variant and its ratio to
-``--threads 1``.
+Every measurement is a fresh process (the OpenMP runtime reads its wait policy when it loads) that
+trains ``--epochs`` epochs of the rsc15 configuration (``--paramfile``, default
+paramfiles/rsc15_xe_shared_100_best.py) on ``--train`` (default ../shared/data/rsc15_100k/train_full.tsv)
+and then evaluates ``--test`` with the same setting, printing every epoch's events/s and the
+evaluation's predictions/s. Variants (``--variants``):
+
+* ``default``: what a user gets — no wait policy set, the thread count chosen online
+  (gru4rec/threads.py ThreadChoice);
+* ``passive``: the CPUs available, ``OMP_WAIT_POLICY=PASSIVE`` (idle threads sleep at once: the
+  default before issue 39);
+* ``spin``: the CPUs available, no wait policy set (the OpenMP runtime's spin-then-sleep);
+* ``active``: the CPUs available, ``OMP_WAIT_POLICY=ACTIVE``;
+* ``threads=1``: one thread.
+
+Each runs beside ``--busy`` processes that spin on a core each (``while True: pass``; 0 = a
+quiet machine). The variants' repeats are interleaved so that a drifting load disturbs all
+alike. A run is stopped after ``--cap`` seconds (a collapsing setting would take minutes per
+epoch); its finished epochs still count, and a run without one finished epoch counts as the cap.
+Printed: one JSON line per run, then per variant the median events/s of epochs 2.. (epoch 1
+includes the one-off start and the online choice's first comparison; its median is printed too),
+the median evaluation predictions/s, and both as ratios to ``passive``.
 """
 from __future__ import annotations
 
@@ -23,29 +35,45 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gru4rec.cli.synth import DEMO_PARAMS  # noqa: E402
 from gru4rec.threads import available_cpus  # noqa: E402
 
-#: One training run, in its own process: prints the seconds of fit.
+DATA = ROOT.parent / "shared" / "data" / "rsc15_100k"
+
+#: One run, in its own process: one JSON line per epoch, then one for the evaluation.
 _CHILD = """
-import sys, time
-if sys.argv[4] == "runtime":
-    import torch  # loads the OpenMP runtime before gru4rec can choose its wait policy
-from gru4rec import Config, GRU4Rec
-threads = None if sys.argv[2] == "default" else int(sys.argv[2])
-config = Config.from_string(sys.argv[3])
+import json, sys
+from gru4rec import Config, GRU4Rec, evaluate
+from gru4rec.threads import last_decision, using_threads
+paramfile, epochs, train, test, threads = sys.argv[1:6]
+threads = None if threads == "default" else int(threads)
+config = Config.from_file(paramfile).replace_from_string(f"n_epochs={epochs}")
 model = GRU4Rec(config, device="cpu", threads=threads)
-start = time.perf_counter()
-model.fit(sys.argv[1], progress=False)
-print(time.perf_counter() - start)
+def epoch(info):
+    print(json.dumps({"epoch": info.epoch, "events_per_s": info.events_per_s}), flush=True)
+model.fit(train, callback=epoch, progress=False)
+chosen = last_decision("training")
+with using_threads(threads):
+    result = evaluate(model, test)
+evaluated = last_decision("evaluation")
+print(json.dumps({"eval_per_s": result.n_predictions / result.seconds, "recall@20": result.recall[20],
+                  "training_threads": chosen.as_dict() if chosen else None,
+                  "evaluation_threads": evaluated.as_dict() if evaluated else None}), flush=True)
 """
+
+#: name -> (threads argument, OMP_WAIT_POLICY or None for the runtime's own)
+VARIANTS: dict[str, tuple[str, str | None]] = {
+    "default": ("default", None),
+    "passive": ("cpus", "PASSIVE"),
+    "spin": ("cpus", None),
+    "active": ("cpus", "ACTIVE"),
+    "threads=1": ("1", None),
+}
 
 
 def _spin() -> None:
@@ -53,70 +81,96 @@ def _spin() -> None:
         pass
 
 
-def _variants(cpus: int) -> dict[str, tuple[str, str]]:
-    """name -> (threads argument, wait policy: 'gru4rec' (passive, set on import) or 'runtime')."""
-    return {
-        "threads=1": ("1", "gru4rec"),
-        f"{cpus} threads, idle threads sleep (the default)": ("default", "gru4rec"),
-        f"{cpus} threads, OpenMP's own wait policy (spin)": ("default", "runtime"),
-    }
-
-
-def _run(train: Path, threads: str, policy: str, params: str, timeout: float) -> float | None:
+def _run(args: argparse.Namespace, variant: str) -> dict[str, object]:
+    """One run of ``variant``: its epochs' events/s and its evaluation (None if cut off)."""
+    threads, policy = VARIANTS[variant]
+    threads = str(available_cpus()) if threads == "cpus" else threads
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env["PYTHONPATH"] = str(ROOT)
+    if policy is not None:
+        env["OMP_WAIT_POLICY"] = policy
+    command = [sys.executable, "-c", _CHILD, args.paramfile, str(args.epochs), args.train, args.test, threads]
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
-        out = subprocess.run([sys.executable, "-c", _CHILD, str(train), threads, params, policy], env=env, capture_output=True,
-                             text=True, timeout=timeout, check=True)
+        out, _ = proc.communicate(timeout=args.cap)
+        cut = False
     except subprocess.TimeoutExpired:
-        return None
-    return float(out.stdout.strip().splitlines()[-1])
+        proc.kill()
+        out, _ = proc.communicate()
+        cut = True
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    epochs = [line["events_per_s"] for line in lines if "epoch" in line]
+    final = next((line for line in lines if "eval_per_s" in line), {})
+    return {"events_per_s": epochs, "eval_per_s": final.get("eval_per_s"), "recall@20": final.get("recall@20"),
+            "training_threads": final.get("training_threads"), "evaluation_threads": final.get("evaluation_threads"),
+            "cut_off": cut, "seconds": round(time.perf_counter() - started, 1)}
 
 
 def main() -> None:
     """Measure and print."""
-    cpus = available_cpus()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--busy", type=int, nargs="+", default=[0, cpus], help="busy processes beside training")
-    parser.add_argument("--n-sessions", type=int, default=4000, help="synthetic sessions (train_full)")
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a run counts as timed out")
+    parser.add_argument("--busy", type=int, nargs="+", default=[0],
+                        help="busy processes beside the runs (one load per command is best)")
+    parser.add_argument("--variants", nargs="+", default=["default", "passive", "spin", "threads=1"], choices=list(VARIANTS))
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--cap", type=float, default=60.0, help="seconds before a run is stopped")
+    parser.add_argument("--paramfile", default=str(ROOT / "paramfiles" / "rsc15_xe_shared_100_best.py"))
+    parser.add_argument("--train", default=str(DATA / "train_full.tsv"))
+    parser.add_argument("--test", default=str(DATA / "test.tsv"))
     args = parser.parse_args()
+    for path in (args.train, args.test):
+        if not Path(path).exists():
+            raise SystemExit(f"{path} not found (see ../shared/data/README.md, or pass --train/--test)")
 
-    from gru4rec.datasets.synthetic import write_synthetic
-
-    params = DEMO_PARAMS.replace("n_epochs=5", f"n_epochs={args.epochs}")
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = write_synthetic(Path(tmp), n_sessions=args.n_sessions, seed=1, force=True)
-        train = Path(paths["train_full"]) if isinstance(paths, dict) else Path(tmp) / "train_full.tsv"
-        _run(train, "1", "gru4rec", params, args.timeout)  # compile the CPU kernels once, outside the timings
-        summary: dict[int, dict[str, list[float | None]]] = {}
-        for busy in args.busy:
-            spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(busy)]
+    summary: dict[int, dict[str, list[dict[str, object]]]] = {}
+    for busy in args.busy:
+        spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(busy)]
+        for p in spinners:
+            p.start()
+        time.sleep(0.5)
+        try:
+            runs: dict[str, list[dict[str, object]]] = {v: [] for v in args.variants}
+            for repeat in range(args.repeats):
+                for variant in args.variants:
+                    run = _run(args, variant)
+                    runs[variant].append(run)
+                    print(json.dumps({"busy": busy, "variant": variant, "repeat": repeat, **run}), flush=True)
+            summary[busy] = runs
+        finally:
             for p in spinners:
-                p.start()
-            time.sleep(0.5)
-            try:
-                times: dict[str, list[float | None]] = {name: [] for name in _variants(cpus)}
-                for repeat in range(args.repeats):
-                    for name, (threads, policy) in _variants(cpus).items():
-                        seconds = _run(train, threads, policy, params, args.timeout)
-                        times[name].append(seconds)
-                        print(json.dumps({"busy": busy, "variant": name, "repeat": repeat, "seconds": seconds}), flush=True)
-                summary[busy] = times
-            finally:
-                for p in spinners:
-                    p.terminate()
-                    p.join()
-    print(f"\n{cpus} CPU(s) available; median seconds of {args.epochs} epoch(s), {args.n_sessions} synthetic sessions "
-          f"({args.repeats} repeats; a timed-out run counts as {args.timeout:.0f} s)")
-    for busy, times in summary.items():
-        medians = {name: statistics.median(t if t is not None else args.timeout for t in ts) for name, ts in times.items()}
-        base = medians["threads=1"]
+                p.terminate()
+                p.join()
+
+    print(f"\n{available_cpus()} CPU(s); {Path(args.paramfile).name}, {args.epochs} epoch(s) of {Path(args.train).name}, "
+          f"{args.repeats} repeat(s); a run stops after {args.cap:.0f} s")
+    for busy, runs in summary.items():
         print(f"busy processes: {busy}")
-        for name, m in medians.items():
-            print(f"  {name:50s} {m:8.2f} s  ×{m / base:5.2f} of threads=1")
+        rows = {}
+        for variant, rs in runs.items():
+            later = [e for r in rs for e in r["events_per_s"][1:]]  # type: ignore[index]
+            first = [r["events_per_s"][0] for r in rs if r["events_per_s"]]  # type: ignore[index]
+            if not later:  # no epoch after the first finished: the cap bounds the speed from above
+                later = [e for r in rs for e in r["events_per_s"]] or [0.0]  # type: ignore[union-attr]
+            evals = [r["eval_per_s"] for r in rs if r["eval_per_s"] is not None]
+            rows[variant] = (statistics.median(later), statistics.median(first) if first else 0.0,
+                             statistics.median(evals) if evals else None, sum(bool(r["cut_off"]) for r in rs))
+        base = rows.get("passive")
+        for variant, (later, first, evals, cut) in rows.items():
+            ratio = f"×{later / base[0]:5.2f}" if base and base[0] else ""
+            eval_text = f"{evals:9,.0f} pred/s" if evals is not None else "     (cut off)"
+            eval_ratio = f"×{evals / base[2]:5.2f}" if base and base[2] and evals is not None else ""
+            print(f"  {variant:10s} epochs 2..: {later:8,.0f} e/s {ratio}   epoch 1: {first:8,.0f} e/s   "
+                  f"evaluation: {eval_text} {eval_ratio}" + (f"   ({cut} run(s) cut off)" if cut else ""))
+        fixed = {v: r for v, r in rows.items() if v != "default"}
+        if "default" in rows and fixed:
+            best = max(fixed, key=lambda v: fixed[v][0])
+            best_eval = max((v for v in fixed if fixed[v][2] is not None), key=lambda v: fixed[v][2] or 0.0, default=None)
+            text = f"  default / best fixed setting: training ×{rows['default'][0] / fixed[best][0]:.2f} ({best})"
+            if best_eval is not None and rows["default"][2] is not None:
+                text += f", evaluation ×{rows['default'][2] / fixed[best_eval][2]:.2f} ({best_eval})"
+            print(text)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from gru4rec.model import GRU4RecNet  # noqa: E402
 from gru4rec.devices import resolve_device  # noqa: E402
 from gru4rec.training.backend import select_backend  # noqa: E402
 from gru4rec.training.loop import train_epochs  # noqa: E402
+from gru4rec.threads import set_threads  # noqa: E402
 from gru4rec.training.trainer import Trainer  # noqa: E402
 
 CONFIGS = {
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="batch 32..256 × layers 100..512 × {cross-entropy, bpr-max}")
     args = parser.parse_args(argv)
     if args.threads:
-        torch.set_num_threads(args.threads)
+        set_threads(args.threads)  # fixed: no online choice (gru4rec/threads.py)
     device = resolve_device(args.device)
     base = config_of(args)
     sessions, support = load_sessions(args.data, args.n_items, base.seed)

@@ -10,12 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from gru4rec.threads import prefer_passive_waits
-
-# Before anything loads torch (and its OpenMP runtime): idle threads sleep instead of spinning,
-# so the default thread count does not collapse on a busy machine (gru4rec/threads.py).
-prefer_passive_waits()
-
 from gru4rec import log as log  # installs the `gru4rec` logger's default handler (gru4rec/log.py)
 
 __version__ = "0.1.0"

@@ -8,8 +8,11 @@ reads back.
                        threads, the data files, validation settings, versions, start time
 ``epochs.jsonl``       one JSON object per epoch: ``epoch``, ``loss``, ``seconds``, ``mb_per_s``,
                        ``events_per_s``, ``peak_host_mb`` (the process's peak resident memory),
-                       ``peak_device_mb`` (CUDA: peak allocated by torch; null elsewhere) and, when
-                       validating, ``valid`` (``{'recall@20': ..., ...}``) and ``best_epoch``
+                       ``peak_device_mb`` (CUDA: peak allocated by torch; null elsewhere), ``threads``
+                       (the training's thread count at the epoch's end and how it was set:
+                       ``{'threads': 2, 'chosen': 'online', 'ms': {'1': 1.9, '2': 1.4}}``, the ms per
+                       step measured at each count; ``'fixed'`` by ``--threads``; absent on a GPU) and,
+                       when validating, ``valid`` (``{'recall@20': ..., ...}``) and ``best_epoch``
 ``metrics.json``       the final evaluation of every test file, breakdowns included (the payload of
                        ``--metrics-json``)
 ``model.safetensors``  the trained model (:meth:`gru4rec.GRU4Rec.save`)
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from gru4rec.errors import Gru4RecError
 from gru4rec.files import atomic_write
+from gru4rec.threads import last_decision
 
 if TYPE_CHECKING:  # typing only: the run folder reads these objects' fields
     from gru4rec.evaluation.metrics import EvalResult
@@ -70,6 +74,10 @@ def epoch_record(info: EpochInfo) -> dict[str, Any]:
         "peak_host_mb": round(info.peak_host_mb, 1),
         "peak_device_mb": None if info.peak_device_mb is None else round(info.peak_device_mb, 1),
     }
+    on_cpu = str(getattr(info.model, "device", "cpu")).startswith("cpu")
+    threads = last_decision("training") if on_cpu else None  # the CPU's choice (gru4rec/threads.py)
+    if threads is not None:
+        record["threads"] = threads.as_dict()
     if info.valid is not None:
         record["valid"] = {k: _finite(v) for k, v in info.valid.items()}
         record["best_epoch"] = info.best_epoch

@@ -7,13 +7,20 @@ waits for threads the kernel is not scheduling: training runs many times slower.
 here is the number of CPUs this process may actually use — the affinity mask, capped by the
 cgroup quota — or ``OMP_NUM_THREADS`` when the user set it.
 
-That default cannot know about *other* processes. What makes it collapse when something else
-keeps a core busy is the OpenMP runtime's default wait policy: an idle thread spins on its core
-for a while before sleeping, so on a busy machine the spinning threads take the cores the
-working ones need, and an epoch runs 10-30 times slower. :func:`prefer_passive_waits` (called
-when ``gru4rec`` is imported) makes idle threads sleep at once instead, which keeps the default
-thread count close to ``threads=1`` under contention (benchmarks/README.md, "Threads under
-contention").
+That default cannot know about *other* processes, and no fixed setting is the fastest
+everywhere (benchmarks/README.md, "Threads under contention"): the OpenMP runtime's own wait
+policy — an idle thread spins a while before it sleeps — is the fastest on a quiet machine, but
+beside one busy process the spinning threads take the cores the working ones need and an epoch
+runs 3-20 times slower; making idle threads sleep at once (``OMP_WAIT_POLICY=PASSIVE``) protects a
+busy machine but makes a quiet one slower than a single thread. The wait policy is read once,
+when the runtime loads; the thread count can change at any moment, and with one thread nothing
+spins. So gru4rec leaves the wait policy alone and, unless the count is fixed (``--threads N``,
+``threads=N``, ``OMP_NUM_THREADS``), chooses it online: :class:`ThreadChoice` times a few hundred
+steps at each candidate (one thread and the CPUs available), keeps the faster, and measures again
+when the steps get slower (and, less and less often, when they do not), so a machine that
+becomes busy ends at one thread and one that becomes quiet goes back to all of them. Training
+(:mod:`gru4rec.training.loop`), evaluation and the server's batcher each run their own choice;
+:func:`online_choice` hands one out where the count is not fixed.
 """
 from __future__ import annotations
 
@@ -21,26 +28,24 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["WAIT_POLICY_ENV", "available_cpus", "cgroup_cpu_limit", "default_threads", "prefer_passive_waits",
-           "set_threads", "using_threads"]
+__all__ = ["ThreadChoice", "ThreadDecision", "available_cpus", "cgroup_cpu_limit", "default_threads", "last_decision",
+           "online_choice", "set_threads", "threads_fixed", "using_threads"]
 
 log = logging.getLogger(__name__)
-
-#: The OpenMP runtime's wait policy, read once when the runtime loads (with torch).
-WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
 
 _MOUNTINFO = Path("/proc/self/mountinfo")
 _PROC_CGROUP = Path("/proc/self/cgroup")
 
-
-def prefer_passive_waits() -> None:
-    """Make OpenMP threads sleep when idle (``OMP_WAIT_POLICY=PASSIVE``) unless the user chose a
-    policy. It takes effect only when torch has not been loaded yet (the runtime reads the variable
-    once); processes started from this one (paropt's workers) inherit it."""
-    os.environ.setdefault(WAIT_POLICY_ENV, "PASSIVE")
+#: The thread count fixed by the caller (:func:`set_threads` with a number, ``OMP_NUM_THREADS``),
+#: or None: chosen online. Process-wide, as torch's thread count is.
+_fixed: int | None = None
+#: The latest decision of any :class:`ThreadChoice` in this process (for the run folder).
+_last: ThreadDecision | None = None
 
 
 def _affinity_cpus() -> int:
@@ -161,21 +166,35 @@ def available_cpus() -> int:
     return max(1, cpus)
 
 
+def _env_threads() -> int | None:
+    """``OMP_NUM_THREADS`` when it is set to a positive integer, else None."""
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(env) if env.isdigit() and int(env) > 0 else None
+
+
 def default_threads() -> int:
     """``OMP_NUM_THREADS`` when it is set to a positive integer, else :func:`available_cpus`."""
-    env = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return available_cpus()
+    env = _env_threads()
+    return env if env is not None else available_cpus()
+
+
+def threads_fixed() -> int | None:
+    """The thread count the caller fixed (:func:`set_threads` with a number, or
+    ``OMP_NUM_THREADS``), or None: :func:`online_choice` chooses it."""
+    return _fixed if _fixed is not None else _env_threads()
 
 
 def set_threads(threads: int | None = None) -> int:
-    """Make torch use ``threads`` threads (None: :func:`default_threads`); returns the number."""
+    """Make torch use ``threads`` threads and fix the count there; None: :func:`default_threads`,
+    from which :func:`online_choice` may go down to one thread (unless ``OMP_NUM_THREADS`` fixes
+    it). Returns the number set."""
     import torch
 
+    global _fixed
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
     n = default_threads() if threads is None else threads
+    _fixed = threads
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     log.debug("torch uses %d thread(s) (%d CPU(s) available to this process)", n, available_cpus())
@@ -184,12 +203,256 @@ def set_threads(threads: int | None = None) -> int:
 
 @contextlib.contextmanager
 def using_threads(threads: int | None = None) -> Iterator[int]:
-    """:func:`set_threads` for the duration of a ``with`` block, then torch's previous setting."""
+    """:func:`set_threads` for the duration of a ``with`` block, then torch's previous setting
+    (and whether it was fixed)."""
     import torch
 
-    before = torch.get_num_threads()
+    global _fixed
+    before, fixed_before = torch.get_num_threads(), _fixed
     try:
         yield set_threads(threads)
     finally:
+        _fixed = fixed_before
         if torch.get_num_threads() != before:
             torch.set_num_threads(before)
+
+
+@dataclass(frozen=True)
+class ThreadDecision:
+    """What a :class:`ThreadChoice` settled on: ``threads``, and the seconds per unit of work
+    (a training step, an evaluated or served row) it measured at each candidate in its latest
+    comparison (empty when the count was fixed, ``online`` False)."""
+
+    workload: str
+    threads: int
+    online: bool
+    seconds: dict[int, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON form of the run folder (``ms`` per unit of work, by thread count)."""
+        return {"workload": self.workload, "threads": self.threads, "chosen": "online" if self.online else "fixed",
+                "ms": {str(n): round(s * 1e3, 4) for n, s in sorted(self.seconds.items())}}
+
+
+_decisions: dict[str, ThreadDecision] = {}
+
+#: A count this many times slower per unit than one thread has collapsed: the machine is busy (on the
+#: 2-core host, rsc15 steps at 2 threads measured 0.8-1.45x the time of 1 thread on a quiet machine
+#: and 1.56-4x beside one busy process).
+COLLAPSE = 1.5
+#: Seconds for which a collapse found by one choice holds for a new one (its first comparison is skipped).
+BUSY_MEMORY_S = 60.0
+#: Until when (``time.monotonic``) this process's latest comparison found the machine busy.
+_busy_until = 0.0
+
+
+def last_decision(workload: str) -> ThreadDecision | None:
+    """The latest decision of this process's :class:`ThreadChoice` for ``workload`` ('training',
+    'evaluation', 'serving'), or None when none has run."""
+    return _decisions.get(workload)
+
+
+class ThreadChoice:
+    """The faster of some thread counts, chosen from the measured time of the work itself.
+
+    The caller reports every unit of work — a training step, an evaluation batch, a served batch —
+    with :meth:`observe` (its seconds, and how much work it was); the choice sets torch's thread
+    count between two of them. Use it as ``with choice:``: inside, torch runs the choice's current
+    count; on leaving, the count from before comes back (validation between two epochs runs its
+    own choice). The rounds:
+
+    1. *compare*: each candidate in turn (fewest threads first: one thread never collapses)
+       runs ``trial_steps`` units after ``warmup_steps`` that do not count (a switch wakes
+       threads); a later candidate stops early once it has spent the time the fastest so far
+       needed for all of its units, or after 10 units at twice its time per unit — on a busy
+       machine a spinning thread count is many times slower, and a few steps show it. The
+       count with the least time per unit of work is kept (logged once at INFO).
+    2. *hold*: windows of ``trial_steps`` units at the kept count. A window ``slowdown`` times
+       slower than the best seen at this count compares again (the window stands for the kept
+       count, so only the others are run); so does every ``recheck_windows``-th window, the
+       interval doubling (to ``max_recheck_windows``) each time the comparison keeps the count,
+       so that a machine that became quiet is noticed and a steady one is barely disturbed.
+
+    A comparison that finds the most threads :data:`COLLAPSE` times slower than one (the machine
+    is busy: waiting threads spin on cores others need) is remembered for :data:`BUSY_MEMORY_S`
+    seconds: a choice made meanwhile (the evaluation after training) starts holding one thread
+    instead of comparing — a short workload would lose much of its time to the collapsing count.
+
+    ``compare_first=False`` (a short workload) starts holding the most threads instead of
+    comparing (one thread after a collapse, as above); the windows then work as in the hold.
+
+    ``apply(n)`` sets the thread count (default: ``torch.set_num_threads``), ``current()``
+    reads it (``torch.get_num_threads``) and ``clock()`` tells the time (``time.monotonic``);
+    tests pass their own, with made-up timings. With one candidate nothing is measured: the count
+    is fixed.
+    """
+
+    def __init__(self, candidates: Sequence[int], *, workload: str = "training", trial_steps: int = 200,
+                 warmup_steps: int = 5, slowdown: float = 1.25, recheck_windows: int = 8, max_recheck_windows: int = 256,
+                 compare_first: bool = True, apply: Callable[[int], None] | None = None,
+                 current: Callable[[], int] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        counts = sorted(set(candidates))
+        if not counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
+            raise ValueError(f"candidates must be positive integers, got {list(candidates)!r}")
+        if trial_steps < 1 or warmup_steps < 0 or slowdown <= 1.0 or not 1 <= recheck_windows <= max_recheck_windows:
+            raise ValueError("ThreadChoice needs trial_steps >= 1, warmup_steps >= 0, slowdown > 1 and "
+                             "1 <= recheck_windows <= max_recheck_windows")
+        self.candidates = counts
+        self.workload = workload
+        self.trial_steps, self.warmup_steps, self.slowdown = trial_steps, warmup_steps, slowdown
+        self.first_recheck, self.max_recheck = recheck_windows, max_recheck_windows
+        self._apply = apply if apply is not None else _torch_set_threads
+        self._clock = clock
+        self._current = current if current is not None else _torch_get_threads
+        self.threads = counts[-1]
+        """The count this choice runs now (during a comparison: the one being measured)."""
+        self.chosen: int | None = None
+        """The count kept by the latest comparison (None before the first one ends)."""
+        self.comparisons = 0
+        """How many comparisons have ended."""
+        self._comparing = len(counts) > 1
+        self._order: list[int] = list(counts)
+        self._results: dict[int, float] = {}
+        self._budget = math.inf  # seconds the fastest candidate so far took for its units
+        self._reference = math.inf  # the best seconds per unit seen at the kept count
+        self._recheck = recheck_windows
+        self._windows = 0
+        self._outer: list[int] = []
+        self._skip = 0
+        self._seconds = self._work = 0.0
+        self._units = 0
+        busy = clock() < _busy_until
+        if len(counts) == 1:
+            self.chosen = counts[0]
+        elif busy or not compare_first:
+            # Another choice of this process just saw the larger counts collapse: a short workload
+            # (an evaluation after training) would spend much of its time re-learning that. Without
+            # one, a workload too short to compare holds the most threads (the fastest on a quiet machine).
+            self.threads = self.chosen = counts[0] if busy else counts[-1]
+            self._comparing = False
+        else:  # the first comparison starts at one thread, set on entering ``with``
+            self.threads = counts[0]
+            self._skip = warmup_steps
+        _decisions[workload] = self.decision()
+
+    # ------------------------------------------------------------------ the caller's side
+
+    def __enter__(self) -> ThreadChoice:
+        self._outer.append(self._current())
+        if self._outer[-1] != self.threads:
+            self._apply(self.threads)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        before = self._outer.pop()
+        if self._current() != before:
+            self._apply(before)
+
+    def observe(self, seconds: float, work: float = 1.0) -> None:
+        """Count one unit of work that took ``seconds`` (``work``: its size, e.g. rows, when the
+        units differ); may change the thread count for the next one."""
+        if len(self.candidates) == 1:
+            return
+        if self._skip:
+            self._skip -= 1
+            return
+        self._seconds += seconds
+        self._work += work
+        self._units += 1
+        if self._comparing:
+            done = self._units >= self.trial_steps or self._seconds >= self._budget or (
+                self._units >= 10 and self._seconds > 2.0 * min(self._results.values(), default=math.inf) * self._work)
+            if done:
+                self._measured()
+        elif self._units >= self.trial_steps:
+            self._window_done()
+
+    def decision(self) -> ThreadDecision:
+        """The latest decision (before the first comparison ends: the count being measured)."""
+        return ThreadDecision(self.workload, self.chosen if self.chosen is not None else self.threads,
+                              online=len(self.candidates) > 1, seconds=dict(self._results))
+
+    # ------------------------------------------------------------------ the rounds
+
+    def _begin(self, n: int, *, warm: bool = True) -> None:
+        """Start measuring ``n`` threads (a fresh window)."""
+        if n != self.threads or self._current() != n:
+            self._apply(n)
+        self.threads = n
+        self._skip = self.warmup_steps if warm else 0
+        self._seconds = self._work = 0.0
+        self._units = 0
+
+    def _measured(self) -> None:
+        """The candidate being compared has its time: on to the next one, or decide."""
+        rate = self._seconds / self._work if self._work > 0 else math.inf
+        self._results[self.threads] = rate
+        if rate <= min(self._results.values()):
+            self._budget = self._seconds if self._units >= self.trial_steps else self._budget
+        self._order.pop(0)
+        if self._order:
+            self._begin(self._order[0])
+        else:
+            self._decide()
+
+    def _decide(self) -> None:
+        global _busy_until
+        best = min(self._results, key=lambda n: (self._results[n], -n))
+        one, most = self._results.get(self.candidates[0]), self._results.get(self.candidates[-1])
+        if one is not None and most is not None:
+            _busy_until = self._clock() + BUSY_MEMORY_S if most >= COLLAPSE * one else 0.0
+        before = self.chosen
+        self.chosen = best
+        self.comparisons += 1
+        self._comparing = False
+        self._reference = self._results[best]
+        self._windows = 0
+        self._recheck = self.first_recheck if before != best else min(2 * self._recheck, self.max_recheck)
+        _decisions[self.workload] = self.decision()
+        measured = ", ".join(f"{n}: {s * 1e3:.3g} ms" for n, s in sorted(self._results.items()))
+        if before is None:
+            log.info("%s runs on %d thread(s), the faster here (per unit of work %s)", self.workload, best, measured)
+        elif before != best:
+            log.debug("%s now runs on %d thread(s) instead of %d (per unit of work %s)", self.workload, best, before, measured)
+        self._begin(best, warm=best != self.threads)
+
+    def _window_done(self) -> None:
+        """A window at the kept count ended: compare again when it was slow or a re-check is due."""
+        rate = self._seconds / self._work if self._work > 0 else math.inf
+        self._windows += 1
+        slower = rate > self._reference * self.slowdown
+        self._reference = min(self._reference, rate)
+        if slower or self._windows >= self._recheck:
+            assert self.chosen is not None
+            self._comparing = True
+            self._results = {self.chosen: rate}  # this window stands for the kept count
+            self._budget = self._seconds
+            self._order = [n for n in self.candidates if n != self.chosen]
+            self._begin(self._order[0])
+        else:
+            self._begin(self.threads, warm=False)
+
+
+def _torch_set_threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
+
+
+def _torch_get_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def online_choice(workload: str, *, trial_steps: int = 200, warmup_steps: int = 5, compare_first: bool = True) -> ThreadChoice:
+    """The :class:`ThreadChoice` of one workload ('training', 'evaluation', 'serving') of this
+    process: between one thread and torch's count now (after :func:`set_threads`: the CPUs this
+    process may use), or that count alone where the caller fixed it (:func:`threads_fixed`)."""
+    import torch
+
+    fixed = threads_fixed()
+    now = torch.get_num_threads()
+    candidates = [now] if fixed is not None or now == 1 else [1, now]
+    return ThreadChoice(candidates, workload=workload, trial_steps=trial_steps, warmup_steps=warmup_steps,
+                        compare_first=compare_first)

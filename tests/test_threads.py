@@ -136,8 +136,9 @@ def test_fit_trains_with_the_models_threads(monkeypatch: pytest.MonkeyPatch) -> 
     assert seen and set(seen) == {2} and torch.get_num_threads() == before
     seen.clear()
     monkeypatch.setattr(threads, "default_threads", lambda: 3)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     GRU4Rec(TINY, device="cpu").fit(events, progress=False)
-    assert set(seen) == {3}
+    assert seen[0] == 1 and set(seen) <= {1, 3}  # chosen online between 1 and 3 (tests/test_thread_choice.py)
     with pytest.raises(Gru4RecError, match="threads must be a positive integer"):
         GRU4Rec(TINY, threads=0)
 
@@ -157,8 +158,9 @@ def test_threads_flag_on_the_commands(tmp_path: Path, monkeypatch: pytest.Monkey
     assert set(seen) == {3}
     seen.clear()
     monkeypatch.setattr(threads, "default_threads", lambda: 4)
-    assert main(["demo", "--n-sessions", "60", "-ps", TINY, "-q"]) == 0  # no flag: the default
-    assert set(seen) == {4}
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert main(["demo", "--n-sessions", "60", "-ps", TINY, "-q"]) == 0  # no flag: the default, chosen online
+    assert seen[0] == 1 and set(seen) <= {1, 4}
 
     evaluated: list[int] = []
     real = evaluation.evaluate
@@ -176,18 +178,19 @@ def test_threads_flag_on_the_commands(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "expected a positive integer" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("given", "expected"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
-def test_importing_gru4rec_makes_idle_openmp_threads_sleep_unless_the_user_chose(given: str | None, expected: str) -> None:
-    # In a fresh process: the policy must be set before torch (and its OpenMP runtime) loads.
+@pytest.mark.parametrize("given", [None, "ACTIVE"])
+def test_importing_gru4rec_leaves_the_openmp_wait_policy_alone(given: str | None) -> None:
+    # The runtime's own policy (spin, then sleep) is the fastest on a quiet machine; a busy one is
+    # handled by choosing the thread count online (ThreadChoice), not by making every wait sleep.
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k != threads.WAIT_POLICY_ENV}
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     if given is not None:
-        env[threads.WAIT_POLICY_ENV] = given
-    code = "import os, sys, gru4rec; print('torch' in sys.modules, os.environ['OMP_WAIT_POLICY'])"
+        env["OMP_WAIT_POLICY"] = given
+    code = "import os, sys, gru4rec; print('torch' in sys.modules, os.environ.get('OMP_WAIT_POLICY', '-'))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", expected]
+    assert out.split() == ["False", given or "-"]
 
 
 def test_one_and_two_threads_train_the_same_model(tmp_path: Path) -> None:

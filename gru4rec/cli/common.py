@@ -147,9 +147,9 @@ def add_precision(parser: argparse.ArgumentParser) -> None:
 def add_threads(parser: argparse.ArgumentParser) -> None:
     """``--threads``: torch's threads for the command (see :mod:`gru4rec.threads`)."""
     parser.add_argument("--threads", metavar="N", type=positive_int, default=None,
-                        help="CPU threads (default: the CPUs this process may use — its affinity "
-                             "and cgroup quota — or OMP_NUM_THREADS when set); on a shared or busy "
-                             "machine use fewer, often 1: idle-waiting threads slow training down many times")
+                        help="CPU threads, exactly (default: chosen while running between 1 and the CPUs "
+                             "this process may use — its affinity and cgroup quota — from the measured step "
+                             "times; OMP_NUM_THREADS fixes it when set)")
 
 
 def uses_threads(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -103,7 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="larger request bodies get 413 (default: 65536)")
     limits.add_argument("--max-items", type=positive_int, default=1000,
                         help="most items in one stateless request (default: 1000)")
-    limits.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
+    limits.add_argument("--threads", type=positive_int, default=None, help="torch threads, exactly (default: chosen while serving between 1 and torch's count, from the batches' times)")
     limits.add_argument("--log-interval", type=float, default=60.0, metavar="SECONDS",
                         help="seconds between activity lines (default: 60)")
 

@@ -28,6 +28,7 @@ How it runs (the fast path is the only path):
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
@@ -53,6 +54,7 @@ from gru4rec.evaluation.schedule import schedule_sessions
 from gru4rec.inference import SessionModel, check_session_model, require_fitted
 from gru4rec.inference.repeat import RepeatBoost, SlotHistory
 from gru4rec.log import progress_bar
+from gru4rec.threads import online_choice
 
 __all__ = ["DEFAULT_BATCH_SIZE", "TIE_MODES", "EvalResult", "evaluate", "evaluate_boosts", "evaluate_sessions"]
 
@@ -305,9 +307,18 @@ def _evaluate(
     # Progress counts predictions (host-side counts per step: no device synchronisation).
     per_step = sched.valid.sum(axis=1).tolist()
     bar = progress_bar(sched.n_predictions, "evaluation", enabled=progress, unit="pred")
-    with bar, torch.no_grad():
+    # On the CPU the thread count is chosen from the times of the steps with every slot busy
+    # (gru4rec/threads.py): the bulk of the work, alike in size (a tail step's few rows cost mostly
+    # overhead). Too few of them to compare: the most threads, or one after a collapse just seen.
+    n_full = int((sched.active == B).sum())
+    threads = None
+    if device.type == "cpu":
+        threads = online_choice("evaluation", trial_steps=max(3, min(50, n_full // 10)), warmup_steps=1,
+                                compare_first=n_full >= 40)
+    with bar, torch.no_grad(), threads if threads is not None else contextlib.nullcontext():
         hidden_full = model.init_state(B)
         hidden = hidden_full
+        step_start = time.perf_counter()
         for step in range(T):
             A = active[step]
             if A < len(hidden[0]):
@@ -338,6 +349,11 @@ def _evaluate(
                 if boost.active and restore:
                     scores.view(-1).index_copy_(0, places, kept)  # duplicates write the same kept value
             bar.update(per_step[step])
+            if threads is not None:
+                now = time.perf_counter()
+                if A == B:
+                    threads.observe(now - step_start)
+                step_start = now
 
     P = sched.n_predictions
     seconds = time.perf_counter() - t0

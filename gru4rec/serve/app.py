@@ -47,6 +47,7 @@ from gru4rec.serve.reload import ModelReloader, read_model_file
 from gru4rec.serve.schema import ApiError, check_session_id, parse_event, parse_json, parse_recommend
 from gru4rec.serve.settings import ServeSettings
 from gru4rec.serve.state import StoreUnavailable, open_store
+from gru4rec.threads import online_choice
 
 try:
     from fastapi import FastAPI, Request
@@ -146,8 +147,11 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
     store = open_store(settings.state, max_sessions=settings.max_sessions, ttl_s=settings.session_ttl_s, namespace=checksum[:16])
     metrics = ServeMetrics(store.size, lambda: dict(store.evictions), lambda: dict(batcher.engine.topk.counts),
                            lambda: dict(batcher.counts))
+    threads = None  # --threads fixes the count; else the worker chooses it from the batches' times (gru4rec/threads.py)
+    if settings.threads is None and engine.device.type == "cpu":
+        threads = online_choice("serving", trial_steps=50, warmup_steps=2)
     batcher = MicroBatcher(engine, store, max_batch=settings.max_batch, window_s=settings.batch_window_ms / 1000,
-                           max_queue=settings.max_queue, on_batch=metrics.batch_size.observe)
+                           max_queue=settings.max_queue, on_batch=metrics.batch_size.observe, threads=threads)
     reloader = ModelReloader(model_file, batcher, settings, engine_for) if model_file is not None else None
     log.info("Serving %s: %d items, layers %s, on %s, scoring %s%s, sessions in %s%s", model_file or "a model in memory",
              engine.n_items, engine.sizes, engine.device, engine.topk.name, _boost_text(engine), store.kind,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import threading
@@ -44,6 +45,7 @@ import numpy as np
 from gru4rec.errors import Gru4RecError
 from gru4rec.inference import Answer, Engine, Work
 from gru4rec.serve.state import LastClick, SessionStore, StoredSession, StoreUnavailable, cas_prefix, decode_session, encode_session
+from gru4rec.threads import ThreadChoice
 
 __all__ = ["Job", "JobResult", "MAX_ATTEMPTS", "MicroBatcher", "Overloaded", "SeqMismatch", "ShuttingDown", "StateConflict"]
 
@@ -120,7 +122,8 @@ class _Swap:
 class MicroBatcher:
     """Runs :class:`Job`\\ s in batches on one worker thread (see the module docstring).
 
-    ``on_batch(size)`` is called after each batch (metrics).
+    ``on_batch(size)`` is called after each batch (metrics). ``threads``: the worker's online
+    thread-count choice (:func:`gru4rec.threads.online_choice`), told each batch's model time.
     """
 
     def __init__(
@@ -132,6 +135,7 @@ class MicroBatcher:
         window_s: float = 0.0,
         max_queue: int = 4096,
         on_batch: Callable[[int], Any] | None = None,
+        threads: ThreadChoice | None = None,
     ) -> None:
         self.engine, self.store = engine, store
         self.max_batch, self.window_s = max_batch, window_s
@@ -140,6 +144,7 @@ class MicroBatcher:
         self.max_queue = max_queue
         self._deferred: collections.deque[Job] = collections.deque()
         self._on_batch = on_batch
+        self._threads = threads
         self._thread: threading.Thread | None = None
         self._stopping = False
         #: Clicks answered again (``replayed``), runs refused by the compare-and-set
@@ -208,6 +213,11 @@ class MicroBatcher:
     # ------------------------------------------------------------------ worker side
 
     def _loop(self) -> None:
+        # torch's thread count is the worker thread's own: the choice is made here, not at start-up
+        with self._threads if self._threads is not None else contextlib.nullcontext():
+            self._serve()
+
+    def _serve(self) -> None:
         while True:
             got = self._next_batch()
             if got is None:
@@ -316,7 +326,10 @@ class MicroBatcher:
             runs.append((job, Work(state, items, job.k, job.exclude_seen), None if raw is None else cas_prefix(raw), position))
         if not runs:
             return
+        started = time.perf_counter()
         answers = engine.run([work for _, work, _, _ in runs])
+        if self._threads is not None:  # the model's work only (per row): the store's round trips are not the CPU's
+            self._threads.observe(time.perf_counter() - started, len(runs))
         writes, written = [], []
         for (job, work, read, position), answer in zip(runs, answers):
             if job.kind == "event":

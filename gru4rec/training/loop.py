@@ -27,6 +27,7 @@ state, takes the slots' hidden states and the step losses so far, and skips the 
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -43,6 +44,7 @@ from gru4rec.config_values import SOFTMAX_LOSSES
 from gru4rec.errors import LossExplodedWarning, TrainingDivergedError
 from gru4rec.kernels.gpu import graphed_epoch_runner
 from gru4rec.log import progress_bar
+from gru4rec.threads import ThreadChoice, online_choice
 from gru4rec.training.batching import Schedule, build_schedule
 from gru4rec.training.resume import EpochPosition
 from gru4rec.training.trainer import Trainer
@@ -157,6 +159,9 @@ def train_epochs(
         first_epoch = start.epoch
         rng.bit_generator.state = start.rng_state
     schedule: Schedule | None = None
+    # On the CPU the thread count is chosen from the steps' own times (gru4rec/threads.py),
+    # across the epochs of this call; on a GPU the host's threads do not set the pace.
+    threads = online_choice("training") if trainer.device.type == "cpu" else None
     bound: float | None = None
     warned = False
     for epoch in range(first_epoch, last + 1):
@@ -176,7 +181,7 @@ def train_epochs(
                 h.copy_(saved)  # in place: a captured CUDA graph reads these buffers
         else:
             trainer.reset_hidden()
-        stats = _run_epoch(trainer, schedule, epoch, progress, rng_state, resumed, checkpoints)
+        stats = _run_epoch(trainer, schedule, epoch, progress, rng_state, resumed, checkpoints, threads)
         log.info(stats.line())
         if bound is None:
             bound = loss_bound(config, stats.first_step_loss)
@@ -201,9 +206,12 @@ def _run_epoch(
     rng_state: dict[str, Any],
     resumed: EpochPosition | None,
     checkpoints: StepCheckpoints | None,
+    threads: ThreadChoice | None = None,
 ) -> EpochStats:
     """One epoch of ``schedule``'s steps (from ``resumed``'s step when given); the epoch loss is
-    the step losses' mean weighted by their active rows."""
+    the step losses' mean weighted by their active rows. ``threads`` is told every step's time
+    (CPU steps are synchronous: the clock the loop reads anyway measures them, no sync added);
+    checkpoint writes and the loss checks are left out of those times."""
     device = trainer.device
     weights = torch.as_tensor(schedule.n_active, device=device, dtype=torch.float64)
     step_ids = torch.arange(schedule.n_steps, device=device)
@@ -243,24 +251,27 @@ def _run_epoch(
             accumulate(trainer.train_step(inputs[t], targets[t], active[t], keep[t]), step_ids[t])
 
     bar = progress_bar(schedule.n_steps, f"Epoch{epoch}", enabled=progress, unit="mb", initial=first_step)
-    try:
-        start = last = time.perf_counter()
+    with bar, threads if threads is not None else contextlib.nullcontext():
+        start = last = step_start = time.perf_counter()
         paused = 0.0  # seconds spent writing checkpoints: not training time
         for t in range(first_step, schedule.n_steps):
             run(t)
             now = time.perf_counter()
+            if threads is not None:
+                threads.observe(now - step_start)
+            step_start = now
             if checkpoints is not None and checkpoints.due(now):
                 checkpoints.write(EpochPosition(epoch, t + 1, schedule.n_steps, seconds_before + now - start - paused,
                                                 step_losses[: t + 1], rng_state))
                 paused += time.perf_counter() - now
+                step_start = time.perf_counter()
             if now - last >= CHECK_INTERVAL:  # also bounds how long a diverged run goes on unnoticed
                 last = now
                 bar.set_postfix_str(f"loss {check(t + 1):.4f}", refresh=False)
                 bar.update(t + 1 - bar.n)
+                step_start = time.perf_counter()
         mean_loss = check(schedule.n_steps)
         first_loss = float(step_losses[first_step]) if first_step < schedule.n_steps else math.nan
         seconds = seconds_before + time.perf_counter() - start - paused
-    finally:
-        bar.close()
     return EpochStats(epoch=epoch, loss=mean_loss, seconds=seconds, n_steps=schedule.n_steps, n_events=schedule.n_events,
                       first_step_loss=first_loss)

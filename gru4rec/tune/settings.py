@@ -43,7 +43,7 @@ class ParoptSettings:
     precision: str = "float32"
     """Training precision of every trial (``--precision``; see :class:`gru4rec.GRU4Rec`)."""
     threads: int | None = None
-    """torch threads per worker; None: 1 when workers > 1, else :func:`gru4rec.threads.default_threads`."""
+    """torch threads per worker; None: 1 when workers > 1, else chosen online (:mod:`gru4rec.threads`)."""
     workers: int = 1
     storage: str | None = None
     study_name: str | None = None
@@ -75,15 +75,14 @@ class ParoptSettings:
     force: bool = False
     verbose: bool = False
 
-    def trial_threads(self) -> int:
+    def trial_threads(self) -> int | None:
         """The threads every trial (and the final test) trains with: ``threads``, else 1 with
-        several workers, else :func:`gru4rec.threads.default_threads`. Passed to the model, whose
+        several workers (they share the CPUs), else None: one worker chooses its count online as
+        ``gru4rec train`` does (:class:`gru4rec.threads.ThreadChoice`). Passed to the model, whose
         ``fit`` would otherwise apply its own default over the worker's setting."""
-        from gru4rec.threads import default_threads
-
         if self.threads is not None:
             return self.threads
-        return 1 if self.workers > 1 else default_threads()
+        return 1 if self.workers > 1 else None
 
     def check(self) -> None:
         """Raise ConfigError listing every invalid setting."""

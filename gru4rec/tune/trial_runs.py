@@ -26,13 +26,17 @@ def trial_run_folder(settings: ParoptSettings, trial: optuna.trial.Trial, config
     train`` command that retrains the trial, config.json the trial's configuration."""
     from gru4rec.runs import RunFolder
 
+    import torch
+
+    # The losses depend on the thread count (parallel sums, to float32 rounding), so the command
+    # that retrains the trial names one: the trial's own, or the count it starts on when chosen online.
+    threads = settings.trial_threads() or torch.get_num_threads()
     folder = RunFolder(os.path.join(settings.run_dirs or ".", trial.study.study_name, f"trial-{trial.number:05d}"))
     folder.check(force=settings.force)
     metric = f"{settings.primary_metric}@{settings.measure}"
     command = ["gru4rec", "train", settings.train, "-ps", config.to_param_string(only_changed=True),
                "--valid", settings.valid, "-m", str(settings.measure), "-e", settings.eval_mode, "--valid-metric", metric,
-               # The losses depend on the thread count (parallel sums), so the exact trial needs its own.
-               "--threads", str(settings.trial_threads())]
+               "--threads", str(threads)]
     if settings.early_stop is not None:
         command += ["--early-stop", str(settings.early_stop)]
     folder.start(command, {
@@ -40,7 +44,7 @@ def trial_run_folder(settings: ParoptSettings, trial: optuna.trial.Trial, config
         "param_string": config.to_param_string(only_changed=True),
         "device": str(device),
         "precision": settings.precision,
-        "threads": settings.trial_threads(),
+        "threads": threads,
         "train": settings.train,
         "valid": settings.valid,
         "valid_metric": metric if settings.early_stop is not None else None,

@@ -1,0 +1,186 @@
+"""Where one CPU training step's time goes, and the step's GEMM limit.
+
+    python benchmarks/step_profile.py --config rsc15 --data ../shared/data/rsc15_100k/train_full.tsv
+    python benchmarks/step_profile.py --config diginetica --data ../shared/data/diginetica_srgnn/train_tr.tsv --steps 150
+
+Runs ``--steps`` training steps of the configuration (after ``--warmup`` untimed ones) on a fixed
+``--threads`` count, twice: plain (the step's real time: ms/step and mini-batches/s) and with
+every part of the step wrapped in a timer, which gives each part's share of the step (the parts
+are timed exclusively: a product inside the GRU cell counts as a GEMM, not as the cell):
+
+* GEMMs: every ``torch.mm`` / ``torch.addmm`` (the GRU's and the output layer's products,
+  forward and backward);
+* GRU gates: the cell's element-wise work around its products (fused kernels on the CPU);
+* loss: the loss and its gradient dL/dscores (closed form);
+* sampling: the next row of the negative-sample store;
+* distinct rows: the step's distinct items (the CPU's products run over them);
+* row/column ops: gathering input rows, the columns' bias, spreading scores to columns and
+  merging their gradients, adding rows;
+* update: the optimiser (dense weights, and the item tables' rows: the sparse update);
+* dropout: drawing the masks;
+* the rest: Python and the small torch operations between them (concatenations, copies, the
+  hidden state's reset), measured as the step's time minus the parts.
+
+The timers add a microsecond or two per call; the wrapped step's total is printed beside the
+plain one. The GEMM limit is the step's products alone, back to back on random operands of the
+same shapes and layouts (``benchmarks/train_speed.py``'s ``matmul_floor_ms``, with the measured
+mean number of distinct scored items): a step cannot be faster than that on this machine with
+these BLAS kernels. Printed: a table and one JSON line.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gru4rec.config import Config  # noqa: E402
+from gru4rec.model import GRU4RecNet  # noqa: E402
+from gru4rec.threads import set_threads  # noqa: E402
+from gru4rec.training.batching import build_schedule  # noqa: E402
+from gru4rec.training.trainer import Trainer  # noqa: E402
+from train_speed import CONFIGS, load_sessions, matmul_floor_ms, prefix_for_steps  # noqa: E402
+
+
+class PartTimer:
+    """Exclusive seconds per part: a timed call inside another timed call counts for its own part only."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = collections.defaultdict(float)
+        self._children: list[float] = []
+
+    def wrap(self, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            self._children.append(0.0)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - start
+                inner = self._children.pop()
+                self.seconds[part] += elapsed - inner
+                if self._children:
+                    self._children[-1] += elapsed
+        return timed
+
+
+def instrument(trainer: Trainer, timer: PartTimer, distinct: list[int]) -> Callable[[], None]:
+    """Wrap the step's parts (instance attributes and torch.mm/addmm); returns the undo."""
+    undo: list[Callable[[], None]] = []
+
+    def patch(obj: Any, name: str, part: str) -> None:
+        if not hasattr(obj, name):
+            return
+        had = name in getattr(obj, "__dict__", {})
+        original = getattr(obj, name)
+        setattr(obj, name, timer.wrap(part, original))
+        undo.append((lambda: setattr(obj, name, original)) if had else (lambda: delattr(obj, name)))
+
+    step, ops, optimizer = trainer._step, trainer.ops, trainer.optimizer
+    for name in ("mm", "addmm"):
+        patch(torch, name, "GEMMs")
+    patch(trainer.cell, "forward", "GRU gates")
+    patch(trainer.cell, "backward", "GRU gates")
+    patch(step, "loss_grad", "loss")
+    if trainer.sampler is not None:
+        patch(trainer.sampler, "next", "sampling")
+    unique = optimizer.unique
+
+    def counting_unique(*args: Any, **kwargs: Any) -> Any:
+        out = unique(*args, **kwargs)
+        distinct.append(int(out[2]))
+        return out
+
+    optimizer.unique = counting_unique  # type: ignore[method-assign]
+    undo.append(lambda: delattr(optimizer, "unique"))
+    patch(optimizer, "unique", "distinct rows")
+    for name in ("column_bias", "spread_columns", "merge_columns", "gather_rows", "add_rows"):
+        patch(ops, name, "row/column ops")
+    patch(optimizer, "step", "update")
+    patch(trainer.dropout, "draw", "dropout")
+
+    def restore() -> None:
+        for u in reversed(undo):
+            u()
+    return restore
+
+
+def main() -> None:
+    """Measure and print."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="rsc15", choices=sorted(CONFIGS))
+    parser.add_argument("--data", required=True, help="a training event file")
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=3, help="plain and wrapped runs, alternated")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    set_threads(args.threads)
+    config = Config.from_file(ROOT / CONFIGS[args.config])
+    device = torch.device("cpu")
+    sessions, support = load_sessions(args.data, 0, 0)
+    items, offsets = prefix_for_steps(sessions.items, sessions.offsets, config.batch_size,
+                                      (args.warmup + args.steps) * (args.repeats * 2 + 1) + 10)
+    schedule = build_schedule(items, offsets, config.batch_size, config.n_sample, device, torch.float32)
+    net = GRU4RecNet(len(support), config, generator=torch.Generator().manual_seed(config.seed)).to(device)
+    trainer = Trainer(net, config, support)
+    inputs, targets, active, keep = schedule.inputs, schedule.targets, schedule.active, schedule.keep
+    position = 0
+
+    def steps(n: int) -> float:
+        nonlocal position
+        start = time.perf_counter()
+        for _ in range(n):
+            t = position % schedule.n_steps
+            trainer.train_step(inputs[t], targets[t], active[t], keep[t])
+            position += 1
+        return time.perf_counter() - start
+
+    steps(args.warmup)
+    plain, wrapped = [], []
+    parts: list[dict[str, float]] = []
+    distinct: list[int] = []
+    for _ in range(args.repeats):
+        plain.append(steps(args.steps) / args.steps)
+        timer = PartTimer()
+        restore = instrument(trainer, timer, distinct)
+        try:
+            wrapped.append(steps(args.steps) / args.steps)
+        finally:
+            restore()
+        parts.append({k: v / args.steps for k, v in timer.seconds.items()})
+    step_s, wrapped_s = statistics.median(plain), statistics.median(wrapped)
+    names = ["GEMMs", "GRU gates", "loss", "sampling", "distinct rows", "row/column ops", "update", "dropout"]
+    per_part = {name: statistics.median(p.get(name, 0.0) for p in parts) for name in names}
+    per_part["the rest (Python, small torch ops)"] = max(wrapped_s - sum(per_part.values()), 0.0)
+    n_distinct = float(np.mean(distinct)) if distinct else float(config.batch_size + config.n_sample)
+    floor_ms, gflop = matmul_floor_ms(config, n_distinct, device, torch.float32, repeats=50)
+
+    print(f"{args.config}: {config.layers} units, batch {config.batch_size}, {config.n_sample} samples, {config.loss}; "
+          f"{args.threads} thread(s), {args.steps} steps × {args.repeats}")
+    print(f"  step (plain):     {1e3 * step_s:8.3f} ms   {1 / step_s:8.1f} mb/s   {config.batch_size / step_s:9,.0f} e/s")
+    print(f"  step (wrapped):   {1e3 * wrapped_s:8.3f} ms   (the parts below add up to this)")
+    for name, seconds in per_part.items():
+        print(f"    {name:36s} {1e3 * seconds:8.3f} ms  {100 * seconds / wrapped_s:5.1f} %")
+    print(f"  GEMM limit: {floor_ms:.3f} ms per step ({gflop:.3f} GFLOP, {gflop / floor_ms * 1e3:.1f} GFLOP/s, "
+          f"{n_distinct:.0f} distinct scored items) = {1e3 / floor_ms:.1f} mb/s; the step runs at "
+          f"{100 * floor_ms / (1e3 * step_s):.0f} % of it")
+    print(json.dumps({"config": args.config, "threads": args.threads, "step_ms": 1e3 * step_s, "mb_per_s": 1 / step_s,
+                      "wrapped_step_ms": 1e3 * wrapped_s, "parts_ms": {k: 1e3 * v for k, v in per_part.items()},
+                      "gemm_limit_ms": floor_ms, "gemm_limit_mb_per_s": 1e3 / floor_ms, "gflop": gflop,
+                      "n_distinct": n_distinct, "fraction_of_limit": floor_ms / (1e3 * step_s)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""The online thread-count choice (gru4rec/threads.py ThreadChoice) from made-up step timings, and
+its use by training, evaluation and the run folder: fixed counts (``threads=N``, ``--threads``,
+``OMP_NUM_THREADS``) are never changed. No timing is measured here: the steps' times are given."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from gru4rec import GRU4Rec, threads
+from gru4rec.datasets.synthetic import generate, write_synthetic
+from gru4rec.evaluation import evaluator
+from gru4rec.runs import epoch_record
+from gru4rec.training import loop
+from gru4rec.training.trainer import Trainer
+
+TINY = "layers=8,n_sample=16,n_epochs=2,batch_size=8,sample_store_size=160"
+
+
+@pytest.fixture(autouse=True)
+def no_remembered_collapse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts without a collapse remembered from another (threads._busy_until)."""
+    monkeypatch.setattr(threads, "_busy_until", 0.0)
+
+
+class FakeMachine:
+    """A thread count and the time one step takes at each count (changeable mid-run), in units of
+    1/1024 s, which add up without rounding."""
+
+    def __init__(self, ms: dict[int, float], threads: int = 2) -> None:
+        self.ms = dict(ms)
+        self.threads = threads
+        self.steps_at: dict[int, int] = {}
+
+    def apply(self, n: int) -> None:
+        self.threads = n
+
+    def current(self) -> int:
+        return self.threads
+
+    def choice(self, candidates: list[int], **options: Any) -> threads.ThreadChoice:
+        return threads.ThreadChoice(candidates, workload="test", apply=self.apply, current=self.current, **options)
+
+    def run(self, choice: threads.ThreadChoice, steps: int) -> None:
+        for _ in range(steps):
+            self.steps_at[self.threads] = self.steps_at.get(self.threads, 0) + 1
+            choice.observe(self.ms[self.threads] / 1024)
+
+
+@pytest.mark.parametrize(("ms", "want"), [({1: 2.0, 2: 1.0}, 2), ({1: 1.0, 2: 1.5}, 1), ({1: 1.0, 2: 20.0}, 1)])
+def test_the_faster_of_two_counts_is_kept(ms: dict[int, float], want: int) -> None:
+    machine = FakeMachine(ms, threads=2)
+    choice = machine.choice([2, 1], trial_steps=40, warmup_steps=3)
+    with choice:
+        assert machine.threads == 1  # one thread first: it never collapses, and bounds the others' time
+        machine.run(choice, 2 * (40 + 3))
+        assert choice.chosen == want and machine.threads == want and choice.comparisons == 1
+        machine.run(choice, 40)  # holding: no new comparison while the times stay
+        assert choice.comparisons == 1 and machine.threads == want
+    assert machine.threads == 2  # the count from before the ``with``
+    decision = threads.last_decision("test")
+    assert decision is not None and decision.threads == want and decision.online
+    assert decision.seconds == pytest.approx({n: t / 1024 for n, t in ms.items()})
+    assert decision.as_dict()["chosen"] == "online"
+    assert decision.as_dict()["ms"] == pytest.approx({"1": ms[1] * 1e3 / 1024, "2": ms[2] * 1e3 / 1024}, abs=1e-4)
+    if ms[2] >= 2 * ms[1]:  # a collapsing count stops once it has spent one thread's 40 steps: 2 steps here
+        assert machine.steps_at[2] == 3 + 2
+
+
+def test_a_slowdown_compares_again_and_switches_then_a_quiet_machine_is_noticed() -> None:
+    machine = FakeMachine({1: 2.0, 2: 1.0})
+    choice = machine.choice([1, 2], trial_steps=20, warmup_steps=2, recheck_windows=3, max_recheck_windows=12)
+    with choice:
+        machine.run(choice, 2 * 22)
+        assert choice.chosen == 2 and choice.comparisons == 1
+        machine.ms = {1: 2.2, 2: 30.0}  # another process takes a core: spinning at 2 threads collapses
+        before = dict(machine.steps_at)
+        machine.run(choice, 20 + 22)  # the slow window, then one thread's measurement
+        assert choice.chosen == 1 and machine.threads == 1 and choice.comparisons == 2
+        assert machine.steps_at[2] - before[2] == 20  # the slow window only: it stands for 2 threads
+        machine.ms = {1: 2.2, 2: 1.1}  # quiet again: found at the next re-check (3 windows at 1 thread)
+        machine.run(choice, 3 * 20 + 22 + 1)
+        assert choice.chosen == 2 and choice.comparisons == 3
+
+
+def test_rechecks_of_a_steady_machine_grow_rarer() -> None:
+    machine = FakeMachine({1: 2.0, 2: 1.0})
+    choice = machine.choice([1, 2], trial_steps=10, warmup_steps=0, recheck_windows=2, max_recheck_windows=8)
+    at: list[int] = []
+    with choice:
+        for step in range(1, 400):
+            machine.run(choice, 1)
+            if choice.comparisons > len(at):
+                at.append(step)
+    # after the first comparison (20 steps), each re-check runs 1 thread until its time is spent
+    # (the window at 2 threads took 10 ms: 5 steps) and comes after 2, 4, 8, 8... windows of 10
+    assert at[:5] == [20, 20 + 20 + 5, 45 + 40 + 5, 90 + 80 + 5, 175 + 80 + 5]
+    assert choice.chosen == 2
+
+
+def test_a_collapse_seen_by_one_choice_starts_the_next_at_one_thread() -> None:
+    now = [100.0]
+    machine = FakeMachine({1: 1.0, 2: 4.0})
+    first = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0])
+    with first:
+        machine.run(first, 30)
+    assert first.chosen == 1 and machine.steps_at[2] == 3  # 2 threads spent 1 thread's 10 steps' time
+    second = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0])
+    with second:
+        machine.run(second, 15)  # an evaluation right after: holds one thread, no comparison
+    assert second.chosen == 1 and second.comparisons == 0 and machine.steps_at[2] == 3
+    short = machine.choice([1, 2], trial_steps=10, warmup_steps=0, compare_first=False, clock=lambda: now[0])
+    with short:  # too short to compare, but a collapse was just seen: one thread
+        machine.run(short, 5)
+    assert short.chosen == 1 and machine.steps_at[2] == 3
+    now[0] += threads.BUSY_MEMORY_S + 1  # long after: compare again
+    machine.ms = {1: 1.0, 2: 1.25}  # slower, not collapsed: nothing is remembered
+    third = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0])
+    with third:
+        machine.run(third, 25)
+    assert third.comparisons == 1 and machine.steps_at[2] > 3
+    fourth = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0])
+    with fourth:
+        machine.run(fourth, 25)
+    assert fourth.comparisons == 1
+    short = machine.choice([1, 2], trial_steps=10, warmup_steps=0, compare_first=False, clock=lambda: now[0])
+    with short:  # too short to compare on a machine that is not busy: the most threads
+        assert machine.threads == 2
+        machine.run(short, 5)
+    assert short.chosen == 2 and short.comparisons == 0
+
+
+def test_one_candidate_is_a_fixed_count() -> None:
+    machine = FakeMachine({3: 1.0}, threads=3)
+    choice = machine.choice([3])
+    with choice:
+        machine.ms = {3: 50.0}
+        machine.run(choice, 1000)
+    assert machine.steps_at == {3: 1000} and choice.comparisons == 0
+    assert threads.last_decision("test") == threads.ThreadDecision("test", 3, online=False)
+    with pytest.raises(ValueError, match="positive integers"):
+        threads.ThreadChoice([])
+    with pytest.raises(ValueError, match="positive integers"):
+        threads.ThreadChoice([0, 2])
+
+
+def test_online_choice_only_where_the_count_is_not_fixed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads, "default_threads", lambda: 2)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    with threads.using_threads(None):
+        assert threads.threads_fixed() is None
+        assert threads.online_choice("x").candidates == [1, 2]
+        with threads.using_threads(3):
+            assert threads.threads_fixed() == 3 and threads.online_choice("x").candidates == [3]
+        assert threads.threads_fixed() is None
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        assert threads.threads_fixed() == 2 and threads.online_choice("x").candidates == [2]
+
+
+def small_choices(module: Any, monkeypatch: pytest.MonkeyPatch) -> list[threads.ThreadChoice]:
+    """Make ``module``'s online choices measure 3 steps per count (and keep them)."""
+    made: list[threads.ThreadChoice] = []
+
+    def online_choice(workload: str, **_: Any) -> threads.ThreadChoice:
+        choice = threads.online_choice(workload, trial_steps=3, warmup_steps=0)
+        made.append(choice)
+        return choice
+
+    monkeypatch.setattr(module, "online_choice", online_choice)
+    return made
+
+
+def test_training_chooses_its_threads_unless_they_are_fixed(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = small_choices(loop, monkeypatch)
+    seen: list[int] = []
+    original = Trainer.train_step
+
+    def train_step(self: Trainer, *args: Any, **kwargs: Any) -> torch.Tensor:
+        seen.append(torch.get_num_threads())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    monkeypatch.setattr(threads, "default_threads", lambda: 2)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    events = generate(n_sessions=80, n_items=20, seed=1)
+    records: list[dict[str, Any]] = []
+    before = torch.get_num_threads()
+    GRU4Rec(TINY, device="cpu").fit(events, progress=False, callback=lambda info: records.append(epoch_record(info)))
+    assert torch.get_num_threads() == before
+    (choice,) = made
+    assert choice.candidates == [1, 2] and choice.comparisons >= 1  # told every step: it compared both
+    assert seen[:4] == [1, 1, 1, 2]  # one thread first, then two
+    assert records[-1]["threads"] == threads.last_decision("training").as_dict()  # type: ignore[union-attr]
+    assert records[-1]["threads"]["chosen"] == "online" and set(records[-1]["threads"]["ms"]) == {"1", "2"}
+    made.clear()
+    seen.clear()
+    records.clear()
+    GRU4Rec(TINY, device="cpu", threads=2).fit(events, progress=False, callback=lambda info: records.append(epoch_record(info)))
+    assert set(seen) == {2} and made[0].candidates == [2]
+    assert records[-1]["threads"] == {"workload": "training", "threads": 2, "chosen": "fixed", "ms": {}}
+
+
+def test_evaluation_chooses_its_threads_unless_they_are_fixed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gru4rec.evaluation import evaluate
+
+    made = small_choices(evaluator, monkeypatch)
+    monkeypatch.setattr(threads, "default_threads", lambda: 2)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    data = write_synthetic(tmp_path / "d", n_sessions=300, n_items=30, seed=2, test_days=6)
+    model = GRU4Rec(TINY, device="cpu", threads=1).fit(data["train_full"], progress=False)
+    before = torch.get_num_threads()
+    with threads.using_threads(None):  # the default: 2 threads here, chosen online
+        chosen = evaluate(model, data["test"], batch_size=4)
+        assert torch.get_num_threads() == 2
+    assert torch.get_num_threads() == before
+    (choice,) = made
+    assert choice.candidates == [1, 2] and choice.comparisons >= 1
+    with threads.using_threads(2):
+        fixed = evaluate(model, data["test"], batch_size=4)
+    assert made[1].candidates == [2] and made[1].comparisons == 0
+    # the thread count does not change the ranks
+    assert chosen.recall == fixed.recall and chosen.mrr == pytest.approx(fixed.mrr, rel=1e-6)
+
+
+def test_the_server_worker_chooses_its_threads_from_the_batches() -> None:
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    import threading
+
+    from gru4rec.inference import Engine
+    from gru4rec.serve.batcher import Job, MicroBatcher
+    from gru4rec.serve.state import MemoryStore
+
+    events = generate(n_sessions=80, n_items=20, seed=1)
+    model = GRU4Rec(TINY, device="cpu", threads=1).fit(events, progress=False)
+    engine = Engine(model)
+    applied: list[tuple[int, str]] = []
+    observed: list[float] = []
+    machine = FakeMachine({1: 1.0, 2: 1.0}, threads=2)
+
+    def apply(n: int) -> None:
+        applied.append((n, threading.current_thread().name))
+        machine.apply(n)
+
+    class Recording(threads.ThreadChoice):
+        def observe(self, seconds: float, work: float = 1.0) -> None:
+            observed.append(work)
+            super().observe(seconds, work)
+
+    choice = Recording([1, 2], workload="serving", trial_steps=1, warmup_steps=0, apply=apply, current=machine.current)
+    batcher = MicroBatcher(engine, MemoryStore(max_sessions=100, ttl_s=600.0), max_batch=3, threads=choice)
+    ids = model.item_map.to_list()
+    futures = [batcher.submit(Job("event", f"s{i % 5}", engine.index_of([ids[i]])[0], 3)) for i in range(10)]
+    futures.append(batcher.submit(Job("delete", "s0")))
+    batcher.start()
+    for future in futures:
+        future.result(timeout=30)
+    batcher.stop()
+    # entered on the worker thread (torch's count is per thread), told each batch's rows, left as it found it
+    assert applied and {name for _, name in applied} == {"gru4rec-batcher"} and applied[0][0] == 1
+    assert sum(observed) == 10 and max(observed) <= 3 and choice.comparisons >= 1
+    assert machine.threads == 2
