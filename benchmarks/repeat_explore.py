@@ -64,10 +64,15 @@ CUTOFFS = (10, 20)
 BOOST_DECAYS = (0.5, 0.8, 1.0)
 BOOST_WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 
+#: Inverse temperatures of the explore part tried (its softmax is of β·scores; β = 1: the
+#: network's own); the one of highest likelihood on the fitting half is kept.
+BETAS = (0.25, 0.35, 0.5, 0.7, 1.0)
 CANDIDATE_FEATURES = ("log_count", "log1p_recency", "is_previous", "log_p_network", "log_rank_network", "log1p_popularity")
 SESSION_FEATURES = ("log_length", "log_distinct", "log_max_count", "max_log_p_network", "entropy_network",
                     "log_best_candidate_rank", "log_p_network_on_candidates", "repeat_share", "previous_is_repeat")
-#: The "rich" variant adds fine-grained recency and count buckets to the candidates.
+#: The "rich" variant adds fine-grained recency and count buckets to the candidates, the score of
+#: a candidate at the current click, and the boost's terms (count, counts decayed by 0.5 and
+#: 0.8, the score over the row's spread).
 RECENCY_BUCKETS = ((0, 0), (1, 1), (2, 2), (3, 4), (5, 9), (10, 1 << 30))
 COUNT_BUCKETS = ((1, 1), (2, 2), (3, 3), (4, 1 << 30))
 
@@ -162,6 +167,7 @@ class NetworkView:
     """Per prediction (rows), what the second stage needs of the network's full-catalogue scores."""
 
     lse: Tensor  # [P] logsumexp of the scores
+    lse_beta: Tensor  # [P, len(BETAS)] logsumexp of β·scores for each β of BETAS
     entropy: Tensor  # [P] entropy of their softmax
     std: Tensor  # [P] their standard deviation (the boost's σ)
     top_vals: Tensor  # [P, K] the K highest scores, descending
@@ -176,6 +182,7 @@ class NetworkView:
         """The view of a block of rows of ``scores`` (B×N); ``target`` None (serving): no
         target score, plain rank or spread (zeros), only what the mixture reads."""
         lse = torch.logsumexp(scores, 1)
+        lse_beta = torch.stack([torch.logsumexp(scores * b, 1) for b in BETAS], 1)
         prob = torch.exp(scores - lse[:, None])
         entropy = lse - (prob * scores).sum(1)
         top = torch.topk(scores, k, dim=1, sorted=True)
@@ -186,7 +193,7 @@ class NetworkView:
         else:
             target_score = scores.gather(1, target[:, None])[:, 0]
             plain_rank, std = (scores >= target_score[:, None]).sum(1), scores.std(1)
-        return NetworkView(lse, entropy, std, top.values, top.indices, in_session, scores.gather(1, cand_items),
+        return NetworkView(lse, lse_beta, entropy, std, top.values, top.indices, in_session, scores.gather(1, cand_items),
                            target_score, plain_rank)
 
     def rows(self, index: Tensor | np.ndarray) -> "NetworkView":
@@ -245,13 +252,14 @@ class Inputs:
     cand: Tensor  # [P, C, Fc] candidate features
     sess: Tensor  # [P, Fs] session features
     mask: Tensor  # [P, C]
-    cand_logp: Tensor  # [P, C] the network's log-probability of each candidate
+    cand_logp: Tensor  # [P, C] the explore part's log-probability of each candidate (softmax of β·scores)
     target_logp: Tensor  # [P] … of the target
     target_slot: Tensor  # [P] (−1: a new item)
+    beta: float = 1.0  # the explore part's inverse temperature
 
     def rows(self, index: np.ndarray) -> "Inputs":
         index = torch.as_tensor(index)
-        return Inputs(*(getattr(self, f).index_select(0, index) for f in self.__dataclass_fields__))
+        return Inputs(*(getattr(self, f).index_select(0, index) for f in self.__dataclass_fields__ if f != "beta"), beta=self.beta)
 
 
 def network_rank(view: NetworkView, scores: Tensor) -> Tensor:
@@ -263,9 +271,11 @@ def network_rank(view: NetworkView, scores: Tensor) -> Tensor:
     return torch.where(inside, counted, torch.full_like(counted, k + 1))
 
 
-def features(view: NetworkView, hist: History, support: np.ndarray, variant: str = "base") -> Inputs:
+def features(view: NetworkView, hist: History, support: np.ndarray, variant: str = "base", beta: float = 1.0) -> Inputs:
     """The candidate and session features of :data:`CANDIDATE_FEATURES` / :data:`SESSION_FEATURES`
-    (``variant='rich'``: plus recency and count buckets per candidate)."""
+    (``variant='rich'``: plus recency and count buckets per candidate), and the explore part's
+    log-probabilities at inverse temperature ``beta`` (one of :data:`BETAS`; the features read the
+    network's own softmax, β = 1)."""
     f64 = torch.float64
     mask = torch.from_numpy(hist.mask)
     count = torch.from_numpy(hist.count)
@@ -279,6 +289,9 @@ def features(view: NetworkView, hist: History, support: np.ndarray, variant: str
         cand += [((recency >= lo) & (recency <= hi)).to(f64) for lo, hi in RECENCY_BUCKETS[1:]]
         cand += [((count >= lo) & (count <= hi)).to(f64) for lo, hi in COUNT_BUCKETS[1:]]
         cand += [cand_logp * (recency == 0).to(f64)]
+        # The boost's own terms: the click count, decayed counts, the score in units of the row's spread.
+        cand += [count, torch.from_numpy(hist.decayed[0.5]), torch.from_numpy(hist.decayed[0.8]),
+                 view.cand_scores.to(f64) / view.std.to(f64)[:, None].clamp(min=1e-6)]
     big = torch.finfo(f64).max
     length = torch.from_numpy(hist.length)
     distinct = mask.sum(1).to(f64)
@@ -287,40 +300,53 @@ def features(view: NetworkView, hist: History, support: np.ndarray, variant: str
             view.entropy.to(f64), torch.log(torch.where(mask, rank, torch.full_like(rank, big)).min(1).values),
             torch.logsumexp(cand_logp.masked_fill(~mask, -torch.inf), 1), (length - distinct) / length, (prev_count > 1).to(f64)]
     cand_t = torch.stack(cand, 2) * mask[:, :, None]
-    return Inputs(cand_t, torch.stack(sess, 1), mask, cand_logp, view.target_score.to(f64) - lse[:, 0],
-                  torch.from_numpy(hist.target_slot))
+    lse_b = view.lse_beta[:, BETAS.index(beta)].to(f64)[:, None]
+    explore_logp = torch.where(mask, beta * view.cand_scores.to(f64) - lse_b, torch.zeros((), dtype=f64))
+    return Inputs(cand_t, torch.stack(sess, 1), mask, explore_logp, beta * view.target_score.to(f64) - lse_b[:, 0],
+                  torch.from_numpy(hist.target_slot), beta)
 
 
 class Mixture(torch.nn.Module):
     """p = σ(v·g + b) and P_rep = softmax over the candidates of (w·f) (features standardised
     with the fitting set's mean and spread); :meth:`bonus` is what it adds to the raw scores.
-    ``hidden > 0``: each of the two linear functions becomes a one-hidden-layer MLP (tanh)."""
 
-    def __init__(self, n_cand: int, n_sess: int, hidden: int = 0) -> None:
+    ``form='additive'``: P = p·P_rep + (1 − p)·P_exp with P_exp the network's softmax over the
+    whole catalogue (a candidate keeps its explore share: the bonus is ≥ 0).
+    ``form='exclusive'`` (RepeatNet's): P_exp is the network's softmax over the items the
+    session has *not* clicked, so p is the probability that the next click is a return and the
+    candidates get p·P_rep alone — a candidate can fall below its network score.
+    ``hidden > 0``: the two linear functions become one-hidden-layer MLPs (tanh), the candidate
+    one also reading the session features. ``offset`` is added to logit(p) (0 when fitted).
+    With the explore part a softmax of β·scores, the final log-probabilities divided by β are, up
+    to a row constant, the raw scores for the items not clicked: the bonus is in score units."""
+
+    def __init__(self, n_cand: int, n_sess: int, hidden: int = 0, form: str = "additive") -> None:
         super().__init__()
+        if form not in ("additive", "exclusive"):
+            raise ValueError(f"form: expected 'additive' or 'exclusive', got {form!r}")
+        self.form = form
+        self.offset: float | Tensor = 0.0
         self.register_buffer("cand_mean", torch.zeros(n_cand, dtype=torch.float64))
         self.register_buffer("cand_std", torch.ones(n_cand, dtype=torch.float64))
         self.register_buffer("sess_mean", torch.zeros(n_sess, dtype=torch.float64))
         self.register_buffer("sess_std", torch.ones(n_sess, dtype=torch.float64))
 
-        def head(n_in: int, n_out: int) -> torch.nn.Module:
+        def head(n_in: int) -> torch.nn.Module:
             if hidden:
-                return torch.nn.Sequential(torch.nn.Linear(n_in, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, n_out))
-            return torch.nn.Linear(n_in, n_out)
+                return torch.nn.Sequential(torch.nn.Linear(n_in, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1))
+            return torch.nn.Linear(n_in, 1)
 
-        self.rep = head(n_cand + n_sess, 1) if hidden else head(n_cand, 1)
-        self.gate = head(n_sess, 1)
+        self.rep = head(n_cand + n_sess if hidden else n_cand)
+        self.gate = head(n_sess)
         self.hidden = hidden
         self.double()
-        for m in self.modules():
-            if isinstance(m, torch.nn.Linear):
+        if not hidden:
+            for m in (self.rep, self.gate):
+                torch.nn.init.zeros_(m.weight)
                 torch.nn.init.zeros_(m.bias)
-                if not hidden:
-                    torch.nn.init.zeros_(m.weight)
 
     def standardise(self, x: Inputs) -> None:
-        m = x.mask
-        c = x.cand[m]
+        c = x.cand[x.mask]
         self.cand_mean.copy_(c.mean(0))
         self.cand_std.copy_(c.std(0).clamp(min=1e-6))
         self.sess_mean.copy_(x.sess.mean(0))
@@ -333,31 +359,43 @@ class Mixture(torch.nn.Module):
         if self.hidden:
             c = torch.cat([c, s[:, None, :].expand(-1, c.shape[1], -1)], 2)
         u = self.rep(c)[..., 0].masked_fill(~x.mask, -torch.inf)
-        return self.gate(s)[:, 0], torch.log_softmax(u, 1)
+        return self.gate(s)[:, 0] + self.offset, torch.log_softmax(u, 1)
+
+    def _explore_norm(self, x: Inputs) -> Tensor:
+        """log of the explore part's normaliser relative to the full softmax: 0 (additive) or
+        −log(1 − P_exp(candidates)) (exclusive)."""
+        if self.form == "additive":
+            return torch.zeros_like(x.target_logp)
+        on_candidates = torch.logsumexp(x.cand_logp.masked_fill(~x.mask, -torch.inf), 1).clamp(max=-1e-9)
+        return -torch.log(-torch.expm1(on_candidates))
 
     def nll(self, x: Inputs) -> Tensor:
         """Mean negative log-likelihood of the targets under the mixture."""
         logit_p, log_rep = self(x)
         seen = x.target_slot >= 0
-        rep = F_logsigmoid(logit_p) + log_rep.gather(1, x.target_slot.clamp(min=0)[:, None])[:, 0]
+        rep = torch.nn.functional.logsigmoid(logit_p) + log_rep.gather(1, x.target_slot.clamp(min=0)[:, None])[:, 0]
         rep = torch.where(seen, rep, torch.full_like(rep, -torch.inf))
-        return -torch.logaddexp(rep, F_logsigmoid(-logit_p) + x.target_logp).mean()
+        explore = torch.nn.functional.logsigmoid(-logit_p) + x.target_logp + self._explore_norm(x)
+        if self.form == "exclusive":
+            explore = torch.where(seen, torch.full_like(explore, -torch.inf), explore)
+        return -torch.logaddexp(rep, explore).mean()
 
     def bonus(self, x: Inputs) -> Tensor:
-        """softplus(logit p + log P_rep − log P_exp) per candidate [P, C], 0 outside the mask."""
+        """What each candidate's raw score gains [P, C] (0 outside the mask): the final score is
+        the log of the mixture's probability, divided by β, up to the row's constant
+        (log(1 − p) − logsumexp(β·scores)) / β (additive; exclusive: also − log(1 − P_exp(candidates))):
+        softplus(logit p + log P_rep − log P_exp) / β (additive), (logit p + log P_rep −
+        log P_exp + log(1 − P_exp(candidates))) / β (exclusive)."""
         logit_p, log_rep = self(x)
-        b = torch.nn.functional.softplus(logit_p[:, None] + log_rep - x.cand_logp)
-        return b.masked_fill(~x.mask, 0.0)
+        z = logit_p[:, None] + log_rep - x.cand_logp
+        b = torch.nn.functional.softplus(z) if self.form == "additive" else z - self._explore_norm(x)[:, None]
+        return (b / x.beta).masked_fill(~x.mask, 0.0)
 
 
-def F_logsigmoid(x: Tensor) -> Tensor:
-    return torch.nn.functional.logsigmoid(x)
-
-
-def fit_mixture(x: Inputs, hidden: int = 0, max_iter: int = 300, seed: int = 0) -> tuple[Mixture, float]:
+def fit_mixture(x: Inputs, hidden: int = 0, form: str = "additive", max_iter: int = 300, seed: int = 0) -> tuple[Mixture, float]:
     """Maximum likelihood of the targets (LBFGS, full batch, float64); returns the model and its final NLL."""
     torch.manual_seed(seed)
-    model = Mixture(x.cand.shape[2], x.sess.shape[1], hidden)
+    model = Mixture(x.cand.shape[2], x.sess.shape[1], hidden, form)
     model.standardise(x)
     opt = torch.optim.LBFGS(model.parameters(), lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe",
                             tolerance_grad=1e-9, tolerance_change=1e-12)
@@ -427,27 +465,56 @@ def emit(**row: object) -> None:
     print(json.dumps(row), flush=True)
 
 
-def cross_fit(view: NetworkView, hist: History, x: Inputs, halves: np.ndarray, hidden: int, name: str) -> np.ndarray:
-    """Fit on one half, rank the other, swap; the pooled ranks."""
+#: Offsets of logit(p) tried after the fit, chosen on the fitting half by MRR@20 (0 = the MLE).
+GATE_OFFSETS = (-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def cross_fit(view: NetworkView, hist: History, xs: dict[float, Inputs], halves: np.ndarray, hidden: int, form: str,
+              name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Fit on one half, rank the other, swap: the pooled ranks of the maximum-likelihood fit
+    (over the parameters and the explore part's β of ``xs``: the inputs at each β), and of the
+    same fit with logit(p) shifted by the offset of :data:`GATE_OFFSETS` that is best (MRR@20)
+    on the fitting half."""
     ranks = np.zeros(hist.n, dtype=np.int64)
+    tuned = np.zeros(hist.n, dtype=np.int64)
+    oracle = np.zeros(hist.n, dtype=np.int64)
     for fold in (0, 1):
         fit_rows, eval_rows = np.flatnonzero(halves == fold), np.flatnonzero(halves != fold)
         start = time.perf_counter()
-        model, nll = fit_mixture(x.rows(fit_rows), hidden=hidden)
+        fits = {beta: fit_mixture(x.rows(fit_rows), hidden=hidden, form=form) for beta, x in xs.items()}
+        beta = min(fits, key=lambda b: fits[b][1])
+        model, nll = fits[beta]
+        x = xs[beta]
+        xf = x.rows(fit_rows)
         seconds = time.perf_counter() - start
-        xe = x.rows(eval_rows)
+        vf = view.rows(fit_rows)
         with torch.no_grad():
-            bonus = model.bonus(xe)
+            def fit_mrr(offset: float) -> float:
+                model.offset = offset
+                return metrics(ranks_with_bonus(vf, xf.mask, xf.target_slot, model.bonus(xf)))["mrr@20"]
+
+            offset = max(GATE_OFFSETS, key=lambda o: (fit_mrr(o), -abs(o)))
+            xe = x.rows(eval_rows)
+            v = view.rows(eval_rows)
+            model.offset = 0.0
             nll_eval = float(model.nll(xe))
             p = torch.sigmoid(model(xe)[0])
-        v = view.rows(eval_rows)
-        ranks[eval_rows] = ranks_with_bonus(v, xe.mask, xe.target_slot, bonus).numpy()
+            ranks[eval_rows] = ranks_with_bonus(v, xe.mask, xe.target_slot, model.bonus(xe)).numpy()
+            model.offset = offset
+            tuned[eval_rows] = ranks_with_bonus(v, xe.mask, xe.target_slot, model.bonus(xe)).numpy()
+            # A diagnostic, not a method: the gate told whether the target is a return (p → 1 or
+            # 0), the rest as fitted — what a perfect "whether" would add to this "which".
+            model.offset = torch.where(xe.target_slot >= 0, 40.0, -40.0).to(torch.float64)
+            oracle[eval_rows] = ranks_with_bonus(v, xe.mask, xe.target_slot, model.bonus(xe)).numpy()
+            model.offset = 0.0
         seen = (xe.target_slot >= 0).to(torch.float64)
         emit(row=name, fold=fold, nll_fit=round(nll, 4), nll_eval=round(nll_eval, 4), fit_seconds=round(seconds, 1),
-             mean_p=round(float(p.mean()), 4), share_repeat_targets=round(float(seen.mean()), 4),
+             mean_p=round(float(p.mean()), 4), share_repeat_targets=round(float(seen.mean()), 4), gate_offset=offset,
+             beta=beta, nll_fit_by_beta={b: round(f[1], 4) for b, f in fits.items()},
              **({"weights": {k: [round(float(w), 3) for w in v.flatten()] for k, v in model.state_dict().items()
                              if not k.endswith(("mean", "std"))}} if not hidden else {}))
-    return ranks
+    emit(row=f"{name}, oracle gate (diagnostic)", **metrics(oracle))
+    return ranks, tuned
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -459,7 +526,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--topk", type=int, default=0, help="K (default: the most candidates of a prediction + 64)")
     p.add_argument("--published", default=None, help="the published boost coefficients WEIGHT,DECAY (also reported)")
-    p.add_argument("--variants", default="base,rich,mlp", help="mixtures to fit: base, rich, mlp (rich features, hidden 16)")
+    p.add_argument("--variants", default="base,rich", help="mixtures to fit: base, rich, mlp (rich features, hidden 16)")
+    p.add_argument("--forms", default="additive,exclusive", help="the mixture's forms (see Mixture)")
+    p.add_argument("--temperature", action="store_true", help=f"also fit the explore part's inverse temperature β (grid {BETAS})")
     p.add_argument("--no-baselines", action="store_true")
     p.add_argument("--seed", type=int, default=0, help="seed of the split into halves")
     p.add_argument("--bench", action="store_true", help="only measure the second stage's cost per position")
@@ -481,7 +550,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.bench:
         return bench(model, sessions.items, sessions.offsets, hist, k)
     start = time.perf_counter()
-    view = network_pass(model, sessions.items, sessions.offsets, hist, k)
+    cache = work / f"view_k{k}_b{len(BETAS)}.pt"
+    if cache.exists() and cache.stat().st_mtime > (args.model or work / "train_tr.safetensors").stat().st_mtime:
+        view = NetworkView(**torch.load(cache))
+    else:
+        view = network_pass(model, sessions.items, sessions.offsets, hist, k)
+        torch.save({f: getattr(view, f) for f in view.__dataclass_fields__}, cache)
     emit(data=args.data.name, predictions=hist.n, max_candidates=C, k=k, network_pass_seconds=round(time.perf_counter() - start, 1),
          repeat_targets=round(float((hist.target_slot >= 0).mean()), 4))
     items_t, mask_t, slot_t = torch.from_numpy(hist.items), torch.from_numpy(hist.mask), torch.from_numpy(hist.target_slot)
@@ -518,14 +592,19 @@ def main(argv: list[str] | None = None) -> int:
     emit(row="boost (cross-fitted grid)", **metrics(boost_ranks))
 
     # The mixtures, cross-fitted.
-    for variant in args.variants.split(","):
-        x = features(view, hist, model.item_support, "base" if variant == "base" else "rich")
-        ranks = cross_fit(view, hist, x, halves, hidden=16 if variant == "mlp" else 0, name=f"mixture {variant}")
-        emit(row=f"mixture {variant} (cross-fitted)", **metrics(ranks))
-        seen = hist.target_slot >= 0
-        emit(row=f"mixture {variant} by target", repeat=metrics(ranks[seen]), new=metrics(ranks[~seen]),
-             plain_repeat=metrics(plain.numpy()[seen]), plain_new=metrics(plain.numpy()[~seen]),
-             boost_repeat=metrics(boost_ranks[seen]), boost_new=metrics(boost_ranks[~seen]))
+    seen = hist.target_slot >= 0
+    emit(row="by target", plain_repeat=metrics(plain.numpy()[seen]), plain_new=metrics(plain.numpy()[~seen]),
+         boost_repeat=metrics(boost_ranks[seen]), boost_new=metrics(boost_ranks[~seen]))
+    for form in args.forms.split(","):
+        for variant in args.variants.split(","):
+            betas = BETAS if args.temperature else (1.0,)
+            xs = {b: features(view, hist, model.item_support, "base" if variant == "base" else "rich", b) for b in betas}
+            name = f"mixture {form} {variant}" + (" β" if args.temperature else "")
+            ranks, tuned = cross_fit(view, hist, xs, halves, hidden=16 if variant == "mlp" else 0, form=form, name=name)
+            emit(row=f"{name} (cross-fitted)", **metrics(ranks))
+            emit(row=f"{name} + gate offset (cross-fitted)", **metrics(tuned))
+            emit(row=f"{name} by target", repeat=metrics(ranks[seen]), new=metrics(ranks[~seen]),
+                 tuned_repeat=metrics(tuned[seen]), tuned_new=metrics(tuned[~seen]))
 
     if not args.no_baselines:
         for name, baseline in (("Pop", Pop()), ("SPop", SessionPop()), ("ItemKNN", ItemKNN())):

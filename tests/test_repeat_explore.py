@@ -80,8 +80,8 @@ def case(seed: int = 0, n_items: int = 12):
     return rng, scores, hist, view, support
 
 
-def random_mixture(rng: np.random.Generator, x) -> "rx.Mixture":
-    model = rx.Mixture(x.cand.shape[2], x.sess.shape[1])
+def random_mixture(rng: np.random.Generator, x, form: str = "additive") -> "rx.Mixture":
+    model = rx.Mixture(x.cand.shape[2], x.sess.shape[1], form=form)
     model.standardise(x)
     with torch.no_grad():
         for prm in model.parameters():
@@ -107,10 +107,15 @@ def reference_features(scores: np.ndarray, seen: dict, length: int, support: np.
     return cand, sess
 
 
-def test_mixture_scores_match_numpy():
+@pytest.mark.parametrize("form", ["additive", "exclusive"])
+@pytest.mark.parametrize("beta", [1.0, 0.5])
+def test_mixture_scores_match_numpy(form, beta):
+    """The final scores are, for every item, log P(i) / β up to the row's constant, with
+    P = p·P_rep + (1 − p)·P_exp (additive; P_exp the softmax of β·scores) or P = p·P_rep on the
+    session's items and (1 − p)·P_exp renormalised over the others (exclusive)."""
     rng, scores, hist, view, support = case()
-    x = rx.features(view, hist, support)
-    model = random_mixture(rng, x)
+    x = rx.features(view, hist, support, beta=beta)
+    model = random_mixture(rng, x, form)
     with torch.no_grad():
         bonus = model.bonus(x).numpy()
     prm = {k: v.numpy() for k, v in model.state_dict().items()}
@@ -125,11 +130,16 @@ def test_mixture_scores_match_numpy():
         p_rep = np.zeros(scores.shape[1])
         p_rep[keys] = np.exp(u - u.max()) / np.exp(u - u.max()).sum()
         s = scores[p].double().numpy()
-        p_exp = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
-        mix = prob_repeat * p_rep + (1 - prob_repeat) * p_exp
-        # The final scores are log(mix) up to the row's constant log(1 − p) − logsumexp(scores).
-        expected = np.log(mix) - np.log(1 - prob_repeat) + np.log(np.exp(s).sum())
-        np.testing.assert_allclose(final[p], expected, rtol=1e-5, atol=1e-5)
+        p_exp = np.exp(beta * s) / np.exp(beta * s).sum()
+        constant = np.log(1 - prob_repeat) - np.log(np.exp(beta * s).sum())
+        if form == "additive":
+            mix = prob_repeat * p_rep + (1 - prob_repeat) * p_exp
+        else:
+            new = np.ones(scores.shape[1], dtype=bool)
+            new[keys] = False
+            mix = np.where(new, (1 - prob_repeat) * p_exp / p_exp[new].sum(), prob_repeat * p_rep)
+            constant -= np.log(p_exp[new].sum())
+        np.testing.assert_allclose(final[p], (np.log(mix) - constant) / beta, rtol=1e-5, atol=1e-5)
 
 
 def _sessions_of(hist) -> tuple[np.ndarray, np.ndarray]:
