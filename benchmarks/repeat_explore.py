@@ -21,13 +21,20 @@ scores plus, for each candidate only, the non-negative bonus
 
 — an item the session has not clicked keeps its raw score, so the mixture is exactly a learned
 per-candidate boost (the shape of :mod:`gru4rec.inference.repeat`'s), and every item has a
-full-catalogue score. ``p ≡ 0`` gives bonus 0: the plain network.
+full-catalogue score. ``p ≡ 0`` gives bonus 0: the plain network. That is the *additive* form;
+``--forms exclusive`` is RepeatNet's own (``P_exp`` renormalised over the items not clicked, so
+``p`` is the probability of a return and the bonus may be negative), see :class:`Mixture`.
+Refinements, each reported as its own row: ``rich`` features, ``mlp`` heads (16 tanh units), a
+*gate offset* (a shift of logit p chosen on the fitting half by MRR@20) and, with
+``--temperature``, the explore part's inverse temperature β (softmax of β·scores; β of highest
+likelihood on the fitting half). The "oracle gate" row is a diagnostic, not a method: the gate is
+told whether the target is a return.
 
 Method (no leak): the network is trained on ``train_tr`` (or loaded from ``--work``); every
 prediction of ``train_valid`` is scored once (:func:`network_pass`: per position the log-sum-exp,
 entropy and spread of the scores, the top ``K`` scores and the candidates' scores — memory
 bounded by the batch, a B×N block at a time). The validation sessions are split at random into
-two halves; the mixture's ~20 parameters are fitted by maximum likelihood (LBFGS, float64) on one
+two halves; the mixture's 15–34 parameters are fitted by maximum likelihood (LBFGS, float64) on one
 half and rank the other, then the halves swap and the ranks are pooled: every figure is measured
 on sessions its parameters never saw. The boost's grid is chosen the same way (on the fitting
 half, MRR@20), and the published coefficients are reported too. Ranks are full-catalogue,
