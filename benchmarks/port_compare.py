@@ -37,8 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gru4rec.config import Config  # noqa: E402
 from train_speed import CONFIGS  # noqa: E402  (the named configurations of both benchmarks)
+
+from gru4rec.config import Config  # noqa: E402
 
 EPOCH_LINE = re.compile(r"Epoch(\d+) --> loss: (\S+)\s+\(([\d.]+)s\)\s+\[([\d.]+) mb/s \| (\d+) e/s\]")
 

@@ -64,7 +64,7 @@ class _Baseline:
         self.item_map: Any = None
         self.item_support: np.ndarray | None = None
 
-    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> "_Baseline":
+    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> _Baseline:
         """Fit on training events (a DataFrame or a path to an event file). Returns self."""
         keys = dict(session_key=self.config.session_key, item_key=self.config.item_key, time_key=self.config.time_key)
         if isinstance(data, (str, os.PathLike)):
@@ -111,7 +111,7 @@ class Pop(_Baseline):
     """Most popular: every item scored by its number of training events (ties keep equal scores,
     so the evaluator's tie mode applies to them)."""
 
-    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> "Pop":
+    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> Pop:
         """Fit on training events (a DataFrame or a path). Returns self."""
         super().fit(data)
         return self
@@ -143,7 +143,7 @@ class SessionPop(_Baseline):
     """Session popularity: items already in the session first (most visited first), then the
     rest by global popularity."""
 
-    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> "SessionPop":
+    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> SessionPop:
         """Fit on training events (a DataFrame or a path). Returns self."""
         super().fit(data)
         return self
@@ -248,7 +248,7 @@ class ItemKNN(_Baseline):
         self.lmbd = float(lmbd)
         self.alpha = float(alpha)
 
-    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> "ItemKNN":
+    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> ItemKNN:
         """Fit on training events (a DataFrame or a path). Returns self."""
         super().fit(data)
         return self

@@ -11,8 +11,8 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from gru4rec.errors import OutputExistsError, OutputPathError
 

@@ -18,7 +18,7 @@ serve prediction and evaluation.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn

@@ -12,8 +12,9 @@ import contextlib
 import logging
 import os
 import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,8 +22,8 @@ import torch
 
 from gru4rec import checkpoint
 from gru4rec.config import Config
-from gru4rec.devices import resolve_device
 from gru4rec.data import ItemMap, Sessions, index_sessions, item_support, read_events, sessions_from_events, validate_events
+from gru4rec.devices import resolve_device
 from gru4rec.errors import Gru4RecError, ModelFileError
 from gru4rec.inference import Engine, require_fitted
 from gru4rec.model import GRU4RecNet
@@ -70,7 +71,7 @@ class EpochInfo:
     seconds: float
     events_per_s: float
     mb_per_s: float
-    model: "GRU4Rec" = field(repr=False)
+    model: GRU4Rec = field(repr=False)
     valid: dict[str, float] | None = None
     best_epoch: int | None = None
     peak_host_mb: float = 0.0
@@ -183,8 +184,8 @@ class GRU4Rec:
         checkpoint_every: float | None = None,
         keep_checkpoint: bool = False,
         progress: bool = True,
-        init_from: "GRU4Rec | str | os.PathLike[str] | None" = None,
-    ) -> "GRU4Rec":
+        init_from: GRU4Rec | str | os.PathLike[str] | None = None,
+    ) -> GRU4Rec:
         """Train on ``data`` (DataFrame or file with session, item and time columns): from scratch,
         or from a trained model with ``init_from`` (a ``GRU4Rec`` or a model file).
 
@@ -310,7 +311,7 @@ class GRU4Rec:
         checkpoint.save_file(path, tensors, meta, overwrite=overwrite)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], *, device: str | torch.device = "auto") -> "GRU4Rec":
+    def load(cls, path: str | os.PathLike[str], *, device: str | torch.device = "auto") -> GRU4Rec:
         """Read a model written by :meth:`save`. Never executes code from the file."""
         tensors, meta = checkpoint.load_file(path)
         if meta.get("kind") != MODEL_KIND:

@@ -6,7 +6,8 @@ does): nothing in the library imports it; ``gru4rec evaluate --fit-repeat`` and
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from gru4rec.evaluation import evaluate
 from gru4rec.inference.repeat import RepeatBoost

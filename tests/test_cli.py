@@ -458,7 +458,6 @@ def test_output_paths_are_checked_before_the_first_step(
 def test_help_names_one_model_file_extension(capsys: pytest.CaptureFixture[str]) -> None:
     from gru4rec.checkpoint import MODEL_SUFFIX
     from gru4rec.cli.common import MODEL_FILE_EXAMPLE
-
     from gru4rec.runs import MODEL_FILE
 
     assert MODEL_FILE_EXAMPLE == MODEL_FILE == "model" + MODEL_SUFFIX  # run folders name it the same way

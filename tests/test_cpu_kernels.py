@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch import nn
 
+from gru4rec.config import Config
 from gru4rec.kernels import build as kernel_build
 from gru4rec.kernels import cpu as cpu_ops
-from gru4rec.config import Config
 from gru4rec.training.backend import select_backend
 from gru4rec.training.optim import Optimizer
 from test_optim import METHODS

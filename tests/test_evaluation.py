@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 import torch
 
+from gru4rec import log
 from gru4rec.data import ItemMap, Sessions
 from gru4rec.errors import ConfigError, DataError, Gru4RecError
-from gru4rec import log
 from gru4rec.evaluation import TIE_MODES, EvalResult, evaluate, evaluate_sessions
 from gru4rec.evaluation import evaluator as evaluation
 

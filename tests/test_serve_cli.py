@@ -10,15 +10,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from serve_helpers import free_port, httpx, recommend, train_small  # noqa: E402
-
 from gru4rec import GRU4Rec  # noqa: E402
 from gru4rec.cli import main  # noqa: E402
+from serve_helpers import free_port, httpx, recommend, train_small  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

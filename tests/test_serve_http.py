@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import re
 import hashlib
+import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from serve_helpers import httpx, recommend, running, train_small  # noqa: E402 - skips without the serve extra
-
 from gru4rec import GRU4Rec  # noqa: E402
 from gru4rec.serve import ServeSettings, create_app  # noqa: E402
+from serve_helpers import httpx, recommend, running, train_small  # noqa: E402 - skips without the serve extra
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser")
 

@@ -98,8 +98,8 @@ def test_step_inputs_gather_what_the_pytorch_step_builds(logq: bool, mask_in_bia
     the bias (logQ split at B, MASK on invalid columns when asked) and the reset of new sessions."""
     from gru4rec.kernels.triton_step import step_inputs
     from gru4rec.training.losses import MASK
-    from gru4rec.training.sampling import make_logq
     from gru4rec.training.ops import TorchOps
+    from gru4rec.training.sampling import make_logq
 
     gen = torch.Generator().manual_seed(5)
     T, B, N, n = 6, 5, 40, 70

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pandas as pd
-
 import pytest
 
 optuna = pytest.importorskip("optuna")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -107,7 +107,7 @@ def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(server.url(server.new_database()))
 
 
-def wait_for(condition: Callable[[], object], what: str, timeout: float = 240, process: "subprocess.Popen[bytes] | None" = None) -> object:
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 240, process: subprocess.Popen[bytes] | None = None) -> object:
     """Poll ``condition`` until it returns something true; fails after ``timeout`` seconds or when
     ``process`` ends first."""
     deadline = time.monotonic() + timeout
@@ -126,7 +126,7 @@ def wait_for(condition: Callable[[], object], what: str, timeout: float = 240, p
         time.sleep(0.1)
 
 
-def running_trial(storage: str, name: str, *, not_pid: int | None = None, only_pid: int | None = None) -> "optuna.trial.FrozenTrial | None":
+def running_trial(storage: str, name: str, *, not_pid: int | None = None, only_pid: int | None = None) -> optuna.trial.FrozenTrial | None:
     """A RUNNING trial of the study whose worker process is (not) the given one, or None."""
     for t in trials_of(storage, name):
         worker = t.user_attrs.get("worker", "")
@@ -138,7 +138,7 @@ def running_trial(storage: str, name: str, *, not_pid: int | None = None, only_p
     return None
 
 
-def stop(process: "subprocess.Popen[bytes]") -> None:
+def stop(process: subprocess.Popen[bytes]) -> None:
     """Kill ``process`` if it still runs (test teardown, also after a failure)."""
     if process.poll() is None:
         process.kill()

@@ -37,8 +37,7 @@ def _progress(args: argparse.Namespace) -> bool:
 
 def add_preprocess_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Arguments of ``gru4rec preprocess DATASET RAW_PATH... --out DIR``."""
-    from gru4rec.datasets import PIPELINES
-    from gru4rec.datasets import DEFAULT_CHUNKSIZE, FORMATS
+    from gru4rec.datasets import DEFAULT_CHUNKSIZE, FORMATS, PIPELINES
 
     lines = [f"  {m.NAME:13s} {', '.join(m.INFO.raw_files)}" for m in PIPELINES.values()]
     _describe(

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gru4rec.cli import observe
 from gru4rec.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -34,7 +35,6 @@ from gru4rec.cli.common import (
     uses_threads,
     write_json,
 )
-from gru4rec.cli import observe
 from gru4rec.cli.evaluate import evaluate_files
 
 if TYPE_CHECKING:  # the heavy imports (torch, pandas) happen inside the functions

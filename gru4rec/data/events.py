@@ -17,8 +17,9 @@ import io
 import itertools
 import os
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -55,7 +56,7 @@ def _split_suffix(path: Path) -> tuple[str, bool]:
 def _open_text(path: Path, gz: bool) -> io.TextIOBase:
     if gz:
         return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-    return open(path, "r", encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")
 
 
 def _read_head(path: Path, gz: bool, n_chars: int = 65536) -> str:

@@ -32,8 +32,9 @@ the predictions are scored in blocks of B × N probability matrices.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -65,7 +66,7 @@ def check_cutoffs(cutoffs: int | Sequence[int]) -> list[int]:
     return sorted({int(c) for c in values})
 
 
-def _check_model(cond: bool, model: "IntentModel", rule: str) -> None:
+def _check_model(cond: bool, model: IntentModel, rule: str) -> None:
     if not cond:
         raise ConfigError(f"intent model: {model!r} is invalid; {rule}")
 

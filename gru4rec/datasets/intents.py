@@ -36,9 +36,10 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -115,7 +116,7 @@ class IntentParams:
         object.__setattr__(self, "mix", tuple(float(w) / float(sum(mix)) for w in mix))
 
     @classmethod
-    def of(cls, params: "IntentParams | None" = None, **changes: Any) -> "IntentParams":
+    def of(cls, params: IntentParams | None = None, **changes: Any) -> IntentParams:
         """``params`` (default: the defaults) with ``changes``; ConfigError naming an unknown one."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(changes) - known)

@@ -25,7 +25,8 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

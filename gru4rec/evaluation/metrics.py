@@ -35,8 +35,9 @@ host synchronisation per step.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -83,7 +84,7 @@ class EvalResult:
     n_items: int
     seconds: float
     ranks: np.ndarray | None = field(default=None, repr=False)
-    breakdown: "Breakdown | None" = field(default=None, repr=False)
+    breakdown: Breakdown | None = field(default=None, repr=False)
 
     def __str__(self) -> str:
         """The original run.py's result lines: ``Recall@20: 0.123456 MRR@20: 0.123456``."""

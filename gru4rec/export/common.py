@@ -3,8 +3,9 @@ the fitted network they read."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from gru4rec.errors import Gru4RecError, OutputExistsError
 from gru4rec.files import atomic_write, check_output_path

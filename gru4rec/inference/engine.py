@@ -19,8 +19,9 @@ runs through :class:`Engine`, over any :class:`~gru4rec.inference.SessionModel`:
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -135,7 +136,7 @@ class Engine:
                 known.append(i)
         return np.asarray(known, dtype=np.int64), unknown
 
-    def keeps_states_of(self, other: "Engine") -> bool:
+    def keeps_states_of(self, other: Engine) -> bool:
         """Whether the sessions' states under ``other`` are valid states here: the same state
         widths and ``other``'s items at the same indices (a warm start of ``other`` has both)."""
         return self.sizes == other.sizes and self.item_ids[: other.n_items] == other.item_ids

@@ -22,8 +22,9 @@ so it has no boost.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,7 +47,7 @@ class RepeatBoost:
             raise ValueError(f"repeat_decay must be in [0, 1], got {self.decay!r}")
 
     @classmethod
-    def of(cls, model: Any) -> "RepeatBoost":
+    def of(cls, model: Any) -> RepeatBoost:
         """The boost a model's config asks for (none for a model without the fields: a baseline)."""
         config = getattr(model, "config", None)
         return cls(float(getattr(config, "repeat_weight", 0.0)), float(getattr(config, "repeat_decay", 1.0)))

@@ -20,8 +20,9 @@ Two ways to the same answer:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -80,7 +81,7 @@ class Float32TopK:
         self.counts = {"float32": 0}
 
     @classmethod
-    def linear(cls, wy: Tensor, by: Tensor) -> "Float32TopK":
+    def linear(cls, wy: Tensor, by: Tensor) -> Float32TopK:
         """The top-k of ``out·Wyᵀ + By``."""
         wy, by = wy.detach(), by.detach()
         return cls(lambda out: torch.addmm(by, out, wy.t()))

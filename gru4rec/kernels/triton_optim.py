@@ -51,9 +51,23 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from gru4rec.kernels.triton_rule import (INT32_MAX, METHODS, TritonDenseUpdate, UpdateRule, apply_rule, bias_corrections,
-                                         check_device, check_float, check_sq_total, check_state, check_step,
-                                         clip_scale, dense_sq_norm, dense_update, rule_pointers)
+from gru4rec.kernels.triton_rule import (
+    INT32_MAX,
+    METHODS,
+    TritonDenseUpdate,
+    UpdateRule,
+    apply_rule,
+    bias_corrections,
+    check_device,
+    check_float,
+    check_sq_total,
+    check_state,
+    check_step,
+    clip_scale,
+    dense_sq_norm,
+    dense_update,
+    rule_pointers,
+)
 
 __all__ = [
     "METHODS",

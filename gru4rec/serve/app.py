@@ -27,15 +27,16 @@ import hashlib
 import logging
 import os
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import torch
 
 from gru4rec.errors import Gru4RecError
+from gru4rec.inference import Answer, Engine
 from gru4rec.recommender import GRU4Rec
 from gru4rec.serve.batcher import Job, JobResult, MicroBatcher, Overloaded, ShuttingDown
-from gru4rec.inference import Answer, Engine
 from gru4rec.serve.metrics import CONTENT_TYPE, ServeMetrics
 from gru4rec.serve.middleware import BodyLimit, RequestMetrics
 from gru4rec.serve.reload import ModelReloader, read_model_file

@@ -26,8 +26,9 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -278,7 +279,7 @@ class MicroBatcher:
                 job.future.set_result(JobResult(answer, new_session=job.kind == "event" and work.state is None, engine=engine))
 
 
-def _drain(q: "queue.Queue[Job | _Swap | None]") -> list[Job | _Swap | None]:
+def _drain(q: queue.Queue[Job | _Swap | None]) -> list[Job | _Swap | None]:
     items = []
     while True:
         try:

@@ -21,16 +21,16 @@ import hashlib
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
 from gru4rec.errors import Gru4RecError
+from gru4rec.inference import Engine, Work
 from gru4rec.recommender import GRU4Rec
 from gru4rec.serve.batcher import MicroBatcher
-from gru4rec.inference import Engine, Work
 from gru4rec.serve.settings import ServeSettings
 
 __all__ = ["ModelReloader", "file_sha256"]

@@ -19,7 +19,8 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 

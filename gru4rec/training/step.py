@@ -57,10 +57,10 @@ import torch
 from torch import Tensor
 
 from gru4rec.model import GRU4RecNet
+from gru4rec.training.backend import Backend
 from gru4rec.training.cell import GRUCell, LayerCache
 from gru4rec.training.dropout import DropoutMasks
 from gru4rec.training.losses import LossGradFn
-from gru4rec.training.backend import Backend
 from gru4rec.training.ops import TorchOps
 from gru4rec.training.optim import Optimizer, SparseGrad, UniqueGrad, item_table_grads
 from gru4rec.training.precision import Matmuls

@@ -18,14 +18,14 @@ from gru4rec.config import Config
 from gru4rec.kernels.memory import keep_freed_memory
 from gru4rec.model import GRU4RecNet
 from gru4rec.training.backend import Backend, select_backend
+from gru4rec.training.batching import Schedule
 from gru4rec.training.dropout import DropoutMasks
 from gru4rec.training.losses import make_loss, masks_through_bias
+from gru4rec.training.ops import StepInputs, TorchOps
 from gru4rec.training.optim import Optimizer
 from gru4rec.training.precision import Matmuls, check_precision
 from gru4rec.training.reference import ReferenceStep
 from gru4rec.training.sampling import SampleStore, make_logq
-from gru4rec.training.batching import Schedule
-from gru4rec.training.ops import StepInputs, TorchOps
 from gru4rec.training.step import FastStep
 
 __all__ = ["Trainer"]

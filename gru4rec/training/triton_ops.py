@@ -36,8 +36,8 @@ from gru4rec.training.batching import Schedule
 from gru4rec.training.cell import GRUCell, LayerCache
 from gru4rec.training.losses import LossGradFn, masks_through_bias
 from gru4rec.training.ops import FusedUpdate, OptimizerTables, SparseGrad, StepBatch, StepInputs, TorchOps
-from gru4rec.training.sampling import LogQ
 from gru4rec.training.precision import Matmuls
+from gru4rec.training.sampling import LogQ
 
 __all__ = ["TritonGRUCell", "TritonOps", "TritonUpdate", "triton_loss_grad"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from gru4rec.errors import ConfigError, Gru4RecError
 from gru4rec.tune.runner import run_study
