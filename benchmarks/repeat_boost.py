@@ -70,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"grid_seconds": round(time.perf_counter() - start, 1)}), flush=True)
     if args.test:
         full = trained(config, args.data / f"train_full{ext}", work / "train_full.safetensors", args.threads)
-        for name, cfg in (("plain", full.config), ("repeat-aware", full.config.replace(repeat_weight=best.weight, repeat_decay=best.decay))):
+        for name, cfg in (
+            ("plain", full.config),
+            ("repeat-aware", full.config.replace(repeat_weight=best.weight, repeat_decay=best.decay)),
+        ):
             full.config = cfg
             r = evaluate(full, args.data / f"test{ext}", cutoffs=(10, 20), mode="conservative", beyond_accuracy=False)
             print(json.dumps({"split": "test", "row": name, "repeat_weight": cfg.repeat_weight, "repeat_decay": cfg.repeat_decay,

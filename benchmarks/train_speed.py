@@ -243,10 +243,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", action="store_true", help="measure the plain autograd step only")
     parser.add_argument("--compare-reference", action="store_true", help="measure both paths, interleaved, and print the ratio")
     parser.add_argument("--precision", default="float32", help="float32 or bfloat16: operand type of the fast step's matrix products")
-    parser.add_argument("--compare-precision", action="store_true", help="measure float32 and --precision, interleaved, and print the ratio")
-    parser.add_argument("--compare-kernels", action="store_true", help="measure the fast step with the optimiser in PyTorch and in the fused CPU kernels, interleaved")
+    parser.add_argument(
+        "--compare-precision", action="store_true", help="measure float32 and --precision, interleaved, and print the ratio"
+    )
+    parser.add_argument(
+        "--compare-kernels",
+        action="store_true",
+        help="measure the fast step with the optimiser in PyTorch and in the fused CPU kernels, interleaved",
+    )
     parser.add_argument("--fused", action="store_true", help="the fused GPU kernels (Triton) instead of PyTorch ops on CUDA")
-    parser.add_argument("--compare-fused", action="store_true", help="measure the PyTorch ops and the fused GPU kernels (Triton), interleaved")
+    parser.add_argument(
+        "--compare-fused", action="store_true", help="measure the PyTorch ops and the fused GPU kernels (Triton), interleaved"
+    )
     parser.add_argument("--timing", choices=("epoch", "steps"), default="epoch",
                         help="epoch: whole epochs as run.py trains them (graph replay on CUDA; default); steps: eager train_step calls")
     parser.add_argument("--sweep", action="store_true", help="batch 32..256 × layers 100..512 × {cross-entropy, bpr-max}")

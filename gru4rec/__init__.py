@@ -16,7 +16,8 @@ from gru4rec.threads import prefer_passive_waits
 # so the default thread count does not collapse on a busy machine (gru4rec/threads.py).
 prefer_passive_waits()
 
-from gru4rec import log as log  # installs the `gru4rec` logger's default handler (gru4rec/log.py)
+# Installs the `gru4rec` logger's default handler (gru4rec/log.py); after prefer_passive_waits() on purpose.
+from gru4rec import log as log  # noqa: E402
 
 __version__ = "0.1.0"
 

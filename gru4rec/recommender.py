@@ -226,7 +226,9 @@ class GRU4Rec:
             source = init_from if isinstance(init_from, GRU4Rec) else GRU4Rec.load(init_from, device=self.device)
             old_net, old_map, _ = source._parts()
             # Taken before anything is assigned: init_from may be this very model.
-            base = _Base("the given model" if source is init_from else str(init_from), old_net, old_map, source.optimizer_state, source.config)
+            base = _Base(
+                "the given model" if source is init_from else str(init_from), old_net, old_map, source.optimizer_state, source.config
+            )
             check_same_network(base.config, c, base.name)
         events = self._events(data)
         self.item_map = ItemMap.from_ids(events[c.item_key]) if base is None else grow_item_map(base.item_map, events[c.item_key])
@@ -245,7 +247,9 @@ class GRU4Rec:
                 self.net = GRU4RecNet(len(self.item_map), c, generator=init_gen).to(self.device).eval()
             else:
                 self.net = warm_net(base.net, len(self.item_map), c, generator=init_gen).to(self.device).eval()
-                log.info("Warm start from %s: %d items kept, %d new", base.name, len(base.item_map), len(self.item_map) - len(base.item_map))
+                log.info(
+                    "Warm start from %s: %d items kept, %d new", base.name, len(base.item_map), len(self.item_map) - len(base.item_map)
+                )
             trainer = Trainer(self.net, c, self.item_support, precision=self.precision)
             log.debug("training backend: %s", trainer.backend.describe())
             if base is not None:
@@ -445,7 +449,9 @@ class GRU4Rec:
         return result
 
     @torch.inference_mode()
-    def predict_next_batch(self, session_ids: Sequence[Any], input_item_ids: Sequence[Any], predict_for_item_ids: Sequence[Any] | None = None) -> pd.DataFrame:
+    def predict_next_batch(
+        self, session_ids: Sequence[Any], input_item_ids: Sequence[Any], predict_for_item_ids: Sequence[Any] | None = None
+    ) -> pd.DataFrame:
         """The original's streaming API: one hidden state per batch position, reset whenever the
         session id at that position changes. Returns scores as a DataFrame (items × positions).
 

@@ -135,7 +135,11 @@ class Validator:
             self.since_best += 1
         log.info(
             "Validation after epoch %d (%.2fs): %s (best %.6f after epoch %s)",
-            epoch, result.seconds, " ".join(f"{k}={v:.6f}" for k, v in metrics.items() if not k.startswith("ndcg")), self.best_value, self.best_epoch,
+            epoch,
+            result.seconds,
+            " ".join(f"{k}={v:.6f}" for k, v in metrics.items() if not k.startswith("ndcg")),
+            self.best_value,
+            self.best_epoch,
         )
         if self.should_stop:
             log.info("Early stopping after epoch %d: %s has not improved for %d epoch(s)", epoch, self.metric.key, self.patience)

@@ -62,7 +62,9 @@ def check_same_network(old: Config, new: Config, source: str) -> None:
     config of the model in ``source`` (a file name or a description, for the message)."""
     theirs, ours = _network_values(old), _network_values(new)
     show = lambda v: "/".join(map(str, v)) if isinstance(v, tuple) else str(v)  # noqa: E731  # as in a parameter string
-    changed = [f"{name}: {show(theirs[name])} in the model, {show(ours[name])} now" for name in NETWORK_FIELDS if theirs[name] != ours[name]]
+    changed = [
+        f"{name}: {show(theirs[name])} in the model, {show(ours[name])} now" for name in NETWORK_FIELDS if theirs[name] != ours[name]
+    ]
     if changed:
         raise ConfigError(f"cannot warm-start from {source}: the network differs ({'; '.join(changed)}); "
                           "only training parameters may change")

@@ -64,8 +64,8 @@ def wait_healthy(url: str, proc: subprocess.Popen[str]) -> None:
     raise AssertionError("the server did not come up")
 
 
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[str]]]:
+@pytest.fixture(name="processes")
+def processes_fixture() -> Iterator[list[subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
     yield started
     for proc in started:  # whatever the test did: no server outlives it

@@ -27,7 +27,7 @@ from gru4rec.serve.reload import file_sha256  # noqa: E402
 from gru4rec.serve.settings import ServeSettings  # noqa: E402
 from gru4rec.serve.state import MemoryStore  # noqa: E402
 from serve_helpers import SMALL, httpx, recommend, redis_server, running, train_small  # noqa: E402
-from test_serve_cli import environment, processes, start, stop, wait_healthy  # noqa: E402,F401
+from test_serve_cli import environment, processes_fixture, start, stop, wait_healthy  # noqa: E402,F401
 
 K = 10
 

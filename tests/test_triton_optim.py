@@ -315,7 +315,9 @@ def test_functions_match_the_bound_updates() -> None:
     for name, ps in parts.items():
         offset = 0
         for rows, _ in ps:
-            to.update_rows(rows, f.tables[name], f.scratch[name], f.owner[name], f.state[name], rule, offset=offset, t=f.t, sq_total=f.sq_total)
+            to.update_rows(
+                rows, f.tables[name], f.scratch[name], f.owner[name], f.state[name], rule, offset=offset, t=f.t, sq_total=f.sq_total
+            )
             offset += rows.shape[0]
     before = g_flat.clone()
     to.dense_update(f.flat, g_flat, f.state["dense"], rule, t=f.t, sq_total=f.sq_total)
@@ -509,10 +511,16 @@ def test_a_riding_bias_table_updates_like_its_own_launches(method: str, momentum
                 tables["By"].add_sq_norm(rows, sq)
                 tables["Wy"].update(rows, 0, t, sq)
                 tables["By"].update(rows, 0, t, sq)
-        results.append({f"{name}.{key}": v.cpu() for name, tab in tables.items() for key, v in [("p", tab.p), ("scratch", tab.scratch)] + list(tab.state.items())})
+        results.append(
+            {
+                f"{name}.{key}": v.cpu()
+                for name, tab in tables.items()
+                for key, v in [("p", tab.p), ("scratch", tab.scratch)] + list(tab.state.items())
+            }
+        )
         assert int(tables["Wy"].owner.abs().sum()) == 0
     for key, value in results[0].items():
-        torch.testing.assert_close(results[1][key], value, rtol=1e-6, atol=1e-7, msg=lambda m: f"{key}: {m}")
+        torch.testing.assert_close(results[1][key], value, rtol=1e-6, atol=1e-7, msg=lambda m, key=key: f"{key}: {m}")
     assert not torch.equal(results[1]["By.p"], torch.randn(n, generator=torch.Generator().manual_seed(2)))  # By did change
     with pytest.raises(ValueError, match="bias table"):
         tables["Wy"].update(rows, 0, t, sq, tables["Wy"])
@@ -556,10 +564,16 @@ def test_two_parts_in_one_launch_update_like_two_launches(method: str, momentum:
                 wy.add_sq_norm(r2, sq, 5, by)
                 wy.update(r1, 0, t, sq)
                 wy.update(r2, 5, t, sq, by)
-        results.append({f"{name}.{key}": v.cpu() for name, tab in tables.items() for key, v in [("p", tab.p), ("scratch", tab.scratch)] + list(tab.state.items())})
+        results.append(
+            {
+                f"{name}.{key}": v.cpu()
+                for name, tab in tables.items()
+                for key, v in [("p", tab.p), ("scratch", tab.scratch)] + list(tab.state.items())
+            }
+        )
         assert int(wy.owner.abs().sum()) == 0
     for key, value in results[0].items():
-        torch.testing.assert_close(results[1][key], value, rtol=1e-6, atol=1e-7, msg=lambda m: f"{key}: {m}")
+        torch.testing.assert_close(results[1][key], value, rtol=1e-6, atol=1e-7, msg=lambda m, key=key: f"{key}: {m}")
     by0 = torch.randn(n, generator=torch.Generator().manual_seed(2))
     assert torch.equal(results[1]["By.p"][[25, 26]], by0[[25, 26]])  # By rows of input-only items: untouched
     assert not torch.equal(results[1]["By.p"][3], by0[3])

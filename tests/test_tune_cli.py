@@ -9,7 +9,7 @@ import pytest
 optuna = pytest.importorskip("optuna")
 
 from gru4rec.tune import main  # noqa: E402
-from tune_helpers import cli_args, data  # noqa: E402,F401 - data is a fixture
+from tune_helpers import cli_args, data_fixture  # noqa: E402,F401 - data is a fixture
 
 
 def test_command_lines(data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,7 +19,7 @@ optuna = pytest.importorskip("optuna")
 from gru4rec.data.events import write_events  # noqa: E402
 from gru4rec.datasets.synthetic import generate, time_split  # noqa: E402
 from gru4rec.tune import STORAGE_ENV, ParoptSettings, open_storage  # noqa: E402
-from postgres_server import postgres  # noqa: E402,F401 - a fixture, for storage_url
+from postgres_server import postgres_fixture  # noqa: E402,F401 - a fixture, for storage_url
 
 ROOT = Path(__file__).resolve().parents[1]
 TrialState = optuna.trial.TrialState
@@ -36,8 +36,8 @@ SPACE_LINES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+@pytest.fixture(scope="module", name="data")
+def data_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Synthetic train / valid / test files (about 1.3k / 0.4k / 0.4k events, 60 items)."""
     folder = tmp_path_factory.mktemp("paropt_data")
     df = generate(500, 60, seed=1, n_days=12)
@@ -97,8 +97,8 @@ class AlwaysPrune(optuna.pruners.BasePruner):
 
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture(params=["sqlite", "postgresql"], name="storage_url")
+def storage_url_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh storage URL: a SQLite file, and a database of a real PostgreSQL server
     (tests/postgres_server.py; skipped where none can run)."""
     if request.param == "sqlite":

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 
 #: Small settings that learn the synthetic data well in about 20 s on one quiet CPU core
 #: (≈3.5 s per epoch over the default 25,000 synthetic sessions).
-DEMO_PARAMS = "loss=cross-entropy,layers=64,batch_size=32,n_sample=256,n_epochs=5,learning_rate=0.1,momentum=0.1,dropout_p_hidden=0.1,logq=1.0,sample_store_size=100000"
+DEMO_PARAMS = ("loss=cross-entropy,layers=64,batch_size=32,n_sample=256,n_epochs=5,learning_rate=0.1,momentum=0.1,"
+               "dropout_p_hidden=0.1,logq=1.0,sample_store_size=100000")
 
 
 # ---------------------------------------------------------------------------------------- synth

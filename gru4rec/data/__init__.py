@@ -3,4 +3,14 @@ from gru4rec.data.events import read_events, validate_events, write_event_chunks
 from gru4rec.data.items import ItemMap
 from gru4rec.data.sessions import Sessions, index_sessions, item_support, sessions_from_events
 
-__all__ = ["ItemMap", "Sessions", "index_sessions", "item_support", "read_events", "sessions_from_events", "validate_events", "write_event_chunks", "write_events"]
+__all__ = [
+    "ItemMap",
+    "Sessions",
+    "index_sessions",
+    "item_support",
+    "read_events",
+    "sessions_from_events",
+    "validate_events",
+    "write_event_chunks",
+    "write_events",
+]

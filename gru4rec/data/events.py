@@ -303,7 +303,7 @@ def time_to_numeric(s: pd.Series, key: str, source: str, first_line: int) -> pd.
                 f"{source}: column {key!r} has {int(missing.sum())} missing time(s), "
                 f"first at {_where(first, first_line)}"
             )
-        if dtype == object:
+        if pd.api.types.is_object_dtype(dtype):
             # Python numbers in an object column: numeric times.
             num = pd.to_numeric(s, errors="coerce")
             if not num.isna().any():

@@ -122,7 +122,9 @@ class CpuKernels:
         return TableUpdate(self._update, p, state, method, lr=lr, momentum=momentum, lmbd=lmbd, decay=decay, gain=1.0 - decay,
                            beta1_gain=1.0 - beta1, bias1=1.0, bias2=1.0, eps=eps)
 
-    def unique(self, rows: Tensor, mark: Tensor, slot: Tensor, uniq: Tensor, inverse: Tensor, n_first: int | None = None) -> tuple[int, int]:
+    def unique(
+        self, rows: Tensor, mark: Tensor, slot: Tensor, uniq: Tensor, inverse: Tensor, n_first: int | None = None
+    ) -> tuple[int, int]:
         """The distinct values of ``rows`` into ``uniq`` and each position's index among them
         into ``inverse``; returns their number and how many of them occur in the first
         ``n_first`` positions (default: all). Those come first, in ascending order; values found
@@ -276,7 +278,9 @@ def _optional(t: Tensor | None, name: str, numel: int) -> int | None:
 
 def _check_float(t: Tensor, name: str, numel: int) -> int:
     if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() or t.numel() != numel:
-        raise ValueError(f"{name} must be a contiguous float32 CPU tensor of {numel} elements, got {t.dtype} {tuple(t.shape)} on {t.device}")
+        raise ValueError(
+            f"{name} must be a contiguous float32 CPU tensor of {numel} elements, got {t.dtype} {tuple(t.shape)} on {t.device}"
+        )
     return t.data_ptr()
 
 

@@ -205,7 +205,9 @@ def _check_scratch(scratch: object, owner: object, n: int, width: int, device: t
     if not isinstance(owner, Tensor) or owner.dtype != torch.int32 or not owner.is_contiguous() or owner.dim() != 1:
         raise ValueError("owner must be a contiguous 1-D int32 tensor")
     if owner.device != device or owner.shape[0] != n:
-        raise ValueError(f"owner must hold one int32 per row of the table ({n}) on {device}, got shape {tuple(owner.shape)} on {owner.device}")
+        raise ValueError(
+            f"owner must hold one int32 per row of the table ({n}) on {device}, got shape {tuple(owner.shape)} on {owner.device}"
+        )
 
 
 def _check_table(p: Tensor, scratch: object, owner: object) -> tuple[int, int]:

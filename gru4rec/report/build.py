@@ -92,7 +92,9 @@ def _run_sections(runs: Sequence[dict[str, Any]], pngs: dict[str, bytes], dpi: i
     for run in runs:
         for test, result in run_figures.evaluations(run):
             for k in sorted(int(c) for c in result["recall"]):
-                rows.append([run["name"], test, k] + [result.get(m, {}).get(str(k)) for m in ("recall", "mrr", "ndcg", "coverage", "popularity")])
+                rows.append(
+                    [run["name"], test, k] + [result.get(m, {}).get(str(k)) for m in ("recall", "mrr", "ndcg", "coverage", "popularity")]
+                )
     body.append(table_html(["run", "test", "k", "Recall@k", "MRR@k", "NDCG@k", "Coverage@k", "Popularity@k"], rows, css_class="metrics"))
 
     k = run_figures.breakdown_cutoff(runs)
@@ -163,7 +165,7 @@ def write_report(
     _check_outputs(files, force)
     runs = [read_run(d) for d in run_dirs]
     names = [r["name"] for r in runs]
-    for i, run in enumerate(runs):  # two folders with the same name (a/run, b/run): tell them apart
+    for run in runs:  # two folders with the same name (a/run, b/run): tell them apart
         if names.count(run["name"]) > 1:
             run["name"] = run["path"]
     study = None

@@ -57,7 +57,9 @@ class UniqueGrad(NamedTuple):
 EPS = 1e-6
 
 
-def item_table_grads(net: GRU4RecNet, inputs: Tensor, cols: Tensor, g_in: Tensor, g_wy: Tensor, g_by: Tensor) -> dict[str, SparseGrad | list[SparseGrad]]:
+def item_table_grads(
+    net: GRU4RecNet, inputs: Tensor, cols: Tensor, g_in: Tensor, g_wy: Tensor, g_by: Tensor
+) -> dict[str, SparseGrad | list[SparseGrad]]:
     """Row indices and gradient rows of each item table of ``net`` from the gradients of the
     step's input rows (``g_in``, B) and candidate rows (``g_wy``, ``g_by``: C); duplicates are
     summed by the optimiser. In shared mode the input rows are rows of ``Wy`` too."""

@@ -153,7 +153,9 @@ class TrainingCheckpoint:
             raise ModelFileError(f"{self.path} was written for other training data ({meta['data']}); resume on the same data or remove it")
         epoch, step = int(meta["epoch"]) + 1, int(meta.get("step", 0))
         if step > 0 and epoch > config.n_epochs:
-            raise Gru4RecError(f"{self.path} stopped inside epoch {epoch}, after n_epochs={config.n_epochs}: resume with n_epochs >= {epoch}")
+            raise Gru4RecError(
+                f"{self.path} stopped inside epoch {epoch}, after n_epochs={config.n_epochs}: resume with n_epochs >= {epoch}"
+            )
         trainer.net.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("net.")})
         state: dict[str, Any] = {
             "optimizer": {k[4:]: v for k, v in tensors.items() if k.startswith("opt.")},

@@ -51,7 +51,9 @@ class TritonGRUCell:
     def __init__(self, act: Activation) -> None:
         self.act = activation_code(act)  # parsed once, not at every launch
 
-    def forward(self, v: Tensor, h: Tensor, h_c: Tensor, wrz: Tensor, wh: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def forward(
+        self, v: Tensor, h: Tensor, h_c: Tensor, wrz: Tensor, wh: Tensor, mask: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         n = h.shape[1]
         rz = torch.addmm(v[:, n:], h_c, wrz)
         hr = triton_gru.gru_gates(rz, h, torch.empty_like(h))  # rz ← σ(rz) in place
@@ -96,8 +98,8 @@ class TritonUpdate:
     columns) takes one scatter and one update launch for both. The bias table ``By`` has the score
     columns' rows, as the columns' part of ``Wy`` does: it rides in those launches instead of
     taking two of its own. Per step, shared mode: 2 launches for the item tables, 1 for the
-    dense buffer (with grad_cap, 2 norm launches and a zeroing more). With grad_cap the squared norms of the dense gradient and of every summed row are
-    added on the device first, and every update reads the clip scale from there."""
+    dense buffer (with grad_cap, 2 norm launches and a zeroing more). With grad_cap the squared
+    norms of the dense gradient and of every summed row are added on the device first, and every update reads the clip scale from there."""
 
     def __init__(self, optimizer: OptimizerTables) -> None:
         rule = dict(optimizer.rule, grad_cap=optimizer.grad_cap)

@@ -55,7 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, original: bool = False) ->
     parser.add_argument("-e", long("eval_type", "eval-mode"), dest="eval_type", metavar="MODE", choices=EVAL_MODES, default="standard",
                         help="tie handling: standard, conservative, median or tiebreaking (default standard)")
     parser.add_argument("-ik", long("item_key"), dest="item_key", metavar="IK", default=None, help="item id column (default ItemId)")
-    parser.add_argument("-sk", long("session_key"), dest="session_key", metavar="SK", default=None, help="session id column (default SessionId)")
+    parser.add_argument(
+        "-sk", long("session_key"), dest="session_key", metavar="SK", default=None, help="session id column (default SessionId)"
+    )
     parser.add_argument("-tk", long("time_key"), dest="time_key", metavar="TK", default=None, help="time column (default Time)")
     parser.add_argument("-d", "--device", default="auto", help="torch device: auto, cpu, cuda, cuda:1, ... (default auto)")
     parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
