@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +48,7 @@ class BaselineConfig:
     time_key: str = "Time"
 
 
-class _Baseline:
+class _Baseline(ABC):
     """Fit plumbing shared by the baselines (read events, item map, support, sessions) and the
     parts of the :class:`~gru4rec.inference.SessionModel` protocol they share."""
 
@@ -74,7 +75,8 @@ class _Baseline:
         else:
             raise DataError(f"training data: expected a DataFrame or a path to an event file, got {type(data).__name__}")
         self.item_map = ItemMap.from_ids(df[self.config.item_key])
-        sessions, _ = sessions_from_events(df, self.item_map, **keys)
+        sessions, _ = sessions_from_events(df, self.item_map, session_key=self.config.session_key,
+                                           item_key=self.config.item_key, time_key=self.config.time_key)
         n = len(self.item_map)
         self.item_support = item_support(sessions, n)
         self._build(sessions.items, sessions.offsets, n)
@@ -88,6 +90,18 @@ class _Baseline:
     def fitted(self) -> bool:
         """Whether :meth:`fit` has run."""
         return self.item_map is not None
+
+    @abstractmethod
+    def init_state(self, batch_size: int) -> list[Tensor]:
+        """The state of ``batch_size`` new sessions (see :class:`~gru4rec.inference.SessionModel`)."""
+
+    @abstractmethod
+    def step(self, items: Tensor, state: list[Tensor]) -> Tensor:
+        """Advance ``state`` by one click of each row (in place); returns what :meth:`scores` reads."""
+
+    @abstractmethod
+    def scores(self, out: Tensor, buffer: Tensor | None = None) -> Tensor:
+        """Every item's score after :meth:`step`'s ``out``."""
 
     def output_layer(self) -> None:
         """None: a baseline's scores are not ``out·Wyᵀ + By``."""

@@ -14,7 +14,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -161,12 +161,12 @@ class GRU4Rec:
             return validate_events(data, source="<DataFrame>", **keys)
         return read_events(data, **keys)
 
-    def _sessions(self, events: pd.DataFrame, *, drop_unknown: bool, order: str) -> tuple[Sessions, int]:
+    def _sessions(self, events: pd.DataFrame, *, drop_unknown: bool, order: Literal["time", "id"]) -> tuple[Sessions, int]:
         assert self.item_map is not None
         c = self.config
         return sessions_from_events(
             events, self.item_map, session_key=c.session_key, item_key=c.item_key, time_key=c.time_key,
-            order=order, drop_unknown=drop_unknown,  # type: ignore[arg-type]
+            order=order, drop_unknown=drop_unknown,
         )
 
     def fit(
@@ -460,19 +460,19 @@ class GRU4Rec:
         for the same session, or those of a zero state (the item biases) for a new one."""
         _, item_map, _ = self._parts()
         engine = self.engine()
-        session_ids = np.asarray(session_ids)
+        ids = np.asarray(session_ids)
         idx = item_map.index_of(list(input_item_ids))
-        batch = len(session_ids)
+        batch = len(ids)
         if self._live is None or len(self._live[0]) != batch:
             self._live = (np.full(batch, None, dtype=object), self.init_state(batch))
         previous, state = self._live
-        changed = torch.from_numpy(session_ids.astype(object) != previous).to(self.device).unsqueeze(1)
+        changed = torch.from_numpy(ids.astype(object) != previous).to(self.device).unsqueeze(1)
         for s in state:
             s.masked_fill_(changed, 0.0)
         if (idx < 0).any():
             warnings.warn(f"{int((idx < 0).sum())} unknown input item id(s): their positions keep their state", stacklevel=2)
         out = engine.step_known(state, idx)
-        self._live = (session_ids.astype(object), state)
+        self._live = (ids.astype(object), state)
         scores = self.scores(out)
         columns = item_map.ids
         if predict_for_item_ids is not None:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gru4rec.evaluation import evaluate
+from gru4rec.evaluation.metrics import TieMode
 from gru4rec.inference.repeat import RepeatBoost
 from gru4rec.validation import parse_metric
 
@@ -23,7 +24,7 @@ def fit_repeat_boost(
     weights: Sequence[float] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
     decays: Sequence[float] = (0.3, 0.6, 0.9, 1.0),
     metric: str = "mrr@20",
-    mode: str = "conservative",
+    mode: TieMode = "conservative",
     batch_size: int = 512,
 ) -> tuple[RepeatBoost, list[dict[str, float]]]:
     """The grid point of (``weights`` × ``decays``) with the best ``metric`` on ``valid``, and

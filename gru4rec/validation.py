@@ -96,13 +96,13 @@ class Validator:
     ) -> None:
         self.metric = metric if isinstance(metric, ValidationMetric) else parse_metric(metric)
         self.cutoffs = check_cutoffs(tuple(cutoffs or ()) + (self.metric.cutoff,))
-        check_mode(mode)
+        tie_mode = check_mode(mode)
         check_patience(patience)
         if not (sessions.lengths >= 2).any():
             raise DataError("valid: no validation session has two or more events with items seen in training — nothing to validate on")
         self.model = model
         self.sessions = sessions
-        self.mode = mode
+        self.mode = tie_mode
         self.batch_size = batch_size
         self.patience = patience
         self.history: list[dict[str, float]] = []

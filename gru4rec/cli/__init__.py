@@ -68,7 +68,7 @@ class Command:
 
     name: str
     help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
+    add_arguments: Callable[[argparse.ArgumentParser], object]
     run: Callable[[argparse.Namespace], int | None]
     description: str | None = None
     #: Returns why the command cannot run in this installation (None when it can).

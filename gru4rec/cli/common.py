@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 from gru4rec.errors import OutputPathError
 from gru4rec.files import atomic_write, check_output_path
 
-if TYPE_CHECKING:  # the heavy import happens inside load_model
+if TYPE_CHECKING:  # the heavy imports happen inside load_model
+    from gru4rec.data import ItemMap
+    from gru4rec.inference import SessionModel
     from gru4rec.recommender import GRU4Rec
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "add_threads",
     "check_readable",
     "check_writable_target",
+    "item_map_of",
     "load_model",
     "log_device_memory",
     "nonnegative_int",
@@ -166,7 +169,7 @@ def uses_threads(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse
     return wrapped
 
 
-def add_force(parser: argparse.ArgumentParser) -> None:
+def add_force(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``-f/--force``: allow replacing existing output files."""
     parser.add_argument("-f", "--force", action="store_true",
                         help="overwrite output files that already exist")
@@ -208,8 +211,15 @@ def load_model(path: str, device: str) -> GRU4Rec:
 
     start = time.perf_counter()
     model = GRU4Rec.load(path, device=device)
-    log.info("Loaded model %s (%d items) in %.2fs", path, len(model.item_map), time.perf_counter() - start)
+    log.info("Loaded model %s (%d items) in %.2fs", path, len(item_map_of(model)), time.perf_counter() - start)
     return model
+
+
+def item_map_of(model: SessionModel) -> ItemMap:
+    """The item map of a fitted model (:func:`gru4rec.inference.require_fitted`)."""
+    from gru4rec.inference.protocol import require_fitted
+
+    return require_fitted(model)[0]
 
 
 def _on_cuda(model: Any) -> bool:

@@ -9,7 +9,7 @@ import argparse
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gru4rec.cli.common import (
     EXIT_OK,
@@ -28,6 +28,9 @@ from gru4rec.cli.common import (
 )
 from gru4rec.cli.console import result
 from gru4rec.runs import metrics_entry
+
+if TYPE_CHECKING:
+    from gru4rec.evaluation.metrics import TieMode
 
 __all__ = ["add_arguments", "evaluate_files", "metric_lines", "run"]
 
@@ -116,7 +119,7 @@ def evaluate_files(
     tests: Sequence[str],
     *,
     cutoffs: Sequence[int],
-    mode: str,
+    mode: TieMode,
     batch_size: int,
     extended: bool,
     primary_metric: str | None = None,

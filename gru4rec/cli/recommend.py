@@ -13,6 +13,7 @@ from gru4rec.cli.common import (
     add_threads,
     check_readable,
     check_writable_target,
+    item_map_of,
     load_model,
     positive_int,
     uses_threads,
@@ -73,11 +74,12 @@ def run(args: argparse.Namespace) -> int:
     events = events.sort_values([sk, tk], kind="stable")
     session_of, session_ids = pd.factorize(events[sk], sort=False)
     n_sessions = len(session_ids)
-    items, offsets, n_unknown = index_sessions(model.item_map, events[ik], session_of, n_sessions)
+    item_map = item_map_of(model)
+    items, offsets, n_unknown = index_sessions(item_map, events[ik], session_of, n_sessions)
     if n_unknown.any():
         log.warning("%d unknown item id(s) skipped in %d session(s)", int(n_unknown.sum()), int((n_unknown > 0).sum()))
     del events, session_of
-    item_ids = model.item_map.ids
+    item_ids = item_map.ids
     counts = {"rows": 0, "fallback": 0}
 
     def frames():

@@ -7,6 +7,7 @@ import logging
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ def _mix(text: str) -> tuple[float, float, float]:
         values = ()
     if len(values) != 3:
         raise argparse.ArgumentTypeError(f"expected three weights A,B,C (transition, intent, popularity), got {text!r}")
-    return values  # type: ignore[return-value]
+    return values
 
 
 def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,6 +89,7 @@ def run_synth(args: argparse.Namespace) -> int:
     """Run ``gru4rec synth``: the paths written are its result, one per line."""
     kwargs = {"seed": args.seed, "n_sessions": args.n_sessions, "n_items": args.n_items,
               "test_days": args.test_days}
+    write: Callable[..., dict[str, Path]]
     if args.kind == "intents":
         from gru4rec.datasets.intents import write_intents as write
 

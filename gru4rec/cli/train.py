@@ -29,6 +29,7 @@ from gru4rec.cli.common import (
     add_threads,
     check_readable,
     check_writable_target,
+    item_map_of,
     log_device_memory,
     nonnegative_int,
     reset_device_memory_peak,
@@ -247,6 +248,6 @@ def train_model(
     model.fit(data, checkpoint_dir=checkpoint_dir, resume=resume, checkpoint_every=checkpoint_every,
               keep_checkpoint=True, progress=True, init_from=init_from, **(fit_options or {}))
     elapsed = time.perf_counter() - start
-    log.info("Training took %.2fs on %s (%d items)", elapsed, model.device, len(model.item_map))
+    log.info("Training took %.2fs on %s (%d items)", elapsed, model.device, len(item_map_of(model)))
     log_device_memory(model, "training")
     return model

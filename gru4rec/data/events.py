@@ -398,7 +398,9 @@ def write_events(
     compresses text formats). Refuses to replace an existing file unless ``force`` (DataError
     naming the file). Writes every column of ``df``, without the index. Returns the path.
     """
-    return write_event_chunks([df], path, force=force, sep=sep)
+    written = write_event_chunks([df], path, force=force, sep=sep)
+    assert written is not None  # None only for standard output (path None)
+    return written
 
 
 def write_event_chunks(

@@ -84,7 +84,7 @@ class ItemMap:
             and bool(self._index.equals(other._index))
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # equal by contents and mutable: unhashable, as a dict is
 
     def __repr__(self) -> str:
         head = ", ".join(repr(x) for x in self._index[:3].tolist())

@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import pandas as pd
@@ -49,7 +49,7 @@ DEFAULT_CUTOFFS: tuple[int, ...] = (1, 5, 10, 20)
 _BLOCK_BYTES = 32 << 20  # size of one block of B × N predictive probabilities
 
 
-def _is_int(x: object) -> bool:
+def _is_int(x: object) -> TypeGuard[int | np.integer]:
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 

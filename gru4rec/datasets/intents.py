@@ -180,7 +180,7 @@ def generate_intents(params: IntentParams | None = None, /, **changes: Any) -> t
     p = IntentParams.of(params, **changes)
     n_sessions, mean_length, max_length = p.n_sessions, p.mean_length, p.max_length
     n_days, start_time = p.n_days, p.start_time
-    mix: tuple[float, float, float] = p.mix  # type: ignore[assignment]
+    mix = p.mix
     rng = np.random.default_rng(p.seed)
     model = _model(rng, int(p.n_items), int(p.n_intents), int(p.intent_size), float(p.intent_concentration),
                    int(p.n_successors), mix, float(p.zipf_exponent), float(p.prior_concentration))

@@ -265,4 +265,4 @@ class Engine:
             scores = top.scores[j, :k]
             keep = np.isfinite(scores)  # excluded items (fewer than k left) are not answers
             answers[row] = Answer(top.indices[j, :k][keep], scores[keep], False, SessionState(H_after[slot_of[row]].copy(), seen[row]))
-        return answers  # type: ignore[return-value]
+        return answers  # type: ignore[return-value]  # every row was answered above: by the fallback or by the model

@@ -130,7 +130,8 @@ class CertifiedTopK:
         n_cert = int(rows.certified.sum())
         if n_cert < B:
             redo_rows = np.flatnonzero(~rows.certified)
-            redo = self.exact(out[torch.from_numpy(redo_rows)], [ks[r] for r in redo_rows], [exclude[r] for r in redo_rows])
+            redo_list = redo_rows.tolist()
+            redo = self.exact(out[torch.from_numpy(redo_rows)], [ks[r] for r in redo_list], [exclude[r] for r in redo_list])
             width = redo.indices.shape[1]
             indices[redo_rows, :width] = redo.indices
             values[redo_rows, :width] = redo.scores

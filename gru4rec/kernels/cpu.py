@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -34,20 +35,22 @@ _f32 = ctypes.c_float
 class _Rule(ctypes.Structure):
     """``rule_t`` of cpu_kernels.c."""
 
-    _fields_ = [("p", _p), ("acc", _p), ("dacc", _p), ("m", _p), ("vel", _p), ("width", _i64), ("method", _i64)] + [
-        (name, _f32) for name in ("lr", "momentum", "lmbd", "decay", "gain", "beta1_gain", "bias1", "bias2", "eps")
-    ]
+    _fields_ = (
+        [(name, _p) for name in ("p", "acc", "dacc", "m", "vel")]
+        + [(name, _i64) for name in ("width", "method")]
+        + [(name, _f32) for name in ("lr", "momentum", "lmbd", "decay", "gain", "beta1_gain", "bias1", "bias2", "eps")]
+    )
 
 
 class TableUpdate:
     """The optimiser's update of one float32 table and its state, bound once (layouts checked
     here); each call checks only what changes — the row indices and the gradient."""
 
-    def __init__(self, fn: ctypes._CFuncPtr, p: Tensor, state: dict[str, Tensor | None], method: str, **constants: float) -> None:
+    def __init__(self, fn: Callable[..., int], p: Tensor, state: dict[str, Tensor | None], method: str, **constants: float) -> None:
         self._fn = fn
         self.width = p.shape[1] if p.dim() == 2 else 1
         self.n_rows = p.numel() // max(self.width, 1)
-        self._tensors = [p] + [state.get(k) for k in ("acc", "dacc", "m", "vel")]  # kept alive with the addresses
+        self._tensors: list[Tensor | None] = [p, *(state.get(k) for k in ("acc", "dacc", "m", "vel"))]  # kept alive with the addresses
         need = {"acc": method != "sgd", "dacc": method == "adadelta", "m": method == "adam", "vel": constants.get("momentum", 0.0) > 0}
         for key, t in zip(("p", "acc", "dacc", "m", "vel"), self._tensors):
             if t is not None:

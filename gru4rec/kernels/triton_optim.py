@@ -199,22 +199,22 @@ def _table_shape(p: object, name: str = "p") -> tuple[int, int]:
     return n, w
 
 
-def _check_scratch(scratch: object, owner: object, n: int, width: int, device: torch.device) -> None:
-    """``scratch``: N·W float32 sums; ``owner``: N int32 owners; both on ``device``."""
-    check_float(scratch, "scratch", device, n * width)
+def _check_scratch(scratch: object, owner: object, n: int, width: int, device: torch.device) -> Tensor:
+    """``scratch``: N·W float32 sums; ``owner``: N int32 owners; both on ``device``. Returns ``scratch``."""
+    sums = check_float(scratch, "scratch", device, n * width)
     if not isinstance(owner, Tensor) or owner.dtype != torch.int32 or not owner.is_contiguous() or owner.dim() != 1:
         raise ValueError("owner must be a contiguous 1-D int32 tensor")
     if owner.device != device or owner.shape[0] != n:
         raise ValueError(
             f"owner must hold one int32 per row of the table ({n}) on {device}, got shape {tuple(owner.shape)} on {owner.device}"
         )
+    return sums
 
 
 def _check_table(p: Tensor, scratch: object, owner: object) -> tuple[int, int]:
     """(N, W) of the item table ``p``, with its scratch and owner tables checked against it."""
     n, w = _table_shape(p)
-    _check_scratch(scratch, owner, n, w, p.device)
-    if scratch.data_ptr() == p.data_ptr():  # type: ignore[union-attr]
+    if _check_scratch(scratch, owner, n, w, p.device).data_ptr() == p.data_ptr():
         raise ValueError("scratch must be a table of its own, not the parameter")
     return n, w
 
@@ -238,9 +238,9 @@ def _check_same_dtype(rows: Tensor, second: Tensor) -> None:
 
 
 def _check_grad_rows(g: object, k: int, width: int, device: torch.device) -> None:
-    check_float(g, "g", device, k * width)
-    if g.dim() == 0 or g.shape[0] != k:  # type: ignore[union-attr]
-        raise ValueError(f"g must have one gradient row per position ({k}), got shape {tuple(g.shape)}")  # type: ignore[union-attr]
+    grads = check_float(g, "g", device, k * width)
+    if grads.dim() == 0 or grads.shape[0] != k:
+        raise ValueError(f"g must have one gradient row per position ({k}), got shape {tuple(grads.shape)}")
 
 
 # ---------------------------------------------------------------------------------------- launches

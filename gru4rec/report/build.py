@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import html
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,20 +97,22 @@ def _run_sections(runs: Sequence[dict[str, Any]], pngs: dict[str, bytes], dpi: i
                 )
     body.append(table_html(["run", "test", "k", "Recall@k", "MRR@k", "NDCG@k", "Coverage@k", "Popularity@k"], rows, css_class="metrics"))
 
-    k = run_figures.breakdown_cutoff(runs)
+    cutoff = run_figures.breakdown_cutoff(runs)
     for kind in ("session_length", "popularity"):
         body += [f"<h2>{RUN_FIGURES[kind]}</h2>", figure_html(pngs[kind], RUN_FIGURES[kind])]
-        if k is None:
+        if cutoff is None:
             continue
         rows = []
         for run in runs:
             for test, result in run_figures.evaluations(run):
                 for g in (result.get("breakdown") or {}).get(kind, []):
                     extra = [g.get("n_items"), g.get("min_support"), g.get("max_support")] if kind == "popularity" else []
-                    rows.append([run["name"], test, g["label"], g["n_predictions"], g["recall"].get(str(k)), g["mrr"].get(str(k))] + extra)
+                    rows.append(
+                        [run["name"], test, g["label"], g["n_predictions"], g["recall"].get(str(cutoff)), g["mrr"].get(str(cutoff))] + extra
+                    )
         extra_headers = ["items", "min support", "max support"] if kind == "popularity" else []
         label = "decile" if kind == "popularity" else "session length"
-        body.append(table_html(["run", "test", label, "predictions", f"Recall@{k}", f"MRR@{k}"] + extra_headers, rows,
+        body.append(table_html(["run", "test", label, "predictions", f"Recall@{cutoff}", f"MRR@{cutoff}"] + extra_headers, rows,
                                css_class="breakdown", data={"kind": kind}))
     return body
 
@@ -137,6 +139,11 @@ def _study_sections(study: Any, pngs: dict[str, bytes], dpi: int) -> list[str]:
                            [[t["number"], t["value"], t["epochs"], t["seconds"]] + [_num(t["params"].get(n)) for n in names] for t in best],
                            css_class="best-trials"))
     return body
+
+
+def _bytes_writer(data: bytes) -> Callable[[Path], object]:
+    """A writer for :func:`atomic_write` of ``data``."""
+    return lambda tmp: tmp.write_bytes(data)
 
 
 def write_report(
@@ -188,7 +195,7 @@ def write_report(
     for path in files[1:]:
         name = path.name[len(files[0].stem) + 1 : -len(".png")]
         if name in pngs:
-            atomic_write(path, lambda tmp, data=pngs[name]: tmp.write_bytes(data))
+            atomic_write(path, _bytes_writer(pngs[name]))
             written.append(path)
     atomic_write(files[0], lambda tmp: tmp.write_text(page, encoding="utf-8"))
     return [files[0]] + written

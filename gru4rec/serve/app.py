@@ -27,7 +27,7 @@ import hashlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +61,10 @@ log = logging.getLogger(__name__)
 def _weights_digest(model: GRU4Rec) -> str:
     """A checksum of a model that has no file: its weights and item ids."""
     digest = hashlib.sha256()
-    for name, tensor in sorted(model.net.state_dict().items()):  # type: ignore[union-attr]
+    for name, tensor in sorted(model.net.state_dict().items()):  # type: ignore[union-attr]  # a served model is fitted
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    digest.update(repr(model.item_map.to_list()).encode())  # type: ignore[union-attr]
+    digest.update(repr(model.item_map.to_list()).encode())  # type: ignore[union-attr]  # fitted: it has one
     return digest.hexdigest()
 
 
@@ -82,7 +82,7 @@ class _Route(Route):
     """A plain Starlette route that puts itself in the request's scope as FastAPI's routes do, so
     that the request metrics count it by its template."""
 
-    def matches(self, scope: Any) -> tuple[Match, dict[str, Any]]:
+    def matches(self, scope: Any) -> tuple[Match, MutableMapping[str, Any]]:
         match, child_scope = super().matches(scope)
         if match is not Match.NONE:
             child_scope["route"] = self
@@ -227,7 +227,8 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
             "sha256": engine.checksum,
             "n_items": engine.n_items,
             "layers": engine.sizes,
-            "epochs_trained": engine.model.epochs_trained,
+            # The served model is a GRU4Rec (read_model_file); SessionModel does not promise the count.
+            "epochs_trained": getattr(engine.model, "epochs_trained", None),
             "config": engine.model.config.to_dict(),
             "reloads": None if reloader is None else {"done": reloader.reloads, "refused": reloader.refused},
             "device": str(engine.device),

@@ -263,7 +263,7 @@ class MicroBatcher:
         for job in jobs:
             state = None
             if job.kind == "event":
-                raw = stored.get(job.session)
+                raw = stored.get(job.session or "")
                 state = None if raw is None else decode_state(raw, engine.hidden_size)
                 if raw is not None and state is None:
                     log.warning("session %r: its stored state is not one of this model's; it starts afresh", job.session)

@@ -68,7 +68,7 @@ class ServeMetrics:
                                     registry=self.registry)
         self.fallbacks = Counter("gru4rec_serve_popularity_fallbacks", "Answers from the popularity fallback",
                                  registry=self.registry)
-        self.registry.register(_StateCollector(sessions, evictions, scored))  # type: ignore[arg-type]
+        self.registry.register(_StateCollector(sessions, evictions, scored))  # type: ignore[arg-type]  # a duck-typed collector: collect() is all register() calls
         self._sessions = sessions
         self._period: list[float] = []
         self._lock = threading.Lock()

@@ -141,7 +141,7 @@ class ModelReloader:
         self.batcher.swap(engine, keep_sessions=keep, namespace=engine.checksum[:16]).result(timeout=60)
         self.reloads += 1
         log.info("Now serving %s: sha256 %s, %d items (%+d), epochs_trained %d; live sessions %s", self.path, engine.checksum[:12],
-                 engine.n_items, engine.n_items - current.n_items, engine.model.epochs_trained,
+                 engine.n_items, engine.n_items - current.n_items, getattr(engine.model, "epochs_trained", -1),
                  "kept" if keep else "start afresh (another architecture or item map)")
         return True
 

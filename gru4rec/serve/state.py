@@ -20,7 +20,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -36,6 +36,8 @@ __all__ = [
     "encode_state",
     "open_store",
 ]
+
+_T = TypeVar("_T")
 
 _MAGIC = b"G4RS"
 _HEADER = struct.Struct("<4sHII")  # magic, layout version, hidden floats, seen items
@@ -184,7 +186,7 @@ class RedisStore:
         self._prefix = f"{prefix}{namespace}:"
         self.evictions = {"capacity": 0, "ttl": 0}
 
-    def _call(self, what: str, fn: Callable[[], object]) -> object:
+    def _call(self, what: str, fn: Callable[[], _T]) -> _T:
         try:
             return fn()
         except self._redis_errors as exc:
@@ -192,7 +194,8 @@ class RedisStore:
 
     def get_many(self, keys: list[str]) -> list[bytes | None]:
         names = [self._prefix + k for k in keys]
-        return list(self._call("MGET", lambda: self._client.mget(names)))  # type: ignore[arg-type]
+        # The client is made with decode_responses=False: values come back as bytes, never str.
+        return cast("list[bytes | None]", self._call("MGET", lambda: self._client.mget(names)))
 
     def put_many(self, items: list[tuple[str, bytes]]) -> None:
         def write() -> None:

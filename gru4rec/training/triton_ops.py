@@ -23,6 +23,8 @@ Triton; nothing imports it but the backend, when it is chosen.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -77,7 +79,7 @@ def triton_loss_grad(config: Config) -> LossGradFn:
     loss as a float64 0-dim tensor (the epoch loop's step losses are float64)."""
     loss, xe = config.loss, masks_through_bias(config)
     act = None if xe else activation_code(config.final_activation)  # parsed once, not at every step
-    constants = dict(loss=loss, act=act, bpreg=float(config.bpreg) if loss == "bpr-max" else 0.0,
+    constants: dict[str, Any] = dict(loss=loss, act=act, bpreg=float(config.bpreg) if loss == "bpr-max" else 0.0,
                      smoothing=float(config.smoothing) if xe else 0.0,
                      inv_batch=1.0 / float(config.batch_size))
 
@@ -116,18 +118,19 @@ class TritonUpdate:
     def __call__(self, g_dense: Tensor, sparse_grads: dict[str, SparseGrad | list[SparseGrad]]) -> None:
         parts = {name: grads if isinstance(grads, list) else [grads] for name, grads in sparse_grads.items()}
         riding = _riding_bias(parts)  # the bias table's gradient, carried by the Wy part of the same rows
-        by = self.tables.get("By")
-        jobs = []  # (table, rows, g, offset, (bias update, g_b) or None, second part (rows, g) or None)
+        # (table, rows, g, offset, (bias update, g_b) or None, second part (rows, g) or None)
+        jobs: list[tuple[TritonTableUpdate, Tensor, Tensor, int, tuple[TritonTableUpdate, Tensor] | None,
+                         tuple[Tensor, Tensor] | None]] = []
         for name, grads in parts.items():
             if name == "By" and riding is not None:
                 continue
             bias_at = riding if name == "Wy" else None
             if len(grads) == 2 and bias_at in (None, 1):  # two parts, one launch (shared mode's Wy)
-                bias = (by, parts["By"][0][1]) if bias_at == 1 else None
+                bias = (self.tables["By"], parts["By"][0][1]) if bias_at == 1 else None
                 jobs.append((self.tables[name], *grads[0], 0, bias, grads[1]))
                 continue
             for i, ((rows, g), offset) in enumerate(zip(grads, _offsets(grads))):
-                bias = (by, parts["By"][0][1]) if bias_at == i else None
+                bias = (self.tables["By"], parts["By"][0][1]) if bias_at == i else None
                 jobs.append((self.tables[name], rows, g, offset, bias, None))
         for table, rows, g, offset, bias, second in jobs:
             table.scatter(rows, g, offset, bias, second)

@@ -161,9 +161,9 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
     for path in settings.add_trials:  # an unreadable export fails now, before a study is created
         read_trial_records(path)
     # Missing data fails now, before a study is created for it.
-    for label, path in (("TRAIN", settings.train), ("VALID", settings.valid), ("--final-test", settings.final_test)):
-        if path is not None and not Path(path).is_file():
-            raise DataError(f"{label} {path}: file not found")
+    for label, data_file in (("TRAIN", settings.train), ("VALID", settings.valid), ("--final-test", settings.final_test)):
+        if data_file is not None and not Path(data_file).is_file():
+            raise DataError(f"{label} {data_file}: file not found")
 
     storage, url = open_run_storage(settings, prepared)
     paths = output_paths(settings.out, prepared.study_name)

@@ -33,9 +33,10 @@ def trial_seed(seed: int, number: int) -> int:
 
 
 _optuna = import_optuna()
+_BaseSampler: Any = _optuna.samplers.BaseSampler  # optuna is optional: typed as Any
 
 
-class PerTrialSeededTPE(_optuna.samplers.BaseSampler):  # type: ignore[misc]
+class PerTrialSeededTPE(_BaseSampler):
     """Optuna's ``TPESampler`` (default settings) with a fresh generator seeded per trial
     (:func:`trial_seed`); ``seed=None`` draws unseeded. Picklable, for spawned workers."""
 

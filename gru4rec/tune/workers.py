@@ -244,7 +244,7 @@ class _LocalWorkers:
             if not by_sentinel:
                 return
             for sentinel in multiprocessing.connection.wait(list(by_sentinel), timeout=1.0):
-                self._ended(by_sentinel[sentinel])  # type: ignore[index]
+                self._ended(by_sentinel[sentinel])
 
     def _ended(self, child: _Child) -> None:
         child.process.join()
