@@ -107,11 +107,6 @@ class Int8Table:
         # Blocked: [block, group of 4 columns, item of the block, column of the group].
         self.q = u.view(n_blocks, BLOCK, groups, 4).permute(0, 2, 1, 3).contiguous()
 
-    @property
-    def nbytes(self) -> int:
-        """Memory of the int8 copy and its per-item tables (the float32 matrix not counted)."""
-        return self.q.numel() + 5 * 4 * self.scale.numel()
-
     def _query(self, x: Tensor) -> Tensor:
         if x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2 or x.shape[1] != self.width:
             raise ValueError(f"queries must be a float32 CPU matrix with {self.width} columns, got {x.dtype} {tuple(x.shape)}")
