@@ -22,9 +22,10 @@ from torch import Tensor
 from gru4rec.kernels.build import KernelBuildError, build_library
 from gru4rec.kernels.switches import cpu_kernels_allowed
 
-__all__ = ["CpuKernels", "KernelBuildError", "TableUpdate", "cpu_kernels", "load_kernels"]
+__all__ = ["METHODS", "CpuKernels", "KernelBuildError", "TableUpdate", "cpu_kernels", "load_kernels"]
 
-#: Optimiser methods as cpu_kernels.c numbers them.
+#: Optimiser methods as the kernels number them: cpu_kernels.c's ``method`` and the Triton
+#: kernels' compile-time ``METHOD`` (:mod:`gru4rec.kernels.triton_rule`), one numbering for both.
 METHODS = {"sgd": 0, "adagrad": 1, "rmsprop": 2, "adadelta": 3, "adam": 4}
 
 _p = ctypes.c_void_p
