@@ -86,9 +86,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _fit(args: argparse.Namespace) -> Any:
     """The fitted baseline of ``args``."""
     from gru4rec import baselines
+    from gru4rec.data import ColumnKeys
 
-    keys = {"session_key": args.session_key or "SessionId", "item_key": args.item_key or "ItemId",
-            "time_key": args.time_key or "Time"}
+    keys = ColumnKeys.resolve(None, session_key=args.session_key, item_key=args.item_key, time_key=args.time_key).as_dict()
     knn: dict[str, Any] = {name: getattr(args, name) for name in _KNN_FLAGS if getattr(args, name) is not None}
     if args.baseline != "itemknn" and knn:
         raise UsageError(f"{', '.join(_KNN_FLAGS[name] for name in knn)}: only with itemknn")

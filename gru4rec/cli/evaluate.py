@@ -134,16 +134,11 @@ def evaluate_files(
     keys: the test files' column names where they differ from the model's (None = the model's).
     json_cutoffs: more cutoffs for the returned metrics only (not printed).
     """
-    from gru4rec.data import read_events
+    from gru4rec.data import ColumnKeys, read_events
     from gru4rec.evaluation import evaluate
 
     config = model.config
-    keys = keys or {}
-    key_args = {
-        "session_key": keys.get("session_key") or config.session_key,
-        "item_key": keys.get("item_key") or config.item_key,
-        "time_key": keys.get("time_key") or config.time_key,
-    }
+    key_args = ColumnKeys.resolve(config, **(keys or {})).as_dict()
     cutoffs = list(dict.fromkeys(cutoffs))  # keep the order (the first is the primary), drop repeats
     all_cutoffs = sorted(set(cutoffs) | set(json_cutoffs))
     report: dict[str, Any] = {}

@@ -58,17 +58,15 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     import pandas as pd
 
-    from gru4rec.data import index_sessions, read_events, write_event_chunks
+    from gru4rec.data import ColumnKeys, index_sessions, read_events, write_event_chunks
 
     to_stdout = args.output == "-"
     if not to_stdout:
         check_writable_target(args.output, args.force, "output file")
     check_readable([args.input], "input file")
     model = load_model(args.model, args.device)
-    config = model.config
-    sk = args.session_key or config.session_key
-    ik = args.item_key or config.item_key
-    tk = args.time_key or config.time_key
+    names = ColumnKeys.resolve(model.config, session_key=args.session_key, item_key=args.item_key, time_key=args.time_key)
+    sk, ik, tk = names.session_key, names.item_key, names.time_key
     events = read_events(args.input, session_key=sk, item_key=ik, time_key=tk)
     # Stable sort: events with equal times keep their file order; a session's events are contiguous.
     events = events.sort_values([sk, tk], kind="stable")
