@@ -48,7 +48,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from gru4rec.cli import baseline, evaluate, export, info, preprocess, recommend, report, run_py, serve, synth, train
-from gru4rec.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError
+from gru4rec.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError, typed_command
 from gru4rec.cli.console import VERBOSITY_DESTS, add_verbosity_flags, command_console, verbosity
 from gru4rec.errors import ConfigError, Gru4RecError, OutputExistsError
 
@@ -143,7 +143,8 @@ register(Command("evaluate", "evaluate a saved model on test files (Recall, MRR,
 register(Command("baseline", "fit pop, spop or itemknn and evaluate it like 'evaluate' (to compare with GRU4Rec)",
                  baseline.add_arguments, baseline.run, description=baseline.DESCRIPTION))
 register(Command("recommend", "top-k recommendations for the sessions in a file",
-                 recommend.add_arguments, recommend.run, description=recommend.DESCRIPTION))
+                 recommend.add_arguments, typed_command(recommend.RecommendSettings, recommend.run),
+                 description=recommend.DESCRIPTION))
 register(Command("info", "show a model file's format version, item count and configuration",
                  info.add_arguments, info.run))
 register(Command("export", "export a model: the one-click step as ONNX, item or session embeddings",

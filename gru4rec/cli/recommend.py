@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from gru4rec.cli.common import (
     EXIT_OK,
@@ -19,7 +21,7 @@ from gru4rec.cli.common import (
     uses_threads,
 )
 
-__all__ = ["DESCRIPTION", "add_arguments", "run"]
+__all__ = ["DESCRIPTION", "RecommendSettings", "add_arguments", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,23 @@ DESCRIPTION = (
     "most popular items, with Fallback = True and an empty Score (no model\n"
     "score exists for them). -o - writes TSV to standard output."
 )
+
+
+@dataclass(frozen=True)
+class RecommendSettings:
+    """The settings of ``gru4rec recommend`` (one field per flag)."""
+
+    model: str
+    input: str
+    output: str
+    k: int = 20
+    exclude_seen: bool = False
+    session_key: str | None = None
+    item_key: str | None = None
+    time_key: str | None = None
+    device: str = "auto"
+    threads: int | None = None
+    force: bool = False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @uses_threads
-def run(args: argparse.Namespace) -> int:
+def run(args: RecommendSettings) -> int:
     """Run ``gru4rec recommend``: one row per session and rank in ``--output``, written chunk by
     chunk as the engine answers (memory bounded by a chunk, not by the number of sessions)."""
     import numpy as np
@@ -80,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     item_ids = item_map.ids
     counts = {"rows": 0, "fallback": 0}
 
-    def frames():
+    def frames() -> Iterator[pd.DataFrame]:
         for chunk in model.engine().recommend(items, offsets, args.k, exclude_seen=args.exclude_seen):
             answered = chunk.indices >= 0
             per_row = answered.sum(axis=1)
