@@ -146,7 +146,7 @@ register(Command("recommend", "top-k recommendations for the sessions in a file"
                  recommend.add_arguments, typed_command(recommend.RecommendSettings, recommend.run),
                  description=recommend.DESCRIPTION))
 register(Command("info", "show a model file's format version, item count and configuration",
-                 info.add_arguments, info.run))
+                 info.add_arguments, typed_command(info.InfoSettings, info.run)))
 register(Command("export", "export a model: the one-click step as ONNX, item or session embeddings",
                  export.add_arguments, export.run, description=export.DESCRIPTION))
 register(Command("serve", "serve live next-item recommendations over HTTP (needs gru4rec[serve])",
@@ -164,7 +164,7 @@ register(Command("split", "split your own event file by time into train/test fil
 register(_hook_command("paropt", "hyperparameter optimisation with Optuna", "gru4rec.tune.cli",
                        messages_on_stdout=True))
 register(Command("report", "an HTML report (with PNGs) of run folders and/or an Optuna study",
-                 report.add_arguments, report.run, description=report.DESCRIPTION))
+                 report.add_arguments, typed_command(report.ReportSettings, report.run), description=report.DESCRIPTION))
 
 
 # ----------------------------------------------------------------------------------- the parser
