@@ -141,7 +141,8 @@ register(Command("train", "train a model on an event file (optionally save and e
 register(Command("evaluate", "evaluate a saved model on test files (Recall, MRR, NDCG, ...)",
                  evaluate.add_arguments, evaluate.run))
 register(Command("baseline", "fit pop, spop or itemknn and evaluate it like 'evaluate' (to compare with GRU4Rec)",
-                 baseline.add_arguments, baseline.run, description=baseline.DESCRIPTION))
+                 baseline.add_arguments, typed_command(baseline.BaselineSettings, baseline.run),
+                 description=baseline.DESCRIPTION))
 register(Command("recommend", "top-k recommendations for the sessions in a file",
                  recommend.add_arguments, typed_command(recommend.RecommendSettings, recommend.run),
                  description=recommend.DESCRIPTION))
