@@ -139,7 +139,7 @@ def _hook_command(
 register(Command("train", "train a model on an event file (optionally save and evaluate it)",
                  train.add_arguments, train.run))
 register(Command("evaluate", "evaluate a saved model on test files (Recall, MRR, NDCG, ...)",
-                 evaluate.add_arguments, evaluate.run))
+                 evaluate.add_arguments, typed_command(evaluate.EvaluateSettings, evaluate.run)))
 register(Command("baseline", "fit pop, spop or itemknn and evaluate it like 'evaluate' (to compare with GRU4Rec)",
                  baseline.add_arguments, typed_command(baseline.BaselineSettings, baseline.run),
                  description=baseline.DESCRIPTION))

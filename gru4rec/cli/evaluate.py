@@ -9,6 +9,7 @@ import argparse
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gru4rec.cli.common import (
@@ -32,10 +33,32 @@ from gru4rec.runs import metrics_entry
 if TYPE_CHECKING:
     from gru4rec.evaluation.metrics import TieMode
 
-__all__ = ["add_arguments", "evaluate_files", "metric_lines", "run"]
+__all__ = ["EvaluateSettings", "add_arguments", "evaluate_files", "metric_lines", "run"]
 
 log = logging.getLogger(__name__)
 
+
+
+@dataclass(frozen=True)
+class EvaluateSettings:
+    """The settings of ``gru4rec evaluate`` (one field per flag)."""
+
+    model: str
+    test: list[str]
+    measure: list[int] = field(default_factory=lambda: [20])
+    eval_mode: TieMode = "standard"
+    eval_batch_size: int = 512
+    metrics_json: str | None = None
+    repeat_weight: float | None = None
+    repeat_decay: float | None = None
+    fit_repeat: str | None = None
+    save: str | None = None
+    session_key: str | None = None
+    item_key: str | None = None
+    time_key: str | None = None
+    device: str = "auto"
+    threads: int | None = None
+    force: bool = False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_force(parser)
 
 
-def _repeat_boost(model: Any, args: argparse.Namespace) -> None:
+def _repeat_boost(model: Any, args: EvaluateSettings) -> None:
     """Set the model's repeat boost from --repeat-weight/--repeat-decay, then --fit-repeat."""
     from gru4rec.repeat_fit import fit_repeat_boost
 
@@ -80,7 +103,7 @@ def _repeat_boost(model: Any, args: argparse.Namespace) -> None:
 
 
 @uses_threads
-def run(args: argparse.Namespace) -> int:
+def run(args: EvaluateSettings) -> int:
     """Run ``gru4rec evaluate``."""
     check_writable_target(args.metrics_json, args.force, "metrics file")
     check_writable_target(args.save, args.force, "model file")
