@@ -149,7 +149,8 @@ register(Command("recommend", "top-k recommendations for the sessions in a file"
 register(Command("info", "show a model file's format version, item count and configuration",
                  info.add_arguments, typed_command(info.InfoSettings, info.run)))
 register(Command("export", "export a model: the one-click step as ONNX, item or session embeddings",
-                 export.add_arguments, export.run, description=export.DESCRIPTION))
+                 export.add_arguments, typed_command(export.ExportSettings, export.run),
+                 description=export.DESCRIPTION))
 register(Command("serve", "serve live next-item recommendations over HTTP (needs gru4rec[serve])",
                  serve.add_arguments, serve.run, description=serve.DESCRIPTION))
 register(Command("synth", "write the synthetic data set (train_full, test, train_tr, train_valid)",
