@@ -154,9 +154,9 @@ register(Command("export", "export a model: the one-click step as ONNX, item or 
 register(Command("serve", "serve live next-item recommendations over HTTP (needs gru4rec[serve])",
                  serve.add_arguments, serve.run, description=serve.DESCRIPTION))
 register(Command("synth", "write the synthetic data set (train_full, test, train_tr, train_valid)",
-                 synth.add_synth_arguments, synth.run_synth))
+                 synth.add_synth_arguments, typed_command(synth.SynthSettings, synth.run_synth)))
 register(Command("demo", "one-command quick start: synthetic data -> train -> evaluate",
-                 synth.add_demo_arguments, synth.run_demo))
+                 synth.add_demo_arguments, typed_command(synth.DemoSettings, synth.run_demo)))
 register(Command("preprocess", "preprocess a public data set's raw files into train/test files",
                  preprocess.add_preprocess_arguments, preprocess.run_preprocess))
 register(Command("split", "split your own event file by time into train/test files",

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ from gru4rec.cli.evaluate import evaluate_files
 from gru4rec.cli.train import build_config, train_model
 from gru4rec.errors import Gru4RecError
 
-__all__ = ["DEMO_PARAMS", "SYNTH_KINDS", "add_demo_arguments", "add_synth_arguments", "run_demo", "run_synth"]
+__all__ = ["DEMO_PARAMS", "SYNTH_KINDS", "DemoSettings", "SynthSettings", "add_demo_arguments", "add_synth_arguments", "run_demo",
+           "run_synth"]
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +87,24 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
 _INTENT_FLAGS = ("n_intents", "intent_size", "mix", "mean_length")
 
 
-def run_synth(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class SynthSettings:
+    """The settings of ``gru4rec synth`` (one field per flag; None: the generator's default)."""
+
+    out_dir: str
+    kind: str = "sessions"
+    seed: int | None = None
+    n_sessions: int | None = None
+    n_items: int | None = None
+    test_days: float | None = None
+    n_intents: int | None = None
+    intent_size: int | None = None
+    mix: tuple[float, float, float] | None = None
+    mean_length: float | None = None
+    force: bool = False
+
+
+def run_synth(args: SynthSettings) -> int:
     """Run ``gru4rec synth``: the paths written are its result, one per line."""
     kwargs = {"seed": args.seed, "n_sessions": args.n_sessions, "n_items": args.n_items,
               "test_days": args.test_days}
@@ -134,14 +153,28 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     add_threads(parser)
 
 
+@dataclass(frozen=True)
+class DemoSettings:
+    """The settings of ``gru4rec demo`` (one field per flag)."""
+
+    workdir: str | None = None
+    params: str | None = None
+    seed: int | None = None
+    n_sessions: int | None = None
+    measure: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
+    device: str = "auto"
+    precision: str = "float32"
+    threads: int | None = None
+
+
 @uses_threads
-def run_demo(args: argparse.Namespace) -> int:
+def run_demo(args: DemoSettings) -> int:
     """Run ``gru4rec demo``: the result lines are the saved model's on the synthetic test set."""
     from gru4rec.checkpoint import MODEL_SUFFIX
     from gru4rec.datasets.synthetic import write_synthetic
 
     owned = args.workdir is None
-    workdir = Path(tempfile.mkdtemp(prefix="gru4rec-demo-") if owned else args.workdir)
+    workdir = Path(tempfile.mkdtemp(prefix="gru4rec-demo-") if args.workdir is None else args.workdir)
     try:
         data_dir = workdir / "synthetic"
         start = time.perf_counter()
