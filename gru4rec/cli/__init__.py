@@ -158,9 +158,9 @@ register(Command("synth", "write the synthetic data set (train_full, test, train
 register(Command("demo", "one-command quick start: synthetic data -> train -> evaluate",
                  synth.add_demo_arguments, typed_command(synth.DemoSettings, synth.run_demo)))
 register(Command("preprocess", "preprocess a public data set's raw files into train/test files",
-                 preprocess.add_preprocess_arguments, preprocess.run_preprocess))
+                 preprocess.add_preprocess_arguments, typed_command(preprocess.PreprocessSettings, preprocess.run_preprocess)))
 register(Command("split", "split your own event file by time into train/test files",
-                 preprocess.add_split_arguments, preprocess.run_split))
+                 preprocess.add_split_arguments, typed_command(preprocess.SplitSettings, preprocess.run_split)))
 # paropt's command line lives with the search (optional dependency: optuna); like the original
 # paropt.py it prints its progress on stdout.
 register(_hook_command("paropt", "hyperparameter optimisation with Optuna", "gru4rec.tune.cli",
