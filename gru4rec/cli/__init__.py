@@ -52,7 +52,7 @@ from gru4rec.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from gru4rec.cli.console import VERBOSITY_DESTS, add_verbosity_flags, command_console, verbosity
 from gru4rec.errors import ConfigError, Gru4RecError, OutputExistsError
 
-__all__ = ["main", "run_py_main", "Command", "COMMANDS", "register", "build_parser", "build_run_py_parser"]
+__all__ = ["main", "run_py_main", "Command", "COMMANDS", "dispatch", "register", "build_parser", "build_run_py_parser"]
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +299,11 @@ def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str],
         _report(prog, f"error: out of device memory ({first}); try a smaller batch_size, "
                       "n_sample, layers or --eval-batch-size", debug=debug)
         return EXIT_ERROR
+
+
+#: The one error -> exit-code dispatcher, for the command lines outside this registry
+#: (``paropt.py``: :func:`gru4rec.tune.cli.main`).
+dispatch = _dispatch
 
 
 # ---------------------------------------------------------------------------------- entry points
