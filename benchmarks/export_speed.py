@@ -30,8 +30,9 @@ import sys
 import tempfile
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -147,10 +148,10 @@ def click_latency(model: Any, graphs: dict[str, Path], threads: int, clicks: int
             feed = {"items": items, **{f"hidden_{i}": h for i, h in enumerate(hidden)}}
             t_items, t_hidden = torch.from_numpy(items), [torch.from_numpy(h) for h in hidden]
 
-            def run_ort() -> None:
+            def run_ort(session: Any = session, feed: dict[str, np.ndarray] = feed) -> None:
                 session.run(None, feed)
 
-            def run_torch() -> None:
+            def run_torch(step: Any = step, t_items: torch.Tensor = t_items, t_hidden: list[torch.Tensor] = t_hidden) -> None:
                 with torch.inference_mode():
                     step(t_items, *t_hidden)
 

@@ -31,11 +31,11 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import sys
+import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 

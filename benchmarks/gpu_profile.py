@@ -24,9 +24,9 @@ import json
 import os
 import statistics
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import torch
 

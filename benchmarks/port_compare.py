@@ -37,8 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gru4rec.config import Config  # noqa: E402
 from train_speed import CONFIGS  # noqa: E402  (the named configurations of both benchmarks)
+
+from gru4rec.config import Config  # noqa: E402
 
 EPOCH_LINE = re.compile(r"Epoch(\d+) --> loss: (\S+)\s+\(([\d.]+)s\)\s+\[([\d.]+) mb/s \| (\d+) e/s\]")
 
@@ -116,12 +117,30 @@ def main(argv: list[str] | None = None) -> int:
         paramfile.write_text(json.dumps(config.to_dict()))
         for _ in range(args.rounds):
             ours += run([sys.executable, "run.py", data, "-pf", str(paramfile), "-d", args.device], args.threads, "this package")
-            port += run([sys.executable, "-c", PORT_PROGRAM, str(args.port.resolve()), data, json.dumps(port_params(config, args.epochs)), args.device],
-                        args.threads, "port")
+            port += run(
+                [
+                    sys.executable,
+                    "-c",
+                    PORT_PROGRAM,
+                    str(args.port.resolve()),
+                    data,
+                    json.dumps(port_params(config, args.epochs)),
+                    args.device,
+                ],
+                args.threads,
+                "port",
+            )
     result = {
-        "config": args.config, "data": args.data, "device": args.device, "threads": args.threads, "epochs": args.epochs, "rounds": args.rounds,
-        "ours_events_per_s": ours, "port_events_per_s": port,
-        "ours_median": statistics.median(ours), "port_median": statistics.median(port),
+        "config": args.config,
+        "data": args.data,
+        "device": args.device,
+        "threads": args.threads,
+        "epochs": args.epochs,
+        "rounds": args.rounds,
+        "ours_events_per_s": ours,
+        "port_events_per_s": port,
+        "ours_median": statistics.median(ours),
+        "port_median": statistics.median(port),
         "ratio": round(statistics.median(ours) / statistics.median(port), 3),
     }
     print(json.dumps(result))

@@ -98,9 +98,21 @@ def main() -> None:
         print(line, flush=True)
         lines.append(line)
 
-    emit({"data": args.data, "days": how, "n_days": len(days), "events_per_day": [len(d) for d in days], "dropped_days_events": dropped, "window": args.window,
-          "fresh_epochs": args.fresh_epochs, "warm_epochs": args.warm_epochs, "config": args.config, "threads": args.threads,
-          "torch": torch.__version__})
+    emit(
+        {
+            "data": args.data,
+            "days": how,
+            "n_days": len(days),
+            "events_per_day": [len(d) for d in days],
+            "dropped_days_events": dropped,
+            "window": args.window,
+            "fresh_epochs": args.fresh_epochs,
+            "warm_epochs": args.warm_epochs,
+            "config": args.config,
+            "threads": args.threads,
+            "torch": torch.__version__,
+        }
+    )
     test_days = list(range(args.window, len(days)))[: args.test_days]
     warm: dict[int, GRU4Rec] = {}
     rows = []

@@ -736,7 +736,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("-k", type=int, default=20, help="items per recommendation (recommend, serve; default 20)")
     p.add_argument("--threads", type=int, default=1, help="threads of every command (--threads and OMP_NUM_THREADS; default 1)")
     p.add_argument("--device", default="cpu", help="-d of every command that takes it (default cpu)")
-    p.add_argument("--work", type=Path, default=DEFAULT_WORK, help=f"work folder (default {DEFAULT_WORK.relative_to(ROOT)}, ignored by git)")
+    p.add_argument(
+        "--work", type=Path, default=DEFAULT_WORK, help=f"work folder (default {DEFAULT_WORK.relative_to(ROOT)}, ignored by git)"
+    )
     what = p.add_mutually_exclusive_group()
     what.add_argument("--force", action="store_true", help="replace the files of an earlier run in --work")
     what.add_argument("--reuse", action="store_true", help="keep the synthetic data (same sizes) and, without the train stage, the model")

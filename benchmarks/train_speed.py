@@ -40,12 +40,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gru4rec.training.batching import build_schedule  # noqa: E402
 from gru4rec.config import Config  # noqa: E402
 from gru4rec.data import ItemMap, item_support, read_events, sessions_from_events  # noqa: E402
-from gru4rec.model import GRU4RecNet  # noqa: E402
 from gru4rec.devices import resolve_device  # noqa: E402
+from gru4rec.model import GRU4RecNet  # noqa: E402
 from gru4rec.training.backend import select_backend  # noqa: E402
+from gru4rec.training.batching import build_schedule  # noqa: E402
 from gru4rec.training.loop import train_epochs  # noqa: E402
 from gru4rec.threads import set_threads  # noqa: E402
 from gru4rec.training.trainer import Trainer  # noqa: E402
@@ -244,10 +244,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", action="store_true", help="measure the plain autograd step only")
     parser.add_argument("--compare-reference", action="store_true", help="measure both paths, interleaved, and print the ratio")
     parser.add_argument("--precision", default="float32", help="float32 or bfloat16: operand type of the fast step's matrix products")
-    parser.add_argument("--compare-precision", action="store_true", help="measure float32 and --precision, interleaved, and print the ratio")
-    parser.add_argument("--compare-kernels", action="store_true", help="measure the fast step with the optimiser in PyTorch and in the fused CPU kernels, interleaved")
+    parser.add_argument(
+        "--compare-precision", action="store_true", help="measure float32 and --precision, interleaved, and print the ratio"
+    )
+    parser.add_argument(
+        "--compare-kernels",
+        action="store_true",
+        help="measure the fast step with the optimiser in PyTorch and in the fused CPU kernels, interleaved",
+    )
     parser.add_argument("--fused", action="store_true", help="the fused GPU kernels (Triton) instead of PyTorch ops on CUDA")
-    parser.add_argument("--compare-fused", action="store_true", help="measure the PyTorch ops and the fused GPU kernels (Triton), interleaved")
+    parser.add_argument(
+        "--compare-fused", action="store_true", help="measure the PyTorch ops and the fused GPU kernels (Triton), interleaved"
+    )
     parser.add_argument("--timing", choices=("epoch", "steps"), default="epoch",
                         help="epoch: whole epochs as run.py trains them (graph replay on CUDA; default); steps: eager train_step calls")
     parser.add_argument("--sweep", action="store_true", help="batch 32..256 × layers 100..512 × {cross-entropy, bpr-max}")

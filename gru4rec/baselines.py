@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +48,7 @@ class BaselineConfig:
     time_key: str = "Time"
 
 
-class _Baseline:
+class _Baseline(ABC):
     """Fit plumbing shared by the baselines (read events, item map, support, sessions) and the
     parts of the :class:`~gru4rec.inference.SessionModel` protocol they share."""
 
@@ -64,7 +65,7 @@ class _Baseline:
         self.item_map: Any = None
         self.item_support: np.ndarray | None = None
 
-    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> "_Baseline":
+    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> _Baseline:
         """Fit on training events (a DataFrame or a path to an event file). Returns self."""
         keys = dict(session_key=self.config.session_key, item_key=self.config.item_key, time_key=self.config.time_key)
         if isinstance(data, (str, os.PathLike)):
@@ -74,7 +75,8 @@ class _Baseline:
         else:
             raise DataError(f"training data: expected a DataFrame or a path to an event file, got {type(data).__name__}")
         self.item_map = ItemMap.from_ids(df[self.config.item_key])
-        sessions, _ = sessions_from_events(df, self.item_map, **keys)
+        sessions, _ = sessions_from_events(df, self.item_map, session_key=self.config.session_key,
+                                           item_key=self.config.item_key, time_key=self.config.time_key)
         n = len(self.item_map)
         self.item_support = item_support(sessions, n)
         self._build(sessions.items, sessions.offsets, n)
@@ -88,6 +90,18 @@ class _Baseline:
     def fitted(self) -> bool:
         """Whether :meth:`fit` has run."""
         return self.item_map is not None
+
+    @abstractmethod
+    def init_state(self, batch_size: int) -> list[Tensor]:
+        """The state of ``batch_size`` new sessions (see :class:`~gru4rec.inference.SessionModel`)."""
+
+    @abstractmethod
+    def step(self, items: Tensor, state: list[Tensor]) -> Tensor:
+        """Advance ``state`` by one click of each row (in place); returns what :meth:`scores` reads."""
+
+    @abstractmethod
+    def scores(self, out: Tensor, buffer: Tensor | None = None) -> Tensor:
+        """Every item's score after :meth:`step`'s ``out``."""
 
     def output_layer(self) -> None:
         """None: a baseline's scores are not ``out·Wyᵀ + By``."""
@@ -111,7 +125,7 @@ class Pop(_Baseline):
     """Most popular: every item scored by its number of training events (ties keep equal scores,
     so the evaluator's tie mode applies to them)."""
 
-    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> "Pop":
+    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> Pop:
         """Fit on training events (a DataFrame or a path). Returns self."""
         super().fit(data)
         return self
@@ -143,7 +157,7 @@ class SessionPop(_Baseline):
     """Session popularity: items already in the session first (most visited first), then the
     rest by global popularity."""
 
-    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> "SessionPop":
+    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> SessionPop:
         """Fit on training events (a DataFrame or a path). Returns self."""
         super().fit(data)
         return self
@@ -248,7 +262,7 @@ class ItemKNN(_Baseline):
         self.lmbd = float(lmbd)
         self.alpha = float(alpha)
 
-    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> "ItemKNN":
+    def fit(self, data: pd.DataFrame | str | os.PathLike[str]) -> ItemKNN:
         """Fit on training events (a DataFrame or a path). Returns self."""
         super().fit(data)
         return self

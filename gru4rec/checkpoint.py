@@ -120,7 +120,7 @@ def _sha256(t: torch.Tensor) -> str:
     flat = t.reshape(-1)
     if flat.numel() == 0:
         return hashlib.sha256(b"").hexdigest()
-    return hashlib.sha256(memoryview(flat.view(torch.uint8).numpy())).hexdigest()
+    return hashlib.sha256(flat.view(torch.uint8).numpy().data).hexdigest()
 
 
 def _header_digest(tensors: Mapping[str, torch.Tensor], entries: Mapping[str, str]) -> str:

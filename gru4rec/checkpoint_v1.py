@@ -50,7 +50,7 @@ def _crc(t: torch.Tensor) -> int:
     flat = t.reshape(-1)
     if flat.numel() == 0:
         return zlib.crc32(b"")
-    return zlib.crc32(memoryview(flat.view(torch.uint8).numpy()))
+    return zlib.crc32(flat.view(torch.uint8).numpy().data)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from gru4rec.errors import OutputExistsError, OutputPathError
 
@@ -31,7 +31,7 @@ def current_umask() -> int:
     return 0o022
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], None], *, overwrite: bool = True) -> Path:
+def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object], *, overwrite: bool = True) -> Path:
     """Create or replace ``path`` with what ``write(tmp)`` writes to the temporary file ``tmp``.
 
     The file gets the permissions a plain ``open()`` would give it (``mkstemp`` makes 0600).

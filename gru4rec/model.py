@@ -18,11 +18,12 @@ serve prediction and evaluation.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
 
+from gru4rec.activations import Activation
 from gru4rec.config import Config
 
 __all__ = ["GRU4RecNet", "GRULayer", "gru_cell"]
@@ -66,7 +67,7 @@ class GRU4RecNet(nn.Module):
             raise ValueError("GRU4RecNet needs at least one item")
         self.n_items = n_items
         self.mode = config.embedding_mode
-        self.hidden_act: Act = config.hidden_activation
+        self.hidden_act: Activation = config.hidden_activation
         self.dropout_p_embed = config.dropout_p_embed if self.mode != "none" else 0.0
         self.dropout_p_hidden = config.dropout_p_hidden
         sizes = list(config.layers)
@@ -82,7 +83,8 @@ class GRU4RecNet(nn.Module):
         for size in sizes:
             layers.append(GRULayer(in_dim, size))
             in_dim = size
-        self.layers = nn.ModuleList(layers)
+        # A ModuleList registers the layers' parameters; torch types its items as plain Modules.
+        self.layers: Sequence[GRULayer] = nn.ModuleList(layers)  # type: ignore[assignment]  # its items are GRULayers
         self.reset_parameters(config.sigma, config.init_as_normal, generator)
 
     # ------------------------------------------------------------------ initialisation

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +68,11 @@ def _read_json(data: bytes, label: str) -> Any:
 
 
 def _read_toml(data: bytes, label: str) -> Any:
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
+    else:
         try:
-            import tomli as tomllib  # type: ignore[no-redef]
+            import tomli as tomllib
         except ModuleNotFoundError:
             raise ConfigError(f"{label}: reading TOML on Python < 3.11 needs tomli (pip install tomli)") from None
     try:

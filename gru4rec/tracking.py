@@ -64,7 +64,9 @@ class GpuMonitor:
         # torch's index counts the devices CUDA_VISIBLE_DEVICES lets through; NVML counts all of
         # them, so find the device by its PCI address (by index where torch does not give it).
         try:
-            bus_id = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+            # Read by name: older torch builds lack these fields (AttributeError, handled below).
+            domain, bus, dev = (getattr(props, f"pci_{part}_id") for part in ("domain", "bus", "device"))
+            bus_id = f"{domain:08x}:{bus:02x}:{dev:02x}.0"
             self._handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)
         except (AttributeError, pynvml.NVMLError):
             self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)

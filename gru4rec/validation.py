@@ -96,13 +96,13 @@ class Validator:
     ) -> None:
         self.metric = metric if isinstance(metric, ValidationMetric) else parse_metric(metric)
         self.cutoffs = check_cutoffs(tuple(cutoffs or ()) + (self.metric.cutoff,))
-        check_mode(mode)
+        tie_mode = check_mode(mode)
         check_patience(patience)
         if not (sessions.lengths >= 2).any():
             raise DataError("valid: no validation session has two or more events with items seen in training — nothing to validate on")
         self.model = model
         self.sessions = sessions
-        self.mode = mode
+        self.mode = tie_mode
         self.batch_size = batch_size
         self.patience = patience
         self.history: list[dict[str, float]] = []
@@ -135,7 +135,11 @@ class Validator:
             self.since_best += 1
         log.info(
             "Validation after epoch %d (%.2fs): %s (best %.6f after epoch %s)",
-            epoch, result.seconds, " ".join(f"{k}={v:.6f}" for k, v in metrics.items() if not k.startswith("ndcg")), self.best_value, self.best_epoch,
+            epoch,
+            result.seconds,
+            " ".join(f"{k}={v:.6f}" for k, v in metrics.items() if not k.startswith("ndcg")),
+            self.best_value,
+            self.best_epoch,
         )
         if self.should_stop:
             log.info("Early stopping after epoch %d: %s has not improved for %d epoch(s)", epoch, self.metric.key, self.patience)

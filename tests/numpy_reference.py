@@ -24,8 +24,8 @@ mode only) and per layer ``i``: ``Wx_i`` (d_i×3L_i), ``Wh_i`` (L_i×L_i), ``Wrz
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -335,12 +335,12 @@ class OptState:
     t: int = 0                                   # steps taken (adam bias correction)
 
     @staticmethod
-    def zeros(params: Params) -> "OptState":
+    def zeros(params: Params) -> OptState:
         """Fresh zero state for ``params``."""
         z = lambda: {k: np.zeros_like(v) for k, v in params.items()}  # noqa: E731
         return OptState(z(), z(), z(), 0)
 
-    def copy(self) -> "OptState":
+    def copy(self) -> OptState:
         """Deep copy."""
         c = lambda d: {k: v.copy() for k, v in d.items()}  # noqa: E731
         return OptState(c(self.acc), c(self.acc2), c(self.vel), self.t)

@@ -66,7 +66,7 @@ def _run_as_prefix() -> tuple[list[str], str | None]:
         )
         if created.returncode != 0:
             raise PostgresUnavailable(f"PostgreSQL cannot run as root and creating the user {SERVER_USER} failed: "
-                                      f"{created.stderr.strip() or created.returncode}")
+                                      f"{created.stderr.strip() or created.returncode}") from None
     runuser = shutil.which("runuser")
     if runuser:
         return [runuser, "-u", SERVER_USER, "--"], SERVER_USER
@@ -150,8 +150,8 @@ def temporary_postgres(*, fsync: bool = False) -> Iterator[PostgresServer]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresServer]:
+@pytest.fixture(scope="session", name="postgres")
+def postgres_fixture() -> Iterator[PostgresServer]:
     """A PostgreSQL server for the whole test session (skips with the reason when none can run)."""
     try:
         with temporary_postgres() as server:

@@ -127,7 +127,10 @@ def test_the_cpu_estimate_of_kernels_counts_computing_operators_once() -> None:
     if torch.cuda.is_available():
         pytest.skip("the estimate is for machines without CUDA (a GPU's profiler counts its kernels)")
     x, rows, bias, u = torch.randn(6, 4), torch.tensor([1, 3]), torch.randn(4), torch.rand(100)
-    with gpu_profile.counting_triton_launches() as launches, torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    with (
+        gpu_profile.counting_triton_launches() as launches,
+        torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof,
+    ):
         for _ in range(2):
             y = x.index_select(0, rows)  # 1
             z = torch.addmm(bias, y, x.t().contiguous().t()[:4].t())  # the transpose's copy 1, addmm 1 (not its own copies)
@@ -251,7 +254,9 @@ def test_scale_run_at_a_tiny_size_is_consistent(tmp_path: Path) -> None:
         recs = pd.read_csv(r["extra"]["output"], sep="\t")
         assert len(recs) == n * k and r["extra"]["output_bytes"] == Path(r["extra"]["output"]).stat().st_size
         assert list(recs["SessionId"].unique()) == list(train["SessionId"].unique()[:n])
-        assert (recs.groupby("SessionId")["Rank"].agg(list) == pd.Series([list(range(1, k + 1))] * n, index=recs["SessionId"].unique())).all()
+        assert (
+            recs.groupby("SessionId")["Rank"].agg(list) == pd.Series([list(range(1, k + 1))] * n, index=recs["SessionId"].unique())
+        ).all()
         assert not recs["Fallback"].any()
 
     # Memory: every figure positive and no more than the machine; "above model" = peak - model-only.

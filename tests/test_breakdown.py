@@ -57,7 +57,11 @@ def brute_force(model: GRU4Rec, test: pd.DataFrame, mode: str) -> dict[str, dict
         return group
 
     out = {
-        "session_length": {"n": [0] * len(LENGTH_EDGES), "hits": [[0] * len(LENGTH_EDGES) for _ in CUTOFFS], "rr": [[0.0] * len(LENGTH_EDGES) for _ in CUTOFFS]},
+        "session_length": {
+            "n": [0] * len(LENGTH_EDGES),
+            "hits": [[0] * len(LENGTH_EDGES) for _ in CUTOFFS],
+            "rr": [[0.0] * len(LENGTH_EDGES) for _ in CUTOFFS],
+        },
         "popularity": {"n": [0] * 10, "hits": [[0] * 10 for _ in CUTOFFS], "rr": [[0.0] * 10 for _ in CUTOFFS]},
     }
     net = model.net

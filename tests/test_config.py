@@ -39,7 +39,7 @@ PUBLISHED = {
 
 
 def problems_of(excinfo: pytest.ExceptionInfo[ConfigError]) -> list[str]:
-    problems = getattr(excinfo.value, "problems")
+    problems = excinfo.value.problems
     assert isinstance(problems, list)
     return problems
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch import nn
 
+from gru4rec.config import Config
 from gru4rec.kernels import build as kernel_build
 from gru4rec.kernels import cpu as cpu_ops
-from gru4rec.config import Config
 from gru4rec.training.backend import select_backend
 from gru4rec.training.optim import Optimizer
 from test_optim import METHODS
@@ -59,11 +59,13 @@ def test_fused_update_equals_pytorch_update(kernels, kw: dict) -> None:
         runs[fused] = ({k: p.detach().clone() for k, p in tp.items()}, {k: v.clone() for k, v in opt.state_dict().items()})
     (p_fused, s_fused), (p_torch, s_torch) = runs[True], runs[False]
     for k in p_torch:
-        assert not torch.equal(p_torch[k], torch.tensor(start[k], dtype=torch.float32)), f"{k} never changed: the test would not see an error"
-        torch.testing.assert_close(p_fused[k], p_torch[k], rtol=2e-6, atol=1e-7, msg=lambda m: f"{k}: {m}")
+        assert not torch.equal(p_torch[k], torch.tensor(start[k], dtype=torch.float32)), (
+            f"{k} never changed: the test would not see an error"
+        )
+        torch.testing.assert_close(p_fused[k], p_torch[k], rtol=2e-6, atol=1e-7, msg=lambda m, k=k: f"{k}: {m}")
     assert s_fused.keys() == s_torch.keys()
     for k in s_torch:
-        torch.testing.assert_close(s_fused[k], s_torch[k], rtol=2e-6, atol=1e-7, msg=lambda m: f"state {k}: {m}")
+        torch.testing.assert_close(s_fused[k], s_torch[k], rtol=2e-6, atol=1e-7, msg=lambda m, k=k: f"state {k}: {m}")
     untouched = [r for r in range(40) if r not in {3, 17, 0, 39, 25, *range(0, 40, 3)}]
     assert torch.equal(p_fused["W"][untouched], torch.tensor(start["W"], dtype=torch.float32)[untouched])
 
@@ -446,7 +448,7 @@ def test_fused_gru_cell_equals_pytorch_cell(kernels, dropout: bool) -> None:
         d_v = cell.backward(d, LayerCache(h, None, h, h, wh, hr, rz, c, mask), *grads)
         results.append((rz, hr, c, out, d_v, *grads))
     for name, a, b in zip(("rz", "hr", "c", "out", "d_v", "dWh", "dWrz", "dBh"), *results):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_ops_are_chosen_once_by_device_dtype_precision_and_activation(kernels) -> None:

@@ -273,7 +273,9 @@ def test_validate_returns_exactly_the_key_columns() -> None:
 
 def test_validate_missing_column_lists_existing() -> None:
     df = pd.DataFrame({"SessionId": [1], "ItemId": [1], "Timestamp": [1]})
-    with pytest.raises(DataError, match=r"<DataFrame>: missing column 'Time'; the columns found are \['SessionId', 'ItemId', 'Timestamp'\]"):
+    with pytest.raises(
+        DataError, match=r"<DataFrame>: missing column 'Time'; the columns found are \['SessionId', 'ItemId', 'Timestamp'\]"
+    ):
         validate_events(df)
 
 
@@ -383,7 +385,9 @@ def test_validate_nullable_arrow_and_categorical_columns() -> None:
 
 
 def test_sessions_accept_datetime_and_nullable_times() -> None:
-    df = pd.DataFrame({"SessionId": [1, 1, 2], "ItemId": [1, 2, 1], "Time": pd.to_datetime(["2020-01-02 00:00", "2020-01-01 00:00", "2020-01-01 12:00"])})
+    df = pd.DataFrame(
+        {"SessionId": [1, 1, 2], "ItemId": [1, 2, 1], "Time": pd.to_datetime(["2020-01-02 00:00", "2020-01-01 00:00", "2020-01-01 12:00"])}
+    )
     s, _ = sessions_from_events(df, ItemMap.from_ids([1, 2]))
     assert session_lists(s) == [[1, 0], [0]]
     s2, _ = sessions_from_events(df.assign(Time=pd.array([3, 1, 2], dtype="Int64")), ItemMap.from_ids([1, 2]))
@@ -395,7 +399,11 @@ def test_sessions_accept_datetime_and_nullable_times() -> None:
 # ---------------------------------------------------------------------------------------------
 
 INT_FRAME = pd.DataFrame(
-    {"SessionId": [3, 3, 7, 7], "ItemId": [214821371, 214716935, 214821371, 5], "Time": [1396437466.94, 1396437470.5, 1396437500.0, 1396437501.0]}
+    {
+        "SessionId": [3, 3, 7, 7],
+        "ItemId": [214821371, 214716935, 214821371, 5],
+        "Time": [1396437466.94, 1396437470.5, 1396437500.0, 1396437501.0],
+    }
 )
 STR_FRAME = pd.DataFrame(
     {"SessionId": ["u1", "u1", "u2", "u2"], "ItemId": ["a:1", "b 2", "a:1", "c"], "Time": [1, 2, 3, 4]}
@@ -479,24 +487,37 @@ def test_read_directory(tmp_path: Path) -> None:
 
 # Bad event files: one clear DataError naming the file and, where there is one, the line.
 BAD_FILES = [
-    pytest.param("e.tsv", "",
-                 r"e.tsv: empty file", id="empty_file"),
-    pytest.param("e.tsv", "SessionId\tItemId\tTime\n",
-                 r"e.tsv: no events \(0 rows\)", id="header_only"),
-    pytest.param("e.tsv", "SessionId\tItem\tTime\n1\t2\t3\n",
-                 r"e.tsv: missing column 'ItemId'; the columns found are \['SessionId', 'Item', 'Time'\]", id="missing_column_lists_header"),
-    pytest.param("e.tsv", "SessionId\tItemId\tTime\n1\t214821371\t1\n1\t\t2\n2\t\t3\n",
-                 r"e.tsv: column 'ItemId' has 2 missing value.*first at line 3", id="nan_item_id_gives_line"),
-    pytest.param("e.csv", 'SessionId,ItemId,Time\n"",a,1\n',
-                 r"e.csv: column 'SessionId' has 1 missing.*line 2", id="empty_quoted_session_id"),
-    pytest.param("e.tsv", "SessionId\tItemId\tTime\n1\t1\t2014-04-07\n1\t2\tnot-a-date\n",
-                 r"e.tsv: column 'Time' has 1 unparsable.*'not-a-date' at line 3", id="unparsable_time_gives_value_and_line"),
-    pytest.param("e.tsv.gz", "SessionId\tItemId\tTime\n1\t1\t1\n",
-                 r"e.tsv.gz: cannot read the file", id="not_gzipped"),
-    pytest.param("e.tsv", "SessionId\tItemId\tTime\n1\t1\t1\n1\t2\n",
-                 r"e.tsv: column 'Time' has 1 missing or non-finite time.*line 3", id="short_row"),
-    pytest.param("e.csv", 'SessionId,ItemId,Time\n1,"abc,1\n2,x,3\n',
-                 r"e.csv: cannot parse the file", id="unterminated_quote"),
+    pytest.param("e.tsv", "", r"e.tsv: empty file", id="empty_file"),
+    pytest.param("e.tsv", "SessionId\tItemId\tTime\n", r"e.tsv: no events \(0 rows\)", id="header_only"),
+    pytest.param(
+        "e.tsv",
+        "SessionId\tItem\tTime\n1\t2\t3\n",
+        r"e.tsv: missing column 'ItemId'; the columns found are \['SessionId', 'Item', 'Time'\]",
+        id="missing_column_lists_header",
+    ),
+    pytest.param(
+        "e.tsv",
+        "SessionId\tItemId\tTime\n1\t214821371\t1\n1\t\t2\n2\t\t3\n",
+        r"e.tsv: column 'ItemId' has 2 missing value.*first at line 3",
+        id="nan_item_id_gives_line",
+    ),
+    pytest.param(
+        "e.csv", 'SessionId,ItemId,Time\n"",a,1\n', r"e.csv: column 'SessionId' has 1 missing.*line 2", id="empty_quoted_session_id"
+    ),
+    pytest.param(
+        "e.tsv",
+        "SessionId\tItemId\tTime\n1\t1\t2014-04-07\n1\t2\tnot-a-date\n",
+        r"e.tsv: column 'Time' has 1 unparsable.*'not-a-date' at line 3",
+        id="unparsable_time_gives_value_and_line",
+    ),
+    pytest.param("e.tsv.gz", "SessionId\tItemId\tTime\n1\t1\t1\n", r"e.tsv.gz: cannot read the file", id="not_gzipped"),
+    pytest.param(
+        "e.tsv",
+        "SessionId\tItemId\tTime\n1\t1\t1\n1\t2\n",
+        r"e.tsv: column 'Time' has 1 missing or non-finite time.*line 3",
+        id="short_row",
+    ),
+    pytest.param("e.csv", 'SessionId,ItemId,Time\n1,"abc,1\n2,x,3\n', r"e.csv: cannot parse the file", id="unterminated_quote"),
 ]
 
 

@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 import torch
 
+from gru4rec import log
 from gru4rec.data import ItemMap, Sessions
 from gru4rec.errors import ConfigError, DataError, Gru4RecError
-from gru4rec import log
 from gru4rec.evaluation import TIE_MODES, EvalResult, evaluate, evaluate_sessions
 from gru4rec.evaluation import evaluator as evaluation
 
@@ -349,7 +349,7 @@ def test_coverage_and_popularity_match_brute_force(batch_size: int) -> None:
     for c in cutoffs:
         lists = [o[:c] for o in ref["order"]]
         assert res.coverage[c] == pytest.approx(len(set(np.concatenate(lists).tolist())) / N)
-        assert res.popularity[c] == pytest.approx(np.mean([norm[l].mean() for l in lists]), rel=1e-12)
+        assert res.popularity[c] == pytest.approx(np.mean([norm[top].mean() for top in lists]), rel=1e-12)
     assert res.coverage[100] == 1.0
 
 
@@ -622,4 +622,4 @@ def test_many_items_two_stage_topk(mode: str) -> None:
         # A tie across the list boundary would make the top-c set ambiguous: the data has none.
         assert all(sc[o[c - 1]] != sc[o[c]] for sc, o in zip(all_scores, ref["order"]))
         assert res.coverage[c] == pytest.approx(len(set(np.concatenate(lists).tolist())) / N)
-        assert res.popularity[c] == pytest.approx(np.mean([norm[l].mean() for l in lists]), rel=1e-12)
+        assert res.popularity[c] == pytest.approx(np.mean([norm[top].mean() for top in lists]), rel=1e-12)

@@ -12,7 +12,7 @@ import pytest
 optuna = pytest.importorskip("optuna")
 
 from gru4rec.tune import open_storage  # noqa: E402
-from tune_helpers import ROOT, TrialState, data  # noqa: E402,F401 - data is a fixture
+from tune_helpers import ROOT, TrialState, data_fixture  # noqa: E402,F401 - data is a fixture
 
 _spec = importlib.util.spec_from_file_location("gpu_paropt", ROOT / "benchmarks" / "gpu_paropt.py")
 assert _spec is not None and _spec.loader is not None

@@ -14,8 +14,7 @@ import numpy_reference as ref
 from gru4rec.config import Config
 from gru4rec.training.losses import make_loss
 from test_model import net_to_params
-from test_step_reference import (LOSS_VARIANTS, SUPPORT, STEPS, VARIANT_IDS, make_config, make_trainer, engine_step,
-                                 ref_config, start)
+from test_step_reference import LOSS_VARIANTS, STEPS, SUPPORT, VARIANT_IDS, engine_step, make_config, make_trainer, ref_config, start
 
 torch.set_num_threads(1)
 

@@ -288,8 +288,21 @@ def test_oracle_metrics_equal_the_evaluator_on_the_oracle(small: tuple[pd.DataFr
     train, test, m = small
     known = train["ItemId"].unique()[3:]
     got = m.oracle_metrics(test, known, (1, 5, 10, 20), return_ranks=True)
-    ev = evaluate(oracle_as_model(m, known), test, cutoffs=(1, 5, 10, 20), mode="conservative", beyond_accuracy=False, batch_size=16, return_ranks=True)
-    assert (got["n_predictions"], got["n_sessions"], got["n_dropped_events"], got["n_items"]) == (ev.n_predictions, ev.n_sessions, ev.n_dropped_events, ev.n_items)
+    ev = evaluate(
+        oracle_as_model(m, known),
+        test,
+        cutoffs=(1, 5, 10, 20),
+        mode="conservative",
+        beyond_accuracy=False,
+        batch_size=16,
+        return_ranks=True,
+    )
+    assert (got["n_predictions"], got["n_sessions"], got["n_dropped_events"], got["n_items"]) == (
+        ev.n_predictions,
+        ev.n_sessions,
+        ev.n_dropped_events,
+        ev.n_items,
+    )
     np.testing.assert_array_equal(got["ranks"], ev.ranks)  # same predictions in the same order
     for c in ev.cutoffs:
         assert got["recall"][c] == pytest.approx(ev.recall[c], abs=1e-12)

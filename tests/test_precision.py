@@ -196,5 +196,7 @@ def test_cpu_bf16_probe_reads_the_cpu_flags(monkeypatch, tmp_path) -> None:
     for flags, expected in (("fpu avx2 avx512f avx512_bf16", True), ("fpu avx2 amx_bf16 amx_tile", True), ("fpu avx2 avx512f", False)):
         fake = tmp_path / "cpuinfo"
         fake.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
-        monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(fake if path == "/proc/cpuinfo" else path, *a, **k))
+        monkeypatch.setattr(
+            builtins, "open", lambda path, *a, fake=fake, **k: real_open(fake if path == "/proc/cpuinfo" else path, *a, **k)
+        )
         assert cpu_features.cpu_has_bf16_matmul() is expected, flags

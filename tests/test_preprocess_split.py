@@ -35,12 +35,12 @@ ROWS = [
     ("h", "w", 51 * H), ("h", "x", 72 * H),
     ("i", "w", 52 * H), ("i", "y", 53 * H),
 ]
-A, B, D, E, G, HH, I = (
+A, B, D, E, G, HH, II = (
     [r for r in ROWS if r[0] == s] for s in ("a", "b", "d", "e", "g", "h", "i")
 )
 EXPECTED = {
     "train_full": A + B + D + E,
-    "test": G + HH + I,
+    "test": G + HH + II,
     "train_tr": A + B,
     "train_valid": E,
 }
@@ -80,14 +80,14 @@ def test_dedup_option(tmp_path: Path) -> None:
 def test_milliseconds_and_a_wider_validation_window(tmp_path: Path) -> None:
     # valid_days 1.5: B2 = 48h - 36h = 12h -> d and e are validation sessions, train_tr = a, b
     split_events(frame(scale=1000), tmp_path, days=1, valid_days=1.5, time_unit="ms", min_item_support=2)
-    assert_outputs(tmp_path, {"train_full": A + B + D + E, "test": G + HH + I, "train_tr": A + B,
+    assert_outputs(tmp_path, {"train_full": A + B + D + E, "test": G + HH + II, "train_tr": A + B,
                               "train_valid": D + E}, scale=1000)
 
 
 def test_fixed_boundary(tmp_path: Path) -> None:
     # T = 73h: B1 = 49h -> g (starts 48h) is cut to [y@48h] and dropped; test = h, i
     split_events(frame(), tmp_path, days=1, valid_days=1.5, boundary=73 * H, min_item_support=2)
-    assert read(tmp_path, "test") == HH + I
+    assert read(tmp_path, "test") == HH + II
     assert read(tmp_path, "train_full") == A + B + D + E
     assert read(tmp_path, "train_valid") == D + E
 
@@ -98,7 +98,7 @@ def test_datetime_times_become_seconds(tmp_path: Path) -> None:
     df["Time"] = base + pd.to_timedelta(df["Time"], unit="s")
     split_events(df, tmp_path, days=1, min_item_support=2)
     offset = int(base.value // 10**9)
-    assert read(tmp_path, "test") == [(s, i, t + offset) for s, i, t in G + HH + I]
+    assert read(tmp_path, "test") == [(s, i, t + offset) for s, i, t in G + HH + II]
 
 
 def test_equal_times_keep_the_input_order(tmp_path: Path) -> None:
@@ -129,7 +129,7 @@ def test_parquet_output(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
     split_events(frame(), tmp_path, days=1, min_item_support=2, fmt="parquet")
     got = pd.read_parquet(tmp_path / "test.parquet")
-    assert list(got.itertuples(index=False, name=None)) == G + HH + I
+    assert list(got.itertuples(index=False, name=None)) == G + HH + II
 
 
 # ------------------------------------------------------------------------------------------

@@ -252,7 +252,9 @@ def _tiny_train_file(folder: Path) -> Path:
     return path
 
 
-CLI_PARAMS = "layers=16,batch_size=16,n_sample=32,n_epochs=3,sample_store_size=320,momentum=0.3,dropout_p_hidden=0.2,train_random_order=True"
+CLI_PARAMS = (
+    "layers=16,batch_size=16,n_sample=32,n_epochs=3,sample_store_size=320,momentum=0.3,dropout_p_hidden=0.2,train_random_order=True"
+)
 
 
 @pytest.fixture(scope="module")
@@ -265,7 +267,9 @@ def cli_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"train": train, "model": model}
 
 
-def _train_then_signal(argv: list[str], signum: int, *, after_line: str = "Checkpoint at end of epoch 1", delay: float = 0.1) -> tuple[int, str]:
+def _train_then_signal(
+    argv: list[str], signum: int, *, after_line: str = "Checkpoint at end of epoch 1", delay: float = 0.1
+) -> tuple[int, str]:
     """Run ``gru4rec train`` in a subprocess, send it ``signum`` ``delay`` s after its stderr
     shows ``after_line``; returns its exit code and stderr. The default line (logged at DEBUG:
     ``argv`` needs ``-v``) comes after epoch 1's checkpoint is written, so that a signal sent then

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import torch
 
-from test_cli import TINY, assert_metrics_close, brute_force, parse_metrics
+from cli_helpers import TINY, assert_metrics_close, brute_force, parse_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_PY = ROOT / "run.py"

@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from serve_helpers import recommend, train_small  # noqa: E402 - skips without the serve extra
-
 from gru4rec import GRU4Rec  # noqa: E402
-from gru4rec.serve.batcher import Job, MicroBatcher, Overloaded, ShuttingDown  # noqa: E402
 from gru4rec.inference import Engine, Work  # noqa: E402
+from gru4rec.serve.batcher import Job, MicroBatcher, Overloaded, ShuttingDown  # noqa: E402
 from gru4rec.serve.state import MemoryStore, StoreUnavailable  # noqa: E402
+from serve_helpers import recommend, train_small  # noqa: E402 - skips without the serve extra
 
 
 @pytest.fixture(scope="module")

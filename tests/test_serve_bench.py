@@ -10,9 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from serve_helpers import running, train_small  # noqa: E402 - skips without the serve extra
-
 from gru4rec.serve import ServeSettings, create_app  # noqa: E402
+from serve_helpers import running, train_small  # noqa: E402 - skips without the serve extra
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("bench_serve_load", ROOT / "benchmarks" / "serve_load.py")

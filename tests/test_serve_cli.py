@@ -10,15 +10,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from serve_helpers import free_port, httpx, recommend, train_small  # noqa: E402
-
 from gru4rec import GRU4Rec  # noqa: E402
 from gru4rec.cli import main  # noqa: E402
+from serve_helpers import free_port, httpx, recommend, train_small  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,8 +64,8 @@ def wait_healthy(url: str, proc: subprocess.Popen[str]) -> None:
     raise AssertionError("the server did not come up")
 
 
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[str]]]:
+@pytest.fixture(name="processes")
+def processes_fixture() -> Iterator[list[subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
     yield started
     for proc in started:  # whatever the test did: no server outlives it

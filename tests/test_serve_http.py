@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import re
 import hashlib
+import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from serve_helpers import httpx, recommend, running, train_small  # noqa: E402 - skips without the serve extra
-
 from gru4rec import GRU4Rec  # noqa: E402
 from gru4rec.serve import ServeSettings, create_app  # noqa: E402
+from serve_helpers import httpx, recommend, running, train_small  # noqa: E402 - skips without the serve extra
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser")
 
@@ -187,7 +187,13 @@ BAD_REQUESTS = [
     ("POST", "/v1/recommend", b'{"items": [NaN]}', 400, r"^malformed JSON: NaN is not valid JSON"),
     ("POST", "/v1/recommend", b"[" * 2000 + b"]" * 2000, 400, r"^malformed JSON: nested more than 32 levels deep$"),
     ("POST", "/v1/recommend", b'{"items": ' + b"[" * 33 + b"]" * 33 + b"}", 400, r"^malformed JSON: nested more than 32 levels deep$"),
-    ("POST", "/v1/recommend", b'{"items": ' + b"[" * 31 + b"]" * 31 + b"}", 422, r"^items\[0\] must be an item id .*got an array$"),  # 32 levels: read
+    (
+        "POST",
+        "/v1/recommend",
+        b'{"items": ' + b"[" * 31 + b"]" * 31 + b"}",
+        422,
+        r"^items\[0\] must be an item id .*got an array$",
+    ),  # 32 levels: read
     # 40 brackets inside a string id are no nesting: the body is read, and the id is unknown
     ("POST", "/v1/recommend", b'{"items": [1, 2], "k": 0, "x": "' + b"[" * 40 + b'"}', 422, r"^unknown field 'x'"),
     ("POST", "/v1/recommend", b"[1, 2]", 422, r"^the body must be a JSON object, got an array$"),
@@ -208,8 +214,13 @@ BAD_REQUESTS = [
     ("POST", "/v1/recommend", b'{"items": [' + b",".join([b"1"] * 41) + b"]}", 422, r"^'items' has 41 entries, more than the limit of 40$"),
     ("POST", "/v1/sessions/s/events", b'{"items": [1]}', 422, r"^unknown field 'items' \(fields: item, k, exclude_seen, seq\)$"),
     ("POST", "/v1/sessions/s/events", b"{}", 422, r"^missing field 'item'$"),
-    ("POST", "/v1/sessions/s/events", b'{"item": {"id": 1}}', 422,
-     r"^'item' must be an item id \(an integer or a string\), got an object$"),
+    (
+        "POST",
+        "/v1/sessions/s/events",
+        b'{"item": {"id": 1}}',
+        422,
+        r"^'item' must be an item id \(an integer or a string\), got an object$",
+    ),
     ("POST", "/v1/sessions/s/events", b'{"item": 1, "k": 0}', 422, r"^'k' must be between 1 and {N} "),
     ("POST", "/v1/sessions/" + "x" * 201 + "/events", b'{"item": 1}', 422, r"^the session id must have 1 to 200 characters, got 201$"),
     ("POST", "/v1/recommend", b'{"items": ["' + b"a" * 5000 + b'"]}', 413, r"^the request body is larger than the limit of 4096 bytes$"),

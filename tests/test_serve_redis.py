@@ -9,10 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from serve_helpers import httpx, recommend, redis_server, running, train_small  # noqa: E402
-
 from gru4rec import GRU4Rec  # noqa: E402
 from gru4rec.serve import ServeSettings, create_app  # noqa: E402
+from serve_helpers import httpx, recommend, redis_server, running, train_small  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -94,9 +93,8 @@ def test_redis_going_away_gives_503_and_the_server_lives_on(tmp_path: Path, mode
 
 
 def test_a_redis_that_is_not_there_fails_at_start_up(model_file: tuple[GRU4Rec, Path]) -> None:
-    from serve_helpers import free_port
-
     from gru4rec.serve.state import StoreUnavailable
+    from serve_helpers import free_port
 
     with pytest.raises(StoreUnavailable, match="failed on PING"):
         create_app(model_file[1], ServeSettings(device="cpu", state=f"redis://127.0.0.1:{free_port()}/0"))

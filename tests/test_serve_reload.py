@@ -18,17 +18,16 @@ import pandas as pd
 import pytest
 import torch
 
-from serve_helpers import SMALL, httpx, recommend, redis_server, running, train_small  # noqa: E402
-from test_serve_cli import environment, processes, start, stop, wait_healthy  # noqa: E402,F401
-
 from gru4rec import GRU4Rec  # noqa: E402
 from gru4rec.datasets.synthetic import generate  # noqa: E402
-from gru4rec.serve.batcher import Job, MicroBatcher  # noqa: E402
 from gru4rec.inference import Engine  # noqa: E402
 from gru4rec.serve.app import create_app  # noqa: E402
+from gru4rec.serve.batcher import Job, MicroBatcher  # noqa: E402
 from gru4rec.serve.reload import file_sha256  # noqa: E402
 from gru4rec.serve.settings import ServeSettings  # noqa: E402
 from gru4rec.serve.state import MemoryStore  # noqa: E402
+from serve_helpers import SMALL, httpx, recommend, redis_server, running, train_small  # noqa: E402
+from test_serve_cli import environment, processes_fixture, start, stop, wait_healthy  # noqa: E402,F401
 
 K = 10
 

@@ -11,7 +11,8 @@ states) must give exactly what one session at a time gives.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest

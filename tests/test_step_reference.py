@@ -14,8 +14,8 @@ import torch
 
 import numpy_reference as ref
 from gru4rec.config import Config
-from gru4rec.training.losses import make_loss
 from gru4rec.model import GRU4RecNet
+from gru4rec.training.losses import make_loss
 from gru4rec.training.trainer import Trainer
 from test_model import MODES, load_params, net_to_params
 
@@ -187,7 +187,7 @@ LOSS_VARIANTS = [
     ("top1", "linear", {}),
     ("top1", "selu-1.05-1.6", {}),
 ]
-VARIANT_IDS = [f"{l}-{a}-{'-'.join(f'{k}{v}' for k, v in kw.items())}" for l, a, kw in LOSS_VARIANTS]
+VARIANT_IDS = [f"{loss}-{a}-{'-'.join(f'{k}{v}' for k, v in kw.items())}" for loss, a, kw in LOSS_VARIANTS]
 
 
 @pytest.mark.parametrize("loss,final_act,kw", LOSS_VARIANTS, ids=VARIANT_IDS)

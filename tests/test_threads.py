@@ -203,7 +203,7 @@ def test_one_and_two_threads_train_the_same_model(tmp_path: Path) -> None:
     weights: dict[int, dict[str, torch.Tensor]] = {}
     for n in (1, 2):
         seen: list[float] = []
-        model = GRU4Rec(params, device="cpu", threads=n).fit(data["train_full"], callback=lambda info: seen.append(info.loss),
+        model = GRU4Rec(params, device="cpu", threads=n).fit(data["train_full"], callback=lambda info, seen=seen: seen.append(info.loss),
                                                             progress=False)
         losses[n] = seen
         weights[n] = {k: v.detach().clone() for k, v in model.net.state_dict().items()}

@@ -7,14 +7,14 @@ import pytest
 import torch
 
 from gru4rec import GRU4Rec
-from gru4rec.training.batching import build_schedule
 from gru4rec.config import Config
 from gru4rec.data import ItemMap, item_support, sessions_from_events
 from gru4rec.datasets.synthetic import generate
 from gru4rec.errors import Gru4RecError, ModelFileError, TrainingDivergedError
 from gru4rec.model import GRU4RecNet
-from gru4rec.training.loop import reorder, train_epochs
 from gru4rec.training.backend import select_backend
+from gru4rec.training.batching import build_schedule
+from gru4rec.training.loop import reorder, train_epochs
 from gru4rec.training.trainer import Trainer
 
 torch.set_num_threads(1)
@@ -33,7 +33,9 @@ def events() -> pd.DataFrame:
     return generate(n_sessions=600, n_items=150, seed=3)
 
 
-def epoch_losses(events: pd.DataFrame, params: str, *, reference: bool, device: str = "cpu", dtype=torch.float64, jitter: float = 0.0) -> list[float]:
+def epoch_losses(
+    events: pd.DataFrame, params: str, *, reference: bool, device: str = "cpu", dtype=torch.float64, jitter: float = 0.0
+) -> list[float]:
     """Epoch losses of a fresh model; ``jitter`` scales every initial weight by (1 + jitter)."""
     cfg = small(params)
     item_map = ItemMap.from_ids(events["ItemId"])
@@ -110,7 +112,14 @@ def test_both_duplicate_row_methods_train_the_same_model(events: pd.DataFrame) -
     nets = []
     for unique_rows in (True, False):
         net = GRU4RecNet(len(item_map), cfg, generator=torch.Generator().manual_seed(0)).double()
-        list(train_epochs(Trainer(net, cfg, support, backend=select_backend("cpu", torch.float64, unique_rows=unique_rows)), sessions.items, sessions.offsets, progress=False))
+        list(
+            train_epochs(
+                Trainer(net, cfg, support, backend=select_backend("cpu", torch.float64, unique_rows=unique_rows)),
+                sessions.items,
+                sessions.offsets,
+                progress=False,
+            )
+        )
         nets.append(net)
     for (name, a), b in zip(nets[0].state_dict().items(), nets[1].state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12, msg=name)
@@ -280,7 +289,9 @@ def test_cpu_allocator_tuning_applies_once_and_can_be_switched_off(env: str, exp
     import sys
 
     code = "from gru4rec.kernels.memory import keep_freed_memory as k; print(k(), k())"
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "GRU4REC_MALLOPT": env}, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "GRU4REC_MALLOPT": env}, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split() == [expected, expected]
 
 

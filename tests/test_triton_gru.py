@@ -179,7 +179,9 @@ def test_extreme_preactivations() -> None:
         for name, a, e in zip(("rz", "hr", "c", "out"), got, ref):
             assert torch.isfinite(a).all(), f"{spec}: {name} is not finite"
             # relative accuracy where |f(u)| is small (no cancellation in tanh, sigmoid, expm1)
-            torch.testing.assert_close(a, e, rtol=2e-6, atol=1e-30 if name != "out" else 1e-6, msg=lambda m: f"{spec} {name}: {m}")
+            torch.testing.assert_close(
+                a, e, rtol=2e-6, atol=1e-30 if name != "out" else 1e-6, msg=lambda m, spec=spec, name=name: f"{spec} {name}: {m}"
+            )
 
 
 def test_column_sums_are_deterministic() -> None:

@@ -274,22 +274,30 @@ def test_offsets_make_a_row_in_two_parts_count_once() -> None:
     owns row 3, and the norm counts the row twice."""
     rows, g = torch.tensor([3]), torch.tensor([[3.0, 4.0]])  # ‖2·g‖² = 100
     for offset, expected in ((1, 100.0), (0, 200.0)):
-        scratch, owner, sq = torch.zeros(5, 2), torch.zeros(5, dtype=torch.int32), torch.zeros(())
-        to.scatter_rows(rows, g, scratch, owner, 0)
-        to.scatter_rows(rows, g, scratch, owner, offset)
-        to.rows_sq_norm(rows, scratch, owner, sq, 0)
-        to.rows_sq_norm(rows, scratch, owner, sq, offset)
+        upd = _sgd_table(5, 2)
+        sq = torch.zeros(())
+        upd.scatter(rows, g, 0)
+        upd.scatter(rows, g, offset)
+        upd.add_sq_norm(rows, sq, 0)
+        upd.add_sq_norm(rows, sq, offset)
         assert float(sq) == expected
 
 
-# ---------------------------------------------------------------------------------------- functions
+def _sgd_table(n: int, width: int) -> to.TritonTableUpdate:
+    """The update of an n×width table of zeros (sgd: no state), with zeroed scratch and owner tables."""
+    return to.TritonTableUpdate(torch.zeros(n, width), {}, torch.zeros(n, width), torch.zeros(n, dtype=torch.int32),
+                                method="sgd", lr=0.1)
 
 
-def test_functions_match_the_bound_updates() -> None:
-    """The plain functions run the same kernels: one adam step with clipping, by hand."""
+# ---------------------------------------------------------------------------------------- one step by hand
+
+
+def test_one_clipped_adam_step_by_hand() -> None:
+    """One adam step with clipping through the bound updates, call by call: the squared norm of
+    the step is the dense gradient's plus every summed row's, the dense gradient is left as it
+    was, the tables end as the reference's and the scratch and owner tables zero again."""
     case = _case("adam", 0.4, 0.01, 1.0, 7, n_steps=1, seed=3)
     opt = _reference(case)
-    rule = to.UpdateRule(**_rule(case.config))  # type: ignore[arg-type]
     f = _fused(case)
     g_dense, parts = case.steps[0]
     g_flat = torch.cat([g.reshape(-1) for g in g_dense]).to(DEVICE)
@@ -303,22 +311,22 @@ def test_functions_match_the_bound_updates() -> None:
     for name, ps in parts.items():
         offset = 0
         for rows, g in ps:
-            to.scatter_rows(rows, g, f.scratch[name], f.owner[name], offset)
+            f.table_updates[name].scatter(rows, g, offset)
             offset += rows.shape[0]
-    to.dense_sq_norm(g_flat, f.sq_total)
+    f.dense_update.add_sq_norm(g_flat, f.sq_total)
     for name, ps in parts.items():
         offset = 0
         for rows, _ in ps:
-            to.rows_sq_norm(rows, f.scratch[name], f.owner[name], f.sq_total, offset)
+            f.table_updates[name].add_sq_norm(rows, f.sq_total, offset)
             offset += rows.shape[0]
     torch.testing.assert_close(f.sq_total.cpu(), expected_sq, rtol=1e-5, atol=0.0)
     for name, ps in parts.items():
         offset = 0
         for rows, _ in ps:
-            to.update_rows(rows, f.tables[name], f.scratch[name], f.owner[name], f.state[name], rule, offset=offset, t=f.t, sq_total=f.sq_total)
+            f.table_updates[name].update(rows, offset, f.t, f.sq_total)
             offset += rows.shape[0]
     before = g_flat.clone()
-    to.dense_update(f.flat, g_flat, f.state["dense"], rule, t=f.t, sq_total=f.sq_total)
+    f.dense_update.update(g_flat, f.t, f.sq_total)
     assert torch.equal(g_flat, before), "the dense gradient is left unchanged"
     _compare(f, opt)
     for name in f.tables:
@@ -329,11 +337,11 @@ def test_functions_match_the_bound_updates() -> None:
 def test_scatter_sums_duplicates_and_names_the_last_position() -> None:
     rows = torch.tensor([3, 1, 3, 3, 0, 1])
     g = torch.arange(12, dtype=torch.float32).reshape(6, 2)
-    scratch, owner = torch.zeros(5, 2), torch.zeros(5, dtype=torch.int32)
-    to.scatter_rows(rows, g, scratch, owner, offset=10)
+    upd = _sgd_table(5, 2)
+    upd.scatter(rows, g, offset=10)
     expected = torch.zeros(5, 2).index_add_(0, rows, g)
-    assert torch.equal(scratch, expected)
-    assert owner.tolist() == [15, 16, 0, 14, 0]  # offset + last position + 1; 0: no position
+    assert torch.equal(upd.scratch, expected)
+    assert upd.owner.tolist() == [15, 16, 0, 14, 0]  # offset + last position + 1; 0: no position
 
 
 def test_rows_out_of_range_are_skipped() -> None:
@@ -465,7 +473,8 @@ def test_bad_step_inputs_raise() -> None:
     with pytest.raises(ValueError, match="sq_total"):
         to.dense_sq_norm(torch.zeros(10), torch.zeros(1))
     with pytest.raises(ValueError, match="owner"):
-        to.scatter_rows(rows, g, torch.zeros(N_ROWS, 7), torch.zeros(N_ROWS - 1, dtype=torch.int32))
+        to.TritonTableUpdate(torch.zeros(N_ROWS, 7), {}, torch.zeros(N_ROWS, 7), torch.zeros(N_ROWS - 1, dtype=torch.int32),
+                             method="sgd", lr=0.1)
     assert not upd.scratch.any() and not upd.owner.any(), "a refused call launched nothing"
 
 
@@ -509,10 +518,16 @@ def test_a_riding_bias_table_updates_like_its_own_launches(method: str, momentum
                 tables["By"].add_sq_norm(rows, sq)
                 tables["Wy"].update(rows, 0, t, sq)
                 tables["By"].update(rows, 0, t, sq)
-        results.append({f"{name}.{key}": v.cpu() for name, tab in tables.items() for key, v in [("p", tab.p), ("scratch", tab.scratch)] + list(tab.state.items())})
+        results.append(
+            {
+                f"{name}.{key}": v.cpu()
+                for name, tab in tables.items()
+                for key, v in [("p", tab.p), ("scratch", tab.scratch)] + list(tab.state.items())
+            }
+        )
         assert int(tables["Wy"].owner.abs().sum()) == 0
     for key, value in results[0].items():
-        torch.testing.assert_close(results[1][key], value, rtol=1e-6, atol=1e-7, msg=lambda m: f"{key}: {m}")
+        torch.testing.assert_close(results[1][key], value, rtol=1e-6, atol=1e-7, msg=lambda m, key=key: f"{key}: {m}")
     assert not torch.equal(results[1]["By.p"], torch.randn(n, generator=torch.Generator().manual_seed(2)))  # By did change
     with pytest.raises(ValueError, match="bias table"):
         tables["Wy"].update(rows, 0, t, sq, tables["Wy"])
@@ -556,10 +571,16 @@ def test_two_parts_in_one_launch_update_like_two_launches(method: str, momentum:
                 wy.add_sq_norm(r2, sq, 5, by)
                 wy.update(r1, 0, t, sq)
                 wy.update(r2, 5, t, sq, by)
-        results.append({f"{name}.{key}": v.cpu() for name, tab in tables.items() for key, v in [("p", tab.p), ("scratch", tab.scratch)] + list(tab.state.items())})
+        results.append(
+            {
+                f"{name}.{key}": v.cpu()
+                for name, tab in tables.items()
+                for key, v in [("p", tab.p), ("scratch", tab.scratch)] + list(tab.state.items())
+            }
+        )
         assert int(wy.owner.abs().sum()) == 0
     for key, value in results[0].items():
-        torch.testing.assert_close(results[1][key], value, rtol=1e-6, atol=1e-7, msg=lambda m: f"{key}: {m}")
+        torch.testing.assert_close(results[1][key], value, rtol=1e-6, atol=1e-7, msg=lambda m, key=key: f"{key}: {m}")
     by0 = torch.randn(n, generator=torch.Generator().manual_seed(2))
     assert torch.equal(results[1]["By.p"][[25, 26]], by0[[25, 26]])  # By rows of input-only items: untouched
     assert not torch.equal(results[1]["By.p"][3], by0[3])

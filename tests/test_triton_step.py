@@ -59,7 +59,9 @@ def test_three_steps_equal_the_pytorch_and_autograd_steps(case: tuple) -> None:
                 np.testing.assert_allclose(mine[k], theirs[k], rtol=2e-5, atol=2e-6, err_msg=f"{k} after step {t + 1} against {name}")
         state, want_state = fused.optimizer.state_dict(), others["torch"].optimizer.state_dict()
         for k in want_state:
-            torch.testing.assert_close(state[k], want_state[k], rtol=1e-4, atol=1e-5, msg=lambda m: f"{k} after step {t + 1}: {m}")
+            torch.testing.assert_close(
+                state[k], want_state[k], rtol=1e-4, atol=1e-5, msg=lambda m, k=k, t=t: f"{k} after step {t + 1}: {m}"
+            )
 
 
 @pytest.mark.parametrize("params", [
@@ -88,7 +90,7 @@ def test_epochs_with_dropout_equal_the_pytorch_epochs(params: str) -> None:
         runs.append((losses, {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}))
     np.testing.assert_allclose(runs[0][0], runs[1][0], rtol=1e-5)
     for k, v in runs[0][1].items():
-        torch.testing.assert_close(v, runs[1][1][k], rtol=1e-4, atol=1e-5, msg=lambda m: f"{k}: {m}")
+        torch.testing.assert_close(v, runs[1][1][k], rtol=1e-4, atol=1e-5, msg=lambda m, k=k: f"{k}: {m}")
     assert runs[0][0][1] < runs[0][0][0] or params.startswith("loss=top1")  # it trains (bpr-max, xe: the loss falls)
 
 
@@ -98,8 +100,8 @@ def test_step_inputs_gather_what_the_pytorch_step_builds(logq: bool, mask_in_bia
     the bias (logQ split at B, MASK on invalid columns when asked) and the reset of new sessions."""
     from gru4rec.kernels.triton_step import step_inputs
     from gru4rec.training.losses import MASK
-    from gru4rec.training.sampling import make_logq
     from gru4rec.training.ops import TorchOps
+    from gru4rec.training.sampling import make_logq
 
     gen = torch.Generator().manual_seed(5)
     T, B, N, n = 6, 5, 40, 70
@@ -211,7 +213,7 @@ def test_bfloat16_products_on_the_triton_backend_train_like_the_pytorch_ops() ->
     support = item_support(sessions.items, len(item_map))
     cfg = Config(layers=(8,), batch_size=5, n_sample=6, n_epochs=1, learning_rate=0.05, dropout_p_hidden=0.1)
     losses = []
-    for name, switches in backends().items():
+    for switches in backends().values():
         net = GRU4RecNet(len(support), cfg, generator=torch.Generator().manual_seed(1)).to(DEVICE)
         backend = select_backend(DEVICE, unique_rows=False, graph_replay=False if DEVICE == "cuda" else None, **switches)
         trainer = Trainer(net, cfg, support, seed=3, precision="bfloat16", backend=backend)

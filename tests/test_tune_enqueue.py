@@ -16,7 +16,7 @@ from gru4rec.data.events import read_events  # noqa: E402
 from gru4rec.errors import ConfigError  # noqa: E402
 from gru4rec.tune import load_paramspace, run_study  # noqa: E402
 from gru4rec.tune.enqueue import read_enqueued  # noqa: E402
-from tune_helpers import ROOT, data, settings, trials_of  # noqa: E402,F401 - data is a fixture
+from tune_helpers import ROOT, data_fixture, settings, trials_of  # noqa: E402,F401 - data is a fixture
 
 XE_SPACE = load_paramspace(ROOT / "paramspaces" / "gru4rec_xe_shared_parspace.json")
 BPRMAX_SPACE = load_paramspace(ROOT / "paramspaces" / "gru4rec_bprmax_shared_parspace.json")

@@ -1,6 +1,6 @@
 """Tests of gru4rec.tune.objective: failed trials (invalid combinations, a diverging loss) are
-recorded with their reason while the study goes on; an exploding loss prunes its trial at once; pruning after an epoch, never after the last;
-trials are quiet unless verbose."""
+recorded with their reason while the study goes on; an exploding loss prunes its trial at once;
+pruning after an epoch, never after the last; trials are quiet unless verbose."""
 from __future__ import annotations
 
 import logging
@@ -16,7 +16,7 @@ from gru4rec.config import Config  # noqa: E402
 from gru4rec.data.events import read_events  # noqa: E402
 from gru4rec.tune import parse_paramspace, run_study  # noqa: E402
 from gru4rec.tune.objective import quiet_training  # noqa: E402
-from tune_helpers import FIXED, AlwaysPrune, TrialState, data, settings, trials_of  # noqa: E402,F401 - data is a fixture
+from tune_helpers import FIXED, AlwaysPrune, TrialState, data_fixture, settings, trials_of  # noqa: E402,F401 - data is a fixture
 
 
 def test_failed_trials_are_recorded_with_their_reason_and_the_study_goes_on(data: dict[str, Path], tmp_path: Path) -> None:

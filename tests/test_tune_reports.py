@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pandas as pd
-
 import pytest
 
 optuna = pytest.importorskip("optuna")
@@ -16,7 +15,7 @@ from gru4rec import GRU4Rec, evaluate  # noqa: E402
 from gru4rec.config import Config  # noqa: E402
 from gru4rec.data.events import read_events  # noqa: E402
 from gru4rec.tune import load_paramspace, run_study  # noqa: E402
-from tune_helpers import TrialState, data, settings, trials_of  # noqa: E402,F401 - data is a fixture
+from tune_helpers import TrialState, data_fixture, settings, trials_of  # noqa: E402,F401 - data is a fixture
 
 
 def test_three_trial_study_writes_best_parameters_that_reproduce_its_value(data: dict[str, Path], tmp_path: Path) -> None:

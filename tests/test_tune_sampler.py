@@ -25,7 +25,7 @@ def _params(runs: list[int], seed: int | None = 42, storage: object = None) -> l
     """The trials' parameters of a study run in ``runs`` (trials per run), each run with a new
     sampler as a rerun of the same command has."""
     name = "s"
-    for i, n in enumerate(runs):
+    for n in runs:
         study = optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=PerTrialSeededTPE(seed),
                                     load_if_exists=True)
         study.optimize(_objective, n_trials=n)

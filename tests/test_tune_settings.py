@@ -9,7 +9,7 @@ optuna = pytest.importorskip("optuna")
 
 from gru4rec.errors import ConfigError  # noqa: E402
 from gru4rec.tune import run_study  # noqa: E402
-from tune_helpers import data, settings  # noqa: E402,F401 - data is a fixture
+from tune_helpers import data_fixture, settings  # noqa: E402,F401 - data is a fixture
 
 
 @pytest.mark.parametrize(

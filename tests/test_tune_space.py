@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
 import pytest
 
 optuna = pytest.importorskip("optuna")
@@ -21,7 +20,6 @@ from gru4rec.tune import (  # noqa: E402
     trial_param_string,
 )
 from tune_helpers import ROOT  # noqa: E402
-
 
 EVERY_OPTION = "\n".join(
     [

@@ -11,7 +11,7 @@ optuna = pytest.importorskip("optuna")
 
 from gru4rec.errors import Gru4RecError  # noqa: E402
 from gru4rec.tune import STORAGE_ENV, open_storage  # noqa: E402
-from postgres_server import postgres  # noqa: E402,F401 - a fixture
+from postgres_server import postgres_fixture  # noqa: E402,F401 - a fixture
 
 
 def test_storage_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

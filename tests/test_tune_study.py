@@ -10,7 +10,7 @@ optuna = pytest.importorskip("optuna")
 
 from gru4rec.errors import ConfigError  # noqa: E402
 from gru4rec.tune import run_study  # noqa: E402
-from tune_helpers import FIXED, data, settings, trials_of  # noqa: E402,F401 - data is a fixture
+from tune_helpers import FIXED, data_fixture, settings, trials_of  # noqa: E402,F401 - data is a fixture
 
 
 def test_resume_continues_numbering_and_total_counts_the_study(data: dict[str, Path], tmp_path: Path) -> None:

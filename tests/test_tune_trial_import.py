@@ -13,7 +13,7 @@ optuna = pytest.importorskip("optuna")
 
 from gru4rec.errors import ConfigError  # noqa: E402
 from gru4rec.tune import run_study  # noqa: E402
-from tune_helpers import TrialState, data, settings, trials_of  # noqa: E402,F401 - data is a fixture
+from tune_helpers import TrialState, data_fixture, settings, trials_of  # noqa: E402,F401 - data is a fixture
 
 
 def _first_machine(data: dict[str, Path], tmp_path: Path) -> tuple[list, Path]:

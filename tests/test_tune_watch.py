@@ -11,12 +11,11 @@ import torch
 
 optuna = pytest.importorskip("optuna")
 
-from tune_helpers import FIXED, data, settings, trials_of  # noqa: F401 - data is a fixture
-
-from gru4rec.cli import main
-from gru4rec.errors import ConfigError
-from gru4rec.runs import read_run
-from gru4rec.tune import run_study
+from gru4rec.cli import main  # noqa: E402
+from gru4rec.errors import ConfigError  # noqa: E402
+from gru4rec.runs import read_run  # noqa: E402
+from gru4rec.tune import run_study  # noqa: E402
+from tune_helpers import FIXED, data_fixture, settings, trials_of  # noqa: E402,F401 - data is a fixture
 
 FIVE_EPOCHS = FIXED.replace("n_epochs=2", "n_epochs=5")
 

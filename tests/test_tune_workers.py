@@ -21,16 +21,16 @@ import pytest
 optuna = pytest.importorskip("optuna")
 
 from gru4rec.tune import run_study  # noqa: E402
-from tune_helpers import (  # noqa: E402,F401 - data, postgres and storage_url are fixtures
+from tune_helpers import (  # noqa: E402,F401 - the fixtures data, postgres and storage_url
     ROOT,
     TrialState,
     cli_args,
-    data,
-    postgres,
+    data_fixture,
+    postgres_fixture,
     running_trial,
     settings,
     stop,
-    storage_url,
+    storage_url_fixture,
     subprocess_env,
     trials_of,
     wait_for,

@@ -129,7 +129,10 @@ def test_the_stopping_rule(monkeypatch: pytest.MonkeyPatch, values: list[float],
     model = fake_model()
     sessions = types.SimpleNamespace(lengths=np.array([3, 2]))
     it = iter(values)
-    monkeypatch.setattr("gru4rec.validation.evaluate", lambda *a, **k: types.SimpleNamespace(recall={20: 0.0}, mrr={20: next(it)}, ndcg={20: 0.0}, seconds=0.0))
+    monkeypatch.setattr(
+        "gru4rec.validation.evaluate",
+        lambda *a, **k: types.SimpleNamespace(recall={20: 0.0}, mrr={20: next(it)}, ndcg={20: 0.0}, seconds=0.0),
+    )
     v = Validator(model, sessions, metric="mrr@20", patience=patience)
     stopped = None
     for epoch in range(1, len(values) + 1):
@@ -161,7 +164,9 @@ def test_metric_names() -> None:
         ({"valid": "MISSING"}, Gru4RecError, "does-not-exist"),
     ],
 )
-def test_bad_validation_arguments_fail_before_training(data: tuple[pd.DataFrame, pd.DataFrame], kwargs: dict, error: type, fragment: str, tmp_path) -> None:
+def test_bad_validation_arguments_fail_before_training(
+    data: tuple[pd.DataFrame, pd.DataFrame], kwargs: dict, error: type, fragment: str, tmp_path
+) -> None:
     train, valid = data
     stand_in = {"VALID": valid, "UNKNOWN": valid.assign(ItemId=valid["ItemId"] + 10_000), "MISSING": tmp_path / "does-not-exist.tsv"}
     if "valid" in kwargs:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -19,7 +19,7 @@ optuna = pytest.importorskip("optuna")
 from gru4rec.data.events import write_events  # noqa: E402
 from gru4rec.datasets.synthetic import generate, time_split  # noqa: E402
 from gru4rec.tune import STORAGE_ENV, ParoptSettings, open_storage  # noqa: E402
-from postgres_server import postgres  # noqa: E402,F401 - a fixture, for storage_url
+from postgres_server import postgres_fixture  # noqa: E402,F401 - a fixture, for storage_url
 
 ROOT = Path(__file__).resolve().parents[1]
 TrialState = optuna.trial.TrialState
@@ -36,8 +36,8 @@ SPACE_LINES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+@pytest.fixture(scope="module", name="data")
+def data_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Synthetic train / valid / test files (about 1.3k / 0.4k / 0.4k events, 60 items)."""
     folder = tmp_path_factory.mktemp("paropt_data")
     df = generate(500, 60, seed=1, n_days=12)
@@ -97,8 +97,8 @@ class AlwaysPrune(optuna.pruners.BasePruner):
 
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture(params=["sqlite", "postgresql"], name="storage_url")
+def storage_url_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh storage URL: a SQLite file, and a database of a real PostgreSQL server
     (tests/postgres_server.py; skipped where none can run)."""
     if request.param == "sqlite":
@@ -107,7 +107,7 @@ def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(server.url(server.new_database()))
 
 
-def wait_for(condition: Callable[[], object], what: str, timeout: float = 240, process: "subprocess.Popen[bytes] | None" = None) -> object:
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 240, process: subprocess.Popen[bytes] | None = None) -> object:
     """Poll ``condition`` until it returns something true; fails after ``timeout`` seconds or when
     ``process`` ends first."""
     deadline = time.monotonic() + timeout
@@ -126,7 +126,7 @@ def wait_for(condition: Callable[[], object], what: str, timeout: float = 240, p
         time.sleep(0.1)
 
 
-def running_trial(storage: str, name: str, *, not_pid: int | None = None, only_pid: int | None = None) -> "optuna.trial.FrozenTrial | None":
+def running_trial(storage: str, name: str, *, not_pid: int | None = None, only_pid: int | None = None) -> optuna.trial.FrozenTrial | None:
     """A RUNNING trial of the study whose worker process is (not) the given one, or None."""
     for t in trials_of(storage, name):
         worker = t.user_attrs.get("worker", "")
@@ -138,7 +138,7 @@ def running_trial(storage: str, name: str, *, not_pid: int | None = None, only_p
     return None
 
 
-def stop(process: "subprocess.Popen[bytes]") -> None:
+def stop(process: subprocess.Popen[bytes]) -> None:
     """Kill ``process`` if it still runs (test teardown, also after a failure)."""
     if process.poll() is None:
         process.kill()

@@ -48,11 +48,11 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from gru4rec.cli import baseline, evaluate, export, info, preprocess, recommend, report, run_py, serve, synth, train
-from gru4rec.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError
+from gru4rec.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError, typed_command
 from gru4rec.cli.console import VERBOSITY_DESTS, add_verbosity_flags, command_console, verbosity
 from gru4rec.errors import ConfigError, Gru4RecError, OutputExistsError
 
-__all__ = ["main", "run_py_main", "Command", "COMMANDS", "register", "build_parser", "build_run_py_parser"]
+__all__ = ["main", "run_py_main", "Command", "COMMANDS", "dispatch", "register", "build_parser", "build_run_py_parser"]
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class Command:
 
     name: str
     help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
+    add_arguments: Callable[[argparse.ArgumentParser], object]
     run: Callable[[argparse.Namespace], int | None]
     description: str | None = None
     #: Returns why the command cannot run in this installation (None when it can).
@@ -139,31 +139,34 @@ def _hook_command(
 register(Command("train", "train a model on an event file (optionally save and evaluate it)",
                  train.add_arguments, train.run))
 register(Command("evaluate", "evaluate a saved model on test files (Recall, MRR, NDCG, ...)",
-                 evaluate.add_arguments, evaluate.run))
+                 evaluate.add_arguments, typed_command(evaluate.EvaluateSettings, evaluate.run)))
 register(Command("baseline", "fit pop, spop or itemknn and evaluate it like 'evaluate' (to compare with GRU4Rec)",
-                 baseline.add_arguments, baseline.run, description=baseline.DESCRIPTION))
+                 baseline.add_arguments, typed_command(baseline.BaselineSettings, baseline.run),
+                 description=baseline.DESCRIPTION))
 register(Command("recommend", "top-k recommendations for the sessions in a file",
-                 recommend.add_arguments, recommend.run, description=recommend.DESCRIPTION))
+                 recommend.add_arguments, typed_command(recommend.RecommendSettings, recommend.run),
+                 description=recommend.DESCRIPTION))
 register(Command("info", "show a model file's format version, item count and configuration",
-                 info.add_arguments, info.run))
+                 info.add_arguments, typed_command(info.InfoSettings, info.run)))
 register(Command("export", "export a model: the one-click step as ONNX, item or session embeddings",
-                 export.add_arguments, export.run, description=export.DESCRIPTION))
+                 export.add_arguments, typed_command(export.ExportSettings, export.run),
+                 description=export.DESCRIPTION))
 register(Command("serve", "serve live next-item recommendations over HTTP (needs gru4rec[serve])",
                  serve.add_arguments, serve.run, description=serve.DESCRIPTION))
 register(Command("synth", "write the synthetic data set (train_full, test, train_tr, train_valid)",
-                 synth.add_synth_arguments, synth.run_synth))
+                 synth.add_synth_arguments, typed_command(synth.SynthSettings, synth.run_synth)))
 register(Command("demo", "one-command quick start: synthetic data -> train -> evaluate",
-                 synth.add_demo_arguments, synth.run_demo))
+                 synth.add_demo_arguments, typed_command(synth.DemoSettings, synth.run_demo)))
 register(Command("preprocess", "preprocess a public data set's raw files into train/test files",
-                 preprocess.add_preprocess_arguments, preprocess.run_preprocess))
+                 preprocess.add_preprocess_arguments, typed_command(preprocess.PreprocessSettings, preprocess.run_preprocess)))
 register(Command("split", "split your own event file by time into train/test files",
-                 preprocess.add_split_arguments, preprocess.run_split))
+                 preprocess.add_split_arguments, typed_command(preprocess.SplitSettings, preprocess.run_split)))
 # paropt's command line lives with the search (optional dependency: optuna); like the original
 # paropt.py it prints its progress on stdout.
 register(_hook_command("paropt", "hyperparameter optimisation with Optuna", "gru4rec.tune.cli",
                        messages_on_stdout=True))
 register(Command("report", "an HTML report (with PNGs) of run folders and/or an Optuna study",
-                 report.add_arguments, report.run, description=report.DESCRIPTION))
+                 report.add_arguments, typed_command(report.ReportSettings, report.run), description=report.DESCRIPTION))
 
 
 # ----------------------------------------------------------------------------------- the parser
@@ -296,6 +299,11 @@ def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str],
         _report(prog, f"error: out of device memory ({first}); try a smaller batch_size, "
                       "n_sample, layers or --eval-batch-size", debug=debug)
         return EXIT_ERROR
+
+
+#: The one error -> exit-code dispatcher, for the command lines outside this registry
+#: (``paropt.py``: :func:`gru4rec.tune.cli.main`).
+dispatch = _dispatch
 
 
 # ---------------------------------------------------------------------------------- entry points

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from gru4rec.cli.common import (
     EXIT_OK,
@@ -25,7 +26,10 @@ from gru4rec.cli.common import (
 )
 from gru4rec.cli.evaluate import evaluate_files
 
-__all__ = ["BASELINES", "add_arguments", "run"]
+if TYPE_CHECKING:
+    from gru4rec.evaluation.metrics import TieMode
+
+__all__ = ["BASELINES", "BaselineSettings", "add_arguments", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,28 @@ DESCRIPTION = (
     "'gru4rec evaluate' (cutoffs, tie modes, --metrics-json), to compare with GRU4Rec:\n\n"
     + "\n".join(f"  {name:<8} {what}" for name, (_, what) in BASELINES.items())
 )
+
+
+@dataclass(frozen=True)
+class BaselineSettings:
+    """The settings of ``gru4rec baseline`` (one field per flag)."""
+
+    baseline: str
+    data: str
+    test: list[str]
+    measure: list[int] = field(default_factory=lambda: [20])
+    eval_mode: TieMode = "standard"
+    eval_batch_size: int = 512
+    metrics_json: str | None = None
+    neighbors: int | None = None
+    knn_lambda: float | None = None
+    knn_alpha: float | None = None
+    session_key: str | None = None
+    item_key: str | None = None
+    time_key: str | None = None
+    device: str = "auto"
+    threads: int | None = None
+    force: bool = False
 
 
 def _unit_interval(text: str) -> float:
@@ -83,12 +109,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_force(parser)
 
 
-def _fit(args: argparse.Namespace) -> Any:
+def _fit(args: BaselineSettings) -> Any:
     """The fitted baseline of ``args``."""
     from gru4rec import baselines
+    from gru4rec.data import ColumnKeys
 
-    keys = {"session_key": args.session_key or "SessionId", "item_key": args.item_key or "ItemId",
-            "time_key": args.time_key or "Time"}
+    keys = ColumnKeys.resolve(None, session_key=args.session_key, item_key=args.item_key, time_key=args.time_key).as_dict()
     knn: dict[str, Any] = {name: getattr(args, name) for name in _KNN_FLAGS if getattr(args, name) is not None}
     if args.baseline != "itemknn" and knn:
         raise UsageError(f"{', '.join(_KNN_FLAGS[name] for name in knn)}: only with itemknn")
@@ -106,7 +132,7 @@ def _fit(args: argparse.Namespace) -> Any:
 
 
 @uses_threads
-def run(args: argparse.Namespace) -> int:
+def run(args: BaselineSettings) -> int:
     """Run ``gru4rec baseline``: fit, then the metric lines of every test file."""
     check_writable_target(args.metrics_json, args.force, "metrics file")
     check_readable([args.data], "training data")

@@ -6,18 +6,23 @@ Nothing here imports torch or pandas at import time: ``gru4rec --help`` stays fa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import logging
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gru4rec.errors import OutputPathError
 from gru4rec.files import atomic_write, check_output_path
 
-if TYPE_CHECKING:  # the heavy import happens inside load_model
+if TYPE_CHECKING:  # the heavy imports happen inside load_model
+    from _typeshed import DataclassInstance
+
+    from gru4rec.data import ItemMap
+    from gru4rec.inference import SessionModel
     from gru4rec.recommender import GRU4Rec
 
 __all__ = [
@@ -38,11 +43,14 @@ __all__ = [
     "add_threads",
     "check_readable",
     "check_writable_target",
+    "item_map_of",
     "load_model",
     "log_device_memory",
     "nonnegative_int",
     "positive_int",
     "reset_device_memory_peak",
+    "settings_from",
+    "typed_command",
     "uses_threads",
     "write_json",
 ]
@@ -69,6 +77,39 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(hint)
         self.hint = hint
         self.exit_code = exit_code
+
+
+# --------------------------------------------------------------------------------- settings
+
+
+class HasThreads(Protocol):
+    """Settings with a ``--threads`` value (see :func:`uses_threads`)."""
+
+    @property
+    def threads(self) -> int | None: ...
+
+
+S = TypeVar("S", bound="DataclassInstance")
+T = TypeVar("T", bound=HasThreads)
+
+
+def settings_from(cls: type[S], args: argparse.Namespace) -> S:
+    """A command's typed settings (a dataclass) from its parsed command line: each field is the
+    flag of its name; a field without a flag (``command_line``, ...) is the Namespace's value
+    where the dispatcher set one, else its default. The one place a Namespace becomes settings."""
+    given = vars(args)
+    return cls(**{f.name: given[f.name] for f in dataclasses.fields(cls) if f.name in given})
+
+
+def typed_command(cls: type[S], run: Callable[[S], int | None]) -> Callable[[argparse.Namespace], int | None]:
+    """``run`` (which takes settings of type ``cls``) as a command of the registry (which hands
+    it the parsed Namespace)."""
+
+    @functools.wraps(run)
+    def from_args(args: argparse.Namespace) -> int | None:
+        return run(settings_from(cls, args))
+
+    return from_args
 
 
 # ------------------------------------------------------------------------------ argument types
@@ -152,12 +193,12 @@ def add_threads(parser: argparse.ArgumentParser) -> None:
                              "times; OMP_NUM_THREADS fixes it when set)")
 
 
-def uses_threads(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def uses_threads(run: Callable[[T], int]) -> Callable[[T], int]:
     """Run a command under its ``--threads``; torch's setting is restored afterwards, so that
     calling the command line from Python leaves the caller's as it was."""
 
     @functools.wraps(run)
-    def wrapped(args: argparse.Namespace) -> int:
+    def wrapped(args: T) -> int:
         from gru4rec.threads import using_threads
 
         with using_threads(args.threads):
@@ -166,7 +207,7 @@ def uses_threads(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse
     return wrapped
 
 
-def add_force(parser: argparse.ArgumentParser) -> None:
+def add_force(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``-f/--force``: allow replacing existing output files."""
     parser.add_argument("-f", "--force", action="store_true",
                         help="overwrite output files that already exist")
@@ -208,8 +249,15 @@ def load_model(path: str, device: str) -> GRU4Rec:
 
     start = time.perf_counter()
     model = GRU4Rec.load(path, device=device)
-    log.info("Loaded model %s (%d items) in %.2fs", path, len(model.item_map), time.perf_counter() - start)
+    log.info("Loaded model %s (%d items) in %.2fs", path, len(item_map_of(model)), time.perf_counter() - start)
     return model
+
+
+def item_map_of(model: SessionModel) -> ItemMap:
+    """The item map of a fitted model (:func:`gru4rec.inference.require_fitted`)."""
+    from gru4rec.inference.protocol import require_fitted
+
+    return require_fitted(model)[0]
 
 
 def _on_cuda(model: Any) -> bool:

@@ -9,7 +9,8 @@ import argparse
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from gru4rec.cli.common import (
     EXIT_OK,
@@ -29,10 +30,35 @@ from gru4rec.cli.common import (
 from gru4rec.cli.console import result
 from gru4rec.runs import metrics_entry
 
-__all__ = ["add_arguments", "evaluate_files", "metric_lines", "run"]
+if TYPE_CHECKING:
+    from gru4rec.evaluation.metrics import TieMode
+
+__all__ = ["EvaluateSettings", "add_arguments", "evaluate_files", "metric_lines", "run"]
 
 log = logging.getLogger(__name__)
 
+
+
+@dataclass(frozen=True)
+class EvaluateSettings:
+    """The settings of ``gru4rec evaluate`` (one field per flag)."""
+
+    model: str
+    test: list[str]
+    measure: list[int] = field(default_factory=lambda: [20])
+    eval_mode: TieMode = "standard"
+    eval_batch_size: int = 512
+    metrics_json: str | None = None
+    repeat_weight: float | None = None
+    repeat_decay: float | None = None
+    fit_repeat: str | None = None
+    save: str | None = None
+    session_key: str | None = None
+    item_key: str | None = None
+    time_key: str | None = None
+    device: str = "auto"
+    threads: int | None = None
+    force: bool = False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_force(parser)
 
 
-def _repeat_boost(model: Any, args: argparse.Namespace) -> Any:
+def _repeat_boost(model: Any, args: EvaluateSettings) -> Any:
     """The model with the repeat boost of --repeat-weight/--repeat-decay, then --fit-repeat."""
     from gru4rec.repeat_fit import fit_repeat_boost
 
@@ -79,7 +105,7 @@ def _repeat_boost(model: Any, args: argparse.Namespace) -> Any:
 
 
 @uses_threads
-def run(args: argparse.Namespace) -> int:
+def run(args: EvaluateSettings) -> int:
     """Run ``gru4rec evaluate``."""
     check_writable_target(args.metrics_json, args.force, "metrics file")
     check_writable_target(args.save, args.force, "model file")
@@ -118,7 +144,7 @@ def evaluate_files(
     tests: Sequence[str],
     *,
     cutoffs: Sequence[int],
-    mode: str,
+    mode: TieMode,
     batch_size: int,
     extended: bool,
     primary_metric: str | None = None,
@@ -133,16 +159,11 @@ def evaluate_files(
     keys: the test files' column names where they differ from the model's (None = the model's).
     json_cutoffs: more cutoffs for the returned metrics only (not printed).
     """
-    from gru4rec.data import read_events
+    from gru4rec.data import ColumnKeys, read_events
     from gru4rec.evaluation import evaluate
 
     config = model.config
-    keys = keys or {}
-    key_args = {
-        "session_key": keys.get("session_key") or config.session_key,
-        "item_key": keys.get("item_key") or config.item_key,
-        "time_key": keys.get("time_key") or config.time_key,
-    }
+    key_args = ColumnKeys.resolve(config, **(keys or {})).as_dict()
     cutoffs = list(dict.fromkeys(cutoffs))  # keep the order (the first is the primary), drop repeats
     all_cutoffs = sorted(set(cutoffs) | set(json_cutoffs))
     report: dict[str, Any] = {}

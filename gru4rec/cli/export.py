@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from gru4rec.cli.common import (
@@ -17,7 +18,7 @@ from gru4rec.cli.common import (
 )
 from gru4rec.errors import Gru4RecError
 
-__all__ = ["DESCRIPTION", "add_arguments", "run"]
+__all__ = ["DESCRIPTION", "ExportSettings", "add_arguments", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,24 @@ DESCRIPTION = (
     "score(item i | session) = embedding · output_i + bias_i. Existing files are kept\n"
     "unless --force."
 )
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """The settings of ``gru4rec export`` (one field per flag)."""
+
+    model: str
+    opset: int  # its default lives with the exporter (imported only when a command runs)
+    onnx: str | None = None
+    top_k: int | None = None
+    item_embeddings: str | None = None
+    #: (TEST_FILE, FILE)
+    session_embeddings: list[str] | None = None
+    session_key: str | None = None
+    item_key: str | None = None
+    time_key: str | None = None
+    device: str = "auto"
+    force: bool = False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_force(parser)
 
 
-def _targets(args: argparse.Namespace) -> list[tuple[Path, str]]:
+def _targets(args: ExportSettings) -> list[tuple[Path, str]]:
     """Every file the command will write, with what it is; usage errors before any work."""
     from gru4rec.export.onnx import sidecar_path
     from gru4rec.export.tables import table_format
@@ -90,7 +109,7 @@ def _targets(args: argparse.Namespace) -> list[tuple[Path, str]]:
     return targets
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ExportSettings) -> int:
     """Run ``gru4rec export``: check every target, load the model once, write each export."""
     from gru4rec.export import export_onnx, item_embeddings, session_embeddings, write_table
     from gru4rec.export.common import check_target

@@ -3,15 +3,25 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from gru4rec.cli.common import EXIT_OK
 from gru4rec.cli.console import result
 
-__all__ = ["add_arguments", "count_items", "run"]
+__all__ = ["InfoSettings", "add_arguments", "count_items", "run"]
 
 #: Metadata entries that are large or structured (the item ids, the resume RNG state), not for reading.
 _NOT_SHOWN = ("config", "item_ids", "item_map", "item_support", "numpy_rng")
+
+
+
+@dataclass(frozen=True)
+class InfoSettings:
+    """The settings of ``gru4rec info`` (one field per flag)."""
+
+    model: str
+    json: bool = False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +43,7 @@ def count_items(meta: dict[str, Any], tensors: dict[str, Any]) -> int | None:
     return None
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: InfoSettings) -> int:
     """Run ``gru4rec info``: the file's format, item count, configuration and tensors."""
     from gru4rec.checkpoint import file_info
 

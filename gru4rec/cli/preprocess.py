@@ -8,11 +8,14 @@ are the library's messages, silenced by ``-q/--quiet``.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from typing import Literal
 
 from gru4rec.cli.common import EXIT_OK
 from gru4rec.cli.console import result
 
-__all__ = ["add_preprocess_arguments", "add_split_arguments", "run_preprocess", "run_split"]
+__all__ = ["PreprocessSettings", "SplitSettings", "add_preprocess_arguments", "add_split_arguments", "run_preprocess",
+           "run_split"]
 
 # gru4rec.datasets (pandas) is imported inside the functions, when this command is used.
 
@@ -27,9 +30,45 @@ def _describe(parser: argparse.ArgumentParser, description: str, epilog: str | N
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
-def _progress(args: argparse.Namespace) -> bool:
-    """Progress lines unless ``-q/--quiet`` (a parser without that flag shows them)."""
-    return not getattr(args, "quiet", False)
+@dataclass(frozen=True)
+class PreprocessSettings:
+    """The settings of ``gru4rec preprocess`` (one field per flag)."""
+
+    dataset: str
+    raw_paths: list[str]
+    out: str
+    chunksize: int  # its default lives with the pipelines (imported only when the command runs)
+    fmt: str = "tsv"
+    force: bool = False
+    min_item_support: int | None = None
+    min_session_length: int | None = None
+    quiet: bool = False
+
+
+@dataclass(frozen=True)
+class SplitSettings:
+    """The settings of ``gru4rec split`` (one field per flag)."""
+
+    input: str
+    out: str
+    days: float = 1.0
+    valid_days: float | None = None
+    time_unit: Literal["s", "ms"] = "s"
+    boundary: float | None = None
+    min_item_support: int = 5
+    min_session_length: int = 2
+    dedup: bool = False
+    session_key: str = "SessionId"
+    item_key: str = "ItemId"
+    time_key: str = "Time"
+    fmt: str = "tsv"
+    force: bool = False
+    quiet: bool = False
+
+
+def _progress(args: PreprocessSettings | SplitSettings) -> bool:
+    """Progress lines unless ``-q/--quiet``."""
+    return not args.quiet
 
 
 # ----------------------------------------------------------------------------------- preprocess
@@ -37,8 +76,7 @@ def _progress(args: argparse.Namespace) -> bool:
 
 def add_preprocess_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Arguments of ``gru4rec preprocess DATASET RAW_PATH... --out DIR``."""
-    from gru4rec.datasets import PIPELINES
-    from gru4rec.datasets import DEFAULT_CHUNKSIZE, FORMATS
+    from gru4rec.datasets import DEFAULT_CHUNKSIZE, FORMATS, PIPELINES
 
     lines = [f"  {m.NAME:13s} {', '.join(m.INFO.raw_files)}" for m in PIPELINES.values()]
     _describe(
@@ -62,7 +100,7 @@ def add_preprocess_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
     return parser
 
 
-def run_preprocess(args: argparse.Namespace) -> int:
+def run_preprocess(args: PreprocessSettings) -> int:
     """Run ``gru4rec preprocess`` from parsed arguments; writes the stats table; returns 0.
 
     User errors propagate as Gru4RecError subclasses for the CLI to print as one line.
@@ -115,7 +153,7 @@ def add_split_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     return parser
 
 
-def run_split(args: argparse.Namespace) -> int:
+def run_split(args: SplitSettings) -> int:
     """Run ``gru4rec split`` from parsed arguments; writes the stats table; returns 0."""
     from gru4rec.datasets import split_events
 

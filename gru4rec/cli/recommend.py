@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from gru4rec.cli.common import (
     EXIT_OK,
@@ -13,12 +15,13 @@ from gru4rec.cli.common import (
     add_threads,
     check_readable,
     check_writable_target,
+    item_map_of,
     load_model,
     positive_int,
     uses_threads,
 )
 
-__all__ = ["DESCRIPTION", "add_arguments", "run"]
+__all__ = ["DESCRIPTION", "RecommendSettings", "add_arguments", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,23 @@ DESCRIPTION = (
     "no known item gets the most popular items, with Fallback = True and an empty\n"
     "Score (no model score exists for them). -o - writes TSV to standard output."
 )
+
+
+@dataclass(frozen=True)
+class RecommendSettings:
+    """The settings of ``gru4rec recommend`` (one field per flag)."""
+
+    model: str
+    input: str
+    output: str
+    k: int = 20
+    exclude_seen: bool = False
+    session_key: str | None = None
+    item_key: str | None = None
+    time_key: str | None = None
+    device: str = "auto"
+    threads: int | None = None
+    force: bool = False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,36 +72,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @uses_threads
-def run(args: argparse.Namespace) -> int:
+def run(args: RecommendSettings) -> int:
     """Run ``gru4rec recommend``: one row per session and rank in ``--output``, written chunk by
     chunk as the engine answers (memory bounded by a chunk, not by the number of sessions)."""
     import numpy as np
     import pandas as pd
 
-    from gru4rec.data import index_sessions, read_events, write_event_chunks
+    from gru4rec.data import ColumnKeys, index_sessions, read_events, write_event_chunks
 
     to_stdout = args.output == "-"
     if not to_stdout:
         check_writable_target(args.output, args.force, "output file")
     check_readable([args.input], "input file")
     model = load_model(args.model, args.device)
-    config = model.config
-    sk = args.session_key or config.session_key
-    ik = args.item_key or config.item_key
-    tk = args.time_key or config.time_key
+    names = ColumnKeys.resolve(model.config, session_key=args.session_key, item_key=args.item_key, time_key=args.time_key)
+    sk, ik, tk = names.session_key, names.item_key, names.time_key
     events = read_events(args.input, session_key=sk, item_key=ik, time_key=tk)
     # Stable sort: events with equal times keep their file order; a session's events are contiguous.
     events = events.sort_values([sk, tk], kind="stable")
     session_of, session_ids = pd.factorize(events[sk], sort=False)
     n_sessions = len(session_ids)
-    items, offsets, n_unknown = index_sessions(model.item_map, events[ik], session_of, n_sessions)
+    item_map = item_map_of(model)
+    items, offsets, n_unknown = index_sessions(item_map, events[ik], session_of, n_sessions)
     if n_unknown.any():
         log.warning("%d unknown item id(s) skipped in %d session(s)", int(n_unknown.sum()), int((n_unknown > 0).sum()))
     del events, session_of
-    item_ids = model.item_map.ids
+    item_ids = item_map.ids
     counts = {"rows": 0, "fallback": 0}
 
-    def frames():
+    def frames() -> Iterator[pd.DataFrame]:
         for chunk in model.engine().recommend(items, offsets, args.k, exclude_seen=args.exclude_seen):
             answered = chunk.indices >= 0
             per_row = answered.sum(axis=1)

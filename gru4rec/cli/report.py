@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import dataclass
 
 from gru4rec.cli.common import EXIT_OK, UsageError, add_force
 from gru4rec.cli.console import result
 
-__all__ = ["DESCRIPTION", "add_arguments", "run"]
+__all__ = ["DESCRIPTION", "ReportSettings", "add_arguments", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,18 @@ importances, parallel coordinates and slices, and the best trials.
 Needs matplotlib (pip install 'gru4rec[report]'); a study also needs optuna ('gru4rec[tune]')."""
 
 
+@dataclass(frozen=True)
+class ReportSettings:
+    """The settings of ``gru4rec report`` (one field per flag)."""
+
+    run_dirs: list[str]
+    output: str = "report.html"
+    study: str | None = None
+    study_name: str | None = None
+    dpi: int = 100
+    force: bool = False
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``gru4rec report``."""
     parser.add_argument("run_dirs", metavar="RUN_DIR", nargs="*",
@@ -42,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_force(parser)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ReportSettings) -> int:
     """Run ``gru4rec report``."""
     if not args.run_dirs and args.study is None:
         raise UsageError("give run folders (RUN_DIR ...) and/or --study URL")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from gru4rec.cli import observe
 from gru4rec.cli.common import (
     EVAL_MODES,
     EXIT_OK,
@@ -23,7 +24,6 @@ from gru4rec.cli.common import (
     positive_int,
     uses_threads,
 )
-from gru4rec.cli import observe
 from gru4rec.cli.evaluate import evaluate_files
 from gru4rec.cli.train import build_config, interruption, train_model
 

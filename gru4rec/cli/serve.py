@@ -10,7 +10,8 @@ import os
 import signal
 import socket
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from gru4rec.cli.common import EXIT_OK, add_device, positive_int
 from gru4rec.cli.console import result

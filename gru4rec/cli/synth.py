@@ -7,6 +7,8 @@ import logging
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +28,15 @@ from gru4rec.cli.evaluate import evaluate_files
 from gru4rec.cli.train import build_config, train_model
 from gru4rec.errors import Gru4RecError
 
-__all__ = ["DEMO_PARAMS", "SYNTH_KINDS", "add_demo_arguments", "add_synth_arguments", "run_demo", "run_synth"]
+__all__ = ["DEMO_PARAMS", "SYNTH_KINDS", "DemoSettings", "SynthSettings", "add_demo_arguments", "add_synth_arguments", "run_demo",
+           "run_synth"]
 
 log = logging.getLogger(__name__)
 
 #: Small settings that learn the synthetic data well in about 20 s on one quiet CPU core
 #: (≈3.5 s per epoch over the default 25,000 synthetic sessions).
-DEMO_PARAMS = "loss=cross-entropy,layers=64,batch_size=32,n_sample=256,n_epochs=5,learning_rate=0.1,momentum=0.1,dropout_p_hidden=0.1,logq=1.0,sample_store_size=100000"
+DEMO_PARAMS = ("loss=cross-entropy,layers=64,batch_size=32,n_sample=256,n_epochs=5,learning_rate=0.1,momentum=0.1,"
+               "dropout_p_hidden=0.1,logq=1.0,sample_store_size=100000")
 
 
 # ---------------------------------------------------------------------------------------- synth
@@ -51,7 +55,7 @@ def _mix(text: str) -> tuple[float, float, float]:
         values = ()
     if len(values) != 3:
         raise argparse.ArgumentTypeError(f"expected three weights A,B,C (transition, intent, popularity), got {text!r}")
-    return values  # type: ignore[return-value]
+    return values
 
 
 def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,10 +87,28 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
 _INTENT_FLAGS = ("n_intents", "intent_size", "mix", "mean_length")
 
 
-def run_synth(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class SynthSettings:
+    """The settings of ``gru4rec synth`` (one field per flag; None: the generator's default)."""
+
+    out_dir: str
+    kind: str = "sessions"
+    seed: int | None = None
+    n_sessions: int | None = None
+    n_items: int | None = None
+    test_days: float | None = None
+    n_intents: int | None = None
+    intent_size: int | None = None
+    mix: tuple[float, float, float] | None = None
+    mean_length: float | None = None
+    force: bool = False
+
+
+def run_synth(args: SynthSettings) -> int:
     """Run ``gru4rec synth``: the paths written are its result, one per line."""
     kwargs = {"seed": args.seed, "n_sessions": args.n_sessions, "n_items": args.n_items,
               "test_days": args.test_days}
+    write: Callable[..., dict[str, Path]]
     if args.kind == "intents":
         from gru4rec.datasets.intents import write_intents as write
 
@@ -131,14 +153,28 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     add_threads(parser)
 
 
+@dataclass(frozen=True)
+class DemoSettings:
+    """The settings of ``gru4rec demo`` (one field per flag)."""
+
+    workdir: str | None = None
+    params: str | None = None
+    seed: int | None = None
+    n_sessions: int | None = None
+    measure: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
+    device: str = "auto"
+    precision: str = "float32"
+    threads: int | None = None
+
+
 @uses_threads
-def run_demo(args: argparse.Namespace) -> int:
+def run_demo(args: DemoSettings) -> int:
     """Run ``gru4rec demo``: the result lines are the saved model's on the synthetic test set."""
     from gru4rec.checkpoint import MODEL_SUFFIX
     from gru4rec.datasets.synthetic import write_synthetic
 
     owned = args.workdir is None
-    workdir = Path(tempfile.mkdtemp(prefix="gru4rec-demo-") if owned else args.workdir)
+    workdir = Path(tempfile.mkdtemp(prefix="gru4rec-demo-") if args.workdir is None else args.workdir)
     try:
         data_dir = workdir / "synthetic"
         start = time.perf_counter()

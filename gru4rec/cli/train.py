@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gru4rec.cli import observe
 from gru4rec.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -28,13 +29,13 @@ from gru4rec.cli.common import (
     add_threads,
     check_readable,
     check_writable_target,
+    item_map_of,
     log_device_memory,
     nonnegative_int,
     reset_device_memory_peak,
     uses_threads,
     write_json,
 )
-from gru4rec.cli import observe
 from gru4rec.cli.evaluate import evaluate_files
 
 if TYPE_CHECKING:  # the heavy imports (torch, pandas) happen inside the functions
@@ -253,6 +254,6 @@ def train_model(
     model.fit(data, checkpoint_dir=checkpoint_dir, resume=resume, checkpoint_every=checkpoint_every,
               keep_checkpoint=True, progress=True, init_from=init_from, **(fit_options or {}))
     elapsed = time.perf_counter() - start
-    log.info("Training took %.2fs on %s (%d items)", elapsed, model.device, len(model.item_map))
+    log.info("Training took %.2fs on %s (%d items)", elapsed, model.device, len(item_map_of(model)))
     log_device_memory(model, "training")
     return model

@@ -17,8 +17,10 @@ import io
 import itertools
 import os
 import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,7 +28,7 @@ import pandas as pd
 from gru4rec.errors import DataError, Gru4RecError, OutputExistsError
 from gru4rec.files import atomic_write
 
-__all__ = ["read_events", "validate_events", "write_event_chunks", "write_events"]
+__all__ = ["ColumnKeys", "read_events", "validate_events", "write_event_chunks", "write_events"]
 
 _TAB_SUFFIXES = (".tsv", ".txt", ".dat")
 _CSV_SUFFIXES = (".csv",)
@@ -36,6 +38,28 @@ _PARQUET_HINT = "reading or writing Parquet needs pyarrow: pip install 'gru4rec[
 
 # Integral float ids are turned back into int64 only while exactly representable.
 _MAX_EXACT_FLOAT_INT = 2**53
+
+
+@dataclass(frozen=True)
+class ColumnKeys:
+    """The session, item and time column names of an event file."""
+
+    session_key: str = "SessionId"
+    item_key: str = "ItemId"
+    time_key: str = "Time"
+
+    @classmethod
+    def resolve(cls, defaults: Any = None, *, session_key: str | None = None, item_key: str | None = None,
+                time_key: str | None = None) -> ColumnKeys:
+        """The names given; each one not given (None or empty) is ``defaults``' (anything with
+        ``session_key``, ``item_key`` and ``time_key``, e.g. a model's config), or the standard
+        name without ``defaults``. The one reading of the ``-sk/-ik/-tk`` flags and their likes."""
+        base = cls() if defaults is None else cls(defaults.session_key, defaults.item_key, defaults.time_key)
+        return cls(session_key or base.session_key, item_key or base.item_key, time_key or base.time_key)
+
+    def as_dict(self) -> dict[str, str]:
+        """``session_key=..., item_key=..., time_key=...`` for the readers' keyword arguments."""
+        return {"session_key": self.session_key, "item_key": self.item_key, "time_key": self.time_key}
 
 
 # --------------------------------------------------------------------------------------------
@@ -55,7 +79,7 @@ def _split_suffix(path: Path) -> tuple[str, bool]:
 def _open_text(path: Path, gz: bool) -> io.TextIOBase:
     if gz:
         return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-    return open(path, "r", encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")
 
 
 def _read_head(path: Path, gz: bool, n_chars: int = 65536) -> str:
@@ -302,7 +326,7 @@ def time_to_numeric(s: pd.Series, key: str, source: str, first_line: int) -> pd.
                 f"{source}: column {key!r} has {int(missing.sum())} missing time(s), "
                 f"first at {_where(first, first_line)}"
             )
-        if dtype == object:
+        if pd.api.types.is_object_dtype(dtype):
             # Python numbers in an object column: numeric times.
             num = pd.to_numeric(s, errors="coerce")
             if not num.isna().any():
@@ -397,7 +421,9 @@ def write_events(
     compresses text formats). Refuses to replace an existing file unless ``force`` (DataError
     naming the file). Writes every column of ``df``, without the index. Returns the path.
     """
-    return write_event_chunks([df], path, force=force, sep=sep)
+    written = write_event_chunks([df], path, force=force, sep=sep)
+    assert written is not None  # None only for standard output (path None)
+    return written
 
 
 def write_event_chunks(

@@ -5,7 +5,8 @@ training file and ``214821371`` in a test file or a live request map to the same
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,7 +36,7 @@ class ItemMap:
         self._ids: np.ndarray | None = None
 
     @classmethod
-    def from_ids(cls, ids: Iterable[Any] | np.ndarray | pd.Series | pd.Index) -> "ItemMap":
+    def from_ids(cls, ids: Iterable[Any] | np.ndarray | pd.Series | pd.Index) -> ItemMap:
         """Build the map from a sequence of item ids (typically the training ItemId column as
         read): index i is the i-th distinct id in order of first appearance."""
         if not isinstance(ids, (pd.Series, pd.Index, np.ndarray)):
@@ -43,7 +44,7 @@ class ItemMap:
         return cls(pd.Index(ids).unique())
 
     @classmethod
-    def from_list(cls, ids: list[Any]) -> "ItemMap":
+    def from_list(cls, ids: list[Any]) -> ItemMap:
         """Rebuild a map saved with `to_list` (the list position is the index)."""
         if not isinstance(ids, list):
             raise DataError(f"item map: expected a list of ids, got {type(ids).__name__}")
@@ -83,7 +84,7 @@ class ItemMap:
             and bool(self._index.equals(other._index))
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # equal by contents and mutable: unhashable, as a dict is
 
     def __repr__(self) -> str:
         head = ", ".join(repr(x) for x in self._index[:3].tolist())

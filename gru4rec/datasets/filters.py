@@ -15,8 +15,6 @@ from gru4rec.datasets.sessionise import Events
 __all__ = [
     "consecutive_repeat_mask",
     "drop_consecutive_repeats",
-    "drop_rare_items",
-    "drop_short_sessions",
     "iterative_filter",
     "iterative_filter_mask",
     "without_rare_items",
@@ -52,16 +50,6 @@ def without_rare_items(ev: Events, mask: np.ndarray, min_support: int) -> np.nda
         return mask
     ok = np.bincount(ev.item[mask], minlength=ev.n_item_codes) >= min_support
     return mask & ok[ev.item]
-
-
-def drop_short_sessions(ev: Events, min_length: int) -> Events:
-    """Drop every session with fewer than `min_length` events."""
-    return ev.take(without_short_sessions(ev, np.ones(len(ev), dtype=bool), min_length))
-
-
-def drop_rare_items(ev: Events, min_support: int) -> Events:
-    """Drop every event whose item occurs in fewer than `min_support` events."""
-    return ev.take(without_rare_items(ev, np.ones(len(ev), dtype=bool), min_support))
 
 
 def iterative_filter_mask(

@@ -32,8 +32,9 @@ the predictions are scored in blocks of B × N probability matrices.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, TypeGuard
 
 import numpy as np
 import pandas as pd
@@ -48,7 +49,7 @@ DEFAULT_CUTOFFS: tuple[int, ...] = (1, 5, 10, 20)
 _BLOCK_BYTES = 32 << 20  # size of one block of B × N predictive probabilities
 
 
-def _is_int(x: object) -> bool:
+def _is_int(x: object) -> TypeGuard[int | np.integer]:
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
@@ -65,7 +66,7 @@ def check_cutoffs(cutoffs: int | Sequence[int]) -> list[int]:
     return sorted({int(c) for c in values})
 
 
-def _check_model(cond: bool, model: "IntentModel", rule: str) -> None:
+def _check_model(cond: bool, model: IntentModel, rule: str) -> None:
     if not cond:
         raise ConfigError(f"intent model: {model!r} is invalid; {rule}")
 

@@ -36,9 +36,10 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -115,7 +116,7 @@ class IntentParams:
         object.__setattr__(self, "mix", tuple(float(w) / float(sum(mix)) for w in mix))
 
     @classmethod
-    def of(cls, params: "IntentParams | None" = None, **changes: Any) -> "IntentParams":
+    def of(cls, params: IntentParams | None = None, **changes: Any) -> IntentParams:
         """``params`` (default: the defaults) with ``changes``; ConfigError naming an unknown one."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(changes) - known)
@@ -179,7 +180,7 @@ def generate_intents(params: IntentParams | None = None, /, **changes: Any) -> t
     p = IntentParams.of(params, **changes)
     n_sessions, mean_length, max_length = p.n_sessions, p.mean_length, p.max_length
     n_days, start_time = p.n_days, p.start_time
-    mix: tuple[float, float, float] = p.mix  # type: ignore[assignment]
+    mix = p.mix
     rng = np.random.default_rng(p.seed)
     model = _model(rng, int(p.n_items), int(p.n_intents), int(p.intent_size), float(p.intent_concentration),
                    int(p.n_successors), mix, float(p.zipf_exponent), float(p.prior_concentration))

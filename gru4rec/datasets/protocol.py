@@ -78,7 +78,7 @@ class Protocol:
         """Raise ConfigError listing every meaningless setting."""
 
         def positive(x: Any) -> bool:
-            return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and x > 0
+            return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and bool(x > 0)
 
         def count(x: Any) -> bool:
             return positive(x) and float(x).is_integer()

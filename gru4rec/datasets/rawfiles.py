@@ -20,7 +20,7 @@ import gzip
 import io
 import lzma
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -91,7 +91,7 @@ def _normalise(name: str) -> str:
 
 
 def resolve_header(
-    path: Path, sep: str, required: dict[str, Sequence[str]], dataset: str
+    path: Path, sep: str, required: Mapping[str, Sequence[str]], dataset: str
 ) -> dict[str, str]:
     """Map each canonical column to its name in the file's header.
 

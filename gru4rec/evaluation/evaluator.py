@@ -32,7 +32,8 @@ import contextlib
 import os
 import time
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -275,7 +276,7 @@ def _evaluate(
     targets = torch.from_numpy(sched.targets).to(device)
     valid = torch.from_numpy(sched.valid).to(device)
     reset = torch.from_numpy(sched.reset).to(device)
-    reset_any = sched.reset.any(axis=1)  # host copy: skip the reset op when no slot restarts
+    reset_any: list[bool] = np.any(sched.reset, axis=1).tolist()  # host copy: skip the reset op when no slot restarts
     pred_index = torch.from_numpy(sched.pred_index).to(device) if return_ranks else None
 
     metrics = [

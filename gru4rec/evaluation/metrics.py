@@ -35,8 +35,9 @@ host synchronisation per step.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import torch
@@ -50,7 +51,7 @@ if TYPE_CHECKING:  # typing only: the breakdown is imported by the evaluator whe
 __all__ = ["TIE_MODES", "EvalResult", "MetricAccumulator", "MetricTotals", "TieMode", "check_cutoffs", "check_mode"]
 
 TieMode = Literal["standard", "conservative", "median", "tiebreaking"]
-TIE_MODES: tuple[str, ...] = ("standard", "conservative", "median", "tiebreaking")
+TIE_MODES: tuple[TieMode, ...] = ("standard", "conservative", "median", "tiebreaking")
 
 
 # ------------------------------------------------------------------------------------------
@@ -83,7 +84,7 @@ class EvalResult:
     n_items: int
     seconds: float
     ranks: np.ndarray | None = field(default=None, repr=False)
-    breakdown: "Breakdown | None" = field(default=None, repr=False)
+    breakdown: Breakdown | None = field(default=None, repr=False)
 
     def __str__(self) -> str:
         """The original run.py's result lines: ``Recall@20: 0.123456 MRR@20: 0.123456``."""
@@ -137,12 +138,14 @@ class EvalResult:
 
 def check_cutoffs(cutoffs: int | Iterable[int]) -> tuple[int, ...]:
     """The cutoffs as a sorted tuple of distinct positive ints; ConfigError naming them otherwise."""
+    values: list[Any]
     if isinstance(cutoffs, (int, np.integer)) and not isinstance(cutoffs, bool):
-        cutoffs = (int(cutoffs),)
-    try:
-        values = list(cutoffs)  # type: ignore[arg-type]
-    except TypeError:
-        raise ConfigError(f"cutoffs: expected an int or a list of ints, got {cutoffs!r}") from None
+        values = [int(cutoffs)]
+    else:
+        try:
+            values = list(cast("Iterable[Any]", cutoffs))  # a bool is not iterable: TypeError
+        except TypeError:
+            raise ConfigError(f"cutoffs: expected an int or a list of ints, got {cutoffs!r}") from None
     bad = [c for c in values if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1]
     if not values or bad:
         raise ConfigError(f"cutoffs: expected positive integers, got {values!r}")
@@ -150,10 +153,12 @@ def check_cutoffs(cutoffs: int | Iterable[int]) -> tuple[int, ...]:
 
 
 
-def check_mode(mode: str) -> None:
-    """ConfigError unless ``mode`` is one of :data:`TIE_MODES`."""
-    if mode not in TIE_MODES:
-        raise ConfigError(f"mode: expected one of {', '.join(TIE_MODES)}, got {mode!r}")
+def check_mode(mode: str) -> TieMode:
+    """``mode`` as a :data:`TieMode`; ConfigError unless it is one of :data:`TIE_MODES`."""
+    for known in TIE_MODES:
+        if mode == known:
+            return known
+    raise ConfigError(f"mode: expected one of {', '.join(TIE_MODES)}, got {mode!r}")
 
 
 # ------------------------------------------------------------------------------------------

@@ -41,7 +41,8 @@ def repeat_shares(sessions: Sessions) -> RepeatShares:
     """The repeat counts of ``sessions`` (vectorised: an event repeats iff its (session, item)
     pair occurred before, and a session's first event never does)."""
     items = np.asarray(sessions.items, dtype=np.int64)
-    lengths = np.diff(np.asarray(sessions.offsets, dtype=np.int64))
+    offsets = np.asarray(sessions.offsets, dtype=np.int64)
+    lengths = offsets[1:] - offsets[:-1]
     n_events = len(items)
     if n_events == 0:
         return RepeatShares(0, 0, 0)

@@ -3,8 +3,9 @@ the fitted network they read."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from gru4rec.errors import Gru4RecError, OutputExistsError
 from gru4rec.files import atomic_write, check_output_path
@@ -23,7 +24,7 @@ def check_target(path: str | os.PathLike[str], what: str, *, overwrite: bool) ->
     return check_output_path(path, what, overwrite, argument="overwrite")
 
 
-def write_atomically(path: Path, write: Callable[[Path], None], *, what: str, overwrite: bool) -> Path:
+def write_atomically(path: Path, write: Callable[[Path], object], *, what: str, overwrite: bool) -> Path:
     """:func:`gru4rec.files.atomic_write` with its failures as one Gru4RecError naming ``path``
     (the old file, if any, is left as it was)."""
     try:

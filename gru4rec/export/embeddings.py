@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from gru4rec.data import read_events, validate_events
+from gru4rec.data import ColumnKeys, read_events, validate_events
 from gru4rec.errors import DataError
 from gru4rec.export.common import fitted
 
@@ -101,9 +101,9 @@ def session_embeddings(
     The column names default to the model's.
     """
     _, item_map = fitted(model)
-    c = model.config
-    sk, ik, tk = session_key or c.session_key, item_key or c.item_key, time_key or c.time_key
-    keys = dict(session_key=sk, item_key=ik, time_key=tk)
+    names = ColumnKeys.resolve(model.config, session_key=session_key, item_key=item_key, time_key=time_key)
+    sk, ik, tk = names.session_key, names.item_key, names.time_key
+    keys = names.as_dict()
     if isinstance(events, pd.DataFrame):
         frame, source = validate_events(events, source="<DataFrame>", **keys), "<DataFrame>"
     else:

@@ -171,6 +171,8 @@ def _trace(step: OneClickStep, n_layers: int, top_k: int | None, opset: int) -> 
             dynamic_shapes=({0: batch}, tuple({0: batch} for _ in range(n_layers))),
             opset_version=opset, verbose=False,
         )
+    if program is None:  # only when given a file name, which we never give
+        raise Gru4RecError("the ONNX exporter returned no program")
     return program.model_proto
 
 

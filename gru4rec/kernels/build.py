@@ -1,6 +1,7 @@
-"""Building the fused CPU kernels: ``cpu_kernels.c`` (and ``int8_scores.c`` for serving) is compiled on first use with the system's C
-compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) into a cache (``$GRU4REC_CACHE_DIR``, else ``$XDG_CACHE_HOME/gru4rec`` or ``~/.cache/gru4rec``), keyed by
-the source, the flags, the compiler and the CPU, so that a build is reused until one of them
+"""Building the fused CPU kernels: ``cpu_kernels.c`` (and ``int8_scores.c`` for serving) is compiled on
+first use with the system's C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) into a cache
+(``$GRU4REC_CACHE_DIR``, else ``$XDG_CACHE_HOME/gru4rec`` or ``~/.cache/gru4rec``), keyed by the source,
+the flags, the compiler and the CPU, so that a build is reused until one of them
 changes. :mod:`gru4rec.kernels.cpu` loads the library.
 """
 from __future__ import annotations

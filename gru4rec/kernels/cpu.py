@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -21,9 +22,10 @@ from torch import Tensor
 from gru4rec.kernels.build import KernelBuildError, build_library
 from gru4rec.kernels.switches import cpu_kernels_allowed
 
-__all__ = ["CpuKernels", "KernelBuildError", "TableUpdate", "cpu_kernels", "load_kernels"]
+__all__ = ["METHODS", "CpuKernels", "KernelBuildError", "TableUpdate", "cpu_kernels", "load_kernels"]
 
-#: Optimiser methods as cpu_kernels.c numbers them.
+#: Optimiser methods as the kernels number them: cpu_kernels.c's ``method`` and the Triton
+#: kernels' compile-time ``METHOD`` (:mod:`gru4rec.kernels.triton_rule`), one numbering for both.
 METHODS = {"sgd": 0, "adagrad": 1, "rmsprop": 2, "adadelta": 3, "adam": 4}
 
 _p = ctypes.c_void_p
@@ -34,20 +36,22 @@ _f32 = ctypes.c_float
 class _Rule(ctypes.Structure):
     """``rule_t`` of cpu_kernels.c."""
 
-    _fields_ = [("p", _p), ("acc", _p), ("dacc", _p), ("m", _p), ("vel", _p), ("width", _i64), ("method", _i64)] + [
-        (name, _f32) for name in ("lr", "momentum", "lmbd", "decay", "gain", "beta1_gain", "bias1", "bias2", "eps")
-    ]
+    _fields_ = (
+        [(name, _p) for name in ("p", "acc", "dacc", "m", "vel")]
+        + [(name, _i64) for name in ("width", "method")]
+        + [(name, _f32) for name in ("lr", "momentum", "lmbd", "decay", "gain", "beta1_gain", "bias1", "bias2", "eps")]
+    )
 
 
 class TableUpdate:
     """The optimiser's update of one float32 table and its state, bound once (layouts checked
     here); each call checks only what changes — the row indices and the gradient."""
 
-    def __init__(self, fn: ctypes._CFuncPtr, p: Tensor, state: dict[str, Tensor | None], method: str, **constants: float) -> None:
+    def __init__(self, fn: Callable[..., int], p: Tensor, state: dict[str, Tensor | None], method: str, **constants: float) -> None:
         self._fn = fn
         self.width = p.shape[1] if p.dim() == 2 else 1
         self.n_rows = p.numel() // max(self.width, 1)
-        self._tensors = [p] + [state.get(k) for k in ("acc", "dacc", "m", "vel")]  # kept alive with the addresses
+        self._tensors: list[Tensor | None] = [p, *(state.get(k) for k in ("acc", "dacc", "m", "vel"))]  # kept alive with the addresses
         need = {"acc": method != "sgd", "dacc": method == "adadelta", "m": method == "adam", "vel": constants.get("momentum", 0.0) > 0}
         for key, t in zip(("p", "acc", "dacc", "m", "vel"), self._tensors):
             if t is not None:
@@ -122,7 +126,9 @@ class CpuKernels:
         return TableUpdate(self._update, p, state, method, lr=lr, momentum=momentum, lmbd=lmbd, decay=decay, gain=1.0 - decay,
                            beta1_gain=1.0 - beta1, bias1=1.0, bias2=1.0, eps=eps)
 
-    def unique(self, rows: Tensor, mark: Tensor, slot: Tensor, uniq: Tensor, inverse: Tensor, n_first: int | None = None) -> tuple[int, int]:
+    def unique(
+        self, rows: Tensor, mark: Tensor, slot: Tensor, uniq: Tensor, inverse: Tensor, n_first: int | None = None
+    ) -> tuple[int, int]:
         """The distinct values of ``rows`` into ``uniq`` and each position's index among them
         into ``inverse``; returns their number and how many of them occur in the first
         ``n_first`` positions (default: all). Those come first, in ascending order; values found
@@ -276,7 +282,9 @@ def _optional(t: Tensor | None, name: str, numel: int) -> int | None:
 
 def _check_float(t: Tensor, name: str, numel: int) -> int:
     if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() or t.numel() != numel:
-        raise ValueError(f"{name} must be a contiguous float32 CPU tensor of {numel} elements, got {t.dtype} {tuple(t.shape)} on {t.device}")
+        raise ValueError(
+            f"{name} must be a contiguous float32 CPU tensor of {numel} elements, got {t.dtype} {tuple(t.shape)} on {t.device}"
+        )
     return t.data_ptr()
 
 

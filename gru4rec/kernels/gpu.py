@@ -30,7 +30,8 @@ This module knows the trainer and the schedule only by what it uses of them (:cl
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from torch import Tensor

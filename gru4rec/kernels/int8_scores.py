@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -106,11 +106,6 @@ class Int8Table:
             self.w_norm[rows] = _round_up_f32(torch.linalg.vector_norm(w64, dim=1))
         # Blocked: [block, group of 4 columns, item of the block, column of the group].
         self.q = u.view(n_blocks, BLOCK, groups, 4).permute(0, 2, 1, 3).contiguous()
-
-    @property
-    def nbytes(self) -> int:
-        """Memory of the int8 copy and its per-item tables (the float32 matrix not counted)."""
-        return self.q.numel() + 5 * 4 * self.scale.numel()
 
     def _query(self, x: Tensor) -> Tensor:
         if x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2 or x.shape[1] != self.width:

@@ -64,7 +64,9 @@ def tanh(x):
     # form above (as tanh_f32 of cpu_kernels.c); tanh(20) is 1 in float32.
     a = tl.abs(x)
     s = x * x
-    small = ((((-5.70498872745e-3 * s + 2.06390887954e-2) * s - 5.37397155531e-2) * s + 1.33314422036e-1) * s - 3.33332819422e-1) * s * x + x
+    small = (
+        (((-5.70498872745e-3 * s + 2.06390887954e-2) * s - 5.37397155531e-2) * s + 1.33314422036e-1) * s - 3.33332819422e-1
+    ) * s * x + x
     large = 1.0 - 2.0 / (tl.exp(2.0 * tl.minimum(a, 20.0)) + 1.0)
     large = tl.where(x < 0, -large, large)
     return tl.where(a < 0.625, small, large)

@@ -38,9 +38,19 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from gru4rec.kernels.triton_activations import (ACT_ELU, ACT_LEAKY, ACT_LINEAR, ACT_RELU, ACT_SELU, ACT_TANH,
-                                               activate, activation_args, activation_code, sigmoid, slope)
-
+from gru4rec.kernels.triton_activations import (
+    ACT_ELU,
+    ACT_LEAKY,
+    ACT_LINEAR,
+    ACT_RELU,
+    ACT_SELU,
+    ACT_TANH,
+    activate,
+    activation_args,
+    activation_code,
+    sigmoid,
+    slope,
+)
 from gru4rec.kernels.triton_support import interpreting
 
 __all__ = [

@@ -13,19 +13,19 @@ is not linear in g. ``torch.unique`` would tell how many distinct rows there are
 lives on the device and reading it stalls the captured CUDA graph. Here every table has two
 full-size tables of zeros, ``scratch`` (N×W float32) and ``owner`` (N int32), and a step is:
 
-1. :func:`scatter_rows` (once per part of the gradient): ``scratch[rows[k]] += g[k]`` (atomic
+1. :meth:`TritonTableUpdate.scatter` (once per part of the gradient): ``scratch[rows[k]] += g[k]`` (atomic
    adds) and ``owner[rows[k]] = max(owner[rows[k]], offset + k + 1)`` (atomic max). After every
    part is in, ``scratch`` holds each row's summed gradient and ``owner`` names one position per
    row, the last one, that *owns* the row. Positions are numbered across the parts of one table
    (``offset`` = the number of positions in the earlier parts), so an owner is unique even when a
    row is in two parts (shared-embedding mode: Wy gets the input rows and the score columns).
-2. (grad_cap > 0) :func:`rows_sq_norm`: each owning position adds ‖scratch[row]‖² to the 0-dim
-   ``sq_total`` (atomic add); :func:`dense_sq_norm` adds the dense gradient's Σ g². Every norm
+2. (grad_cap > 0) :meth:`TritonTableUpdate.add_sq_norm`: each owning position adds ‖scratch[row]‖² to the 0-dim
+   ``sq_total`` (atomic add); :meth:`TritonDenseUpdate.add_sq_norm` adds the dense gradient's Σ g². Every norm
    kernel of the step runs before any update, since the updates consume the scratch table.
-3. :func:`update_rows` (once per part): the owning position reads scratch[row] (times s, computed
+3. :meth:`TritonTableUpdate.update` (once per part): the owning position reads scratch[row] (times s, computed
    in the kernel from ``sq_total``), zeroes it and owner[row], and applies the rule to p[row] and
    its state rows. Exactly one program touches each row, so nothing races; the others do nothing.
-4. :func:`dense_update`: the rule over the whole flat buffer, one kernel.
+4. :meth:`TritonDenseUpdate.update`: the rule over the whole flat buffer, one kernel.
 
 Both tables are zero again after the step. Positions whose row is outside [0, N) are skipped
 (checking them on the host would sync); rows must be in range for the update to mean anything.
@@ -51,21 +51,23 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from gru4rec.kernels.triton_rule import (INT32_MAX, METHODS, TritonDenseUpdate, UpdateRule, apply_rule, bias_corrections,
-                                         check_device, check_float, check_sq_total, check_state, check_step,
-                                         clip_scale, dense_sq_norm, dense_update, rule_pointers)
+from gru4rec.kernels.triton_rule import (
+    INT32_MAX,
+    TritonDenseUpdate,
+    UpdateRule,
+    apply_rule,
+    bias_corrections,
+    check_device,
+    check_float,
+    check_sq_total,
+    check_state,
+    check_step,
+    clip_scale,
+    dense_sq_norm,
+    rule_pointers,
+)
 
-__all__ = [
-    "METHODS",
-    "TritonDenseUpdate",
-    "TritonTableUpdate",
-    "UpdateRule",
-    "dense_sq_norm",
-    "dense_update",
-    "rows_sq_norm",
-    "scatter_rows",
-    "update_rows",
-]
+__all__ = ["TritonDenseUpdate", "TritonTableUpdate", "UpdateRule", "dense_sq_norm"]
 
 #: Elements of one row tile (positions × columns); rows wider than _MAX_BLOCK_W are walked in
 #: column chunks by the same program, which is what lets it zero the owner entry last.
@@ -185,20 +187,22 @@ def _table_shape(p: object, name: str = "p") -> tuple[int, int]:
     return n, w
 
 
-def _check_scratch(scratch: object, owner: object, n: int, width: int, device: torch.device) -> None:
-    """``scratch``: N·W float32 sums; ``owner``: N int32 owners; both on ``device``."""
-    check_float(scratch, "scratch", device, n * width)
+def _check_scratch(scratch: object, owner: object, n: int, width: int, device: torch.device) -> Tensor:
+    """``scratch``: N·W float32 sums; ``owner``: N int32 owners; both on ``device``. Returns ``scratch``."""
+    sums = check_float(scratch, "scratch", device, n * width)
     if not isinstance(owner, Tensor) or owner.dtype != torch.int32 or not owner.is_contiguous() or owner.dim() != 1:
         raise ValueError("owner must be a contiguous 1-D int32 tensor")
     if owner.device != device or owner.shape[0] != n:
-        raise ValueError(f"owner must hold one int32 per row of the table ({n}) on {device}, got shape {tuple(owner.shape)} on {owner.device}")
+        raise ValueError(
+            f"owner must hold one int32 per row of the table ({n}) on {device}, got shape {tuple(owner.shape)} on {owner.device}"
+        )
+    return sums
 
 
 def _check_table(p: Tensor, scratch: object, owner: object) -> tuple[int, int]:
     """(N, W) of the item table ``p``, with its scratch and owner tables checked against it."""
     n, w = _table_shape(p)
-    _check_scratch(scratch, owner, n, w, p.device)
-    if scratch.data_ptr() == p.data_ptr():  # type: ignore[union-attr]
+    if _check_scratch(scratch, owner, n, w, p.device).data_ptr() == p.data_ptr():
         raise ValueError("scratch must be a table of its own, not the parameter")
     return n, w
 
@@ -222,9 +226,9 @@ def _check_same_dtype(rows: Tensor, second: Tensor) -> None:
 
 
 def _check_grad_rows(g: object, k: int, width: int, device: torch.device) -> None:
-    check_float(g, "g", device, k * width)
-    if g.dim() == 0 or g.shape[0] != k:  # type: ignore[union-attr]
-        raise ValueError(f"g must have one gradient row per position ({k}), got shape {tuple(g.shape)}")  # type: ignore[union-attr]
+    grads = check_float(g, "g", device, k * width)
+    if grads.dim() == 0 or grads.shape[0] != k:
+        raise ValueError(f"g must have one gradient row per position ({k}), got shape {tuple(grads.shape)}")
 
 
 # ---------------------------------------------------------------------------------------- launches
@@ -263,46 +267,6 @@ def _launch_update_rows(rows: Tensor, p: Tensor, scratch: Tensor, owner: Tensor,
                                                           *(bias if bias is not None else [p] * 6), k, k2, n, w, offset,
                                                           k if second is not None else 0, **args, HAS_BIAS=bias is not None,
                                                           BLOCK_K=block_k, BLOCK_W=block_w)
-
-
-# ---------------------------------------------------------------------------------------- functions
-
-
-def scatter_rows(rows: Tensor, g: Tensor, scratch: Tensor, owner: Tensor, offset: int = 0) -> None:
-    """``scratch[rows[k]] += g[k]`` and ``owner[rows[k]] = max(owner[rows[k]], offset + k + 1)``
-    for every position k (one launch). ``g``: K×W (or K for a bias table); ``scratch``: the
-    table's N×W (or N) float32 sums; ``owner``: N int32; ``offset``: positions in earlier parts."""
-    n, w = _table_shape(scratch, "scratch")
-    _check_scratch(scratch, owner, n, w, scratch.device)
-    k = _check_rows(rows, scratch.device, offset)
-    _check_grad_rows(g, k, w, scratch.device)
-    if k:
-        _launch_scatter(rows, g, scratch, owner, k, n, w, offset)
-
-
-def rows_sq_norm(rows: Tensor, scratch: Tensor, owner: Tensor, sq_total: Tensor, offset: int = 0) -> None:
-    """``sq_total += Σ ‖scratch[row]‖²`` over the rows owned by this part's positions (one
-    launch; after every :func:`scatter_rows` of the step, before any :func:`update_rows`)."""
-    n, w = _table_shape(scratch, "scratch")
-    _check_scratch(scratch, owner, n, w, scratch.device)
-    k = _check_rows(rows, scratch.device, offset)
-    check_sq_total(sq_total, scratch.device)
-    if k:
-        _launch_rows_sq_norm(rows, scratch, owner, sq_total, k, n, w, offset)
-
-
-def update_rows(rows: Tensor, p: Tensor, scratch: Tensor, owner: Tensor, state: dict[str, Tensor | None], rule: UpdateRule,
-                *, offset: int = 0, t: Tensor | None = None, sq_total: Tensor | None = None) -> None:
-    """Apply ``rule`` to the rows of ``p`` (N×W or N) owned by this part's positions, from their
-    summed gradients in ``scratch``; zeroes those rows of ``scratch`` and ``owner`` (one launch).
-    ``state``: the full-size tables acc/dacc/m/vel the rule needs (others ignored); ``t``: Adam's
-    step count (0-dim float32, this step counted); ``sq_total``: Σ g² of the step (grad_cap > 0)."""
-    n, w = _check_table(p, scratch, owner)
-    k = _check_rows(rows, p.device, offset)
-    tables = check_state(state, rule, p)
-    check_step(rule, p.device, t, sq_total)
-    if k:
-        _launch_update_rows(rows, p, scratch, owner, rule_pointers(p, tables, t, sq_total), k, n, w, offset, rule._kernel_args())
 
 
 # ---------------------------------------------------------------------------------------- bound

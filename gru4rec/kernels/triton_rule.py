@@ -36,13 +36,10 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from gru4rec.kernels.cpu import METHODS  # one numbering of the methods for every kernel
 from gru4rec.kernels.triton_support import triton_unavailable
 
-__all__ = ["METHODS", "TritonDenseUpdate", "UpdateRule", "apply_rule", "bias_corrections", "clip_scale", "dense_sq_norm",
-           "dense_update"]
-
-#: Optimiser methods as the kernels number them (a compile-time constant of each kernel).
-METHODS = {"sgd": 0, "adagrad": 1, "rmsprop": 2, "adadelta": 3, "adam": 4}
+__all__ = ["METHODS", "TritonDenseUpdate", "UpdateRule", "apply_rule", "bias_corrections", "clip_scale", "dense_sq_norm"]
 
 #: Elements of the flat buffer per program of the dense kernels.
 _DENSE_BLOCK = 1024
@@ -267,7 +264,7 @@ def check_device(device: torch.device) -> None:
         raise ValueError(f"the Triton optimiser kernels cannot run on {device}: {why}")
 
 
-# ---------------------------------------------------------------------------------------- functions and the bound update
+# ---------------------------------------------------------------------------------------- the bound update
 
 
 def _launch_dense_update(p: Tensor, g: Tensor, pointers: list[Tensor], args: dict[str, float | int | bool]) -> None:
@@ -281,21 +278,6 @@ def dense_sq_norm(g: Tensor, sq_total: Tensor) -> None:
     check_sq_total(sq_total, g.device)
     if g.numel():
         _dense_sq_norm_kernel[(triton.cdiv(g.numel(), _DENSE_BLOCK),)](g, sq_total, g.numel(), BLOCK=_DENSE_BLOCK)
-
-
-def dense_update(p: Tensor, g: Tensor, state: dict[str, Tensor | None], rule: UpdateRule,
-                 *, t: Tensor | None = None, sq_total: Tensor | None = None) -> None:
-    """Apply ``rule`` to the whole flat buffer ``p`` from its gradient ``g`` (same size; left
-    unchanged) and its full-size ``state`` tables (one launch). ``t``, ``sq_total``: as in
-    :func:`update_rows`."""
-    _check_flat(p, "p")
-    check_float(g, "g", p.device, p.numel())
-    if p.numel() and g.data_ptr() == p.data_ptr():
-        raise ValueError("g must not be the parameter itself")
-    tables = check_state(state, rule, p)
-    check_step(rule, p.device, t, sq_total)
-    if p.numel():
-        _launch_dense_update(p, g, rule_pointers(p, tables, t, sq_total), rule._kernel_args())
 
 
 class TritonDenseUpdate:

@@ -104,8 +104,14 @@ def step_inputs(schedule_inputs: Tensor, schedule_targets: Tensor, schedule_acti
               f"{name} must be a {dtype} T×B table on {device} with contiguous rows, got {x.dtype} {tuple(x.shape)}")
     require(schedule_targets.stride(0) == schedule_inputs.stride(0) == schedule_active.stride(0),
           "the schedule's inputs, targets and active tables must share their row stride")
-    for name, x, n, dtype in (("inputs", inputs, B, torch.int64), ("targets", targets, B, torch.int64), ("active", active, B, torch.float32),
-                              ("cols", cols, C, torch.int64), ("col_valid", col_valid, C, torch.float32), ("bias", bias, C, torch.float32)):
+    for name, x, n, dtype in (
+        ("inputs", inputs, B, torch.int64),
+        ("targets", targets, B, torch.int64),
+        ("active", active, B, torch.float32),
+        ("cols", cols, C, torch.int64),
+        ("col_valid", col_valid, C, torch.float32),
+        ("bias", bias, C, torch.float32),
+    ):
         require(x.dtype == dtype and x.device == device and tuple(x.shape) == (n,) and x.is_contiguous(),
               f"{name} must be a contiguous {dtype} vector of {n} on {device}, got {x.dtype} {tuple(x.shape)}")
     require(n_cols.shape == () and n_cols.dtype == torch.float32, "n_cols must be a 0-dim float32 tensor")
@@ -114,7 +120,10 @@ def step_inputs(schedule_inputs: Tensor, schedule_targets: Tensor, schedule_acti
     if store is not None:
         require(store.dtype == torch.int64 and store.stride(1) == 1, "store must be an R×S int64 table with contiguous rows")
     if hidden is not None:
-        require(hidden.dtype == torch.float32 and hidden.shape[0] == B and hidden.stride(1) == 1, "hidden must be a float32 B×n state with unit stride along n")
+        require(
+            hidden.dtype == torch.float32 and hidden.shape[0] == B and hidden.stride(1) == 1,
+            "hidden must be a float32 B×n state with unit stride along n",
+        )
     lq_in, lq_s = (by, by) if logq is None else logq
     h = hidden if hidden is not None else by
     grid = (triton.cdiv(C, _BLOCK_C),)
@@ -159,7 +168,10 @@ def _threshold_kernel(u_ptr, n, split, p_first, scale_first, p_rest, scale_rest,
 def gather_rows(table: Tensor, rows: Tensor, mask: Tensor | None, out: Tensor) -> Tensor:
     """``out`` ← ``table[rows]`` (K×d; ``table`` N×d with unit stride along d), times ``mask``
     (K×d) unless None. Returns ``out``."""
-    require(table.dim() == 2 and table.dtype == torch.float32 and table.stride(1) == 1, "table must be a float32 N×d table with unit stride along d")
+    require(
+        table.dim() == 2 and table.dtype == torch.float32 and table.stride(1) == 1,
+        "table must be a float32 N×d table with unit stride along d",
+    )
     K, d = rows.shape[0], table.shape[1]
     require(rows.dtype == torch.int64 and rows.dim() == 1 and rows.is_contiguous() and rows.device == table.device,
           f"rows must be a contiguous int64 vector on {table.device}")

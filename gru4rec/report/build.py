@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import html
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,23 +92,27 @@ def _run_sections(runs: Sequence[dict[str, Any]], pngs: dict[str, bytes], dpi: i
     for run in runs:
         for test, result in run_figures.evaluations(run):
             for k in sorted(int(c) for c in result["recall"]):
-                rows.append([run["name"], test, k] + [result.get(m, {}).get(str(k)) for m in ("recall", "mrr", "ndcg", "coverage", "popularity")])
+                rows.append(
+                    [run["name"], test, k] + [result.get(m, {}).get(str(k)) for m in ("recall", "mrr", "ndcg", "coverage", "popularity")]
+                )
     body.append(table_html(["run", "test", "k", "Recall@k", "MRR@k", "NDCG@k", "Coverage@k", "Popularity@k"], rows, css_class="metrics"))
 
-    k = run_figures.breakdown_cutoff(runs)
+    cutoff = run_figures.breakdown_cutoff(runs)
     for kind in ("session_length", "popularity"):
         body += [f"<h2>{RUN_FIGURES[kind]}</h2>", figure_html(pngs[kind], RUN_FIGURES[kind])]
-        if k is None:
+        if cutoff is None:
             continue
         rows = []
         for run in runs:
             for test, result in run_figures.evaluations(run):
                 for g in (result.get("breakdown") or {}).get(kind, []):
                     extra = [g.get("n_items"), g.get("min_support"), g.get("max_support")] if kind == "popularity" else []
-                    rows.append([run["name"], test, g["label"], g["n_predictions"], g["recall"].get(str(k)), g["mrr"].get(str(k))] + extra)
+                    rows.append(
+                        [run["name"], test, g["label"], g["n_predictions"], g["recall"].get(str(cutoff)), g["mrr"].get(str(cutoff))] + extra
+                    )
         extra_headers = ["items", "min support", "max support"] if kind == "popularity" else []
         label = "decile" if kind == "popularity" else "session length"
-        body.append(table_html(["run", "test", label, "predictions", f"Recall@{k}", f"MRR@{k}"] + extra_headers, rows,
+        body.append(table_html(["run", "test", label, "predictions", f"Recall@{cutoff}", f"MRR@{cutoff}"] + extra_headers, rows,
                                css_class="breakdown", data={"kind": kind}))
     return body
 
@@ -137,6 +141,11 @@ def _study_sections(study: Any, pngs: dict[str, bytes], dpi: int) -> list[str]:
     return body
 
 
+def _bytes_writer(data: bytes) -> Callable[[Path], object]:
+    """A writer for :func:`atomic_write` of ``data``."""
+    return lambda tmp: tmp.write_bytes(data)
+
+
 def write_report(
     run_dirs: Sequence[str | os.PathLike[str]] = (),
     out: str | os.PathLike[str] = "report.html",
@@ -163,7 +172,7 @@ def write_report(
     _check_outputs(files, force)
     runs = [read_run(d) for d in run_dirs]
     names = [r["name"] for r in runs]
-    for i, run in enumerate(runs):  # two folders with the same name (a/run, b/run): tell them apart
+    for run in runs:  # two folders with the same name (a/run, b/run): tell them apart
         if names.count(run["name"]) > 1:
             run["name"] = run["path"]
     study = None
@@ -186,7 +195,7 @@ def write_report(
     for path in files[1:]:
         name = path.name[len(files[0].stem) + 1 : -len(".png")]
         if name in pngs:
-            atomic_write(path, lambda tmp, data=pngs[name]: tmp.write_bytes(data))
+            atomic_write(path, _bytes_writer(pngs[name]))
             written.append(path)
     atomic_write(files[0], lambda tmp: tmp.write_text(page, encoding="utf-8"))
     return [files[0]] + written

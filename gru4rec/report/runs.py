@@ -18,7 +18,17 @@ from typing import Any
 
 from gru4rec.report.mpl import new_figure
 
-__all__ = ["losses_differ_in_scale", "metric_order", "BREAKDOWNS", "breakdown_cutoff", "breakdown_figure", "evaluations", "metrics_at_k", "training_curves", "valid_metric"]
+__all__ = [
+    "losses_differ_in_scale",
+    "metric_order",
+    "BREAKDOWNS",
+    "breakdown_cutoff",
+    "breakdown_figure",
+    "evaluations",
+    "metrics_at_k",
+    "training_curves",
+    "valid_metric",
+]
 
 #: The breakdown kinds: key in metrics.json -> (title, x-axis label).
 BREAKDOWNS = {

@@ -18,7 +18,8 @@ from __future__ import annotations
 import hmac
 import json
 import time
-from typing import Any, Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
 
 from gru4rec.serve.metrics import ServeMetrics
 

@@ -27,16 +27,16 @@ import hashlib
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
 from gru4rec.errors import Gru4RecError
+from gru4rec.inference import Engine, Work
 from gru4rec.recommender import GRU4Rec
 from gru4rec.serve.batcher import MicroBatcher
-from gru4rec.inference import Engine, Work
 from gru4rec.serve.settings import ServeSettings
 
 __all__ = ["ModelReloader", "file_sha256"]
@@ -161,7 +161,7 @@ class ModelReloader:
             raise
         self.reloads += 1
         log.info("Now serving %s: sha256 %s, %d items (%+d), epochs_trained %d; live sessions %s", self.path, engine.checksum[:12],
-                 engine.n_items, engine.n_items - current.n_items, engine.model.epochs_trained,
+                 engine.n_items, engine.n_items - current.n_items, getattr(engine.model, "epochs_trained", -1),
                  "kept" if keep else "start afresh (another architecture or item map)")
         return True
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 from gru4rec.errors import ConfigError
 
@@ -114,12 +115,12 @@ class ServeSettings:
         if problems:
             raise ConfigError("invalid server settings: " + "; ".join(problems))
 
-    def replace(self, **changes: Any) -> "ServeSettings":
+    def replace(self, **changes: Any) -> ServeSettings:
         """A copy with some fields changed (checked again)."""
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "ServeSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ServeSettings:
         """Settings from ``GRU4REC_<FIELD>`` variables (e.g. ``GRU4REC_MAX_BATCH=32``), then
         ``overrides``."""
         environ = os.environ if environ is None else environ

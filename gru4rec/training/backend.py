@@ -99,6 +99,7 @@ def select_backend(
     want_fused = (device.type == "cuda" and fused_gpu_requested()) if fused_gpu is None else fused_gpu
     if want_fused:
         # The settings first (they hold on any machine), then whether Triton can run here.
+        why: str | None
         if dtype != torch.float32:
             why = f"they update float32 tables, not {dtype}"
         elif unique:

@@ -46,7 +46,9 @@ class GRUCell(Protocol):
     #: Whether this is the fused kernels' implementation.
     fused: bool
 
-    def forward(self, v: Tensor, h: Tensor, h_c: Tensor, wrz: Tensor, wh: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def forward(
+        self, v: Tensor, h: Tensor, h_c: Tensor, wrz: Tensor, wh: Tensor, mask: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(rz, hr, c, out) from ``v`` = x·Wx + Bh (B × 3n), the state ``h`` (and its cast ``h_c``)."""
         ...
 
@@ -63,7 +65,9 @@ class TorchGRUCell:
     def __init__(self, act: Activation, matmuls: Matmuls) -> None:
         self.act, self.mm = act, matmuls
 
-    def forward(self, v: Tensor, h: Tensor, h_c: Tensor, wrz: Tensor, wh: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def forward(
+        self, v: Tensor, h: Tensor, h_c: Tensor, wrz: Tensor, wh: Tensor, mask: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         mm, n = self.mm, h.shape[1]
         rz = torch.sigmoid(mm.addmm(v[:, n:], h_c, wrz))  # B × 2n
         hr = mm.cast(h * rz[:, :n])  # reset applied before the product
@@ -101,7 +105,9 @@ class FusedGRUCell:
     def __init__(self, kernels: CpuKernels) -> None:
         self.kernels = kernels
 
-    def forward(self, v: Tensor, h: Tensor, h_c: Tensor, wrz: Tensor, wh: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def forward(
+        self, v: Tensor, h: Tensor, h_c: Tensor, wrz: Tensor, wh: Tensor, mask: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         n = h.shape[1]
         rz = torch.addmm(v[:, n:], h_c, wrz)
         hr = self.kernels.gru_gates(rz, h)  # rz ← σ(rz) in place

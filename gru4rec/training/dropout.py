@@ -14,7 +14,7 @@ its dropout, not three per mask).
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

@@ -32,8 +32,9 @@ import logging
 import math
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -165,7 +166,7 @@ def train_epochs(
     bound: float | None = None
     warned = False
     for epoch in range(first_epoch, last + 1):
-        rng_state = rng.bit_generator.state  # a mid-epoch checkpoint redraws this epoch's order from it
+        rng_state = dict(rng.bit_generator.state)  # a mid-epoch checkpoint redraws this epoch's order from it
         if schedule is None or config.train_random_order:
             if config.train_random_order:
                 ep_items, ep_offsets = reorder(items, offsets, rng.permutation(len(offsets) - 1))
@@ -194,7 +195,7 @@ def train_epochs(
         if on_epoch_end is not None:
             on_epoch_end(stats)  # before the epoch's checkpoint, which then holds what it did
         if checkpoints is not None:
-            checkpoints.write(EpochPosition(epoch + 1, 0, 0, 0.0, None, rng.bit_generator.state))
+            checkpoints.write(EpochPosition(epoch + 1, 0, 0, 0.0, None, dict(rng.bit_generator.state)))
         yield stats
 
 
@@ -243,7 +244,10 @@ def _run_epoch(
             )
         return float((losses * weights[:done]).sum()) / max(float(schedule.n_active[:done].sum()), 1.0)
 
-    run = graphed_epoch_runner(trainer, schedule, accumulate) if trainer.backend.graph_replay and not trainer.reference else None
+    # Trainer.train_step_at takes the Schedule that StepSchedule describes (a protocol's parameter
+    # cannot be narrower than its own): the one place where the two meet.
+    replay = trainer.backend.graph_replay and not trainer.reference
+    run = graphed_epoch_runner(trainer, schedule, accumulate) if replay else None  # type: ignore[arg-type]  # see above
     if run is None:
         inputs, targets, active, keep = schedule.inputs, schedule.targets, schedule.active, schedule.keep
 

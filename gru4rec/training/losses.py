@@ -15,7 +15,7 @@ is the loss with its gradient dL/dscores written out (the fast step's), held to 
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

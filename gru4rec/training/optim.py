@@ -34,7 +34,7 @@ update — summing duplicates, clipping and the rule — is theirs (:meth:`Torch
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -57,7 +57,9 @@ class UniqueGrad(NamedTuple):
 EPS = 1e-6
 
 
-def item_table_grads(net: GRU4RecNet, inputs: Tensor, cols: Tensor, g_in: Tensor, g_wy: Tensor, g_by: Tensor) -> dict[str, SparseGrad | list[SparseGrad]]:
+def item_table_grads(
+    net: GRU4RecNet, inputs: Tensor, cols: Tensor, g_in: Tensor, g_wy: Tensor, g_by: Tensor
+) -> dict[str, SparseGrad | list[SparseGrad]]:
     """Row indices and gradient rows of each item table of ``net`` from the gradients of the
     step's input rows (``g_in``, B) and candidate rows (``g_wy``, ``g_by``: C); duplicates are
     summed by the optimiser. In shared mode the input rows are rows of ``Wy`` too."""
@@ -132,7 +134,7 @@ class Optimizer:
         self.t = torch.zeros((), device=device, dtype=dtype)  # adam's step count
         #: The rule's constants as the fused updates take them (CPU kernels, Triton): decay is rho
         #: (rmsprop, adadelta) or beta2 (adam); the bias corrections come per step.
-        self.rule = dict(method=self.method, lr=self.lr, momentum=self.momentum, lmbd=self.lmbd,
+        self.rule: dict[str, Any] = dict(method=self.method, lr=self.lr, momentum=self.momentum, lmbd=self.lmbd,
                          decay=self.beta2 if self.method == "adam" else self.rho, beta1=self.beta1, eps=EPS)
         if self.kernels is not None:
             self._fused["dense"] = self.kernels.table_update(self.flat, vars(self.state["dense"]), **self.rule)
@@ -261,7 +263,7 @@ class Optimizer:
         else:
             g_dense = torch.cat([g.reshape(-1) for g in dense_grads]) if dense_grads else self.flat_grad.zero_()
         if self._fused_update is not None:
-            self._fused_update(g_dense, sparse_grads)  # type: ignore[arg-type]  # scratch rows: never UniqueGrad
+            self._fused_update(g_dense, sparse_grads)  # scratch rows: never UniqueGrad
             return
         summed = {
             name: parts if isinstance(parts, UniqueGrad) else self._sum_duplicates(name, parts if isinstance(parts, list) else [parts])

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
@@ -44,7 +44,7 @@ from gru4rec.checkpoint import MODEL_SUFFIX
 from gru4rec.config import Config
 from gru4rec.errors import Gru4RecError, ModelFileError, TrainingInterrupted
 from gru4rec.files import check_output_path
-from gru4rec.training.trainer import Trainer
+from gru4rec.training.trainer import Trainer, TrainerState
 
 __all__ = ["CHECKPOINT_KIND", "CHECKPOINT_NAME", "CheckpointPart", "EpochPosition", "TrainingCheckpoint"]
 
@@ -97,7 +97,7 @@ class TrainingCheckpoint:
     :meth:`remove` deletes the file when the run has finished.
     """
 
-    def __init__(self, folder: str | Path, *, resume: bool = False, every_minutes: float | None = None) -> None:
+    def __init__(self, folder: str | os.PathLike[str], *, resume: bool = False, every_minutes: float | None = None) -> None:
         if every_minutes is not None and not (isinstance(every_minutes, (int, float)) and every_minutes > 0):
             raise Gru4RecError(f"checkpoint_every must be a positive number of minutes, got {every_minutes!r}")
         self.folder = check_output_path(folder, "checkpoint folder", force=True, folder=True)
@@ -153,9 +153,11 @@ class TrainingCheckpoint:
             raise ModelFileError(f"{self.path} was written for other training data ({meta['data']}); resume on the same data or remove it")
         epoch, step = int(meta["epoch"]) + 1, int(meta.get("step", 0))
         if step > 0 and epoch > config.n_epochs:
-            raise Gru4RecError(f"{self.path} stopped inside epoch {epoch}, after n_epochs={config.n_epochs}: resume with n_epochs >= {epoch}")
+            raise Gru4RecError(
+                f"{self.path} stopped inside epoch {epoch}, after n_epochs={config.n_epochs}: resume with n_epochs >= {epoch}"
+            )
         trainer.net.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("net.")})
-        state: dict[str, Any] = {
+        state: TrainerState = {
             "optimizer": {k[4:]: v for k, v in tensors.items() if k.startswith("opt.")},
             "dropout_gen": tensors["rng.dropout"],
             "sampler": {},
@@ -188,9 +190,9 @@ class TrainingCheckpoint:
         trainer, config, fingerprint = self._run
         state = trainer.state_dict()
         tensors: dict[str, Tensor] = {f"net.{k}": v for k, v in trainer.net.state_dict().items()}
-        tensors.update({f"opt.{k}": v for k, v in state["optimizer"].items()})  # type: ignore[union-attr]
-        tensors["rng.dropout"] = state["dropout_gen"]  # type: ignore[assignment]
-        sampler: dict[str, Any] = state["sampler"]  # type: ignore[assignment]
+        tensors.update({f"opt.{k}": v for k, v in state["optimizer"].items()})
+        tensors["rng.dropout"] = state["dropout_gen"]
+        sampler = state["sampler"]
         if sampler:
             tensors["rng.sampler"] = sampler["generator"]
             tensors["sampler.store"] = sampler["store"]

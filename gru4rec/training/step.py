@@ -57,10 +57,10 @@ import torch
 from torch import Tensor
 
 from gru4rec.model import GRU4RecNet
+from gru4rec.training.backend import Backend
 from gru4rec.training.cell import GRUCell, LayerCache
 from gru4rec.training.dropout import DropoutMasks
 from gru4rec.training.losses import LossGradFn
-from gru4rec.training.backend import Backend
 from gru4rec.training.ops import TorchOps
 from gru4rec.training.optim import Optimizer, SparseGrad, UniqueGrad, item_table_grads
 from gru4rec.training.precision import Matmuls
@@ -97,7 +97,8 @@ class FastStep:
         # layer 0 in one-hot mode, whose Wx_0 is an item table).
         views = optimizer.grad_views
         self._layer_grads = [
-            tuple(views.get(f"layers.{i}.{p}") for p in ("Wh", "Wrz", "Bh", "Wx")) for i in range(len(net.layers))
+            (views[f"layers.{i}.Wh"], views[f"layers.{i}.Wrz"], views[f"layers.{i}.Bh"], views.get(f"layers.{i}.Wx"))
+            for i in range(len(net.layers))
         ]
 
     @property
@@ -154,6 +155,7 @@ class FastStep:
             if cache.wx is None:
                 d = d_v  # layer 0 in none mode: the gradient of the Wx_0 rows themselves
                 break
+            assert g_wx is not None  # a layer with Wx in the step has its gradient view
             d_v_c = mm.cast(d_v)
             mm.mm_into(g_wx, cache.x_c.t(), d_v_c)
             d = mm.mm(d_v_c, cache.wx.t())  # dL/d(layer input)

@@ -10,6 +10,8 @@ and its loss gradient.
 """
 from __future__ import annotations
 
+from typing import Any, TypedDict
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -18,17 +20,26 @@ from gru4rec.config import Config
 from gru4rec.kernels.memory import keep_freed_memory
 from gru4rec.model import GRU4RecNet
 from gru4rec.training.backend import Backend, select_backend
+from gru4rec.training.batching import Schedule
 from gru4rec.training.dropout import DropoutMasks
 from gru4rec.training.losses import make_loss, masks_through_bias
+from gru4rec.training.ops import StepInputs, TorchOps
 from gru4rec.training.optim import Optimizer
 from gru4rec.training.precision import Matmuls, check_precision
 from gru4rec.training.reference import ReferenceStep
 from gru4rec.training.sampling import SampleStore, make_logq
-from gru4rec.training.batching import Schedule
-from gru4rec.training.ops import StepInputs, TorchOps
 from gru4rec.training.step import FastStep
 
-__all__ = ["Trainer"]
+__all__ = ["Trainer", "TrainerState"]
+
+
+class TrainerState(TypedDict):
+    """What a checkpoint keeps of a :class:`Trainer` (:meth:`Trainer.state_dict`)."""
+
+    optimizer: dict[str, Tensor]
+    #: The sample store's generator, store and cursor; empty without a sample store.
+    sampler: dict[str, Any]
+    dropout_gen: Tensor
 
 
 class Trainer:
@@ -136,8 +147,10 @@ class Trainer:
                 keep = schedule.keep.index_select(0, t.view(1)).squeeze(0)
                 for h in self.hidden[1:]:
                     h.mul_(keep)
-            return self._step(self.hidden, batch.inputs, batch.targets, batch.samples, batch.cols, batch.col_valid,
-                              batch.active, batch.n_cols, bias=batch.bias)
+            step = self._step
+            assert isinstance(step, FastStep)  # the fused gather is never built for the reference step
+            return step(self.hidden, batch.inputs, batch.targets, batch.samples, batch.cols, batch.col_valid,
+                        batch.active, batch.n_cols, bias=batch.bias)
         row = t.view(1)
         samples = store.index_select(0, sample_row.view(1)).squeeze(0) if store is not None else None
         return self.train_step(schedule.inputs.index_select(0, row).squeeze(0), schedule.targets.index_select(0, row).squeeze(0),
@@ -145,7 +158,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpointing
 
-    def state_dict(self) -> dict[str, object]:
+    def state_dict(self) -> TrainerState:
         """The optimiser's state, the sample store's and the dropout generator's: what a checkpoint keeps."""
         return {
             "optimizer": self.optimizer.state_dict(),
@@ -153,9 +166,9 @@ class Trainer:
             "dropout_gen": self.dropout_gen.get_state(),
         }
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
+    def load_state_dict(self, state: TrainerState) -> None:
         """Continue from a :meth:`state_dict`."""
-        self.optimizer.load_state_dict(state["optimizer"])  # type: ignore[arg-type]
+        self.optimizer.load_state_dict(state["optimizer"])
         if self.sampler is not None:
-            self.sampler.load_state_dict(state["sampler"])  # type: ignore[arg-type]
-        self.dropout_gen.set_state(state["dropout_gen"])  # type: ignore[arg-type]
+            self.sampler.load_state_dict(state["sampler"])
+        self.dropout_gen.set_state(state["dropout_gen"])

@@ -23,6 +23,8 @@ Triton; nothing imports it but the backend, when it is chosen.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -36,8 +38,8 @@ from gru4rec.training.batching import Schedule
 from gru4rec.training.cell import GRUCell, LayerCache
 from gru4rec.training.losses import LossGradFn, masks_through_bias
 from gru4rec.training.ops import FusedUpdate, OptimizerTables, SparseGrad, StepBatch, StepInputs, TorchOps
-from gru4rec.training.sampling import LogQ
 from gru4rec.training.precision import Matmuls
+from gru4rec.training.sampling import LogQ
 
 __all__ = ["TritonGRUCell", "TritonOps", "TritonUpdate", "triton_loss_grad"]
 
@@ -51,7 +53,9 @@ class TritonGRUCell:
     def __init__(self, act: Activation) -> None:
         self.act = activation_code(act)  # parsed once, not at every launch
 
-    def forward(self, v: Tensor, h: Tensor, h_c: Tensor, wrz: Tensor, wh: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def forward(
+        self, v: Tensor, h: Tensor, h_c: Tensor, wrz: Tensor, wh: Tensor, mask: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         n = h.shape[1]
         rz = torch.addmm(v[:, n:], h_c, wrz)
         hr = triton_gru.gru_gates(rz, h, torch.empty_like(h))  # rz ← σ(rz) in place
@@ -75,7 +79,7 @@ def triton_loss_grad(config: Config) -> LossGradFn:
     loss as a float64 0-dim tensor (the epoch loop's step losses are float64)."""
     loss, xe = config.loss, masks_through_bias(config)
     act = None if xe else activation_code(config.final_activation)  # parsed once, not at every step
-    constants = dict(loss=loss, act=act, bpreg=float(config.bpreg) if loss == "bpr-max" else 0.0,
+    constants: dict[str, Any] = dict(loss=loss, act=act, bpreg=float(config.bpreg) if loss == "bpr-max" else 0.0,
                      smoothing=float(config.smoothing) if xe else 0.0,
                      inv_batch=1.0 / float(config.batch_size))
 
@@ -96,8 +100,8 @@ class TritonUpdate:
     columns) takes one scatter and one update launch for both. The bias table ``By`` has the score
     columns' rows, as the columns' part of ``Wy`` does: it rides in those launches instead of
     taking two of its own. Per step, shared mode: 2 launches for the item tables, 1 for the
-    dense buffer (with grad_cap, 2 norm launches and a zeroing more). With grad_cap the squared norms of the dense gradient and of every summed row are
-    added on the device first, and every update reads the clip scale from there."""
+    dense buffer (with grad_cap, 2 norm launches and a zeroing more). With grad_cap the squared
+    norms of the dense gradient and of every summed row are added on the device first, and every update reads the clip scale from there."""
 
     def __init__(self, optimizer: OptimizerTables) -> None:
         rule = dict(optimizer.rule, grad_cap=optimizer.grad_cap)
@@ -114,18 +118,19 @@ class TritonUpdate:
     def __call__(self, g_dense: Tensor, sparse_grads: dict[str, SparseGrad | list[SparseGrad]]) -> None:
         parts = {name: grads if isinstance(grads, list) else [grads] for name, grads in sparse_grads.items()}
         riding = _riding_bias(parts)  # the bias table's gradient, carried by the Wy part of the same rows
-        by = self.tables.get("By")
-        jobs = []  # (table, rows, g, offset, (bias update, g_b) or None, second part (rows, g) or None)
+        # (table, rows, g, offset, (bias update, g_b) or None, second part (rows, g) or None)
+        jobs: list[tuple[TritonTableUpdate, Tensor, Tensor, int, tuple[TritonTableUpdate, Tensor] | None,
+                         tuple[Tensor, Tensor] | None]] = []
         for name, grads in parts.items():
             if name == "By" and riding is not None:
                 continue
             bias_at = riding if name == "Wy" else None
             if len(grads) == 2 and bias_at in (None, 1):  # two parts, one launch (shared mode's Wy)
-                bias = (by, parts["By"][0][1]) if bias_at == 1 else None
+                bias = (self.tables["By"], parts["By"][0][1]) if bias_at == 1 else None
                 jobs.append((self.tables[name], *grads[0], 0, bias, grads[1]))
                 continue
             for i, ((rows, g), offset) in enumerate(zip(grads, _offsets(grads))):
-                bias = (by, parts["By"][0][1]) if bias_at == i else None
+                bias = (self.tables["By"], parts["By"][0][1]) if bias_at == i else None
                 jobs.append((self.tables[name], rows, g, offset, bias, None))
         for table, rows, g, offset, bias, second in jobs:
             table.scatter(rows, g, offset, bias, second)

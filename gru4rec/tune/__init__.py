@@ -63,7 +63,8 @@ The package, one concern per module: :mod:`~gru4rec.tune.space` (search spaces),
 :mod:`~gru4rec.tune.settings` (:class:`ParoptSettings`), :mod:`~gru4rec.tune.storage` (storage
 URLs, heartbeats), :mod:`~gru4rec.tune.study` (creating, checking and resuming a study),
 :mod:`~gru4rec.tune.sampler` (the per-trial seeded TPE), :mod:`~gru4rec.tune.enqueue`
-(``--enqueue``), :mod:`~gru4rec.tune.trial_import` (``--add-trials``), :mod:`~gru4rec.tune.objective` (one trial), :mod:`~gru4rec.tune.workers` (the
+(``--enqueue``), :mod:`~gru4rec.tune.trial_import` (``--add-trials``),
+:mod:`~gru4rec.tune.objective` (one trial), :mod:`~gru4rec.tune.workers` (the
 worker processes, recovering killed ones), :mod:`~gru4rec.tune.runner` (:func:`run_study`),
 :mod:`~gru4rec.tune.reports` (the reports' contents), :mod:`~gru4rec.tune.report_files` (their
 files and owner), :mod:`~gru4rec.tune.final_test` and :mod:`~gru4rec.tune.cli` (the command

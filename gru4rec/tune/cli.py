@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Sequence
+import sys
+from collections.abc import Sequence
 
-from gru4rec.errors import ConfigError, Gru4RecError
 from gru4rec.tune.runner import run_study
 from gru4rec.tune.settings import DEFAULT_OUT, EVAL_MODES, METRICS, ParoptSettings
 from gru4rec.tune.storage import HEARTBEAT_GRACE_S, HEARTBEAT_INTERVAL_S, STORAGE_ENV
@@ -22,6 +22,9 @@ from gru4rec.tune.storage import HEARTBEAT_GRACE_S, HEARTBEAT_INTERVAL_S, STORAG
 __all__ = ["add_arguments", "build_parser", "main", "run", "settings_from_args"]
 
 log = logging.getLogger(__name__)
+
+#: The script's name in its messages and help.
+PROG = "paropt.py"
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, original: bool = False) -> None:
@@ -55,7 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, original: bool = False) ->
     parser.add_argument("-e", long("eval_type", "eval-mode"), dest="eval_type", metavar="MODE", choices=EVAL_MODES, default="standard",
                         help="tie handling: standard, conservative, median or tiebreaking (default standard)")
     parser.add_argument("-ik", long("item_key"), dest="item_key", metavar="IK", default=None, help="item id column (default ItemId)")
-    parser.add_argument("-sk", long("session_key"), dest="session_key", metavar="SK", default=None, help="session id column (default SessionId)")
+    parser.add_argument(
+        "-sk", long("session_key"), dest="session_key", metavar="SK", default=None, help="session id column (default SessionId)"
+    )
     parser.add_argument("-tk", long("time_key"), dest="time_key", metavar="TK", default=None, help="time column (default Time)")
     parser.add_argument("-d", "--device", default="auto", help="torch device: auto, cpu, cuda, cuda:1, ... (default auto)")
     parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
@@ -148,26 +153,18 @@ def settings_from_args(args: argparse.Namespace) -> ParoptSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run paropt for parsed arguments; returns the exit code (see the module).
-
-    An error is one line on stderr; with ``args.debug`` the exception propagates.
-    """
-    try:
-        report = run_study(settings_from_args(args))
-    except Gru4RecError as exc:
-        if getattr(args, "debug", False):
-            raise
-        log.error(str(exc))  # the default handler writes it as "error: ..." on stderr
-        return 2 if isinstance(exc, ConfigError) else 1
-    except KeyboardInterrupt:
-        return 130  # run_study said how to continue
+    """Run paropt for parsed arguments; returns the exit code of a study that ran (see the
+    module). Errors and interruptions propagate to the command line's one dispatcher
+    (:func:`gru4rec.cli.dispatch`: ``gru4rec paropt`` and :func:`main` alike), which turns them
+    into one line and the exit code; an interrupted run has already said how to continue."""
+    report = run_study(settings_from_args(args))
     return 1 if report.problems else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``paropt.py``: the original's flags as it spelled them, plus ``-q``/``--debug``."""
     parser = argparse.ArgumentParser(
-        prog="paropt.py",
+        prog=PROG,
         description="Tune GRU4Rec hyperparameters with Optuna (resumable, parallel, distributed).",
     )
     add_arguments(parser, original=True)
@@ -177,10 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``paropt.py`` / ``python -m gru4rec.tune``: parse ``argv`` and :func:`run`."""
-    args = build_parser().parse_args(argv)
-    if args.quiet:
-        from gru4rec.log import set_verbosity
+    """``paropt.py`` / ``python -m gru4rec.tune``: parse ``argv`` and :func:`run` through the
+    command line's dispatcher (the exit codes and one-line errors of every ``gru4rec`` command),
+    with the original's messages on standard output (``-q``: warnings and errors only)."""
+    from gru4rec.cli import dispatch
+    from gru4rec.cli.console import command_console
 
-        set_verbosity(logging.WARNING)
-    return run(args)
+    def run_with_console(args: argparse.Namespace) -> int:
+        with command_console(PROG, level=logging.WARNING if args.quiet else logging.INFO, messages_on_stdout=True):
+            return run(args)
+
+    return dispatch(build_parser(), list(sys.argv[1:] if argv is None else argv), run_with_console, prog=PROG)

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from gru4rec.errors import ConfigError
 from gru4rec.tune.space import ParamSpec, canonical_name, fixed_names, raise_problems, trial_param_string
@@ -46,7 +47,7 @@ class Enqueued:
     warnings: tuple[str, ...] = ()
 
 
-def _searched_value(spec: ParamSpec, value: Any, base: "Config") -> tuple[Any, str | None]:
+def _searched_value(spec: ParamSpec, value: Any, base: Config) -> tuple[Any, str | None]:
     """``value`` (the file's, typed by Config) as the trial's value of ``spec``; returns
     ``(value, problem)``."""
     name = canonical_name(spec.name)
@@ -75,7 +76,7 @@ def _searched_value(spec: ParamSpec, value: Any, base: "Config") -> tuple[Any, s
     return value, None
 
 
-def read_enqueued(path: str | os.PathLike[str], space: Sequence[ParamSpec], base: "Config", fixed: str) -> Enqueued:
+def read_enqueued(path: str | os.PathLike[str], space: Sequence[ParamSpec], base: Config, fixed: str) -> Enqueued:
     """Read the parameter file ``path`` and check it against the study (see the module);
     raises ConfigError listing every problem, naming the file."""
     from gru4rec.config import Config
@@ -129,7 +130,7 @@ def read_enqueued(path: str | os.PathLike[str], space: Sequence[ParamSpec], base
     return Enqueued(path=str(path), params=params, warnings=tuple(warnings))
 
 
-def enqueue(study: "optuna.Study", items: Sequence[Enqueued]) -> list[int | None]:
+def enqueue(study: optuna.Study, items: Sequence[Enqueued]) -> list[int | None]:
     """Queue each item's values as a trial of ``study`` unless a trial with the same values is
     already in it (a rerun of the same command queues nothing twice); logs what it did. Returns,
     per item, None when it was queued, else the number of the trial that already has its values."""

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 
 def final_test(
-    settings: ParoptSettings, config: "Config", keys: dict[str, str], train: "pd.DataFrame", valid: "pd.DataFrame"
+    settings: ParoptSettings, config: Config, keys: dict[str, str], train: pd.DataFrame, valid: pd.DataFrame
 ) -> dict[str, Any]:
     """Train ``config`` on ``train`` + ``valid`` (TRAIN and VALID as read with the column ``keys``)
     and evaluate it on ``settings.final_test`` at the ``-fm`` cutoffs; logs the metric lines and

@@ -17,8 +17,9 @@ import os
 import socket
 import time
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from gru4rec.errors import ConfigError, LossExplodedWarning, TrainingDivergedError
 from gru4rec.log import LOGGER_NAME
@@ -78,7 +79,7 @@ class _EpochReporter:
     """The ``fit`` callback: evaluate on VALID after every epoch, report, maybe prune."""
 
     def __init__(
-        self, trial: "optuna.trial.Trial", score: Callable[[Any], float], n_epochs: int, per_epoch: bool
+        self, trial: optuna.trial.Trial, score: Callable[[Any], float], n_epochs: int, per_epoch: bool
     ) -> None:
         self.trial = trial
         self.score = score
@@ -112,9 +113,9 @@ class Objective:
         self,
         settings: ParoptSettings,
         space: Sequence[ParamSpec],
-        base: "Config",
-        train: "pd.DataFrame",
-        valid: "pd.DataFrame",
+        base: Config,
+        train: pd.DataFrame,
+        valid: pd.DataFrame,
         per_epoch: bool,
         run_id: str = "",
     ) -> None:
@@ -155,7 +156,7 @@ class Objective:
             raise TrainingDivergedError(f"the validation {self.settings.primary_metric} is {value}")
         return value
 
-    def __call__(self, trial: "optuna.trial.Trial") -> float:
+    def __call__(self, trial: optuna.trial.Trial) -> float:
         optuna = import_optuna()
         from gru4rec.recommender import GRU4Rec
 

@@ -22,9 +22,10 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from gru4rec.errors import Gru4RecError
 from gru4rec.files import atomic_write

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from gru4rec.tune.settings import ParoptSettings
 from gru4rec.tune.space import ParamSpec, canonical_name, fixed_names
@@ -69,7 +70,7 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def best_param_dict(base: "Config", fixed: str, space: Sequence[ParamSpec], best_string: str) -> dict[str, Any]:
+def best_param_dict(base: Config, fixed: str, space: Sequence[ParamSpec], best_string: str) -> dict[str, Any]:
     """Typed values of the fixed and searched parameters of the best configuration.
 
     The keys are those of ``-fp`` and of the space, in that order (aliases resolved), plus the
@@ -102,7 +103,7 @@ def _is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _trial_records(study: "optuna.Study", space: Sequence[ParamSpec]) -> list[dict[str, Any]]:
+def _trial_records(study: optuna.Study, space: Sequence[ParamSpec]) -> list[dict[str, Any]]:
     specs = {s.name: s for s in space}
     records = []
     for t in study.get_trials(deepcopy=False):
@@ -126,7 +127,7 @@ def _trial_records(study: "optuna.Study", space: Sequence[ParamSpec]) -> list[di
     return records
 
 
-def trials_csv_text(study: "optuna.Study", space: Sequence[ParamSpec]) -> str:
+def trials_csv_text(study: optuna.Study, space: Sequence[ParamSpec]) -> str:
     """Every trial of ``study``, whatever its outcome, as CSV (Optuna's trials data frame)."""
     frame = study.trials_dataframe()
     for spec in space:  # stored values are raw floats (0.35000000000000003): write them clean
@@ -136,7 +137,7 @@ def trials_csv_text(study: "optuna.Study", space: Sequence[ParamSpec]) -> str:
     return str(frame.to_csv(index=False))
 
 
-def trials_json_text(study: "optuna.Study", space: Sequence[ParamSpec]) -> str:
+def trials_json_text(study: optuna.Study, space: Sequence[ParamSpec]) -> str:
     """Every trial of ``study`` as a JSON list of records (state, value, parameters, per-epoch
     values, user attributes, times, and ``retry_of`` for a trial queued again after its worker
     died)."""

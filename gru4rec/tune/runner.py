@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from gru4rec.errors import DataError
 from gru4rec.tune._optuna import import_optuna
 from gru4rec.tune.enqueue import enqueue, read_enqueued
-from gru4rec.tune.trial_import import add_trials, read_trial_records
 from gru4rec.tune.final_test import final_test
 from gru4rec.tune.report_files import ReportOwner, check_reports, output_paths, write_reports
 from gru4rec.tune.reports import (
@@ -43,6 +42,7 @@ from gru4rec.tune.study import (
     study_identity,
     study_uid,
 )
+from gru4rec.tune.trial_import import add_trials, read_trial_records
 from gru4rec.tune.workers import MAX_CONSECUTIVE_FAILURES, open_run_storage, read_data, run_workers, set_threads
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -60,7 +60,7 @@ def _counts_text(counts: dict[str, int]) -> str:
     return f"{total} trial{'s' if total != 1 else ''} (" + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ")"
 
 
-def _run_counts(study: "optuna.Study", run_id: str) -> dict[str, int]:
+def _run_counts(study: optuna.Study, run_id: str) -> dict[str, int]:
     counts: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
         if t.user_attrs.get("run") == run_id:
@@ -68,7 +68,7 @@ def _run_counts(study: "optuna.Study", run_id: str) -> dict[str, int]:
     return counts
 
 
-def _log_plan(settings: ParoptSettings, prepared: Prepared, storage: Any, url: str, study: "optuna.Study",
+def _log_plan(settings: ParoptSettings, prepared: Prepared, storage: Any, url: str, study: optuna.Study,
               resumed: bool, pruning: bool) -> None:
     what = "Resuming" if resumed else "Starting"
     log.info(f"{what} study {prepared.study_name!r} in {redact(url)}: {_counts_text(state_counts(study))} so far")
@@ -161,9 +161,9 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
     for path in settings.add_trials:  # an unreadable export fails now, before a study is created
         read_trial_records(path)
     # Missing data fails now, before a study is created for it.
-    for label, path in (("TRAIN", settings.train), ("VALID", settings.valid), ("--final-test", settings.final_test)):
-        if path is not None and not Path(path).is_file():
-            raise DataError(f"{label} {path}: file not found")
+    for label, data_file in (("TRAIN", settings.train), ("VALID", settings.valid), ("--final-test", settings.final_test)):
+        if data_file is not None and not Path(data_file).is_file():
+            raise DataError(f"{label} {data_file}: file not found")
 
     storage, url = open_run_storage(settings, prepared)
     paths = output_paths(settings.out, prepared.study_name)

@@ -13,7 +13,8 @@ imports it only when a study is made.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from gru4rec.tune._optuna import import_optuna
 
@@ -32,9 +33,10 @@ def trial_seed(seed: int, number: int) -> int:
 
 
 _optuna = import_optuna()
+_BaseSampler: Any = _optuna.samplers.BaseSampler  # optuna is optional: typed as Any
 
 
-class PerTrialSeededTPE(_optuna.samplers.BaseSampler):  # type: ignore[misc]
+class PerTrialSeededTPE(_BaseSampler):
     """Optuna's ``TPESampler`` (default settings) with a fresh generator seeded per trial
     (:func:`trial_seed`); ``seed=None`` draws unseeded. Picklable, for spawned workers."""
 
@@ -46,31 +48,31 @@ class PerTrialSeededTPE(_optuna.samplers.BaseSampler):  # type: ignore[misc]
         seed = None if self.seed is None or number is None else trial_seed(self.seed, number)
         return _optuna.samplers.TPESampler(seed=seed)
 
-    def before_trial(self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial") -> None:
+    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         # Optuna calls this before anything of the trial is sampled.
         self._current = self._tpe(trial.number)
         self._current.before_trial(study, trial)
 
     def infer_relative_search_space(
-        self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial"
+        self, study: optuna.Study, trial: optuna.trial.FrozenTrial
     ) -> dict[str, Any]:
         return self._current.infer_relative_search_space(study, trial)
 
     def sample_relative(
-        self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial", search_space: dict[str, Any]
+        self, study: optuna.Study, trial: optuna.trial.FrozenTrial, search_space: dict[str, Any]
     ) -> dict[str, Any]:
         return self._current.sample_relative(study, trial, search_space)
 
     def sample_independent(
-        self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial", param_name: str, param_distribution: Any
+        self, study: optuna.Study, trial: optuna.trial.FrozenTrial, param_name: str, param_distribution: Any
     ) -> Any:
         return self._current.sample_independent(study, trial, param_name, param_distribution)
 
     def after_trial(
         self,
-        study: "optuna.Study",
-        trial: "optuna.trial.FrozenTrial",
-        state: "optuna.trial.TrialState",
+        study: optuna.Study,
+        trial: optuna.trial.FrozenTrial,
+        state: optuna.trial.TrialState,
         values: Sequence[float] | None,
     ) -> None:
         self._current.after_trial(study, trial, state, values)

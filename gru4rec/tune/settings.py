@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gru4rec.errors import Gru4RecError
 from gru4rec.tune.space import ParamSpec, raise_problems
+
+if TYPE_CHECKING:  # the evaluator is imported when a trial runs, not with the settings
+    from gru4rec.evaluation.metrics import TieMode
 
 __all__ = ["DEFAULT_OUT", "EVAL_MODES", "METRICS", "ParoptSettings", "metric_label"]
 
@@ -35,7 +39,7 @@ class ParoptSettings:
     final_measure: tuple[int, ...] = (20,)
     """Cutoffs of the final test (``-fm``)."""
     primary_metric: str = "recall"
-    eval_mode: str = "standard"
+    eval_mode: TieMode = "standard"
     session_key: str | None = None
     item_key: str | None = None
     time_key: str | None = None

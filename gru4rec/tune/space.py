@@ -17,10 +17,11 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from gru4rec.errors import ConfigError
 
@@ -88,7 +89,7 @@ class ParamSpec:
             return int(value)
         return value
 
-    def suggest(self, trial: "optuna.trial.BaseTrial") -> Any:
+    def suggest(self, trial: optuna.trial.BaseTrial) -> Any:
         """Ask ``trial`` for a value of this parameter (Optuna's suggest_int/float/categorical)."""
         if self.dtype == "int":
             return int(trial.suggest_int(self.name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log))
@@ -293,7 +294,7 @@ def fixed_names(fixed: str) -> list[str]:
     return [part.partition("=")[0].strip() for part in fixed.split(",") if part.strip()]
 
 
-def check_paramspace(space: Sequence[ParamSpec], base: "Config", fixed: str = "") -> None:
+def check_paramspace(space: Sequence[ParamSpec], base: Config, fixed: str = "") -> None:
     """Check the space against the configuration it modifies, before any trial runs.
 
     Every searched name must be a hyperparameter, must not also be fixed, and every end of a

@@ -17,8 +17,9 @@ import os
 import re
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from gru4rec.errors import Gru4RecError
 from gru4rec.tune._optuna import import_optuna

@@ -46,7 +46,7 @@ class Prepared:
     """What every worker derives from the settings before its first trial."""
 
     space: list[ParamSpec]
-    base: "Config"
+    base: Config
     keys: dict[str, str]
     study_name: str
     storage_url: str
@@ -121,7 +121,7 @@ def study_identity(settings: ParoptSettings, prepared: Prepared) -> dict[str, An
 
 def open_study(
     storage: Any, name: str, identity: dict[str, Any], sampler: Any, pruner: Any
-) -> tuple["optuna.Study", bool]:
+) -> tuple[optuna.Study, bool]:
     """Create the study or load it if it exists; returns ``(study, resumed)``.
 
     Refuses to resume a study that optimises something else (other space, fixed parameters,
@@ -160,7 +160,7 @@ def open_study(
     return study, n_trials > 0
 
 
-def find_study(storage: Any, name: str) -> "optuna.Study | None":
+def find_study(storage: Any, name: str) -> optuna.Study | None:
     """The study ``name`` in ``storage``, or None when there is none (nothing is created)."""
     optuna = import_optuna()
     try:
@@ -169,7 +169,7 @@ def find_study(storage: Any, name: str) -> "optuna.Study | None":
         return None
 
 
-def study_uid(study: "optuna.Study") -> str | None:
+def study_uid(study: optuna.Study) -> str | None:
     """The id :func:`open_study` gave the study (None for a study not made by paropt): the owner
     its report files record, so that a rerun tells its own reports from another study's."""
     recorded = study.user_attrs.get(_STUDY_ATTR)
@@ -182,14 +182,14 @@ def default_study_name(paramspace: str | os.PathLike[str], train: str | os.PathL
     return f"{Path(paramspace).stem}.{train_path.parent.name}.{train_path.name.split('.')[0]}"
 
 
-def n_finished(study: "optuna.Study") -> int:
+def n_finished(study: optuna.Study) -> int:
     """Trials of the study that count towards ``--total`` (COMPLETE or PRUNED)."""
     optuna = import_optuna()
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     return len(study.get_trials(deepcopy=False, states=states))
 
 
-def state_counts(study: "optuna.Study") -> dict[str, int]:
+def state_counts(study: optuna.Study) -> dict[str, int]:
     """Number of the study's trials per state name (``COMPLETE``, ``PRUNED``, ``FAIL``, ...)."""
     counts: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):

@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gru4rec.errors import ConfigError
 from gru4rec.tune._optuna import import_optuna
@@ -76,7 +77,7 @@ def _check_params(params: dict[str, Any], space: Sequence[ParamSpec], finished: 
     return None
 
 
-def _same(trial: "optuna.trial.FrozenTrial", state: str, params: dict[str, Any], value: Any,
+def _same(trial: optuna.trial.FrozenTrial, state: str, params: dict[str, Any], value: Any,
           specs: dict[str, ParamSpec]) -> bool:
     known = trial.params or trial.system_attrs.get("fixed_params") or {}
     # Compared as the model gets them: a sampled stepped float (0.15000000000000002) is exported
@@ -92,7 +93,7 @@ def _cleaned(params: dict[str, Any], specs: dict[str, ParamSpec]) -> dict[str, A
     return {name: specs[name].clean(value) if name in specs else value for name, value in params.items()}
 
 
-def add_trials(study: "optuna.Study", path: str | os.PathLike[str], space: Sequence[ParamSpec]) -> ImportedTrials:
+def add_trials(study: optuna.Study, path: str | os.PathLike[str], space: Sequence[ParamSpec]) -> ImportedTrials:
     """Add the finished trials of the export ``path`` to ``study`` and queue its unfinished ones
     (see the module). Raises ConfigError, naming the file
     and the trial, for a file that is not an export or a trial that is not of this space; nothing

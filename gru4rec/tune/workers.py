@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
 import multiprocessing.connection
+import os
 import signal
 import sys
 import threading
@@ -57,7 +57,7 @@ class _TrialLog:
         self.consecutive_failures = 0
         self.gave_up: str | None = None
 
-    def __call__(self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial") -> None:
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         optuna = import_optuna()
         states = optuna.trial.TrialState
         params = trial.user_attrs.get("param_string", "")
@@ -104,7 +104,7 @@ def set_threads(settings: ParoptSettings) -> None:
     set_torch_threads(settings.trial_threads())
 
 
-def read_data(settings: ParoptSettings, keys: dict[str, str]) -> tuple["pd.DataFrame", "pd.DataFrame"]:
+def read_data(settings: ParoptSettings, keys: dict[str, str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """TRAIN and VALID as event frames, read with the column ``keys``."""
     from gru4rec.data.events import read_events
 
@@ -244,7 +244,7 @@ class _LocalWorkers:
             if not by_sentinel:
                 return
             for sentinel in multiprocessing.connection.wait(list(by_sentinel), timeout=1.0):
-                self._ended(by_sentinel[sentinel])  # type: ignore[index]
+                self._ended(by_sentinel[sentinel])
 
     def _ended(self, child: _Child) -> None:
         child.process.join()
