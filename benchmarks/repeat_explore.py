@@ -51,9 +51,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -110,7 +110,7 @@ class History:
     def n(self) -> int:
         return len(self.target)
 
-    def rows(self, index: np.ndarray) -> "History":
+    def rows(self, index: np.ndarray) -> History:
         return History(self.items[index], self.mask[index], self.count[index], self.recency[index],
                        {d: v[index] for d, v in self.decayed.items()}, self.length[index], self.target[index],
                        self.target_slot[index], self.session[index])
@@ -185,7 +185,7 @@ class NetworkView:
     plain_rank: Tensor  # [P] its conservative rank among all items: #{j : s_j ≥ s_target}
 
     @staticmethod
-    def of(scores: Tensor, cand_items: Tensor, cand_mask: Tensor, target: Tensor | None, k: int) -> "NetworkView":
+    def of(scores: Tensor, cand_items: Tensor, cand_mask: Tensor, target: Tensor | None, k: int) -> NetworkView:
         """The view of a block of rows of ``scores`` (B×N); ``target`` None (serving): no
         target score, plain rank or spread (zeros), only what the mixture reads."""
         lse = torch.logsumexp(scores, 1)
@@ -203,7 +203,7 @@ class NetworkView:
         return NetworkView(lse, lse_beta, entropy, std, top.values, top.indices, in_session, scores.gather(1, cand_items),
                            target_score, plain_rank)
 
-    def rows(self, index: Tensor | np.ndarray) -> "NetworkView":
+    def rows(self, index: Tensor | np.ndarray) -> NetworkView:
         index = torch.as_tensor(index)
         return NetworkView(*(getattr(self, f).index_select(0, index) for f in self.__dataclass_fields__))
 
@@ -264,7 +264,7 @@ class Inputs:
     target_slot: Tensor  # [P] (−1: a new item)
     beta: float = 1.0  # the explore part's inverse temperature
 
-    def rows(self, index: np.ndarray) -> "Inputs":
+    def rows(self, index: np.ndarray) -> Inputs:
         index = torch.as_tensor(index)
         return Inputs(*(getattr(self, f).index_select(0, index) for f in self.__dataclass_fields__ if f != "beta"), beta=self.beta)
 
@@ -496,7 +496,7 @@ def cross_fit(view: NetworkView, hist: History, xs: dict[float, Inputs], halves:
         seconds = time.perf_counter() - start
         vf = view.rows(fit_rows)
         with torch.no_grad():
-            def fit_mrr(offset: float) -> float:
+            def fit_mrr(offset: float, model: Mixture = model, vf: NetworkView = vf, xf: Inputs = xf) -> float:
                 model.offset = offset
                 return metrics(ranks_with_bonus(vf, xf.mask, xf.target_slot, model.bonus(xf)))["mrr@20"]
 
@@ -565,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.save({f: getattr(view, f) for f in view.__dataclass_fields__}, cache)
     emit(data=args.data.name, predictions=hist.n, max_candidates=C, k=k, network_pass_seconds=round(time.perf_counter() - start, 1),
          repeat_targets=round(float((hist.target_slot >= 0).mean()), 4))
-    items_t, mask_t, slot_t = torch.from_numpy(hist.items), torch.from_numpy(hist.mask), torch.from_numpy(hist.target_slot)
+    mask_t, slot_t = torch.from_numpy(hist.mask), torch.from_numpy(hist.target_slot)
 
     # Plain, checked against the package's evaluator.
     plain = ranks_with_bonus(view, mask_t, slot_t, torch.zeros(hist.items.shape))

@@ -35,8 +35,9 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,12 +46,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from train_speed import CONFIGS, load_sessions, matmul_floor_ms, prefix_for_steps  # noqa: E402
+
 from gru4rec.config import Config  # noqa: E402
 from gru4rec.model import GRU4RecNet  # noqa: E402
 from gru4rec.threads import set_threads  # noqa: E402
 from gru4rec.training.batching import build_schedule  # noqa: E402
 from gru4rec.training.trainer import Trainer  # noqa: E402
-from train_speed import CONFIGS, load_sessions, matmul_floor_ms, prefix_for_steps  # noqa: E402
 
 
 class PartTimer:

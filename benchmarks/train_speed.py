@@ -44,10 +44,10 @@ from gru4rec.config import Config  # noqa: E402
 from gru4rec.data import ItemMap, item_support, read_events, sessions_from_events  # noqa: E402
 from gru4rec.devices import resolve_device  # noqa: E402
 from gru4rec.model import GRU4RecNet  # noqa: E402
+from gru4rec.threads import set_threads  # noqa: E402
 from gru4rec.training.backend import select_backend  # noqa: E402
 from gru4rec.training.batching import build_schedule  # noqa: E402
 from gru4rec.training.loop import train_epochs  # noqa: E402
-from gru4rec.threads import set_threads  # noqa: E402
 from gru4rec.training.trainer import Trainer  # noqa: E402
 
 CONFIGS = {

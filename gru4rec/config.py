@@ -21,7 +21,8 @@ column names) are one function, :func:`_combination_problems`.
 Whatever the route, every value is converted to its field's type and the whole configuration is
 checked at once; :class:`~gru4rec.errors.ConfigError` lists every problem, each naming its
 parameter. A config remembers which fields were given (:attr:`Config.given`) rather than left at
-their defaults, so that a warm start can take the others from the model it continues. Two values are derived when construction resolves them:
+their defaults, so that a warm start can take the others from the model it continues. Two values
+are derived when construction resolves them:
 
 * ``final_act=None`` becomes the loss's usual final activation (``softmax`` for cross-entropy,
   ``softmax_logit`` for xe_logit, ``elu-0.5`` for bpr-max, top1-max, bpr and top1);

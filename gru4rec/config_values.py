@@ -12,8 +12,9 @@ import difflib
 import math
 import numbers
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 __all__ = [
     "ADAPTS",

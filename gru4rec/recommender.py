@@ -15,8 +15,9 @@ import copy
 import logging
 import os
 import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -130,8 +131,8 @@ class GRU4Rec:
         checkpoint_every: float | None = None,
         keep_checkpoint: bool = False,
         progress: bool = True,
-        init_from: "GRU4Rec | str | os.PathLike[str] | None" = None,
-    ) -> "GRU4Rec":
+        init_from: GRU4Rec | str | os.PathLike[str] | None = None,
+    ) -> GRU4Rec:
         """Train on ``data`` (DataFrame or file with session, item and time columns): from scratch,
         or from a trained model with ``init_from`` (a ``GRU4Rec`` or a model file).
 
@@ -182,7 +183,7 @@ class GRU4Rec:
                     overwrite=overwrite)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], *, device: str | torch.device = "auto") -> "GRU4Rec":
+    def load(cls, path: str | os.PathLike[str], *, device: str | torch.device = "auto") -> GRU4Rec:
         """Read a model written by :meth:`save` (:mod:`gru4rec.model_file`). Never executes code from the file."""
         parts = read_model(path)
         model = cls(parts.config, device=device)
@@ -230,7 +231,7 @@ class GRU4Rec:
         none by default): :class:`~gru4rec.inference.repeat.RepeatAware`."""
         return RepeatBoost(self.config.repeat_weight, self.config.repeat_decay)
 
-    def with_repeat_boost(self, weight: float, decay: float = 1.0) -> "GRU4Rec":
+    def with_repeat_boost(self, weight: float, decay: float = 1.0) -> GRU4Rec:
         """This model with repeat-aware scoring ``weight``, ``decay`` (docs/python.md#repeat-aware-scoring):
         a new ``GRU4Rec`` that shares this one's network, item map and supports (no tensor is
         copied; training either one later gives it a network of its own) and whose config holds
@@ -323,7 +324,8 @@ class GRU4Rec:
             result[start : start + len(out)] = out.float().cpu().numpy()
         return result
 
-    def predict_next_batch(self, session_ids: Sequence[Any], input_item_ids: Sequence[Any], predict_for_item_ids: Sequence[Any] | None = None) -> pd.DataFrame:
+    def predict_next_batch(self, session_ids: Sequence[Any], input_item_ids: Sequence[Any],
+                           predict_for_item_ids: Sequence[Any] | None = None) -> pd.DataFrame:
         """The original's streaming API: one hidden state per batch position, reset whenever the
         session id at that position changes (the engine holds them: :meth:`Engine.predict_next
         <gru4rec.inference.Engine.predict_next>`). Returns the model's scores (without the repeat

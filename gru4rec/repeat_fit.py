@@ -7,7 +7,8 @@ step's scores are ranked under every grid point (:func:`gru4rec.evaluation.evalu
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from gru4rec.evaluation import evaluate_boosts
 from gru4rec.evaluation.metrics import TieMode

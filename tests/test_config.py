@@ -491,7 +491,7 @@ def test_every_field_declares_its_group_converter_and_check() -> None:
     assert set(INFERENCE_FIELDS) == {"repeat_weight", "repeat_decay"}
     assert set(DATA_FIELDS) == {"session_key", "item_key", "time_key"}
     assert warm_start.NETWORK_FIELDS == tuple(name for name, spec in SPECS.items() if spec.group == "network")
-    with pytest.raises(Exception):
+    with pytest.raises(TypeError):
         SPECS["loss"] = SPECS["seed"]  # type: ignore[index]  # read-only
 
 

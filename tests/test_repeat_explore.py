@@ -80,7 +80,7 @@ def case(seed: int = 0, n_items: int = 12):
     return rng, scores, hist, view, support
 
 
-def random_mixture(rng: np.random.Generator, x, form: str = "additive") -> "rx.Mixture":
+def random_mixture(rng: np.random.Generator, x, form: str = "additive") -> rx.Mixture:
     model = rx.Mixture(x.cand.shape[2], x.sess.shape[1], form=form)
     model.standardise(x)
     with torch.no_grad():
@@ -168,7 +168,8 @@ def test_ranks_match_brute_force(k):
     if k is not None:  # a short top-K: exact up to K − C, beyond it K + 1
         view = rx.NetworkView.of(scores, torch.from_numpy(hist.items), torch.from_numpy(hist.mask), torch.from_numpy(hist.target), k)
     x = rx.features(view, hist, support)
-    for bonus in (random_mixture(rng, x).bonus(x).detach(), torch.from_numpy(rng.uniform(0, 2, size=hist.items.shape)) * torch.from_numpy(hist.mask)):
+    uniform = torch.from_numpy(rng.uniform(0, 2, size=hist.items.shape)) * torch.from_numpy(hist.mask)
+    for bonus in (random_mixture(rng, x).bonus(x).detach(), uniform):
         got = rx.ranks_with_bonus(view, x.mask, x.target_slot, bonus).numpy()
         want = brute_ranks(scores.numpy(), hist, bonus.numpy())
         if k is None:

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from gru4rec.inference.clicks import Clicks
+from gru4rec.inference.scoring import CertifiedTopK, Float32TopK, make_topk
 from gru4rec.kernels.build import KernelBuildError
 from gru4rec.kernels.cpu_features import cpu_flags
 from gru4rec.kernels.int8_scores import Int8Kernels, Int8Table, int8_kernels, load_int8_kernels
-from gru4rec.inference.clicks import Clicks
-from gru4rec.inference.scoring import CertifiedTopK, Float32TopK, make_topk
 
 torch.set_num_threads(1)
 

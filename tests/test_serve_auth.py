@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from serve_helpers import httpx, recommend, redis_process, running, train_small  # noqa: E402
-
 from gru4rec import GRU4Rec  # noqa: E402
 from gru4rec.cli import main  # noqa: E402
 from gru4rec.errors import ConfigError  # noqa: E402
 from gru4rec.serve import ServeSettings, create_app  # noqa: E402
 from gru4rec.serve.state import StoreUnavailable  # noqa: E402
+from serve_helpers import httpx, recommend, redis_process, running, train_small  # noqa: E402
 
 TOKEN = "tok-8c1f0e5b7d2a4e69b3c1"
 

@@ -14,14 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from serve_helpers import SMALL, httpx, recommend, redis_process, redis_server, running, train_small  # noqa: E402
-
 from gru4rec import GRU4Rec  # noqa: E402
 from gru4rec.datasets.synthetic import generate  # noqa: E402
 from gru4rec.inference import Engine  # noqa: E402
 from gru4rec.serve import ServeSettings, create_app  # noqa: E402
 from gru4rec.serve.batcher import Job, MicroBatcher  # noqa: E402
 from gru4rec.serve.state import MemoryStore, RedisStore, decode_session  # noqa: E402
+from serve_helpers import SMALL, httpx, recommend, redis_process, redis_server, running, train_small  # noqa: E402
 
 K = 6
 

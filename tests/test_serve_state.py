@@ -10,8 +10,17 @@ import numpy as np
 import pytest
 
 from gru4rec.inference import SessionState
-from gru4rec.serve.state import (LastClick, MemoryStore, RedisStore, StoreUnavailable, cas_prefix, decode_session,
-                                 encode_session, open_store, redacted_url)
+from gru4rec.serve.state import (
+    LastClick,
+    MemoryStore,
+    RedisStore,
+    StoreUnavailable,
+    cas_prefix,
+    decode_session,
+    encode_session,
+    open_store,
+    redacted_url,
+)
 from serve_helpers import free_port, redis_server
 
 

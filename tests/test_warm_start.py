@@ -351,7 +351,8 @@ def test_the_train_command_takes_the_models_fields(tmp_path: Path, capsys: pytes
     capsys.readouterr()
     code = main(["train", str(tmp_path / "today.tsv"), "-ps", "n_epochs=2,layers=32", "--init-from", str(first)])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("gru4rec: error: ")]
-    assert code != 0 and len(err) == 1 and f"cannot warm-start from {first}: the network differs (layers: 16 in the model, 32 now)" in err[0], err
+    assert code != 0 and len(err) == 1, err
+    assert f"cannot warm-start from {first}: the network differs (layers: 16 in the model, 32 now)" in err[0]
 
 
 def test_the_config_of_a_model_file_is_read_from_its_header(tmp_path: Path, yesterday: GRU4Rec) -> None:

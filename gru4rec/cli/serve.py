@@ -104,7 +104,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="larger request bodies get 413 (default: 65536)")
     limits.add_argument("--max-items", type=positive_int, default=1000,
                         help="most items in one stateless request (default: 1000)")
-    limits.add_argument("--threads", type=positive_int, default=None, help="torch threads, exactly (default: chosen while serving between 1 and torch's count, from the batches' times)")
+    limits.add_argument("--threads", type=positive_int, default=None,
+                        help="torch threads, exactly (default: chosen while serving between 1 and torch's count, "
+                        "from the batches' times)")
     limits.add_argument("--log-interval", type=float, default=60.0, metavar="SECONDS",
                         help="seconds between activity lines (default: 60)")
 
@@ -124,7 +126,7 @@ def _listen(host: str, port: int, *, open_to_all: bool) -> socket.socket:
     except socket.gaierror as exc:
         raise Gru4RecError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     family, _, _, _, address = infos[0]
-    if not open_to_all and not _is_loopback(address[0]):
+    if not open_to_all and not _is_loopback(str(address[0])):
         raise Gru4RecError(
             f"--host {host} listens beyond this machine without an access token: anyone who reaches the port could "
             "read, change and delete every session. Set GRU4REC_TOKEN or --token-file FILE (the /v1 routes then need "

@@ -18,8 +18,8 @@ How it runs (the fast path is the only path):
 * One call per step scores all items (the model's ``scores``: for GRU4Rec one matrix product);
   the repeat boost adds to it from each slot's history kept on the device
   (:class:`~gru4rec.inference.repeat.SlotHistory`); the rank of the target is a comparison count
-  (:class:`~gru4rec.evaluation.ranking.Ranker`) against its own score taken from that same matrix (so the target ties with itself exactly and
-  duplicated items tie exactly) — no sorting on the rank path.
+  (:class:`~gru4rec.evaluation.ranking.Ranker`) against its own score taken from that same matrix
+  (so the target ties with itself exactly and duplicated items tie exactly) — no sorting on the rank path.
 * :func:`evaluate_boosts` ranks the same scores under several repeat boosts in one pass (each
   boost added, ranked and taken off again, the scores computed once per step): the grid of
   :func:`gru4rec.repeat_fit.fit_repeat_boost`.

@@ -8,8 +8,8 @@ the (row, item) pairs and the clicks' ages come from the offsets in a few vector
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -25,17 +25,17 @@ class Clicks:
     offsets: np.ndarray
 
     @classmethod
-    def none(cls, rows: int) -> "Clicks":
+    def none(cls, rows: int) -> Clicks:
         """``rows`` rows without a click."""
         return cls(np.zeros(0, dtype=np.int64), np.zeros(rows + 1, dtype=np.int64))
 
     @classmethod
-    def window(cls, items: np.ndarray, offsets: np.ndarray, a: int, b: int) -> "Clicks":
+    def window(cls, items: np.ndarray, offsets: np.ndarray, a: int, b: int) -> Clicks:
         """Sessions ``a .. b`` of flat sessions (``items``, ``offsets``), without a copy of the items."""
         return cls(items[offsets[a] : offsets[b]], offsets[a : b + 1] - offsets[a])
 
     @classmethod
-    def of_rows(cls, rows: Sequence[np.ndarray]) -> "Clicks":
+    def of_rows(cls, rows: Sequence[np.ndarray]) -> Clicks:
         """One array of clicks per row (a server's sessions arrive so: one state each), joined once."""
         lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)
@@ -61,7 +61,7 @@ class Clicks:
         """How many clicks of its row follow each click (0 for a row's last click)."""
         return np.repeat(self.offsets[1:], self.lengths) - np.arange(len(self.items), dtype=np.int64) - 1
 
-    def where(self, keep: np.ndarray) -> "Clicks":
+    def where(self, keep: np.ndarray) -> Clicks:
         """The clicks of the rows with ``keep[b]`` true; the other rows get none."""
         keep = np.asarray(keep, dtype=bool)
         if keep.all():
@@ -71,7 +71,7 @@ class Clicks:
         np.cumsum(lengths, out=offsets[1:])
         return Clicks(self.items[np.repeat(keep, self.lengths)], offsets)
 
-    def take(self, rows: np.ndarray) -> "Clicks":
+    def take(self, rows: np.ndarray) -> Clicks:
         """The clicks of rows ``rows`` (in that order), as a batch of ``len(rows)`` rows."""
         lengths = self.lengths[rows]
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)

@@ -24,8 +24,9 @@ keeps its own session-parallel loop over the same protocol and the same boost):
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -150,7 +151,7 @@ class Engine:
                 known.append(i)
         return np.asarray(known, dtype=np.int64), unknown
 
-    def keeps_states_of(self, other: "Engine") -> bool:
+    def keeps_states_of(self, other: Engine) -> bool:
         """Whether the sessions' states under ``other`` are valid states here: the same state
         widths and ``other``'s items at the same indices (a warm start of ``other`` has both)."""
         return self.sizes == other.sizes and self.item_ids[: other.n_items] == other.item_ids

@@ -56,7 +56,7 @@ class RepeatBoost:
             raise ValueError(f"repeat_decay must be in [0, 1], got {self.decay!r}")
 
     @classmethod
-    def of(cls, model: Any) -> "RepeatBoost":
+    def of(cls, model: Any) -> RepeatBoost:
         """The boost ``model`` asks for: its ``repeat_boost`` when it is :class:`RepeatAware`,
         else none (a baseline)."""
         return model.repeat_boost if isinstance(model, RepeatAware) else NO_BOOST

@@ -20,8 +20,9 @@ Two ways to the same answer:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -79,7 +80,7 @@ class Float32TopK:
         self.counts = {"float32": 0}
 
     @classmethod
-    def linear(cls, wy: Tensor, by: Tensor) -> "Float32TopK":
+    def linear(cls, wy: Tensor, by: Tensor) -> Float32TopK:
         """The top-k of ``out·Wyᵀ + By``."""
         wy, by = wy.detach(), by.detach()
         return cls(lambda out: torch.addmm(by, out, wy.t()))
@@ -130,7 +131,7 @@ class CertifiedTopK:
         n_cert = int(rows.certified.sum())
         if n_cert < B:
             redo_rows = np.flatnonzero(~rows.certified)
-            redo = self.exact(out[torch.from_numpy(redo_rows)], [ks[r] for r in redo_rows], exclude.take(redo_rows))
+            redo = self.exact(out[torch.from_numpy(redo_rows)], [ks[int(r)] for r in redo_rows], exclude.take(redo_rows))
             width = redo.indices.shape[1]
             indices[redo_rows, :width] = redo.indices
             values[redo_rows, :width] = redo.scores

@@ -32,15 +32,16 @@ import hashlib
 import logging
 import os
 import signal
+from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import torch
 
 from gru4rec.errors import Gru4RecError
+from gru4rec.inference import Answer, Engine
 from gru4rec.recommender import GRU4Rec
 from gru4rec.serve.batcher import Job, JobResult, MicroBatcher, Overloaded, SeqMismatch, ShuttingDown, StateConflict
-from gru4rec.inference import Answer, Engine
 from gru4rec.serve.metrics import CONTENT_TYPE, ServeMetrics
 from gru4rec.serve.middleware import BearerToken, BodyLimit, RequestMetrics
 from gru4rec.serve.reload import ModelReloader, read_model_file
@@ -102,7 +103,7 @@ class _Route(Route):
     """A plain Starlette route that puts itself in the request's scope as FastAPI's routes do, so
     that the request metrics count it by its template."""
 
-    def matches(self, scope: Any) -> tuple[Match, dict[str, Any]]:
+    def matches(self, scope: Any) -> tuple[Match, MutableMapping[str, Any]]:
         match, child_scope = super().matches(scope)
         if match is not Match.NONE:
             child_scope["route"] = self
@@ -265,7 +266,7 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
             "sha256": engine.checksum,
             "n_items": engine.n_items,
             "layers": engine.sizes,
-            "epochs_trained": engine.model.epochs_trained,
+            "epochs_trained": getattr(engine.model, "epochs_trained", None),
             "config": engine.model.config.to_dict(),
             "reloads": None if reloader is None else {"done": reloader.reloads, "refused": reloader.refused},
             "stale": reloader is not None and reloader.stale is not None,

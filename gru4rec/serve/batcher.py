@@ -37,8 +37,9 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -311,7 +312,7 @@ class MicroBatcher:
             if job.kind == "recommend":
                 runs.append((job, Work(None, items, job.k, job.exclude_seen), None, 0))
                 continue
-            raw = stored.get(job.session)
+            raw = stored.get(job.session or "")
             session = None if raw is None else decode_session(raw, engine.hidden_size)
             if raw is not None and session is None:
                 log.warning("session %r: its stored state is not one of this model's; it starts afresh", job.session)
@@ -387,7 +388,7 @@ class MicroBatcher:
                           f"click, whose answer is the only one kept; the next is seq {held + 1}", held + 1)
 
 
-def _drain(q: "queue.Queue[Job | _Swap | None]") -> list[Job | _Swap | None]:
+def _drain(q: queue.Queue[Job | _Swap | None]) -> list[Job | _Swap | None]:
     items = []
     while True:
         try:

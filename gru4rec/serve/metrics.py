@@ -21,7 +21,7 @@ period's latencies and the sessions held.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 

@@ -35,8 +35,9 @@ import struct
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -323,7 +324,7 @@ class RedisStore:
 
     def get_many(self, keys: list[str]) -> list[bytes | None]:
         names = [self._prefix + k for k in keys]
-        return list(self._call("MGET", lambda: self._client.mget(names)))  # type: ignore[arg-type]
+        return cast("list[bytes | None]", self._call("MGET", lambda: self._client.mget(names)))
 
     def compare_and_set(self, writes: list[tuple[str, bytes | None, bytes]]) -> list[int]:
         if not writes:
@@ -333,7 +334,7 @@ class RedisStore:
         for _, expected, value in writes:
             args += [b"" if expected is None else expected, value]
         refused = self._call("EVALSHA (compare-and-set)", lambda: self._cas(keys=keys, args=args))
-        return [int(i) for i in refused]  # type: ignore[union-attr]
+        return [int(i) for i in cast("list[int]", refused)]
 
     def delete(self, key: str) -> bool:
         return bool(self._call("DEL", lambda: self._client.delete(self._prefix + key)))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -110,7 +110,7 @@ class TrainingRun:
         fingerprint: dict[str, Any] | None = None,
         validation: EpochValidation | None = None,
         progress: bool = True,
-    ) -> Iterator[TrainedEpoch]:
+    ) -> Generator[TrainedEpoch, None, None]:
         """Train on ``sessions`` epoch after epoch, yielding each one when it is done (its
         checkpoint written); the caller may stop early. Use it in a ``with contextlib.closing(...)``
         so that the signal handlers of ``checkpoint`` are restored when the caller stops.

@@ -24,9 +24,9 @@ __all__ = ["trial_run_folder", "write_trial_metrics"]
 def trial_run_folder(settings: ParoptSettings, trial: optuna.trial.Trial, config: Config, params: dict[str, Any], device: Any) -> RunFolder:
     """The run folder of one trial (``--run-dirs``), started: command.txt holds the ``gru4rec
     train`` command that retrains the trial, config.json the trial's configuration."""
-    from gru4rec.runs import RunFolder
-
     import torch
+
+    from gru4rec.runs import RunFolder
 
     # The losses depend on the thread count (parallel sums, to float32 rounding), so the command
     # that retrains the trial names one: the trial's own, or the count it starts on when chosen online.
