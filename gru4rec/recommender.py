@@ -23,6 +23,7 @@ from gru4rec import checkpoint
 from gru4rec.config import Config
 from gru4rec.devices import resolve_device
 from gru4rec.data import ItemMap, Sessions, index_sessions, item_support, read_events, sessions_from_events, validate_events
+from gru4rec.data.overlap import TrainingFingerprint, warn_overlap
 from gru4rec.errors import Gru4RecError, ModelFileError
 from gru4rec.inference import Engine, require_fitted
 from gru4rec.model import GRU4RecNet
@@ -53,6 +54,7 @@ class _Base:
     item_map: ItemMap
     optimizer_state: dict[str, torch.Tensor] | None
     config: Config
+    train_fingerprint: TrainingFingerprint | None
 
 
 @dataclass
@@ -143,6 +145,9 @@ class GRU4Rec:
         #: ``{param}.{acc|dacc|m|vel}``), or from a file saved with it; None otherwise. A warm
         #: start (``fit(init_from=...)``) continues from it; ``save(optimizer=True)`` writes it.
         self.optimizer_state: dict[str, torch.Tensor] | None = None
+        #: A bounded sample of the training transitions (:mod:`gru4rec.data.overlap`): evaluating
+        #: on data the model was trained on warns. None before fit and in files written without it.
+        self.train_fingerprint: TrainingFingerprint | None = None
         self._live: tuple[np.ndarray, list[torch.Tensor]] | None = None
         self._engine: Engine | None = None
 
@@ -225,16 +230,23 @@ class GRU4Rec:
             source = init_from if isinstance(init_from, GRU4Rec) else GRU4Rec.load(init_from, device=self.device)
             old_net, old_map, _ = source._parts()
             # Taken before anything is assigned: init_from may be this very model.
-            base = _Base("the given model" if source is init_from else str(init_from), old_net, old_map, source.optimizer_state, source.config)
+            base = _Base("the given model" if source is init_from else str(init_from), old_net, old_map, source.optimizer_state, source.config,
+                         source.train_fingerprint)
             check_same_network(base.config, c, base.name)
         events = self._events(data)
         self.item_map = ItemMap.from_ids(events[c.item_key]) if base is None else grow_item_map(base.item_map, events[c.item_key])
         sessions, _ = self._sessions(events, drop_unknown=False, order="time" if c.time_sort else "id")
         self.item_support = item_support(sessions.items, len(self.item_map))
         del events
+        # A warm-started model was trained on the base model's data too (its item indices are kept).
+        fingerprint = TrainingFingerprint.of(sessions)
+        if base is not None and base.train_fingerprint is not None:
+            fingerprint = fingerprint.merged(base.train_fingerprint)
+        self.train_fingerprint = fingerprint
         validator = None
         if valid is not None:
             valid_sessions, _ = self._sessions(self._events(valid), drop_unknown=True, order="id")
+            warn_overlap(fingerprint, valid_sessions, f"the validation data {valid}" if isinstance(valid, (str, os.PathLike)) else "the validation data")
             validator = Validator(self, valid_sessions, metric=chosen, cutoffs=valid_cutoffs, mode=valid_mode, patience=early_stop)
 
         with using_threads(self.threads):
@@ -307,6 +319,8 @@ class GRU4Rec:
             assert self.optimizer_state is not None
             tensors.update({OPTIMIZER_PREFIX + k: v for k, v in self.optimizer_state.items()})
         meta = {"kind": MODEL_KIND, "config": self.config.to_dict(), "item_ids": item_map.to_list(), "epochs_trained": self.epochs_trained}
+        if self.train_fingerprint is not None:
+            meta["train_transitions"] = self.train_fingerprint.to_meta()
         checkpoint.save_file(path, tensors, meta, overwrite=overwrite)
 
     @classmethod
@@ -327,6 +341,7 @@ class GRU4Rec:
             raise ModelFileError(f"{path} does not hold a consistent gru4rec model: {exc}") from exc
         model.net = net.to(model.device).eval()
         model.epochs_trained = int(meta.get("epochs_trained", 0))
+        model.train_fingerprint = TrainingFingerprint.from_meta(meta.get("train_transitions"))  # None in older files
         return model
 
     # ------------------------------------------------------------------ the SessionModel protocol

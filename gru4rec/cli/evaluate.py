@@ -148,12 +148,11 @@ def evaluate_files(
         log.info("Evaluating on %s (mode: %s)", test, mode)
         reset_device_memory_peak(model)
         start = time.perf_counter()
-        frame = read_events(test, **key_args)
-        # The model was trained on its own column names; present the test set under them.
+        # The model was trained on its own column names; present the test set under them (a
+        # file under the model's names is read by evaluate, which names it in its messages).
         rename = {key_args[k]: getattr(config, k) for k in key_args if key_args[k] != getattr(config, k)}
-        if rename:
-            frame = frame.rename(columns=rename)
-        outcome = evaluate(model, frame, cutoffs=tuple(all_cutoffs), mode=mode, batch_size=batch_size, progress=True,
+        data = read_events(test, **key_args).rename(columns=rename) if rename else test
+        outcome = evaluate(model, data, cutoffs=tuple(all_cutoffs), mode=mode, batch_size=batch_size, progress=True,
                            breakdown=True)
         elapsed = time.perf_counter() - start
         log.info("Evaluation took %.2fs: %s predictions, %s events with items unknown to the model dropped",
