@@ -13,6 +13,7 @@ from typing import Any
 
 from gru4rec.cli.common import (
     EXIT_OK,
+    UsageError,
     add_column_keys,
     add_device,
     add_eval_flags,
@@ -27,6 +28,7 @@ from gru4rec.cli.common import (
     write_json,
 )
 from gru4rec.cli.console import result
+from gru4rec.errors import ConfigError
 from gru4rec.runs import metrics_entry
 
 __all__ = ["add_arguments", "evaluate_files", "metric_lines", "run"]
@@ -47,8 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     repeat.add_argument("--repeat-decay", metavar="D", type=float, default=None,
                         help="weight of a click relative to the click after it, in [0, 1] (default: the model's, 1)")
     repeat.add_argument("--fit-repeat", metavar="VALID", default=None,
-                        help="choose weight and decay on the validation events VALID (a grid, MRR at the first "
-                             "cutoff, the tie mode of -e), print the grid, then evaluate TEST with the winner")
+                        help="choose weight and decay on the validation events VALID (a grid, by --fit-metric, "
+                             "the tie mode of -e), print the grid, then evaluate TEST with the winner")
+    repeat.add_argument("--fit-metric", metavar="METRIC@K", default=None,
+                        help="what --fit-repeat maximises: recall@K, mrr@K or ndcg@K (default: mrr at the first -m cutoff)")
     repeat.add_argument("--save", metavar="MODEL_OUT", default=None,
                         help="write the model with the chosen repeat boost to MODEL_OUT (for gru4rec serve)")
     add_column_keys(parser, default_from="the model's")
@@ -57,23 +61,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_force(parser)
 
 
-def _repeat_boost(model: Any, args: argparse.Namespace) -> None:
-    """Set the model's repeat boost from --repeat-weight/--repeat-decay, then --fit-repeat."""
+def _fit_metric(args: argparse.Namespace) -> str:
+    """The metric --fit-repeat maximises, as ``mrr@20`` (checked before any work)."""
+    from gru4rec.validation import parse_metric
+
+    if args.fit_metric is not None and args.fit_repeat is None:
+        raise UsageError("--fit-metric needs --fit-repeat VALID (the data it is measured on)")
+    text = args.fit_metric if args.fit_metric is not None else f"mrr@{args.measure[0]}"
+    try:
+        return parse_metric(text).key
+    except ConfigError as exc:
+        raise UsageError(f"--fit-metric: {exc}") from None
+
+
+def _metric_label(metric: str) -> str:
+    """``mrr@20`` as the result lines write it: ``MRR@20``."""
+    name, cutoff = metric.split("@")
+    return f"{'MRR' if name == 'mrr' else name.capitalize() if name == 'recall' else name.upper()}@{cutoff}"
+
+
+def _repeat_boost(model: Any, args: argparse.Namespace, metric: str) -> bool:
+    """Set the model's repeat boost from --repeat-weight/--repeat-decay, then --fit-repeat (by
+    ``metric``); returns whether the model now scores with a boost it did not have."""
+    from gru4rec.data import read_events, sessions_from_events
+    from gru4rec.data.overlap import warn_overlap
     from gru4rec.repeat_fit import fit_repeat_boost
 
+    before = (model.config.repeat_weight, model.config.repeat_decay)
     changes = {k: v for k, v in (("repeat_weight", args.repeat_weight), ("repeat_decay", args.repeat_decay)) if v is not None}
     if changes:
         model.config = model.config.replace(**changes)
     if args.fit_repeat is not None:
-        log.info("Choosing the repeat boost on %s", args.fit_repeat)
-        metric = f"mrr@{args.measure[0]}"
-        best, table = fit_repeat_boost(model, args.fit_repeat, metric=metric, mode=args.eval_mode,
-                                       batch_size=args.eval_batch_size)
+        label = f"{_metric_label(metric)} ({args.eval_mode} ties)"
+        log.info("Choosing the repeat boost on %s: the grid point with the best %s (--fit-metric)", args.fit_repeat, label)
+        c = model.config
+        keys = {"session_key": c.session_key, "item_key": c.item_key, "time_key": c.time_key}
+        # Read once (not at every grid point), and checked once for sessions the model trained on.
+        valid, _ = sessions_from_events(read_events(args.fit_repeat, **keys), model.item_map, order="id", drop_unknown=True, **keys)
+        warn_overlap(model.train_fingerprint, valid, f"VALID {args.fit_repeat}")
+        best, table = fit_repeat_boost(model, valid, metric=metric, mode=args.eval_mode, batch_size=args.eval_batch_size)
         for row in table:
-            log.info("  repeat_weight=%g repeat_decay=%g: %s %.6f", row["weight"], row["decay"], metric, row[metric])
+            log.info("  repeat_weight=%g repeat_decay=%g: %s %.6f", row["weight"], row["decay"], _metric_label(metric), row[metric])
+        plain = next(row[metric] for row in table if row["weight"] == 0)
+        winner = next(row[metric] for row in table if (row["weight"], row["decay"]) == (best.weight, best.decay))
+        if best.weight == 0:
+            log.info("No boost helps on %s: every repeat_weight > 0 gives a lower %s than %.6f without one", args.fit_repeat, label, plain)
+        else:
+            log.info("Chosen on %s: repeat_weight=%g, repeat_decay=%g: %s %.6f, against %.6f without a boost",
+                     args.fit_repeat, best.weight, best.decay, label, winner, plain)
         model.config = model.config.replace(repeat_weight=best.weight, repeat_decay=best.decay)
     if changes or args.fit_repeat is not None:
         log.info("Repeat-aware scoring: repeat_weight=%g, repeat_decay=%g", model.config.repeat_weight, model.config.repeat_decay)
+    return (model.config.repeat_weight, model.config.repeat_decay) != before and model.config.repeat_weight > 0
 
 
 @uses_threads
@@ -83,11 +122,18 @@ def run(args: argparse.Namespace) -> int:
     check_writable_target(args.save, args.force, "model file")
     check_readable(args.test, "test file")
     check_readable(None if args.fit_repeat is None else [args.fit_repeat], "validation file")
+    metric = _fit_metric(args)
     model = load_model(args.model, args.device)
-    _repeat_boost(model, args)
+    boosted = _repeat_boost(model, args, metric)
     if args.save:
         model.save(args.save, overwrite=args.force)
-        log.info("Saved the model with its repeat boost to %s", args.save)
+        if boosted:
+            log.info("Saved the model with its repeat boost (repeat_weight=%g, repeat_decay=%g) to %s",
+                     model.config.repeat_weight, model.config.repeat_decay, args.save)
+        elif args.fit_repeat is not None:
+            log.info("No boost helps on %s: the model is saved unchanged to %s", args.fit_repeat, args.save)
+        else:
+            log.info("Saved the model unchanged (repeat_weight=%g) to %s", model.config.repeat_weight, args.save)
     report = evaluate_files(
         model, args.test, cutoffs=args.measure, mode=args.eval_mode, batch_size=args.eval_batch_size,
         extended=True,
