@@ -206,6 +206,8 @@ def test_the_command_lines_warn(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert cli.main(["evaluate", str(model), "-t", str(tmp_path / "leak.tsv"), str(tmp_path / "new.tsv")]) == 0
     err = capsys.readouterr().err
     assert line.format(tmp_path / "leak.tsv") in err and err.count("prediction targets of") == 1
+    # The tie mode is named where the metric lines start (issue 37: every published figure is conservative).
+    assert f"Evaluating on {tmp_path / 'new.tsv'}: Recall@K, MRR@K, ... with standard ties (published figures use -e conservative)" in err
     from gru4rec.cli import run_py_main
 
     assert run_py_main([str(tmp_path / "train.tsv"), "-ps", TINY, "-t", str(tmp_path / "leak.tsv")]) == 0

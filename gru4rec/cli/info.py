@@ -23,9 +23,9 @@ REPEAT_HEAVY, REPEAT_SOME = 0.30, 0.10
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``gru4rec info``."""
-    parser.add_argument("model", metavar="FILE",
-                        help="a model file saved by train --save, or an event file (TSV/CSV/Parquet): "
-                             "its repeated targets")
+    parser.add_argument("model", metavar="MODEL",
+                        help="a model file saved by train --save; or an event file (TSV/CSV/Parquet, "
+                             "gru4rec info DATA): its sessions and repeated targets")
     parser.add_argument("--json", action="store_true", help="print the description as JSON")
     parser.add_argument("--train", metavar="TRAIN", default=None,
                         help="event files only: count as the evaluator does with a model trained on TRAIN "
