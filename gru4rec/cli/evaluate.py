@@ -29,7 +29,7 @@ from gru4rec.cli.common import (
 )
 from gru4rec.cli.console import result
 from gru4rec.errors import ConfigError
-from gru4rec.runs import metrics_entry
+from gru4rec.runs import METRICS_FILE, RUN_CUTOFFS, metrics_entry, run_folder_of
 
 __all__ = ["add_arguments", "evaluate_files", "metric_lines", "run"]
 
@@ -134,13 +134,24 @@ def run(args: argparse.Namespace) -> int:
             log.info("No boost helps on %s: the model is saved unchanged to %s", args.fit_repeat, args.save)
         else:
             log.info("Saved the model unchanged (repeat_weight=%g) to %s", model.config.repeat_weight, args.save)
+    # The model of a run folder (train --run-dir): its test figures go into the folder's
+    # metrics.json, which `gru4rec report` draws — unless a repeat boost makes them another model's.
+    folder = run_folder_of(args.model)
+    changed = args.fit_repeat is not None or args.repeat_weight is not None or args.repeat_decay is not None
     report = evaluate_files(
         model, args.test, cutoffs=args.measure, mode=args.eval_mode, batch_size=args.eval_batch_size,
         extended=True,
         keys={"session_key": args.session_key, "item_key": args.item_key, "time_key": args.time_key},
+        json_cutoffs=RUN_CUTOFFS if folder is not None else (),
     )
     if args.metrics_json:
         write_json(args.metrics_json, report, force=args.force)
+    if folder is not None and changed:
+        log.info("Not recorded in the run folder %s: with the repeat boost these are not its model's figures", folder.path)
+    elif folder is not None:
+        replaced = folder.add_metrics(report)
+        log.info("Recorded the test metrics in %s%s (gru4rec report %s shows them)", folder.path / METRICS_FILE,
+                 f", replacing the earlier ones of {', '.join(replaced)}" if replaced else "", folder.path)
     return EXIT_OK
 
 
