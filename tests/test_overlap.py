@@ -212,3 +212,18 @@ def test_the_command_lines_warn(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
     assert run_py_main([str(tmp_path / "train.tsv"), "-ps", TINY, "-t", str(tmp_path / "leak.tsv")]) == 0
     assert f"100.0% of the prediction targets of {tmp_path / 'leak.tsv'}" in capsys.readouterr().err
+
+
+def test_chunks_give_the_same_fingerprint_and_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gru4rec.data.overlap as overlap
+
+    train = random_events(3_000, seed=4, n_items=500)
+    train_sessions, eval_sessions, _ = paired_sessions(train, mixed(train))
+    whole, whole_small = TrainingFingerprint.of(train_sessions), TrainingFingerprint.of(train_sessions, limit=2_000)
+    counts = (whole.overlap(eval_sessions), whole_small.overlap(eval_sessions))
+    monkeypatch.setattr(overlap, "CHUNK_EVENTS", 97)  # many chunks, cut between sessions
+    assert len(list(overlap._chunks(train_sessions))) > 50
+    for one, limit in ((whole, MAX_KEPT), (whole_small, 2_000)):
+        chunked = TrainingFingerprint.of(train_sessions, limit=limit)
+        assert np.array_equal(chunked.hashes, one.hashes) and chunked.threshold == one.threshold
+    assert (whole.overlap(eval_sessions), whole_small.overlap(eval_sessions)) == counts

@@ -53,6 +53,8 @@ MAX_KEPT = 65_536
 WARN_SHARE = 0.01
 #: The threshold of a fingerprint that kept every transition: every hash is checked.
 _ALL = (1 << 64) - 1
+#: Events hashed at once: the temporary arrays stay a few tens of MB, whatever the data's size.
+CHUNK_EVENTS = 1 << 20
 
 _MIX1, _MIX2, _GOLDEN = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
 
@@ -66,6 +68,19 @@ def _mix(x: np.ndarray) -> np.ndarray:
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
     return z ^ (z >> np.uint64(31))
+
+
+def _chunks(sessions: Sessions) -> Iterator[Sessions]:
+    """``sessions`` as consecutive runs of whole sessions of about :data:`CHUNK_EVENTS` events each (views)."""
+    events = CHUNK_EVENTS
+    offsets = np.asarray(sessions.offsets, dtype=np.int64)
+    start = 0
+    while start < len(offsets) - 1:
+        stop = max(int(np.searchsorted(offsets, offsets[start] + events, side="right")) - 1, start + 1)
+        stop = min(stop, len(offsets) - 1)
+        yield Sessions(sessions.items[offsets[start]:offsets[stop]], offsets[start:stop + 1] - offsets[start],
+                       sessions.session_ids[start:stop])
+        start = stop
 
 
 def transition_hashes(sessions: Sessions) -> np.ndarray:
@@ -114,8 +129,12 @@ class TrainingFingerprint:
 
     @classmethod
     def of(cls, sessions: Sessions, *, limit: int = MAX_KEPT) -> TrainingFingerprint:
-        """The fingerprint of the training ``sessions`` (linear time: a partition, no full sort)."""
-        return cls._bottom(transition_hashes(sessions), _ALL, limit)
+        """The fingerprint of the training ``sessions``: linear time (a partition per chunk, no
+        full sort), memory bounded by a chunk of :data:`CHUNK_EVENTS` events and ``limit``."""
+        fingerprint = cls(np.zeros(0, dtype=np.uint64), _ALL)
+        for chunk in _chunks(sessions):
+            fingerprint = fingerprint.merged(cls._bottom(transition_hashes(chunk), _ALL, limit), limit=limit)
+        return fingerprint
 
     @classmethod
     def _bottom(cls, hashes: np.ndarray, threshold: int, limit: int) -> TrainingFingerprint:
@@ -133,10 +152,13 @@ class TrainingFingerprint:
 
     def overlap(self, sessions: Sessions) -> Overlap:
         """How many of ``sessions``' transitions occur in the training data (see :class:`Overlap`)."""
-        hashes = transition_hashes(sessions)
-        checked = hashes[hashes <= np.uint64(self.threshold)]
-        shared = int(np.count_nonzero(np.isin(checked, self.hashes, assume_unique=False)))
-        return Overlap(n_targets=len(hashes), n_checked=len(checked), n_shared=shared)
+        n_targets = n_checked = n_shared = 0
+        for chunk in _chunks(sessions):
+            hashes = transition_hashes(chunk)
+            checked = hashes[hashes <= np.uint64(self.threshold)]
+            n_targets, n_checked = n_targets + len(hashes), n_checked + len(checked)
+            n_shared += int(np.count_nonzero(np.isin(checked, self.hashes)))
+        return Overlap(n_targets=n_targets, n_checked=n_checked, n_shared=n_shared)
 
     def to_meta(self) -> dict[str, Any]:
         """The JSON form kept in a model file's metadata (the hashes as base64 little-endian bytes)."""
