@@ -31,6 +31,12 @@ class LossExplodedWarning(RuntimeWarning):
     :func:`~gru4rec.training.loop.exploded`). Training goes on; ``paropt`` stops such a trial."""
 
 
+class DataLeakWarning(UserWarning):
+    """Validation or test data that share their sessions with the training data: the message of
+    the WARNING record that :func:`gru4rec.data.overlap.warn_overlap` logs (a handler or filter
+    of the ``gru4rec`` logger recognises it by ``isinstance(record.msg, DataLeakWarning)``)."""
+
+
 class OutputPathError(Gru4RecError):
     """An output path that could not be written (checked before any work starts)."""
 

@@ -28,6 +28,7 @@ import pandas as pd
 
 from gru4rec.config import Config
 from gru4rec.data import ItemMap, Sessions, item_support, read_events, sessions_from_events, validate_events
+from gru4rec.data.overlap import TrainingFingerprint, warn_overlap
 from gru4rec.errors import Gru4RecError
 from gru4rec.resources import peak_device_memory_mb, peak_host_memory_mb
 from gru4rec.threads import using_threads
@@ -81,14 +82,15 @@ def sessions_of(events: pd.DataFrame, item_map: ItemMap, config: Config, *, drop
     return sessions
 
 
-def warm_start_of(model: Any, init_from: Any) -> WarmStart:
-    """What ``model.fit(init_from=...)`` starts from: ``init_from`` is a model of ``model``'s
-    class (possibly ``model`` itself) or a model file, read onto ``model``'s device. Everything
-    is taken before ``fit`` assigns anything, so that a model can continue itself."""
+def warm_start_of(model: Any, init_from: Any) -> tuple[WarmStart, TrainingFingerprint | None]:
+    """What ``model.fit(init_from=...)`` starts from, and the sample of the data it was trained
+    on: ``init_from`` is a model of ``model``'s class (possibly ``model`` itself) or a model file,
+    read onto ``model``'s device. Everything is taken before ``fit`` assigns anything, so that a
+    model can continue itself."""
     source = init_from if isinstance(init_from, type(model)) else type(model).load(init_from, device=model.device)
     net, item_map, _ = source._parts()
     name = "the given model" if source is init_from else str(init_from)
-    return WarmStart(name, net, item_map, source.optimizer_state, source.config)
+    return WarmStart(name, net, item_map, source.optimizer_state, source.config), source.train_fingerprint
 
 
 def fit_model(
@@ -121,7 +123,7 @@ def fit_model(
     if checkpoint_dir is None and (resume or checkpoint_every is not None):
         raise Gru4RecError(f"{'resume=True' if resume else 'checkpoint_every'} needs checkpoint_dir (where the checkpoint is)")
     ckpt = TrainingCheckpoint(checkpoint_dir, resume=resume, every_minutes=checkpoint_every) if checkpoint_dir is not None else None
-    base = warm_start_of(model, init_from) if init_from is not None else None
+    base, base_fingerprint = warm_start_of(model, init_from) if init_from is not None else (None, None)
     if base is not None:
         model.config = inherit_config(base.config, model.config, base.name)
     c: Config = model.config
@@ -130,9 +132,16 @@ def fit_model(
     sessions = sessions_of(events, model.item_map, c, drop_unknown=False, order="time" if c.time_sort else "id")
     model.item_support = item_support(sessions.items, len(model.item_map))
     del events
+    # A warm-started model was trained on the base model's data too (its item indices are kept).
+    train_fingerprint = TrainingFingerprint.of(sessions)
+    if base_fingerprint is not None:
+        train_fingerprint = train_fingerprint.merged(base_fingerprint)
+    model.train_fingerprint = train_fingerprint
     validator = None
     if valid is not None:
         valid_sessions = sessions_of(read_training_events(valid, c), model.item_map, c, drop_unknown=True, order="id")
+        warn_overlap(train_fingerprint, valid_sessions,
+                     f"the validation data {valid}" if isinstance(valid, (str, os.PathLike)) else "the validation data")
         validator = Validator(model, valid_sessions, metric=chosen, cutoffs=valid_cutoffs, mode=valid_mode, patience=early_stop)
     # What a resumed run's data must match (TrainingCheckpoint).
     fingerprint = {"n_items": len(model.item_map), "n_events": int(sessions.n_events), "n_sessions": int(sessions.n_sessions)}

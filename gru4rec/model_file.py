@@ -24,6 +24,7 @@ import torch
 from gru4rec import checkpoint
 from gru4rec.config import Config
 from gru4rec.data import ItemMap
+from gru4rec.data.overlap import TrainingFingerprint
 from gru4rec.errors import ModelFileError
 from gru4rec.model import GRU4RecNet
 
@@ -47,6 +48,8 @@ class ModelParts:
     item_support: np.ndarray
     optimizer_state: dict[str, torch.Tensor] | None
     epochs_trained: int
+    #: The training transitions' sample (:mod:`gru4rec.data.overlap`); None in older files.
+    train_fingerprint: TrainingFingerprint | None = None
 
 
 def write_model(
@@ -58,6 +61,7 @@ def write_model(
     item_support: np.ndarray,
     epochs_trained: int,
     optimizer_state: Mapping[str, torch.Tensor] | None = None,
+    train_fingerprint: TrainingFingerprint | None = None,
     overwrite: bool = False,
 ) -> None:
     """Write a model file (atomic; an existing file is kept unless ``overwrite``);
@@ -66,7 +70,10 @@ def write_model(
     tensors["item_support"] = torch.from_numpy(item_support)
     if optimizer_state is not None:
         tensors.update({OPTIMIZER_PREFIX + k: v for k, v in optimizer_state.items()})
-    meta = {"kind": MODEL_KIND, "config": config.to_dict(), "item_ids": item_map.to_list(), "epochs_trained": epochs_trained}
+    meta: dict[str, Any] = {"kind": MODEL_KIND, "config": config.to_dict(), "item_ids": item_map.to_list(),
+                            "epochs_trained": epochs_trained}
+    if train_fingerprint is not None:
+        meta["train_transitions"] = train_fingerprint.to_meta()
     checkpoint.save_file(path, tensors, meta, overwrite=overwrite)
 
 
@@ -89,7 +96,8 @@ def read_model(path: str | os.PathLike[str]) -> ModelParts:
         net.load_state_dict(tensors)
     except (KeyError, RuntimeError, ValueError) as exc:
         raise ModelFileError(f"{path} does not hold a consistent gru4rec model: {exc}") from exc
-    return ModelParts(config, net.eval(), item_map, support, state or None, int(meta.get("epochs_trained", 0)))
+    return ModelParts(config, net.eval(), item_map, support, state or None, int(meta.get("epochs_trained", 0)),
+                      TrainingFingerprint.from_meta(meta.get("train_transitions")))
 
 
 def read_model_config(path: str | os.PathLike[str]) -> Config:

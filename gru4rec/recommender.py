@@ -25,6 +25,7 @@ import torch
 
 from gru4rec.config import Config
 from gru4rec.data import ItemMap, index_sessions
+from gru4rec.data.overlap import TrainingFingerprint
 from gru4rec.devices import resolve_device
 from gru4rec.errors import Gru4RecError
 from gru4rec.fitting import EpochInfo, fit_model
@@ -107,6 +108,9 @@ class GRU4Rec:
         #: ``{param}.{acc|dacc|m|vel}``), or from a file saved with it; None otherwise. A warm
         #: start (``fit(init_from=...)``) continues from it; ``save(optimizer=True)`` writes it.
         self.optimizer_state: dict[str, torch.Tensor] | None = None
+        #: A bounded sample of the training transitions (:mod:`gru4rec.data.overlap`): evaluating
+        #: on data the model was trained on warns. None before fit and in files written without it.
+        self.train_fingerprint: TrainingFingerprint | None = None
         self._engine: Engine | None = None
 
     def __repr__(self) -> str:
@@ -180,7 +184,7 @@ class GRU4Rec:
             raise Gru4RecError("this model has no optimiser state to save (it was loaded from a file saved without it)")
         write_model(path, net=net, config=self.config, item_map=item_map, item_support=support,
                     epochs_trained=self.epochs_trained, optimizer_state=self.optimizer_state if optimizer else None,
-                    overwrite=overwrite)
+                    train_fingerprint=self.train_fingerprint, overwrite=overwrite)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, device: str | torch.device = "auto") -> GRU4Rec:
@@ -191,6 +195,7 @@ class GRU4Rec:
         model.optimizer_state = parts.optimizer_state  # kept on the CPU: only a warm start reads it
         model.net = parts.net.to(model.device).eval()
         model.epochs_trained = parts.epochs_trained
+        model.train_fingerprint = parts.train_fingerprint  # None in older files
         return model
 
     # ------------------------------------------------------------------ the SessionModel protocol

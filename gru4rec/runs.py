@@ -14,7 +14,8 @@ reads back.
                        step measured at each count; ``'fixed'`` by ``--threads``; absent on a GPU) and,
                        when validating, ``valid`` (``{'recall@20': ..., ...}``) and ``best_epoch``
 ``metrics.json``       the final evaluation of every test file, breakdowns included (the payload of
-                       ``--metrics-json``)
+                       ``--metrics-json``); ``gru4rec evaluate`` of the folder's model adds its test
+                       files (:func:`run_folder_of`, :meth:`RunFolder.add_metrics`)
 ``model.safetensors``  the trained model (:meth:`gru4rec.GRU4Rec.save`)
 =====================  =====================================================================
 
@@ -44,7 +45,7 @@ if TYPE_CHECKING:  # typing only: the run folder reads these objects' fields
 
 __all__ = [
     "COMMAND_FILE", "CONFIG_FILE", "EPOCHS_FILE", "METRICS_FILE", "MODEL_FILE", "REPORTED_METRICS", "RUN_CUTOFFS",
-    "RunFolder", "epoch_record", "metrics_entry", "read_run",
+    "RunFolder", "epoch_record", "metrics_entry", "read_run", "run_folder_of",
 ]
 
 COMMAND_FILE = "command.txt"
@@ -162,6 +163,26 @@ class RunFolder:
     def write_metrics(self, payload: Mapping[str, Any]) -> None:
         """Write ``metrics.json`` (the final evaluation)."""
         _write_text(self.path / METRICS_FILE, json.dumps(dict(payload), indent=2) + "\n")
+
+    def add_metrics(self, payload: Mapping[str, Any]) -> list[str]:
+        """Add test files' entries to ``metrics.json`` (a later evaluation of the run's model):
+        the entries of other test files stay, those of the same files are replaced; returns the
+        replaced ones."""
+        current = read_run(self.path)["metrics"] or {}
+        if not isinstance(current, dict):
+            raise Gru4RecError(f"{self.path / METRICS_FILE} does not hold a JSON object of test files")
+        replaced = [name for name in payload if name in current]
+        self.write_metrics({**current, **payload})
+        return replaced
+
+
+def run_folder_of(model_path: str | os.PathLike[str]) -> RunFolder | None:
+    """The run folder whose model ``model_path`` is (``DIR/model.safetensors`` beside the
+    folder's ``config.json``), or None."""
+    p = Path(model_path)
+    if p.name != MODEL_FILE or not (p.parent / CONFIG_FILE).is_file():
+        return None
+    return RunFolder(p.parent)
 
 
 def read_run(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -84,3 +84,19 @@ def test_train_help_lists_every_hyperparameter_with_its_default(capsys: pytest.C
     listed = text[text.index("and their defaults"):]
     for item in Config().to_param_string().split(","):
         assert item in listed, item
+
+
+@pytest.mark.parametrize("name", sorted(set(cli.COMMANDS) - {"paropt"}))
+def test_a_flag_spelt_with_underscores_gets_its_hyphenated_name(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    hyphenated = sorted(f for f in options(subparser(name)) if f.startswith("--") and "-" in f[2:])
+    for flag in hyphenated:
+        snake = "--" + flag[2:].replace("-", "_")
+        assert cli.main([name, "X", f"{snake}=1"]) == 2
+        assert capsys.readouterr().err == f"gru4rec: error: unknown flag {snake} (did you mean {flag}?)\n"
+    assert cli.main(["train", "X", "--init_frm", "m"]) == 2  # a near miss too
+    assert "(did you mean --init-from?)" in capsys.readouterr().err
+
+
+def test_run_py_keeps_its_underscores_and_corrects_ours(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.run_py_main(["X", "-ps", "layers=8", "--run_dir", "r"]) == 2
+    assert capsys.readouterr().err == "run.py: error: unknown flag --run_dir (did you mean --run-dir?)\n"

@@ -202,3 +202,36 @@ def test_a_boosted_model_shares_the_weights_and_leaves_the_model_as_it_was(train
     assert GRU4Rec.load(tmp_path / "b.safetensors", device="cpu").repeat_boost == RepeatBoost(2.5, 0.7)
     with pytest.raises(ConfigError, match="repeat_decay"):
         model.with_repeat_boost(1.0, 1.5)
+
+
+def test_fit_repeat_that_chooses_no_boost_says_so(trained, tmp_path, capsys) -> None:
+    from gru4rec.cli import main
+
+    model, events = trained
+    c = model.config
+    # Validation sessions without a repeated item: a boost can only lower the targets' ranks.
+    valid = _sessions(model, events, 60)[1].drop_duplicates([c.session_key, c.item_key])
+    valid[c.session_key] += 10**6  # other sessions than the training ones
+    paths = {"valid": tmp_path / "valid.tsv", "test": tmp_path / "test.tsv", "model": tmp_path / "m.safetensors"}
+    valid.to_csv(paths["valid"], sep="\t", index=False)
+    _sessions(model, events, 20)[1].to_csv(paths["test"], sep="\t", index=False)
+    model.save(paths["model"])
+    out = tmp_path / "boosted.safetensors"
+    base = ["evaluate", str(paths["model"]), "-t", str(paths["test"]), "-m", "10", "-e", "conservative", "-d", "cpu",
+            "--fit-repeat", str(paths["valid"])]
+    assert main(base + ["--save", str(out)]) == 0
+    err = capsys.readouterr().err
+    plain = evaluate(model, paths["valid"], cutoffs=(10,), mode="conservative").mrr[10]
+    assert "the grid point with the best MRR@10 (conservative ties) (--fit-metric)" in err
+    assert f"No boost helps on {paths['valid']}: every repeat_weight > 0 gives a lower MRR@10 (conservative ties) than {plain:.6f}" in err
+    assert f"No boost helps on {paths['valid']}: the model is saved unchanged to {out}" in err
+    assert "with its repeat boost" not in err
+    assert GRU4Rec.load(out, device="cpu").config.repeat_weight == 0.0
+    # Another metric and cutoff on request.
+    assert main(base + ["--fit-metric", "recall@5"]) == 0
+    err = capsys.readouterr().err
+    assert "the grid point with the best Recall@5 (conservative ties)" in err and "Recall@5 " in err
+    assert main(base[:-2] + ["--fit-metric", "recall@5"]) == 2
+    assert "--fit-metric needs --fit-repeat VALID" in capsys.readouterr().err
+    assert main(base + ["--fit-metric", "hits@5"]) == 2
+    assert "--fit-metric: metric: expected recall@K, mrr@K or ndcg@K" in capsys.readouterr().err

@@ -312,3 +312,33 @@ def test_wide_tables_scroll_inside_the_page(two_runs: list[dict[str, Any]], tmp_
     for table in epoch_tables:
         headers = re.findall(r"<th>valid (\w+@\d+)</th>", table)
         assert len(headers) > 1 and headers == sorted(headers, key=figures.metric_order)
+
+
+def test_evaluate_on_a_run_folders_model_fills_its_test_panels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """train --run-dir without -t, then gru4rec evaluate of the folder's model: the figures the
+    report draws are that evaluation's (issue 37: the README's report was half empty)."""
+    from gru4rec import GRU4Rec, evaluate
+    from gru4rec.datasets.synthetic import write_synthetic
+    from gru4rec.runs import RUN_CUTOFFS
+
+    data = write_synthetic(tmp_path / "data", n_sessions=200, n_items=40, seed=3, test_days=6)
+    run = tmp_path / "run"
+    assert main(["-q", "train", str(data["train_tr"]), "-ps", f"{TINY},n_epochs=1", "-d", "cpu", "--run-dir", str(run)]) == 0
+    empty = figures.metrics_at_k([read_run(run)])
+    assert "gru4rec evaluate RUN/model.safetensors -t TEST" in empty.axes[0].texts[0].get_text()
+    model = run / "model.safetensors"
+    assert main(["evaluate", str(model), "-t", str(data["test"]), "-m", "5", "-e", "conservative", "-d", "cpu"]) == 0
+    assert f"Recorded the test metrics in {run / 'metrics.json'}" in capsys.readouterr().err
+    (entry,) = read_run(run)["metrics"].values()
+    want = evaluate(GRU4Rec.load(model, device="cpu"), data["test"], cutoffs=RUN_CUTOFFS, mode="conservative")
+    assert entry["mode"] == "conservative" and entry["breakdown"] is not None
+    assert {int(k): v for k, v in entry["mrr"].items()} == pytest.approx({k: float(want.mrr[k]) for k in RUN_CUTOFFS}, abs=1e-12)
+    fig = figures.metrics_at_k([read_run(run)])
+    assert list(fig.axes[1].get_lines()[0].get_ydata()) == [entry["mrr"][str(k)] for k in RUN_CUTOFFS]
+    # Again on the same file: its entry is replaced (and said so); with a repeat boost nothing is recorded.
+    assert main(["evaluate", str(model), "-t", str(data["test"]), "-d", "cpu"]) == 0
+    assert f", replacing the earlier ones of {data['test']}" in capsys.readouterr().err
+    assert read_run(run)["metrics"][str(data["test"])]["mode"] == "standard"
+    assert main(["evaluate", str(model), "-t", str(data["test"]), "--repeat-weight", "1", "-d", "cpu"]) == 0
+    assert "Not recorded in the run folder" in capsys.readouterr().err
+    assert read_run(run)["metrics"][str(data["test"])]["mode"] == "standard"

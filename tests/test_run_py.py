@@ -160,6 +160,24 @@ def test_param_file_sample_store_and_ignored_module(
     assert len(parse_metrics(out)) == 1
 
 
+def test_ps_overrides_pf(
+    data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """-pf with -ps: the file's values with the string's on top (a published file shortened to a
+    smoke test without editing it); the original accepted one of the two."""
+    from gru4rec.config import Config
+
+    pf = ROOT / "paramfiles" / "rsc15_xe_shared_100_best.py"
+    model = tmp_path / "m"
+    code, _, err = run_py([data["train_tr"], "-pf", pf, "-ps", "n_epochs=1,layers=6,n_sample=8", "-s", model],
+                          capsys, monkeypatch)
+    assert code == 0, err
+    want = Config.from_file(pf).replace(n_epochs=1, layers=[6], n_sample=8).to_dict()
+    assert saved_config(model) == want and want["loss"] == "cross-entropy"
+    code, _, err = run_py([data["train_tr"], "-pf", pf, "-l"], capsys, monkeypatch)
+    assert code == 2 and "argument -l/--load_model: not allowed with argument -pf/--parameter_file" in err
+
+
 def test_column_keys_reach_the_model(
     data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

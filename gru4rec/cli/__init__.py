@@ -251,10 +251,47 @@ def _report(prog: str, text: str, *, debug: bool) -> None:
     print(f"{prog}: {text}", file=sys.stderr, flush=True)
 
 
+def _option_strings(parser: argparse.ArgumentParser) -> set[str]:
+    """Every flag of ``parser`` and of the subcommands whose flags it holds."""
+    flags: set[str] = set(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                flags |= _option_strings(sub)
+    return flags
+
+
+def _misspelt_flag(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
+    """A usage error for the first ``--snake_case`` flag that is not a flag but names one with
+    dashes (or close to one): ``--init_from`` -> did you mean ``--init-from``? (None: none)."""
+    import difflib
+
+    flags = None
+    for token in argv:
+        if token == "--":
+            break
+        name = token.split("=", 1)[0]
+        if not name.startswith("--") or "_" not in name:
+            continue
+        flags = _option_strings(parser) if flags is None else flags
+        if name in flags:
+            continue
+        kebab = name.replace("_", "-")
+        long_flags = sorted(f for f in flags if f.startswith("--"))
+        close = [kebab] if kebab in flags else difflib.get_close_matches(kebab, long_flags, n=1, cutoff=0.8)
+        if close:
+            return f"unknown flag {name} (did you mean {close[0]}?)"
+    return None
+
+
 def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str],
               run: Callable[[argparse.Namespace], int | None], *, prog: str) -> int:
     """Parse, run, and turn user errors into one line and an exit code."""
     debug = "--debug" in argv
+    misspelt = _misspelt_flag(parser, argv)
+    if misspelt is not None:
+        _report(prog, f"error: {misspelt}", debug=False)
+        return EXIT_USAGE
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help/--version (0) or a usage error (2)

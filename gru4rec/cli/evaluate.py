@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gru4rec.cli.common import (
     EXIT_OK,
+    UsageError,
     add_column_keys,
     add_device,
     add_eval_flags,
@@ -28,7 +29,8 @@ from gru4rec.cli.common import (
     write_json,
 )
 from gru4rec.cli.console import result
-from gru4rec.runs import metrics_entry
+from gru4rec.errors import ConfigError
+from gru4rec.runs import METRICS_FILE, RUN_CUTOFFS, metrics_entry, run_folder_of
 
 if TYPE_CHECKING:
     from gru4rec.evaluation.metrics import TieMode
@@ -52,6 +54,7 @@ class EvaluateSettings:
     repeat_weight: float | None = None
     repeat_decay: float | None = None
     fit_repeat: str | None = None
+    fit_metric: str | None = None
     save: str | None = None
     session_key: str | None = None
     item_key: str | None = None
@@ -73,8 +76,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     repeat.add_argument("--repeat-decay", metavar="D", type=float, default=None,
                         help="weight of a click relative to the click after it, in [0, 1] (default: the model's, 1)")
     repeat.add_argument("--fit-repeat", metavar="VALID", default=None,
-                        help="choose weight and decay on the validation events VALID (a grid, MRR at the first "
-                             "cutoff, the tie mode of -e), print the grid, then evaluate TEST with the winner")
+                        help="choose weight and decay on the validation events VALID (a grid, by --fit-metric, "
+                             "the tie mode of -e), print the grid, then evaluate TEST with the winner")
+    repeat.add_argument("--fit-metric", metavar="METRIC@K", default=None,
+                        help="what --fit-repeat maximises: recall@K, mrr@K or ndcg@K (default: mrr at the first -m cutoff)")
     repeat.add_argument("--save", metavar="MODEL_OUT", default=None,
                         help="write the model with the chosen repeat boost to MODEL_OUT (for gru4rec serve)")
     add_column_keys(parser, default_from="the model's")
@@ -83,25 +88,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_force(parser)
 
 
-def _repeat_boost(model: Any, args: EvaluateSettings) -> Any:
-    """The model with the repeat boost of --repeat-weight/--repeat-decay, then --fit-repeat."""
+def _fit_metric(args: EvaluateSettings) -> str:
+    """The metric --fit-repeat maximises, as ``mrr@20`` (checked before any work)."""
+    from gru4rec.validation import parse_metric
+
+    if args.fit_metric is not None and args.fit_repeat is None:
+        raise UsageError("--fit-metric needs --fit-repeat VALID (the data it is measured on)")
+    text = args.fit_metric if args.fit_metric is not None else f"mrr@{args.measure[0]}"
+    try:
+        return parse_metric(text).key
+    except ConfigError as exc:
+        raise UsageError(f"--fit-metric: {exc}") from None
+
+
+def _metric_label(metric: str) -> str:
+    """``mrr@20`` as the result lines write it: ``MRR@20``."""
+    name, cutoff = metric.split("@")
+    return f"{'MRR' if name == 'mrr' else name.capitalize() if name == 'recall' else name.upper()}@{cutoff}"
+
+
+def _repeat_boost(model: Any, args: EvaluateSettings, metric: str) -> tuple[Any, bool]:
+    """The model with the repeat boost of --repeat-weight/--repeat-decay, then --fit-repeat (by
+    ``metric``), and whether it now scores with a boost the loaded model did not have."""
+    from gru4rec.data import read_events, sessions_from_events
+    from gru4rec.data.overlap import warn_overlap
     from gru4rec.repeat_fit import fit_repeat_boost
 
+    before = (model.config.repeat_weight, model.config.repeat_decay)
     changes = {k: v for k, v in (("repeat_weight", args.repeat_weight), ("repeat_decay", args.repeat_decay)) if v is not None}
     if changes:
         model = model.with_repeat_boost(changes.get("repeat_weight", model.config.repeat_weight),
                                         changes.get("repeat_decay", model.config.repeat_decay))
     if args.fit_repeat is not None:
-        log.info("Choosing the repeat boost on %s", args.fit_repeat)
-        metric = f"mrr@{args.measure[0]}"
-        best, table = fit_repeat_boost(model, args.fit_repeat, metric=metric, mode=args.eval_mode,
-                                       batch_size=args.eval_batch_size)
+        label = f"{_metric_label(metric)} ({args.eval_mode} ties)"
+        log.info("Choosing the repeat boost on %s: the grid point with the best %s (--fit-metric)", args.fit_repeat, label)
+        c = model.config
+        keys = {"session_key": c.session_key, "item_key": c.item_key, "time_key": c.time_key}
+        # Read once (not at every grid point), and checked once for sessions the model trained on.
+        valid, _ = sessions_from_events(read_events(args.fit_repeat, **keys), model.item_map, order="id", drop_unknown=True, **keys)
+        warn_overlap(model.train_fingerprint, valid, f"VALID {args.fit_repeat}")
+        best, table = fit_repeat_boost(model, valid, metric=metric, mode=args.eval_mode, batch_size=args.eval_batch_size)
         for row in table:
-            log.info("  repeat_weight=%g repeat_decay=%g: %s %.6f", row["weight"], row["decay"], metric, row[metric])
+            log.info("  repeat_weight=%g repeat_decay=%g: %s %.6f", row["weight"], row["decay"], _metric_label(metric), row[metric])
+        plain = next(row[metric] for row in table if row["weight"] == 0)
+        winner = next(row[metric] for row in table if (row["weight"], row["decay"]) == (best.weight, best.decay))
+        if best.weight == 0:
+            log.info("No boost helps on %s: every repeat_weight > 0 gives a lower %s than %.6f without one", args.fit_repeat, label, plain)
+        else:
+            log.info("Chosen on %s: repeat_weight=%g, repeat_decay=%g: %s %.6f, against %.6f without a boost",
+                     args.fit_repeat, best.weight, best.decay, label, winner, plain)
         model = model.with_repeat_boost(best.weight, best.decay)
     if changes or args.fit_repeat is not None:
         log.info("Repeat-aware scoring: repeat_weight=%g, repeat_decay=%g", model.config.repeat_weight, model.config.repeat_decay)
-    return model
+    return model, (model.config.repeat_weight, model.config.repeat_decay) != before and model.config.repeat_weight > 0
 
 
 @uses_threads
@@ -111,18 +150,36 @@ def run(args: EvaluateSettings) -> int:
     check_writable_target(args.save, args.force, "model file")
     check_readable(args.test, "test file")
     check_readable(None if args.fit_repeat is None else [args.fit_repeat], "validation file")
+    metric = _fit_metric(args)
     model = load_model(args.model, args.device)
-    model = _repeat_boost(model, args)
+    model, boosted = _repeat_boost(model, args, metric)
     if args.save:
         model.save(args.save, overwrite=args.force)
-        log.info("Saved the model with its repeat boost to %s", args.save)
+        if boosted:
+            log.info("Saved the model with its repeat boost (repeat_weight=%g, repeat_decay=%g) to %s",
+                     model.config.repeat_weight, model.config.repeat_decay, args.save)
+        elif args.fit_repeat is not None:
+            log.info("No boost helps on %s: the model is saved unchanged to %s", args.fit_repeat, args.save)
+        else:
+            log.info("Saved the model unchanged (repeat_weight=%g) to %s", model.config.repeat_weight, args.save)
+    # The model of a run folder (train --run-dir): its test figures go into the folder's
+    # metrics.json, which `gru4rec report` draws — unless a repeat boost makes them another model's.
+    folder = run_folder_of(args.model)
+    changed = args.fit_repeat is not None or args.repeat_weight is not None or args.repeat_decay is not None
     report = evaluate_files(
         model, args.test, cutoffs=args.measure, mode=args.eval_mode, batch_size=args.eval_batch_size,
         extended=True,
         keys={"session_key": args.session_key, "item_key": args.item_key, "time_key": args.time_key},
+        json_cutoffs=RUN_CUTOFFS if folder is not None else (),
     )
     if args.metrics_json:
         write_json(args.metrics_json, report, force=args.force)
+    if folder is not None and changed:
+        log.info("Not recorded in the run folder %s: with the repeat boost these are not its model's figures", folder.path)
+    elif folder is not None:
+        replaced = folder.add_metrics(report)
+        log.info("Recorded the test metrics in %s%s (gru4rec report %s shows them)", folder.path / METRICS_FILE,
+                 f", replacing the earlier ones of {', '.join(replaced)}" if replaced else "", folder.path)
     return EXIT_OK
 
 
@@ -168,15 +225,16 @@ def evaluate_files(
     all_cutoffs = sorted(set(cutoffs) | set(json_cutoffs))
     report: dict[str, Any] = {}
     for test in tests:
-        log.info("Evaluating on %s (mode: %s)", test, mode)
+        # Every published figure counts ties against the model; say which count these lines use.
+        log.info("Evaluating on %s: Recall@K, MRR@K, ... with %s ties%s", test, mode,
+                 " (published figures use -e conservative)" if mode != "conservative" else "")
         reset_device_memory_peak(model)
         start = time.perf_counter()
-        frame = read_events(test, **key_args)
-        # The model was trained on its own column names; present the test set under them.
+        # The model was trained on its own column names; present the test set under them (a
+        # file under the model's names is read by evaluate, which names it in its messages).
         rename = {key_args[k]: getattr(config, k) for k in key_args if key_args[k] != getattr(config, k)}
-        if rename:
-            frame = frame.rename(columns=rename)
-        outcome = evaluate(model, frame, cutoffs=tuple(all_cutoffs), mode=mode, batch_size=batch_size, progress=True,
+        data = read_events(test, **key_args).rename(columns=rename) if rename else test
+        outcome = evaluate(model, data, cutoffs=tuple(all_cutoffs), mode=mode, batch_size=batch_size, progress=True,
                            breakdown=True)
         elapsed = time.perf_counter() - start
         log.info("Evaluation took %.2fs: %s predictions, %s events with items unknown to the model dropped",

@@ -1,4 +1,6 @@
-"""``gru4rec info``: what a model file (or training checkpoint) holds, as text or JSON."""
+"""``gru4rec info``: what a model file (or training checkpoint) holds, as text or JSON; or, for
+an event file, its size and how often its next items repeat the session (with what that means
+for the choice of model), and with ``--train`` how much of it is in the training data."""
 from __future__ import annotations
 
 import argparse
@@ -6,14 +8,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from gru4rec.cli.common import EXIT_OK
+from gru4rec.cli.common import EXIT_OK, add_column_keys, check_readable
 from gru4rec.cli.console import result
 
-__all__ = ["InfoSettings", "add_arguments", "count_items", "run"]
+__all__ = ["InfoSettings", "REPEAT_HEAVY", "REPEAT_SOME", "add_arguments", "count_items", "repeat_advice", "run"]
 
-#: Metadata entries that are large or structured (the item ids, the resume RNG state), not for reading.
-_NOT_SHOWN = ("config", "item_ids", "item_map", "item_support", "numpy_rng")
+#: Metadata entries that are large or structured (the item ids, the resume RNG state, the training
+#: transitions' hashes), not for reading.
+_NOT_SHOWN = ("config", "item_ids", "item_map", "item_support", "numpy_rng", "train_transitions")
 
+#: Repeat shares from which the advice changes (docs/results.md, "Repeated targets": Tmall 43 %,
+#: rsc15 34-36 %, DIGINETICA 20 %).
+REPEAT_HEAVY, REPEAT_SOME = 0.30, 0.10
 
 
 @dataclass(frozen=True)
@@ -22,12 +28,78 @@ class InfoSettings:
 
     model: str
     json: bool = False
+    train: str | None = None
+    session_key: str | None = None
+    item_key: str | None = None
+    time_key: str | None = None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``gru4rec info``."""
-    parser.add_argument("model", metavar="MODEL", help="a model file saved by train --save")
+    parser.add_argument("model", metavar="MODEL",
+                        help="a model file saved by train --save; or an event file (TSV/CSV/Parquet, "
+                             "gru4rec info DATA): its sessions and repeated targets")
     parser.add_argument("--json", action="store_true", help="print the description as JSON")
+    parser.add_argument("--train", metavar="TRAIN", default=None,
+                        help="event files only: count as the evaluator does with a model trained on TRAIN "
+                             "(items unknown to TRAIN dropped), and how much of FILE is in TRAIN")
+    add_column_keys(parser, default_from=None)
+
+
+def repeat_advice(share: float) -> str:
+    """What the share of repeated targets means for the choice of model (docs/results.md)."""
+    if share >= REPEAT_HEAVY:
+        return ("repeat-heavy: much of a test is won by the session's own items. The session-popularity "
+                "baseline (gru4rec baseline spop TRAIN -t TEST) is the bar to clear, and repeat-aware "
+                "scoring (gru4rec evaluate MODEL -t TEST --fit-repeat VALID) is worth choosing on validation")
+    if share >= REPEAT_SOME:
+        return ("some repeats: repeat-aware scoring may add a little (choose it with gru4rec evaluate MODEL "
+                "-t TEST --fit-repeat VALID); compare with gru4rec baseline spop")
+    return "few repeats: the next item is mostly new to the session; repeat-aware scoring has little to win"
+
+
+def _event_info(args: InfoSettings) -> int:
+    """``gru4rec info DATA``: events, sessions, items, repeated targets (and the overlap with --train)."""
+    from gru4rec.data import ItemMap, read_events, sessions_from_events
+    from gru4rec.data.overlap import TrainingFingerprint, paired_sessions
+    from gru4rec.evaluation.repeats import repeat_shares
+
+    check_readable(None if args.train is None else [args.train], "training file")
+    keys = {"session_key": args.session_key or "SessionId", "item_key": args.item_key or "ItemId",
+            "time_key": args.time_key or "Time"}
+    events = read_events(args.model, **keys)
+    train = None if args.train is None else read_events(args.train, **keys)
+    if train is None:
+        sessions, n_dropped = sessions_from_events(events, ItemMap.from_ids(events[keys["item_key"]]), order="id",
+                                                   session_key=keys["session_key"], item_key=keys["item_key"],
+                                                   time_key=keys["time_key"])
+    else:
+        train_sessions, sessions, n_dropped = paired_sessions(train, events, **keys)
+    repeats = repeat_shares(sessions)
+    summary: dict[str, Any] = {
+        "file": args.model, "events": len(events), "sessions": int(events[keys["session_key"]].nunique()),
+        "items": int(events[keys["item_key"]].nunique()), "train": args.train,
+        "events_with_unknown_items": n_dropped if train is not None else None,
+        "targets": repeats.n_targets, "repeat_share": repeats.share, "immediate_repeat_share": repeats.immediate_share,
+        "advice": repeat_advice(repeats.share),
+    }
+    if train is not None:
+        summary["in_train_share"] = TrainingFingerprint.of(train_sessions).overlap(sessions).share
+    if args.json:
+        result(json.dumps(summary, indent=2))
+        return EXIT_OK
+    result(f"file: {args.model}")
+    result(f"events: {summary['events']:,} in {summary['sessions']:,} sessions, {summary['items']:,} items")
+    if train is not None:
+        result(f"items unknown to {args.train}: {n_dropped:,} events dropped, as the evaluator drops them")
+    result(f"prediction targets: {repeats.n_targets:,} (every event but a session's first)")
+    result(f"repeated targets: {repeats.share:.1%} (the item is already in the session); "
+           f"the previous item again: {repeats.immediate_share:.1%}")
+    if train is not None:
+        result(f"in the training data: {summary['in_train_share']:.1%} of the targets "
+               f"(session id, previous item -> item; above 1 % the figures measure memory)")
+    result(f"advice: {summary['advice']}")
+    return EXIT_OK
 
 
 def count_items(meta: dict[str, Any], tensors: dict[str, Any]) -> int | None:
@@ -44,10 +116,25 @@ def count_items(meta: dict[str, Any], tensors: dict[str, Any]) -> int | None:
 
 
 def run(args: InfoSettings) -> int:
-    """Run ``gru4rec info``: the file's format, item count, configuration and tensors."""
+    """Run ``gru4rec info``: a model file's format, item count, configuration and tensors; an
+    event file's repeated targets."""
     from gru4rec.checkpoint import file_info
+    from gru4rec.data.events import is_event_file_name
+    from gru4rec.errors import Gru4RecError, ModelFileError
 
-    info = file_info(args.model)
+    try:
+        info = file_info(args.model)
+    except ModelFileError as model_error:
+        if not is_event_file_name(args.model):
+            raise
+        try:
+            return _event_info(args)
+        except Gru4RecError as data_error:  # neither: say both
+            raise Gru4RecError(f"{model_error}; as an event file: {data_error}") from data_error
+    if args.train is not None:
+        from gru4rec.cli.common import UsageError
+
+        raise UsageError("--train is for event files; a model file holds no events")
     meta = info["meta"]
     config = meta.get("config", {})
     n_items = count_items(meta, info["tensors"])

@@ -43,14 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("path", metavar="PATH",
                         help="training data (TSV/CSV/Parquet) or, with -l, a saved model file")
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("-ps", "--parameter_string", metavar="PARAM_STRING",
-                      help="parameters as 'name=value,name=value' (lists with '/'), e.g. "
-                           "'loss=bpr-max,layers=100,n_sample=2048'")
-    mode.add_argument("-pf", "--parameter_file", metavar="PARAM_PATH",
-                      help="parameter file (the original's OrderedDict .py, or .json/.toml/.yaml)")
-    mode.add_argument("-l", "--load_model", action="store_true",
-                      help="PATH is a saved model: load it instead of training")
+    # One of -ps, -pf, -l is required, -l goes with neither (checked by run: argparse's groups
+    # cannot say "-ps and -pf together, -l alone"). -ps and -pf together is this package's
+    # addition: the original refuses it.
+    parser.add_argument("-ps", "--parameter_string", metavar="PARAM_STRING",
+                        help="parameters as 'name=value,name=value' (lists with '/'), e.g. "
+                             "'loss=bpr-max,layers=100,n_sample=2048'; with -pf, overrides of the file's values "
+                             "(e.g. -ps n_epochs=2)")
+    parser.add_argument("-pf", "--parameter_file", metavar="PARAM_PATH",
+                        help="parameter file (the original's OrderedDict .py, or .json/.toml/.yaml)")
+    parser.add_argument("-l", "--load_model", action="store_true",
+                        help="PATH is a saved model: load it instead of training (not with -ps/-pf)")
     parser.add_argument("-s", "--save_model", metavar="MODEL_PATH",
                         help=f"save the trained model to MODEL_PATH, e.g. {MODEL_FILE_EXAMPLE} (refuses to "
                              "overwrite an existing file unless --force)")
@@ -97,6 +100,12 @@ def run(args: argparse.Namespace) -> int:
     check_writable_target(args.save_model, args.force, "model file")
     check_readable(args.test, "test file")
     watch = None
+    given = [flag for flag, value in (("-ps/--parameter_string", args.parameter_string),
+                                      ("-pf/--parameter_file", args.parameter_file)) if value is not None]
+    if not given and not args.load_model:
+        raise UsageError("one of the arguments -ps/--parameter_string -pf/--parameter_file -l/--load_model is required")
+    if given and args.load_model:
+        raise UsageError(f"argument -l/--load_model: not allowed with argument {given[0]}")
     if args.load_model:
         if args.sample_store_size is not None or args.seed is not None:
             log.info("Note: -ss/--seed only affect training and are ignored with -l")

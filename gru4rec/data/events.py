@@ -28,7 +28,7 @@ import pandas as pd
 from gru4rec.errors import DataError, Gru4RecError, OutputExistsError
 from gru4rec.files import atomic_write
 
-__all__ = ["ColumnKeys", "read_events", "validate_events", "write_event_chunks", "write_events"]
+__all__ = ["ColumnKeys", "is_event_file_name", "read_events", "validate_events", "write_event_chunks", "write_events"]
 
 _TAB_SUFFIXES = (".tsv", ".txt", ".dat")
 _CSV_SUFFIXES = (".csv",)
@@ -74,6 +74,12 @@ def _split_suffix(path: Path) -> tuple[str, bool]:
     if gz:
         name = name[:-3]
     return Path(name).suffix, gz
+
+
+def is_event_file_name(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path``'s suffix is one that :func:`read_events` reads (``.tsv``, ``.csv``,
+    ``.parquet``, ... optionally ``.gz``)."""
+    return _split_suffix(Path(path))[0] in (*_TAB_SUFFIXES, *_CSV_SUFFIXES, *_PARQUET_SUFFIXES)
 
 
 def _open_text(path: Path, gz: bool) -> io.TextIOBase:

@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from gru4rec.data import Sessions, read_events, sessions_from_events, validate_events
+from gru4rec.data.overlap import warn_overlap
 from gru4rec.errors import ConfigError, DataError, Gru4RecError
 from gru4rec.evaluation.metrics import (
     TIE_MODES,
@@ -168,6 +169,8 @@ def _test_sessions(model: SessionModel, test: Any) -> tuple[Sessions, int, str]:
     else:
         raise DataError(f"test: expected a DataFrame, a path to an event file or Sessions, got {type(test).__name__}")
     sessions, n_dropped = sessions_from_events(df, item_map, drop_unknown=True, **keys)
+    # Data the model was trained on (a GRU4Rec with its training fingerprint) is a leak.
+    warn_overlap(getattr(model, "train_fingerprint", None), sessions, source)
     return sessions, n_dropped, source
 
 

@@ -37,6 +37,9 @@ BREAKDOWNS = {
 }
 
 
+#: What fills a run's empty test panels (both commands write the run folder's metrics.json).
+_FILL_TEST = "(gru4rec evaluate RUN/model.safetensors -t TEST,\nor train with -t TEST)"
+
 def valid_metric(run: dict[str, Any]) -> str | None:
     """The run's validation metric (e.g. ``'recall@20'``), or None without validation."""
     config = run.get("config") or {}
@@ -127,7 +130,7 @@ def metrics_at_k(runs: Sequence[dict[str, Any]]) -> Any:
         if ax.get_lines():
             ax.legend(fontsize="small")
         else:
-            ax.text(0.5, 0.5, "no test evaluation\n(train with -t TEST)", ha="center", va="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, "no test evaluation\n" + _FILL_TEST, ha="center", va="center", transform=ax.transAxes)
     return fig
 
 
@@ -162,7 +165,7 @@ def breakdown_figure(runs: Sequence[dict[str, Any]], kind: str, cutoff: int | No
               for run in runs for test, result in evaluations(run) if result.get("breakdown")]
     if k is None or not series:
         for ax in (ax_recall, ax_mrr):
-            ax.text(0.5, 0.5, "no breakdown\n(train with -t TEST)", ha="center", va="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, "no breakdown\n" + _FILL_TEST, ha="center", va="center", transform=ax.transAxes)
         return fig
     labels = [g["label"] for g in series[0][1]]
     width = 0.8 / len(series)

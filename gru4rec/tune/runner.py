@@ -81,7 +81,7 @@ def _log_plan(settings: ParoptSettings, prepared: Prepared, storage: Any, url: s
                 f"the study will hold {held + settings.n_trials})")
     seed = "unseeded" if settings.sampler_seed is None else f"seed {settings.sampler_seed}"
     log.info(f"Running {plan} with {settings.workers} worker(s); objective {metric_label(settings)} "
-             f"({settings.eval_mode}) on {settings.valid}; pruning {'on' if pruning else 'off'}; TPE sampler {seed}")
+             f"({settings.eval_mode} ties) on {settings.valid}; pruning {'on' if pruning else 'off'}; TPE sampler {seed}")
     if has_heartbeat(storage):
         log.info(f"Heartbeat every {settings.heartbeat_interval} s: the trial of a worker killed anywhere is run "
                  f"again once silent for {settings.grace_period} s")
@@ -203,7 +203,7 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
     if report.best_number is None:
         log.info("No trial completed: no best parameters.")
     else:
-        log.info(f"Best trial {report.best_number}: {metric_label(settings)}={report.best_value:.6f}")
+        log.info(f"Best trial {report.best_number}: {metric_label(settings)}={report.best_value:.6f} ({settings.eval_mode} ties)")
         log.info(f"Best parameters: {report.best_param_string}")
         if settings.final_test is not None:
             set_threads(settings)

@@ -156,20 +156,25 @@ def _work(
     if stop_at is not None and n_finished(study) >= stop_at:
         return None
     train, valid = read_data(settings, job.prepared.keys)  # once per worker, shared by its trials
-    if data is not None:
+    from gru4rec.data.overlap import TrainingFingerprint, checked_once, paired_sessions, warn_overlap
+
+    if data is not None:  # worker 0, in paropt's own process: check VALID once for the whole run
         data.update(train=train, valid=valid)
+        train_sessions, valid_sessions, _ = paired_sessions(train, valid, **job.prepared.keys)
+        warn_overlap(TrainingFingerprint.of(train_sessions), valid_sessions, f"VALID {settings.valid}")
     per_epoch = not isinstance(study.pruner, optuna.pruners.NopPruner)
     objective = Objective(settings, job.prepared.space, job.prepared.base, train, valid, per_epoch, job.run_id)
     prefix = f"[worker {worker}] " if settings.workers > 1 else ""
     trial_log = _TrialLog(settings, prefix, stop_at)
-    study.optimize(
-        objective,
-        n_trials=n_trials,
-        timeout=settings.timeout,
-        catch=(TrialFailed,),
-        callbacks=[trial_log],
-        gc_after_trial=True,
-    )
+    with checked_once():  # VALID was checked above: not once per trial
+        study.optimize(
+            objective,
+            n_trials=n_trials,
+            timeout=settings.timeout,
+            catch=(TrialFailed,),
+            callbacks=[trial_log],
+            gc_after_trial=True,
+        )
     return trial_log.gave_up
 
 
