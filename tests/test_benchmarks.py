@@ -1,7 +1,6 @@
 """The benchmark scripts' arithmetic and parsing (their timings are not tested)."""
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -10,16 +9,13 @@ import torch
 
 from gru4rec.config import Config
 from gru4rec.training.loop import EpochStats
+from script_modules import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"benchmarks/{name}.py", f"bench_{name}")
 
 
 train_speed = load("train_speed")

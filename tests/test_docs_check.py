@@ -3,18 +3,15 @@ what the README shows; the checker itself fails on a wrong shown output, a faili
 honours (and reports) skip markers."""
 from __future__ import annotations
 
-import importlib.util
 import io
-import sys
 from pathlib import Path
 
 import pytest
 
+from script_modules import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("docs_check", ROOT / "tools" / "docs_check.py")
-docs_check = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-sys.modules["docs_check"] = docs_check
-_spec.loader.exec_module(docs_check)  # type: ignore[union-attr]
+docs_check = load_script("tools/docs_check.py")
 
 README_LIMIT = 10_000
 

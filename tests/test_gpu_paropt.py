@@ -3,21 +3,19 @@ set: a 2-trial study in a journal file, continued by a second call in a copy und
 trials cut by the end of a window queued again, and no trial started without time left."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from script_modules import load_script
 
 optuna = pytest.importorskip("optuna")
 
 from gru4rec.tune import open_storage  # noqa: E402
 from tune_helpers import ROOT, TrialState, data_fixture  # noqa: E402,F401 - data is a fixture
 
-_spec = importlib.util.spec_from_file_location("gpu_paropt", ROOT / "benchmarks" / "gpu_paropt.py")
-assert _spec is not None and _spec.loader is not None
-gpu_paropt = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gpu_paropt)
+gpu_paropt = load_script("benchmarks/gpu_paropt.py")
 
 TINY = "n_sample=16,n_epochs=2,layers=16,batch_size=16,embedding=0,constrained_embedding=True"
 NAME = "rsc15_100k_bprmax_wide_fixed"

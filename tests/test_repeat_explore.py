@@ -3,23 +3,19 @@ its scores against a NumPy reference of p·P_rep + (1 − p)·P_exp, and its ful
 against a brute-force conservative rank."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from script_modules import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"benchmarks/{name}.py", f"bench_{name}")
 
 
 rx = load("repeat_explore")

@@ -3,21 +3,17 @@ run: the counts it reports are checked, its timings are not)."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gru4rec.serve import ServeSettings, create_app  # noqa: E402
+from script_modules import load_script
 from serve_helpers import running, train_small  # noqa: E402 - skips without the serve extra
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("bench_serve_load", ROOT / "benchmarks" / "serve_load.py")
-serve_load = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = serve_load
-spec.loader.exec_module(serve_load)
+serve_load = load_script("benchmarks/serve_load.py", "bench_serve_load")
 
 
 def test_summarize_is_numpy_percentiles_and_the_rate() -> None:

@@ -230,12 +230,9 @@ def test_wide_spaces_have_the_ranges_of_issue_29() -> None:
             assert name in space
     assert bpr["logq"].values == (0.0, 1.0) and "linear" in bpr["final_act"].values
     # Valid on top of the GPU script's fixed parameters (benchmarks/gpu_paropt.py).
-    import importlib.util
+    from script_modules import load_script
 
-    spec = importlib.util.spec_from_file_location("gpu_paropt", ROOT / "benchmarks" / "gpu_paropt.py")
-    assert spec is not None and spec.loader is not None
-    gpu_paropt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_paropt)
+    gpu_paropt = load_script("benchmarks/gpu_paropt.py")
     for key, space in (("bprmax", bpr), ("xe", xe)):
         path, fixed = gpu_paropt.LOSSES[key]
         assert (ROOT / path).name == f"srgnn_{key}_wide.json"
