@@ -48,7 +48,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from gru4rec.cli import baseline, evaluate, export, info, preprocess, recommend, report, run_py, serve, synth, train
-from gru4rec.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError, typed_command
+from gru4rec.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError, settings_from, typed_command
 from gru4rec.cli.console import VERBOSITY_DESTS, add_verbosity_flags, command_console, verbosity
 from gru4rec.errors import ConfigError, Gru4RecError, OutputExistsError
 
@@ -137,7 +137,7 @@ def _hook_command(
 
 
 register(Command("train", "train a model on an event file (optionally save and evaluate it)",
-                 train.add_arguments, train.run))
+                 train.add_arguments, typed_command(train.TrainSettings, train.run)))
 register(Command("evaluate", "evaluate a saved model on test files (Recall, MRR, NDCG, ...)",
                  evaluate.add_arguments, typed_command(evaluate.EvaluateSettings, evaluate.run)))
 register(Command("baseline", "fit pop, spop or itemknn and evaluate it like 'evaluate' (to compare with GRU4Rec)",
@@ -382,6 +382,6 @@ def run_py_main(argv: Sequence[str] | None = None) -> int:
     def run(args: argparse.Namespace) -> int | None:
         args.command_line = ["python", run_py.PROG, *argv]  # as run (a run folder records it)
         with command_console(run_py.PROG, level=logging.INFO, messages_on_stdout=True):
-            return run_py.run(args)
+            return run_py.run(settings_from(run_py.RunPySettings, args))
 
     return _dispatch(run_py.build_parser(), argv, run, prog=run_py.PROG)

@@ -12,6 +12,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,10 +24,21 @@ if TYPE_CHECKING:  # the heavy imports happen inside the methods
     from gru4rec.config import Config
     from gru4rec.recommender import GRU4Rec
 
-__all__ = ["Observation", "add_arguments"]
+__all__ = ["ObserveFlags", "Observation", "add_arguments"]
 
 log = logging.getLogger(__name__)
 
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObserveFlags:
+    """The flags of :func:`add_arguments` (a command's settings extend it)."""
+
+    valid: str | None = None
+    early_stop: int | None = None
+    valid_metric: str = "recall@20"
+    run_dir: str | None = None
+    tensorboard: str | None = None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,12 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class Observation:
     """The validation and tracking of one training command.
 
-    ``args``: the parsed flags (those of :func:`add_arguments`); ``command``: the command line
+    ``args``: the flags of :func:`add_arguments`; ``command``: the command line
     as run; ``cutoffs``/``mode``: the command's evaluation cutoffs and tie mode; ``force``: the
     command's overwrite flag. Everything is checked here, before any work.
     """
 
-    def __init__(self, args: argparse.Namespace, *, command: Sequence[str], cutoffs: Sequence[int], mode: str, force: bool) -> None:
+    def __init__(self, args: ObserveFlags, *, command: Sequence[str], cutoffs: Sequence[int], mode: str, force: bool) -> None:
         from gru4rec.runs import RunFolder
         from gru4rec.validation import parse_metric
 

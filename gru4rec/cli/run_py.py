@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gru4rec.cli import observe
 from gru4rec.cli.common import (
@@ -27,11 +29,41 @@ from gru4rec.cli.common import (
 from gru4rec.cli.evaluate import evaluate_files
 from gru4rec.cli.train import build_config, interruption, train_model
 
-__all__ = ["PROG", "build_parser", "run"]
+if TYPE_CHECKING:
+    from gru4rec.evaluation.metrics import TieMode
+
+__all__ = ["PROG", "RunPySettings", "build_parser", "run"]
 
 log = logging.getLogger(__name__)
 
 PROG = "run.py"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPySettings(observe.ObserveFlags):
+    """The settings of ``run.py`` (one field per flag, the original's names; ``command_line`` as run)."""
+
+    path: str
+    parameter_string: str | None = None
+    parameter_file: str | None = None
+    load_model: bool = False
+    save_model: str | None = None
+    test: list[str] | None = None
+    measure: list[int] = field(default_factory=lambda: [20])
+    eval_type: TieMode = "standard"
+    sample_store_size: int | None = None
+    gru4rec_model: str | None = None
+    device: str = "auto"
+    precision: str = "float32"
+    threads: int | None = None
+    item_key: str | None = None
+    session_key: str | None = None
+    time_key: str | None = None
+    primary_metric: str = "recall"
+    log_primary_metric: bool = False
+    seed: int | None = None
+    force: bool = False
+    command_line: list[str] | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @uses_threads
-def run(args: argparse.Namespace) -> int:
+def run(args: RunPySettings) -> int:
     """Train (or load with ``-l``), optionally save, then evaluate on every ``-t`` file."""
     if args.gru4rec_model is not None:
         log.info("Note: -g %s is ignored (this implementation is the gru4rec package)", args.gru4rec_model)
@@ -114,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         model = load_model(args.path, args.device)
     else:
         check_readable([args.path], "training data")
-        watch = observe.Observation(args, command=getattr(args, "command_line", ["python", PROG]),
+        watch = observe.Observation(args, command=args.command_line or ["python", PROG],
                                     cutoffs=measure, mode=args.eval_type, force=args.force)
         config = build_config(args.parameter_file, args.parameter_string, seed=args.seed,
                               sample_store_size=args.sample_store_size, **keys)

@@ -10,6 +10,7 @@ import logging
 import shlex
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,9 +41,10 @@ from gru4rec.cli.evaluate import evaluate_files
 
 if TYPE_CHECKING:  # the heavy imports (torch, pandas) happen inside the functions
     from gru4rec.config import Config
+    from gru4rec.evaluation.metrics import TieMode
     from gru4rec.recommender import GRU4Rec
 
-__all__ = ["add_arguments", "build_config", "interruption", "run", "train_model"]
+__all__ = ["TrainSettings", "add_arguments", "build_config", "interruption", "run", "train_model"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,37 @@ def hyperparameter_epilog() -> str:
     return ("hyperparameters (-ps NAME=VALUE,... or -pf FILE) and their defaults; each is explained in\n"
             "docs/behaviour.md §7 (Hyperparameters):\n" + textwrap.fill(", ".join(defaults), width=90,
                                                                  initial_indent="  ", subsequent_indent="  "))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainSettings(observe.ObserveFlags):
+    """The settings of ``gru4rec train`` (one field per flag; ``command_line`` as it was run)."""
+
+    data: str
+    params: str | None = None
+    param_file: str | None = None
+    seed: int | None = None
+    sample_store_size: int | None = None
+    init_from: str | None = None
+    session_key: str | None = None
+    item_key: str | None = None
+    time_key: str | None = None
+    save: str | None = None
+    save_optimizer: bool = False
+    checkpoint_dir: str | None = None
+    checkpoint_every: float | None = None
+    resume: bool = False
+    keep_checkpoint: bool = False
+    force: bool = False
+    test: list[str] | None = None
+    measure: list[int] = field(default_factory=lambda: [20])
+    eval_mode: TieMode = "standard"
+    eval_batch_size: int = 512
+    metrics_json: str | None = None
+    device: str = "auto"
+    precision: str = "float32"
+    threads: int | None = None
+    command_line: list[str] | None = None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,7 +151,7 @@ def positive_float(text: str) -> float:
 
 
 @uses_threads
-def run(args: argparse.Namespace) -> int:
+def run(args: TrainSettings) -> int:
     """Run ``gru4rec train``: every check first, then train, save, evaluate."""
     if args.checkpoint_dir is None:
         given = [flag for flag, on in (("--resume", args.resume), ("--checkpoint-every", args.checkpoint_every),
@@ -134,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     if args.init_from is not None:
         check_readable([args.init_from], "model to warm-start from")
     check_readable(args.test, "test file")
-    watch = observe.Observation(args, command=getattr(args, "command_line", ["gru4rec", "train"]),
+    watch = observe.Observation(args, command=args.command_line or [PROG, "train"],
                                 cutoffs=args.measure, mode=args.eval_mode, force=args.force)
     config = build_config(
         args.param_file, args.params, seed=args.seed, sample_store_size=args.sample_store_size,
@@ -168,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
             if args.metrics_json:
                 write_json(args.metrics_json, report, force=args.force)
     except KeyboardInterrupt as exc:
-        command = getattr(args, "command_line", None)
+        command = args.command_line
         raise interruption(exc, checkpoint_dir=args.checkpoint_dir, argv=command[1:] if command else None,
                            saved=saved) from exc
     return EXIT_OK
