@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -306,4 +306,5 @@ class Engine:
             scores = top.scores[j, :k]
             keep = np.isfinite(scores)  # excluded items (fewer than k left) are not answers
             answers[row] = Answer(top.indices[j, :k][keep], scores[keep], False, SessionState(H_after[slot_of[row]].copy(), seen[row]))
-        return answers  # type: ignore[return-value]
+        assert all(answer is not None for answer in answers)  # every row: the fallback or the network's
+        return cast("list[Answer]", answers)

@@ -66,11 +66,13 @@ log = logging.getLogger(__name__)
 
 def _weights_digest(model: GRU4Rec) -> str:
     """A checksum of a model that has no file: its weights and item ids."""
+    net, item_map = model.net, model.item_map
+    assert net is not None and item_map is not None  # the app serves fitted models only
     digest = hashlib.sha256()
-    for name, tensor in sorted(model.net.state_dict().items()):  # type: ignore[union-attr]
+    for name, tensor in sorted(net.state_dict().items()):
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    digest.update(repr(model.item_map.to_list()).encode())  # type: ignore[union-attr]
+    digest.update(repr(item_map.to_list()).encode())
     return digest.hexdigest()
 
 

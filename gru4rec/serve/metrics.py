@@ -76,7 +76,8 @@ class ServeMetrics:
                                     registry=self.registry)
         self.fallbacks = Counter("gru4rec_serve_popularity_fallbacks", "Answers from the popularity fallback",
                                  registry=self.registry)
-        self.registry.register(_StateCollector(sessions, evictions, scored, clicks))  # type: ignore[arg-type]
+        # prometheus_client types register() for its own Collector class; it only calls collect().
+        self.registry.register(_StateCollector(sessions, evictions, scored, clicks))  # type: ignore[arg-type]  # duck-typed collector
         self._sessions = sessions
         self._period: list[float] = []
         self._lock = threading.Lock()

@@ -227,7 +227,8 @@ class MemoryStore:
         with self._lock:
             for i, (key, expected, value) in enumerate(writes):
                 current = self._live(key, now)
-                if (current is None) != (expected is None) or (current is not None and not current.startswith(expected)):  # type: ignore[arg-type]
+                if (current is None) != (expected is None) or (
+                        current is not None and expected is not None and not current.startswith(expected)):
                     refused.append(i)
                     continue
                 self._data[key] = (now, value)
