@@ -49,14 +49,21 @@ def _paropt(data: dict[str, Path], storage: str, out: Path, *extra: str) -> subp
 
 
 def _kill_mid_trial(storage: str, process: subprocess.Popen[bytes], **which: int) -> optuna.trial.FrozenTrial:
-    """SIGKILL the worker process of a trial that has run for a moment; returns that trial."""
-    trial = wait_for(lambda: running_trial(storage, "killed", **which), "a running trial", process=process)
-    time.sleep(0.3)
-    (now,) = [t for t in trials_of(storage, "killed") if t.number == trial.number]  # type: ignore[attr-defined]
-    assert now.state == TrialState.RUNNING, "the trial ended before the kill; make trials longer"
-    pid = int(now.user_attrs["worker"].rsplit(":", 1)[1])
-    os.kill(pid, signal.SIGKILL)
-    return now
+    """SIGKILL the worker process of a trial that has run for a moment; returns that trial.
+
+    A trial can end between the read that finds it running and the kill: read again after the
+    kill (a dead worker writes nothing more) and, if it had completed, kill the next one."""
+    for _ in range(3):
+        trial = wait_for(lambda: running_trial(storage, "killed", **which), "a running trial", process=process)
+        time.sleep(0.3)
+        (now,) = [t for t in trials_of(storage, "killed") if t.number == trial.number]  # type: ignore[attr-defined]
+        if now.state != TrialState.RUNNING:
+            continue
+        os.kill(int(now.user_attrs["worker"].rsplit(":", 1)[1]), signal.SIGKILL)
+        (after,) = [t for t in trials_of(storage, "killed") if t.number == trial.number]  # type: ignore[attr-defined]
+        if after.state != TrialState.COMPLETE:
+            return now
+    raise AssertionError("every trial ended before its kill; make trials longer")
 
 
 def test_a_killed_local_worker_is_replaced_and_its_trial_run_again(data: dict[str, Path], tmp_path: Path,
