@@ -7,11 +7,14 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gru4rec.cli.common import (
     EXIT_OK,
+    ColumnFlags,
+    EvalFlags,
+    MachineFlags,
     UsageError,
     add_column_keys,
     add_device,
@@ -27,7 +30,7 @@ from gru4rec.cli.common import (
 from gru4rec.cli.evaluate import evaluate_files
 
 if TYPE_CHECKING:
-    from gru4rec.evaluation.metrics import TieMode
+    pass
 
 __all__ = ["BASELINES", "BaselineSettings", "add_arguments", "run"]
 
@@ -48,26 +51,16 @@ DESCRIPTION = (
 )
 
 
-@dataclass(frozen=True)
-class BaselineSettings:
+@dataclass(frozen=True, kw_only=True)
+class BaselineSettings(EvalFlags, ColumnFlags, MachineFlags):
     """The settings of ``gru4rec baseline`` (one field per flag)."""
 
     baseline: str
     data: str
-    test: list[str]
-    measure: list[int] = field(default_factory=lambda: [20])
-    eval_mode: TieMode = "standard"
-    eval_batch_size: int = 512
-    metrics_json: str | None = None
+    test: list[str]  # required here
     neighbors: int | None = None
     knn_lambda: float | None = None
     knn_alpha: float | None = None
-    session_key: str | None = None
-    item_key: str | None = None
-    time_key: str | None = None
-    device: str = "auto"
-    threads: int | None = None
-    force: bool = False
 
 
 def _unit_interval(text: str) -> float:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the heavy imports happen inside load_model
     from _typeshed import DataclassInstance
 
     from gru4rec.data import ItemMap
+    from gru4rec.evaluation.metrics import TieMode
     from gru4rec.inference import SessionModel
     from gru4rec.recommender import GRU4Rec
 
@@ -35,6 +36,9 @@ __all__ = [
     "MODEL_FILE_EXAMPLE",
     "PROG",
     "UsageError",
+    "ColumnFlags",
+    "EvalFlags",
+    "MachineFlags",
     "add_column_keys",
     "add_device",
     "add_eval_flags",
@@ -91,6 +95,41 @@ class HasThreads(Protocol):
 
 S = TypeVar("S", bound="DataclassInstance")
 T = TypeVar("T", bound=HasThreads)
+
+
+# The settings of the flag groups below (add_column_keys, add_eval_flags, add_device + add_threads
+# + add_force): a command's settings dataclass extends the groups it adds, so each field is
+# declared once beside the flags that set it. Keyword-only, so that a command's own required
+# fields (MODEL, DATA, ...) may come after them.
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ColumnFlags:
+    """``--session-key``, ``--item-key``, ``--time-key`` (:func:`add_column_keys`)."""
+
+    session_key: str | None = None
+    item_key: str | None = None
+    time_key: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvalFlags:
+    """``-t``, ``-m``, ``-e``, ``--eval-batch-size``, ``--metrics-json`` (:func:`add_eval_flags`)."""
+
+    test: list[str] | None = None
+    measure: list[int] = dataclasses.field(default_factory=lambda: [20])
+    eval_mode: TieMode = "standard"
+    eval_batch_size: int = 512
+    metrics_json: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MachineFlags:
+    """``-d/--device``, ``--threads``, ``--force`` (:func:`add_device`, :func:`add_threads`, :func:`add_force`)."""
+
+    device: str = "auto"
+    threads: int | None = None
+    force: bool = False
 
 
 def settings_from(cls: type[S], args: argparse.Namespace) -> S:

@@ -9,11 +9,14 @@ import argparse
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gru4rec.cli.common import (
     EXIT_OK,
+    ColumnFlags,
+    EvalFlags,
+    MachineFlags,
     UsageError,
     add_column_keys,
     add_device,
@@ -41,27 +44,17 @@ log = logging.getLogger(__name__)
 
 
 
-@dataclass(frozen=True)
-class EvaluateSettings:
+@dataclass(frozen=True, kw_only=True)
+class EvaluateSettings(EvalFlags, ColumnFlags, MachineFlags):
     """The settings of ``gru4rec evaluate`` (one field per flag)."""
 
     model: str
-    test: list[str]
-    measure: list[int] = field(default_factory=lambda: [20])
-    eval_mode: TieMode = "standard"
-    eval_batch_size: int = 512
-    metrics_json: str | None = None
+    test: list[str]  # required here
     repeat_weight: float | None = None
     repeat_decay: float | None = None
     fit_repeat: str | None = None
     fit_metric: str | None = None
     save: str | None = None
-    session_key: str | None = None
-    item_key: str | None = None
-    time_key: str | None = None
-    device: str = "auto"
-    threads: int | None = None
-    force: bool = False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

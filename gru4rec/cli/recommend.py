@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from gru4rec.cli.common import (
     EXIT_OK,
+    ColumnFlags,
+    MachineFlags,
     add_column_keys,
     add_device,
     add_force,
@@ -36,8 +38,8 @@ DESCRIPTION = (
 )
 
 
-@dataclass(frozen=True)
-class RecommendSettings:
+@dataclass(frozen=True, kw_only=True)
+class RecommendSettings(ColumnFlags, MachineFlags):
     """The settings of ``gru4rec recommend`` (one field per flag)."""
 
     model: str
@@ -45,12 +47,6 @@ class RecommendSettings:
     output: str
     k: int = 20
     exclude_seen: bool = False
-    session_key: str | None = None
-    item_key: str | None = None
-    time_key: str | None = None
-    device: str = "auto"
-    threads: int | None = None
-    force: bool = False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

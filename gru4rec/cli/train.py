@@ -10,7 +10,7 @@ import logging
 import shlex
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,10 @@ from gru4rec.cli.common import (
     EXIT_OK,
     MODEL_FILE_EXAMPLE,
     PROG,
+    ColumnFlags,
+    EvalFlags,
     Interrupted,
+    MachineFlags,
     UsageError,
     add_column_keys,
     add_device,
@@ -41,7 +44,6 @@ from gru4rec.cli.evaluate import evaluate_files
 
 if TYPE_CHECKING:  # the heavy imports (torch, pandas) happen inside the functions
     from gru4rec.config import Config
-    from gru4rec.evaluation.metrics import TieMode
     from gru4rec.recommender import GRU4Rec
 
 __all__ = ["TrainSettings", "add_arguments", "build_config", "interruption", "run", "train_model"]
@@ -62,7 +64,7 @@ def hyperparameter_epilog() -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainSettings(observe.ObserveFlags):
+class TrainSettings(observe.ObserveFlags, EvalFlags, ColumnFlags, MachineFlags):
     """The settings of ``gru4rec train`` (one field per flag; ``command_line`` as it was run)."""
 
     data: str
@@ -71,24 +73,13 @@ class TrainSettings(observe.ObserveFlags):
     seed: int | None = None
     sample_store_size: int | None = None
     init_from: str | None = None
-    session_key: str | None = None
-    item_key: str | None = None
-    time_key: str | None = None
     save: str | None = None
     save_optimizer: bool = False
     checkpoint_dir: str | None = None
     checkpoint_every: float | None = None
     resume: bool = False
     keep_checkpoint: bool = False
-    force: bool = False
-    test: list[str] | None = None
-    measure: list[int] = field(default_factory=lambda: [20])
-    eval_mode: TieMode = "standard"
-    eval_batch_size: int = 512
-    metrics_json: str | None = None
-    device: str = "auto"
     precision: str = "float32"
-    threads: int | None = None
     command_line: list[str] | None = None
 
 
