@@ -73,21 +73,34 @@ def test_serve_refuses_a_public_address_without_a_token(model_file: tuple[GRU4Re
                                                          capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from gru4rec.cli.serve import _listen
 
+    import gru4rec.cli.serve as serve_cli
+
     _, path = model_file
     monkeypatch.delenv("GRU4REC_TOKEN", raising=False)
-    assert main(["serve", str(path), "--host", "0.0.0.0", "--port", "0"]) == 1
+    # A host that resolves beyond loopback, faked: nothing is ever bound outside 127.0.0.1 here.
+    public, real = "public.invalid", socket.getaddrinfo
+
+    def resolve(host: str, port: int, *args: object, **kwargs: object) -> list[tuple[object, ...]]:
+        if host == public:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 0, "", (public, port))]
+        return real(host, port, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(serve_cli.socket, "getaddrinfo", resolve)
+    assert main(["serve", str(path), "--host", public, "--port", "0"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith("gru4rec: error: --host 0.0.0.0 listens beyond this machine without an access token")
+    assert err.startswith(f"gru4rec: error: --host {public} listens beyond this machine without an access token")
     assert "--insecure" in err and "GRU4REC_TOKEN" in err and len(err.splitlines()) == 1
-    assert main(["serve", str(path), "--host", "0.0.0.0", "--port", "0", "--token-file", str(tmp_path / "nope")]) == 2
+    assert main(["serve", str(path), "--host", public, "--port", "0", "--token-file", str(tmp_path / "nope")]) == 2
     assert f"cannot read the token file {tmp_path / 'nope'}" in capsys.readouterr().err
-    # With a token, or --insecure, the address is taken (checked here without serving).
-    for host in ("0.0.0.0", "127.0.0.1", "localhost"):
-        sock = _listen(host, 0, open_to_all=host == "0.0.0.0")
+    # With a token, or --insecure, the refusal is passed (the fake host then fails to bind); loopback binds.
+    with pytest.raises(Exception, match=f"cannot listen on {public}:0"):
+        _listen(public, 0, open_to_all=True)
+    for host in ("127.0.0.1", "localhost"):
+        sock = _listen(host, 0, open_to_all=False)
         assert isinstance(sock, socket.socket)
         sock.close()
     with pytest.raises(Exception, match="--insecure"):
-        _listen("0.0.0.0", 0, open_to_all=False)
+        _listen(public, 0, open_to_all=False)
 
 
 def test_a_password_protected_redis(model_file: tuple[GRU4Rec, Path], tmp_path: Path) -> None:
