@@ -71,9 +71,8 @@ def test_the_token_comes_from_the_environment_or_a_file(tmp_path: Path) -> None:
 
 def test_serve_refuses_a_public_address_without_a_token(model_file: tuple[GRU4Rec, Path], tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from gru4rec.cli.serve import _listen
-
     import gru4rec.cli.serve as serve_cli
+    from gru4rec.cli.serve import _listen
 
     _, path = model_file
     monkeypatch.delenv("GRU4REC_TOKEN", raising=False)
