@@ -26,12 +26,17 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# Tests run on the CPU with 1 thread per process; real-data checks marked slow are skipped here.
+# Tests run on the CPU with 1 thread per process, in one worker process per CPU (pytest-xdist; at
+# most 4: each worker holds its own torch, ~1 GB): much of the suite waits on subprocesses and
+# servers, so two workers on 2 cores take 3.2 minutes where one took 5.6 (docs/install.md).
+# TEST_WORKERS=0 runs the suite in one process. Real-data checks marked slow are skipped here.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; n = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count(); print(min(4, n or 1))" 2>/dev/null || echo 1)
+
 test: venv lint
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS)
 
 test-all: venv
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS)
 
 # Every command block of the README and docs/ run on small data, its output compared with the page.
 docs-check: venv
