@@ -16,7 +16,9 @@ evaluation's predictions/s. Variants (``--variants``):
   default before issue 39);
 * ``spin``: the CPUs available, no wait policy set (the OpenMP runtime's spin-then-sleep);
 * ``active``: the CPUs available, ``OMP_WAIT_POLICY=ACTIVE``;
-* ``threads=1``: one thread.
+* ``threads=1``: one thread;
+* ``oversubscribed``: one thread more than the CPUs, no wait policy set — GNU OpenMP then spins
+  only microseconds before it sleeps (the online choice's sleeping count).
 
 Each runs beside ``--busy`` processes that spin on a core each (``while True: pass``; 0 = a
 quiet machine). The variants' repeats are interleaved so that a drifting load disturbs all
@@ -73,6 +75,7 @@ VARIANTS: dict[str, tuple[str, str | None]] = {
     "spin": ("cpus", None),
     "active": ("cpus", "ACTIVE"),
     "threads=1": ("1", None),
+    "oversubscribed": ("cpus+1", None),
 }
 
 
@@ -84,7 +87,7 @@ def _spin() -> None:
 def _run(args: argparse.Namespace, variant: str) -> dict[str, object]:
     """One run of ``variant``: its epochs' events/s and its evaluation (None if cut off)."""
     threads, policy = VARIANTS[variant]
-    threads = str(available_cpus()) if threads == "cpus" else threads
+    threads = {"cpus": str(available_cpus()), "cpus+1": str(available_cpus() + 1)}.get(threads, threads)
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env["PYTHONPATH"] = str(ROOT)
     if policy is not None:

@@ -16,11 +16,18 @@ busy machine but makes a quiet one slower than a single thread. The wait policy 
 when the runtime loads; the thread count can change at any moment, and with one thread nothing
 spins. So gru4rec leaves the wait policy alone and, unless the count is fixed (``--threads N``,
 ``threads=N``, ``OMP_NUM_THREADS``), chooses it online: :class:`ThreadChoice` times a few hundred
-steps at each candidate (one thread and the CPUs available), keeps the faster, and measures again
-when the steps get slower (and, less and less often, when they do not), so a machine that
-becomes busy ends at one thread and one that becomes quiet goes back to all of them. Training
-(:mod:`gru4rec.training.loop`), evaluation and the server's batcher each run their own choice;
-:func:`online_choice` hands one out where the count is not fixed.
+steps (at most half a second) at each candidate, keeps the fastest, and measures again when the
+steps get slower (and, less and less often, when they do not), so a machine that becomes busy
+ends at one thread and one that becomes quiet goes back to all of them. The candidates are one
+thread, the CPUs available, and on Linux one thread more than the CPUs (:func:`sleeping_threads`):
+GNU OpenMP, torch's runtime there, cuts its spinning to a few microseconds whenever it runs more
+threads than CPUs, so that count waits as ``OMP_WAIT_POLICY=PASSIVE`` does — the passive setting,
+to be had at any moment instead of once per process. Training (:mod:`gru4rec.training.loop`),
+evaluation and the server's batcher each run their own choice; :func:`online_choice` hands one out
+where the count is not fixed. A workload too short to compare (an evaluation of a few seconds)
+asks whether the machine is busy instead: a collapse seen by another choice of this process in
+the last minute, or other processes using half a CPU or more since the last look
+(:func:`others_load`, from ``/proc/stat``).
 """
 from __future__ import annotations
 
@@ -28,13 +35,14 @@ import contextlib
 import logging
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["ThreadChoice", "ThreadDecision", "available_cpus", "cgroup_cpu_limit", "default_threads", "last_decision",
-           "online_choice", "set_threads", "threads_fixed", "using_threads"]
+           "online_choice", "others_load", "set_threads", "sleeping_threads", "threads_fixed", "using_threads"]
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +174,69 @@ def available_cpus() -> int:
     return max(1, cpus)
 
 
+def sleeping_threads() -> int | None:
+    """A thread count whose idle threads sleep instead of spinning: one more than the CPUs of this
+    process's affinity mask, or None where there is none to be had.
+
+    GNU OpenMP (the runtime of torch's Linux builds) spins a long while in every barrier unless
+    ``OMP_WAIT_POLICY=PASSIVE`` was set before it loaded — except when it runs more threads than the
+    CPUs it counted at load (the affinity mask): then it spins only a few microseconds before it
+    sleeps. Measured on 2 cores beside 2 busy processes (benchmarks/README.md, "Threads under
+    contention"), 3 threads evaluate at 1.02x and train at 0.96x the passive 2 threads; on a quiet
+    machine they are as slow as passive ones, and the online choice keeps them only when they are
+    the fastest. None off Linux (other OpenMP runtimes keep spinning) and where a CPU quota
+    (cgroup) leaves fewer CPUs than the mask: one more thread than the mask would be many more
+    than the quota."""
+    if not sys.platform.startswith("linux"):
+        return None
+    cpus = _affinity_cpus()
+    return cpus + 1 if available_cpus() == cpus else None
+
+
+def _cpu_seconds() -> tuple[float, float, float] | None:
+    """(``time.monotonic``, CPU-seconds the CPUs of this process's affinity mask have been busy,
+    CPU-seconds this process has used), or None where ``/proc/stat`` cannot be read."""
+    try:
+        lines = _PROC_STAT.read_text(encoding="ascii").splitlines()
+        mask = os.sched_getaffinity(0)
+        tick = os.sysconf("SC_CLK_TCK")
+    except (OSError, AttributeError, ValueError, UnicodeDecodeError):
+        return None
+    busy = 0
+    for line in lines:
+        name, _, rest = line.partition(" ")
+        if not name.startswith("cpu") or not name[3:].isdigit() or int(name[3:]) not in mask:
+            continue
+        ticks = rest.split()
+        if len(ticks) < 8:
+            continue
+        # user nice system idle iowait irq softirq steal: all but idle and iowait are work
+        busy += sum(int(ticks[i]) for i in (0, 1, 2, 5, 6, 7))
+    own = os.times()
+    return time.monotonic(), busy / tick, own.user + own.system
+
+
+_PROC_STAT = Path("/proc/stat")
+#: The last look at the CPUs' busy time (:func:`others_load`), first taken when this module loads.
+_load_mark = _cpu_seconds()
+#: Other processes using this many of this process's CPUs make the machine busy (a short
+#: workload then holds :func:`sleeping_threads`).
+BUSY_LOAD = 0.5
+
+
+def others_load(min_window_s: float = 0.2) -> float | None:
+    """How many CPUs of this process's affinity mask other processes kept busy, on average, since
+    the last call (or since gru4rec loaded): the CPUs' busy time from ``/proc/stat`` less this
+    process's own CPU time, per second. None when that was less than ``min_window_s`` ago (the
+    counters tick every 10 ms) or cannot be read (not Linux)."""
+    global _load_mark
+    now = _cpu_seconds()
+    if now is None or _load_mark is None or now[0] - _load_mark[0] < min_window_s:
+        return None
+    then, _load_mark = _load_mark, now
+    return max(0.0, ((now[1] - then[1]) - (now[2] - then[2])) / (now[0] - then[0]))
+
+
 def _env_threads() -> int | None:
     """``OMP_NUM_THREADS`` when it is set to a positive integer, else None."""
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
@@ -242,6 +313,11 @@ _decisions: dict[str, ThreadDecision] = {}
 COLLAPSE = 1.5
 #: Seconds for which a collapse found by one choice holds for a new one (its first comparison is skipped).
 BUSY_MEMORY_S = 60.0
+#: A comparison measures a candidate for at most this many seconds (and at least MIN_TRIAL_UNITS units):
+#: a wide configuration's steps take tens of milliseconds (DIGINETICA's: 19 ms at 2 threads, ~30 at one),
+#: and a few hundred of them at a slower count would cost seconds per comparison.
+TRIAL_SECONDS = 0.5
+MIN_TRIAL_UNITS = 5
 #: Until when (``time.monotonic``) this process's latest comparison found the machine busy.
 _busy_until = 0.0
 
@@ -262,24 +338,29 @@ class ThreadChoice:
     own choice). The rounds:
 
     1. *compare*: each candidate in turn (fewest threads first: one thread never collapses)
-       runs ``trial_steps`` units after ``warmup_steps`` that do not count (a switch wakes
-       threads); a later candidate stops early once it has spent the time the fastest so far
-       needed for all of its units, or after 10 units at twice its time per unit — on a busy
-       machine a spinning thread count is many times slower, and a few steps show it. The
-       count with the least time per unit of work is kept (logged once at INFO).
+       runs ``trial_steps`` units, or ``trial_seconds`` (at least :data:`MIN_TRIAL_UNITS` units),
+       after ``warmup_steps`` that do not count (a switch wakes threads); a later candidate stops
+       early once it has spent the time the fastest so far needed for all of its units, or after
+       10 units at twice its time per unit — on a busy machine a spinning thread count is many
+       times slower, and a few steps show it. The count with the least time per unit of work is
+       kept (logged once at INFO).
     2. *hold*: windows of ``trial_steps`` units at the kept count. A window ``slowdown`` times
        slower than the best seen at this count compares again (the window stands for the kept
        count, so only the others are run); so does every ``recheck_windows``-th window, the
        interval doubling (to ``max_recheck_windows``) each time the comparison keeps the count,
        so that a machine that became quiet is noticed and a steady one is barely disturbed.
 
-    A comparison that finds the most threads :data:`COLLAPSE` times slower than one (the machine
-    is busy: waiting threads spin on cores others need) is remembered for :data:`BUSY_MEMORY_S`
-    seconds: a choice made meanwhile (the evaluation after training) starts holding one thread
-    instead of comparing — a short workload would lose much of its time to the collapsing count.
+    ``sleeping`` names the candidate whose idle threads sleep (:func:`sleeping_threads`); the
+    largest other one is the *spinning* count. A comparison that finds the spinning count
+    :data:`COLLAPSE` times slower than one thread (the machine is busy: waiting threads spin on
+    cores others need) is remembered for :data:`BUSY_MEMORY_S` seconds: a choice made meanwhile
+    starts holding instead of comparing — one thread, or for a short workload the sleeping count.
 
-    ``compare_first=False`` (a short workload) starts holding the most threads instead of
-    comparing (one thread after a collapse, as above); the windows then work as in the hold.
+    ``compare_first=False`` (a short workload: an evaluation of a few seconds) starts holding
+    instead of comparing: the spinning count on a quiet machine, the sleeping one (else one
+    thread) on a busy one — busy after a remembered collapse, or when ``load()`` (default
+    :func:`others_load`) says other processes used :data:`BUSY_LOAD` CPUs or more. The windows
+    then work as in the hold.
 
     ``apply(n)`` sets the thread count (default: ``torch.set_num_threads``), ``current()``
     reads it (``torch.get_num_threads``) and ``clock()`` tells the time (``time.monotonic``);
@@ -288,23 +369,31 @@ class ThreadChoice:
     """
 
     def __init__(self, candidates: Sequence[int], *, workload: str = "training", trial_steps: int = 200,
-                 warmup_steps: int = 5, slowdown: float = 1.25, recheck_windows: int = 8, max_recheck_windows: int = 256,
-                 compare_first: bool = True, apply: Callable[[int], None] | None = None,
-                 current: Callable[[], int] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 trial_seconds: float = TRIAL_SECONDS, warmup_steps: int = 5, slowdown: float = 1.25,
+                 recheck_windows: int = 8, max_recheck_windows: int = 256, compare_first: bool = True,
+                 sleeping: int | None = None, apply: Callable[[int], None] | None = None,
+                 current: Callable[[], int] | None = None, clock: Callable[[], float] = time.monotonic,
+                 load: Callable[[], float | None] | None = None) -> None:
         counts = sorted(set(candidates))
         if not counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
             raise ValueError(f"candidates must be positive integers, got {list(candidates)!r}")
-        if trial_steps < 1 or warmup_steps < 0 or slowdown <= 1.0 or not 1 <= recheck_windows <= max_recheck_windows:
-            raise ValueError("ThreadChoice needs trial_steps >= 1, warmup_steps >= 0, slowdown > 1 and "
-                             "1 <= recheck_windows <= max_recheck_windows")
+        if trial_steps < 1 or trial_seconds <= 0 or warmup_steps < 0 or slowdown <= 1.0 or \
+                not 1 <= recheck_windows <= max_recheck_windows:
+            raise ValueError("ThreadChoice needs trial_steps >= 1, trial_seconds > 0, warmup_steps >= 0, slowdown > 1 "
+                             "and 1 <= recheck_windows <= max_recheck_windows")
+        if sleeping is not None and (sleeping not in counts or len(counts) < 3):
+            raise ValueError(f"the sleeping count {sleeping!r} must be one of at least three candidates {counts}")
         self.candidates = counts
         self.workload = workload
-        self.trial_steps, self.warmup_steps, self.slowdown = trial_steps, warmup_steps, slowdown
+        self.sleeping = sleeping
+        self.spinning = max(n for n in counts if n != sleeping)
+        """The most threads that spin while they wait."""
+        self.trial_steps, self.trial_seconds, self.warmup_steps, self.slowdown = trial_steps, trial_seconds, warmup_steps, slowdown
         self.first_recheck, self.max_recheck = recheck_windows, max_recheck_windows
         self._apply = apply if apply is not None else _torch_set_threads
         self._clock = clock
         self._current = current if current is not None else _torch_get_threads
-        self.threads = counts[-1]
+        self.threads = self.spinning
         """The count this choice runs now (during a comparison: the one being measured)."""
         self.chosen: int | None = None
         """The count kept by the latest comparison (None before the first one ends)."""
@@ -322,13 +411,23 @@ class ThreadChoice:
         self._seconds = self._work = 0.0
         self._units = 0
         busy = clock() < _busy_until
+        if len(counts) > 1 and not compare_first and not busy:
+            seen = (load if load is not None else others_load)()
+            busy = seen is not None and seen >= BUSY_LOAD
         if len(counts) == 1:
             self.chosen = counts[0]
         elif busy or not compare_first:
-            # Another choice of this process just saw the larger counts collapse: a short workload
-            # (an evaluation after training) would spend much of its time re-learning that. Without
-            # one, a workload too short to compare holds the most threads (the fastest on a quiet machine).
-            self.threads = self.chosen = counts[0] if busy else counts[-1]
+            # Another choice of this process just saw the spinning count collapse, or other processes
+            # keep the CPUs busy: a short workload (an evaluation) would spend much of its time
+            # re-learning that. A workload too short to compare holds the sleeping count there (it
+            # waits as the passive policy does), and the spinning one on a quiet machine (the fastest).
+            if not busy:
+                self.threads = self.spinning
+            elif compare_first or sleeping is None:
+                self.threads = counts[0]
+            else:
+                self.threads = sleeping
+            self.chosen = self.threads
             self._comparing = False
         else:  # the first comparison starts at one thread, set on entering ``with``
             self.threads = counts[0]
@@ -360,10 +459,10 @@ class ThreadChoice:
         self._work += work
         self._units += 1
         if self._comparing:
-            done = self._units >= self.trial_steps or self._seconds >= self._budget or (
-                self._units >= 10 and self._seconds > 2.0 * min(self._results.values(), default=math.inf) * self._work)
-            if done:
-                self._measured()
+            full = self._units >= self.trial_steps or (self._seconds >= self.trial_seconds and self._units >= MIN_TRIAL_UNITS)
+            if full or self._seconds >= self._budget or (
+                    self._units >= 10 and self._seconds > 2.0 * min(self._results.values(), default=math.inf) * self._work):
+                self._measured(full)
         elif self._units >= self.trial_steps:
             self._window_done()
 
@@ -383,12 +482,13 @@ class ThreadChoice:
         self._seconds = self._work = 0.0
         self._units = 0
 
-    def _measured(self) -> None:
-        """The candidate being compared has its time: on to the next one, or decide."""
+    def _measured(self, full: bool) -> None:
+        """The candidate being compared has its time (``full``: all of its trial, not stopped
+        early): on to the next one, or decide."""
         rate = self._seconds / self._work if self._work > 0 else math.inf
         self._results[self.threads] = rate
-        if rate <= min(self._results.values()):
-            self._budget = self._seconds if self._units >= self.trial_steps else self._budget
+        if full and rate <= min(self._results.values()):
+            self._budget = self._seconds
         self._order.pop(0)
         if self._order:
             self._begin(self._order[0])
@@ -398,7 +498,7 @@ class ThreadChoice:
     def _decide(self) -> None:
         global _busy_until
         best = min(self._results, key=lambda n: (self._results[n], -n))
-        one, most = self._results.get(self.candidates[0]), self._results.get(self.candidates[-1])
+        one, most = self._results.get(self.candidates[0]), self._results.get(self.spinning)
         if one is not None and most is not None:
             _busy_until = self._clock() + BUSY_MEMORY_S if most >= COLLAPSE * one else 0.0
         before = self.chosen
@@ -447,12 +547,16 @@ def _torch_get_threads() -> int:
 
 def online_choice(workload: str, *, trial_steps: int = 200, warmup_steps: int = 5, compare_first: bool = True) -> ThreadChoice:
     """The :class:`ThreadChoice` of one workload ('training', 'evaluation', 'serving') of this
-    process: between one thread and torch's count now (after :func:`set_threads`: the CPUs this
-    process may use), or that count alone where the caller fixed it (:func:`threads_fixed`)."""
+    process: between one thread, torch's count now (after :func:`set_threads`: the CPUs this
+    process may use) and :func:`sleeping_threads` — or torch's count alone where the caller fixed
+    it (:func:`threads_fixed`)."""
     import torch
 
     fixed = threads_fixed()
     now = torch.get_num_threads()
-    candidates = [now] if fixed is not None or now == 1 else [1, now]
+    if fixed is not None or now == 1:
+        return ThreadChoice([now], workload=workload)
+    sleeping = sleeping_threads()
+    candidates = [1, now] + ([sleeping] if sleeping is not None and sleeping > now else [])
     return ThreadChoice(candidates, workload=workload, trial_steps=trial_steps, warmup_steps=warmup_steps,
-                        compare_first=compare_first)
+                        compare_first=compare_first, sleeping=candidates[2] if len(candidates) == 3 else None)

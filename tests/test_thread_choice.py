@@ -21,8 +21,12 @@ TINY = "layers=8,n_sample=16,n_epochs=2,batch_size=8,sample_store_size=160"
 
 @pytest.fixture(autouse=True)
 def no_remembered_collapse(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts without a collapse remembered from another (threads._busy_until)."""
+    """Each test starts without a collapse remembered from another (threads._busy_until), on a
+    machine that is not busy (no other process's load seen) and has a sleeping count of 3 (2 CPUs
+    on Linux, whatever the host)."""
     monkeypatch.setattr(threads, "_busy_until", 0.0)
+    monkeypatch.setattr(threads, "others_load", lambda: 0.0)
+    monkeypatch.setattr(threads, "sleeping_threads", lambda: 3)
 
 
 class FakeMachine:
@@ -132,6 +136,88 @@ def test_a_collapse_seen_by_one_choice_starts_the_next_at_one_thread() -> None:
     assert short.chosen == 2 and short.comparisons == 0
 
 
+def test_a_comparison_of_slow_steps_is_bounded_by_time_not_by_steps() -> None:
+    # a wide configuration: ~0.2 s a step at one thread; 200 steps each would take a minute
+    machine = FakeMachine({1: 200.0, 2: 100.0})
+    choice = machine.choice([1, 2], trial_steps=200, trial_seconds=0.5, warmup_steps=1)
+    with choice:
+        machine.run(choice, 1 + threads.MIN_TRIAL_UNITS + 1 + 6)
+    # one thread: 5 steps (the fewest; 0.98 s); two threads: past 0.5 s at the 6th step
+    assert machine.steps_at == {1: 1 + threads.MIN_TRIAL_UNITS, 2: 1 + 6}
+    assert choice.chosen == 2 and choice.comparisons == 1
+
+
+def test_three_candidates_the_sleeping_count_wins_beside_busy_processes() -> None:
+    now = [100.0]
+    # beside busy processes: 2 spinning threads collapse, 3 (more than the CPUs: they sleep) are the fastest
+    machine = FakeMachine({1: 2.0, 2: 8.0, 3: 1.5})
+    choice = machine.choice([1, 2, 3], trial_steps=10, warmup_steps=0, sleeping=3, clock=lambda: now[0])
+    with choice:
+        machine.run(choice, 10 + 3 + 10)
+        assert choice.chosen == 3 and machine.threads == 3 and choice.comparisons == 1
+    assert machine.steps_at[2] == 3  # stopped once it had spent one thread's 10 steps' time
+    assert threads._busy_until == now[0] + threads.BUSY_MEMORY_S  # the spinning count collapsed: remembered
+    with pytest.raises(ValueError, match="sleeping count"):
+        threads.ThreadChoice([1, 2], sleeping=2)
+    with pytest.raises(ValueError, match="sleeping count"):
+        threads.ThreadChoice([1, 2, 3], sleeping=4)
+
+
+@pytest.mark.parametrize(("load", "remembered", "want"), [(0.0, False, 2), (None, False, 2), (0.4, False, 2),
+                                                          (0.5, False, 3), (1.7, False, 3), (0.0, True, 3)])
+def test_a_short_workload_holds_the_sleeping_count_on_a_busy_machine(load: float | None, remembered: bool, want: int,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    if remembered:
+        monkeypatch.setattr(threads, "_busy_until", 1e9)
+    machine = FakeMachine({1: 1.0, 2: 1.0, 3: 1.0}, threads=1)
+    short = machine.choice([1, 2, 3], sleeping=3, compare_first=False, load=lambda: load)
+    with short:
+        assert machine.threads == want and short.chosen == want and short.comparisons == 0
+    # without a sleeping count a busy machine gets one thread; a long workload after a collapse holds one thread
+    fewer = machine.choice([1, 2], compare_first=False, load=lambda: load)
+    assert fewer.chosen == (1 if want == 3 else 2)
+    long = machine.choice([1, 2, 3], sleeping=3, load=lambda: load)
+    assert long.chosen == (1 if remembered else None)
+
+
+#: threads.others_load as the module defines it (the autouse fixture stubs the attribute).
+REAL_OTHERS_LOAD = threads.others_load
+
+
+def test_others_load_is_the_cpus_busy_time_less_this_processs_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import types
+
+    mask = sorted(os.sched_getaffinity(0))
+    stat = tmp_path / "stat"
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def write(busy_ticks: int, outside: int) -> None:
+        # user nice system idle iowait irq softirq steal guest guest_nice: idle and iowait are not work
+        lines = ["cpu  1 1 1 1 1 1 1 1 0 0"]
+        lines += [f"cpu{c} {busy_ticks} 0 0 {10 ** 6 + busy_ticks} 77 0 0 0 0 0" for c in mask]
+        lines.append(f"cpu{max(mask) + 1} {outside} 0 0 5 0 0 0 0 0")  # outside the mask: not counted
+        stat.write_text("\n".join(lines) + "\nintr 1 2 3\n")
+
+    clock, own = [10.0], [3.0]
+    monkeypatch.setattr(threads, "_PROC_STAT", stat)
+    monkeypatch.setattr(threads, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(os, "times", lambda: types.SimpleNamespace(user=own[0], system=0.5))
+    write(100, 0)
+    monkeypatch.setattr(threads, "_load_mark", threads._cpu_seconds())
+    # 2 s later every CPU of the mask has been busy 1.5 s more, 1 s of it this process's: others used 1.5n - 1 CPU-s
+    clock[0] += 2.0
+    own[0] += 1.0
+    write(100 + round(1.5 * tick), 10 ** 6)
+    assert REAL_OTHERS_LOAD(0.2) == pytest.approx((1.5 * len(mask) - 1.0) / 2.0)
+    assert REAL_OTHERS_LOAD(0.2) is None  # just looked: too short a window
+    clock[0] += 1.0
+    assert REAL_OTHERS_LOAD(0.2) == 0.0  # nothing ran meanwhile
+    monkeypatch.setattr(threads, "_PROC_STAT", tmp_path / "missing")
+    clock[0] += 1.0
+    assert REAL_OTHERS_LOAD(0.2) is None
+
+
 def test_one_candidate_is_a_fixed_count() -> None:
     machine = FakeMachine({3: 1.0}, threads=3)
     choice = machine.choice([3])
@@ -151,7 +237,12 @@ def test_online_choice_only_where_the_count_is_not_fixed(monkeypatch: pytest.Mon
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     with threads.using_threads(None):
         assert threads.threads_fixed() is None
-        assert threads.online_choice("x").candidates == [1, 2]
+        choice = threads.online_choice("x")
+        assert choice.candidates == [1, 2, 3] and choice.sleeping == 3 and choice.spinning == 2
+        monkeypatch.setattr(threads, "sleeping_threads", lambda: None)  # not Linux, or a CPU quota
+        choice = threads.online_choice("x")
+        assert choice.candidates == [1, 2] and choice.sleeping is None and choice.spinning == 2
+        monkeypatch.setattr(threads, "sleeping_threads", lambda: 3)
         with threads.using_threads(3):
             assert threads.threads_fixed() == 3 and threads.online_choice("x").candidates == [3]
         assert threads.threads_fixed() is None
@@ -190,10 +281,10 @@ def test_training_chooses_its_threads_unless_they_are_fixed(monkeypatch: pytest.
     GRU4Rec(TINY, device="cpu").fit(events, progress=False, callback=lambda info: records.append(epoch_record(info)))
     assert torch.get_num_threads() == before
     (choice,) = made
-    assert choice.candidates == [1, 2] and choice.comparisons >= 1  # told every step: it compared both
-    assert seen[:4] == [1, 1, 1, 2]  # one thread first, then two
+    assert choice.candidates == [1, 2, 3] and choice.comparisons >= 1  # told every step: it compared all three
+    assert seen[:7] == [1, 1, 1, 2, 2, 2, 3]  # one thread first, then two, then the sleeping three
     assert records[-1]["threads"] == threads.last_decision("training").as_dict()  # type: ignore[union-attr]
-    assert records[-1]["threads"]["chosen"] == "online" and set(records[-1]["threads"]["ms"]) == {"1", "2"}
+    assert records[-1]["threads"]["chosen"] == "online" and set(records[-1]["threads"]["ms"]) == {"1", "2", "3"}
     made.clear()
     seen.clear()
     records.clear()
@@ -216,7 +307,7 @@ def test_evaluation_chooses_its_threads_unless_they_are_fixed(tmp_path: Path, mo
         assert torch.get_num_threads() == 2
     assert torch.get_num_threads() == before
     (choice,) = made
-    assert choice.candidates == [1, 2] and choice.comparisons >= 1
+    assert choice.candidates == [1, 2, 3] and choice.comparisons >= 1
     with threads.using_threads(2):
         fixed = evaluate(model, data["test"], batch_size=4)
     assert made[1].candidates == [2] and made[1].comparisons == 0
