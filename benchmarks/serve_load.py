@@ -24,9 +24,14 @@ session's clicks alternate between replicas); ``--state redis`` starts a throwaw
 servers from another checkout (e.g. an older commit ``git archive``d to a folder), to compare
 before and after a change with the same load generator.
 
+Threads under contention: ``--threads 0`` leaves the thread count to the server (chosen online,
+gru4rec/threads.py), ``--wait-policy PASSIVE`` sets the servers' ``OMP_WAIT_POLICY``, and
+``--busy N`` runs N processes that spin on a core each beside them while the load runs.
+
     python benchmarks/serve_load.py --repeats 3
     python benchmarks/serve_load.py --replicas 2 --state redis --modes stateful --batching on --concurrency 32
     python benchmarks/serve_load.py --model digi.pt --sessions ../shared/data/diginetica_srgnn/test.tsv
+    python benchmarks/serve_load.py --modes stateful --batching on --concurrency 32 --threads 0 --busy 1
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ import argparse
 import asyncio
 import gc
 import json
+import multiprocessing
 import os
 import shutil
 import socket
@@ -108,11 +114,22 @@ def read_sessions(path: Path, limit: int) -> list[list[Any]]:
 # --------------------------------------------------------------------------------- the server
 
 
+def _spin() -> None:
+    """A busy process beside the servers (``--busy``)."""
+    while True:
+        pass
+
+
 def start_server(model: Path, max_batch: int, threads: int, extra: list[str], device: str = "cpu", *,
-                 state: str = "memory", code: Path = ROOT) -> tuple[subprocess.Popen[str], str]:
-    env = dict(os.environ, PYTHONPATH=str(code) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+                 state: str = "memory", code: Path = ROOT, wait_policy: str | None = None) -> tuple[subprocess.Popen[str], str]:
+    """A ``gru4rec serve`` process and its URL; ``threads`` 0: no ``--threads`` (the server's
+    default, chosen online), ``wait_policy``: its ``OMP_WAIT_POLICY`` (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    env["PYTHONPATH"] = str(code) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    if wait_policy is not None:
+        env["OMP_WAIT_POLICY"] = wait_policy
     cmd = [sys.executable, "-m", "gru4rec", "serve", str(Path(model).resolve()), "--port", "0", "--device", device, "--state", state,
-           "--max-batch", str(max_batch), "--threads", str(threads), "--log-interval", "3600", *extra]
+           "--max-batch", str(max_batch), *(["--threads", str(threads)] if threads else []), "--log-interval", "3600", *extra]
     # cwd: `python -m` puts the working folder first on sys.path, before PYTHONPATH.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=code)
     line = proc.stdout.readline()  # type: ignore[union-attr]
@@ -274,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="longest run")
     parser.add_argument("--warmup", type=int, default=50, help="answers not counted at the start of a run")
     parser.add_argument("--repeats", type=int, default=1, help="runs per setting; the medians are printed last")
-    parser.add_argument("--threads", type=int, default=1, help="the server's torch threads")
+    parser.add_argument("--threads", type=int, default=1, help="the server's torch threads (0: its default, chosen online)")
+    parser.add_argument("--wait-policy", default=None, help="OMP_WAIT_POLICY of the servers (default: unset)")
+    parser.add_argument("--busy", type=int, default=0, help="processes that spin on a core each beside the servers")
     parser.add_argument("--device", default="cpu", help="the server's device (cpu, cuda, ...)")
     parser.add_argument("--server-args", default="", help="more flags for gru4rec serve (e.g. '--scoring float32')")
     parser.add_argument("--max-sessions", type=int, default=2000, help="sessions replayed (cycled)")
@@ -297,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.freeze()
     results: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     servers: dict[str, list[tuple[subprocess.Popen[str], str]]] = {}
+    spinners: list[multiprocessing.Process] = []
     redis: tuple[subprocess.Popen[bytes], str, str] | None = None
     state = args.state
     try:
@@ -307,7 +327,11 @@ def main(argv: list[str] | None = None) -> int:
         # that a ratio compares runs a few seconds apart on this shared machine.
         for batching in args.batching:
             servers[batching] = [start_server(model, 64 if batching == "on" else 1, args.threads, args.server_args.split(),
-                                              args.device, state=state, code=args.code) for _ in range(args.replicas)]
+                                              args.device, state=state, code=args.code, wait_policy=args.wait_policy)
+                                 for _ in range(args.replicas)]
+        spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.busy)]
+        for spinner in spinners:
+            spinner.start()
         for repeat in range(args.repeats):
             for mode in args.modes:
                 for c in args.concurrency:
@@ -319,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
                         results.setdefault((mode, batching, c), []).append(line)
                         print(json.dumps(line), flush=True)
     finally:
+        for spinner in spinners:
+            spinner.kill()
         for started in servers.values():
             for proc, _ in started:
                 proc.terminate()

@@ -19,10 +19,11 @@ spins. So gru4rec leaves the wait policy alone and, unless the count is fixed (`
 steps (at most half a second) at each candidate, keeps the fastest, and measures again when the
 steps get slower (and, less and less often, when they do not), so a machine that becomes busy
 ends at one thread and one that becomes quiet goes back to all of them. The candidates are one
-thread, the CPUs available, and on Linux one thread more than the CPUs (:func:`sleeping_threads`):
-GNU OpenMP, torch's runtime there, cuts its spinning to a few microseconds whenever it runs more
-threads than CPUs, so that count waits as ``OMP_WAIT_POLICY=PASSIVE`` does — the passive setting,
-to be had at any moment instead of once per process. Training (:mod:`gru4rec.training.loop`),
+thread, the CPUs available, and on Linux the CPUs available with their waits asleep
+(:func:`sleeping_threads`): GNU OpenMP, torch's runtime there, spins only a hundred rounds before
+it sleeps whenever it has more threads than CPUs, so an idle OpenMP team parked in a thread of its
+own makes the working threads wait as ``OMP_WAIT_POLICY=PASSIVE`` does — the passive setting, to
+be had at any moment instead of once per process. Training (:mod:`gru4rec.training.loop`),
 evaluation and the server's batcher each run their own choice; :func:`online_choice` hands one out
 where the count is not fixed. A workload too short to compare (an evaluation of a few seconds)
 asks whether the machine is busy instead: a collapse seen by another choice of this process in
@@ -36,13 +37,15 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["ThreadChoice", "ThreadDecision", "available_cpus", "cgroup_cpu_limit", "default_threads", "last_decision",
-           "online_choice", "others_load", "set_threads", "sleeping_threads", "threads_fixed", "using_threads"]
+           "online_choice", "others_load", "set_threads", "sleeping_threads", "threads_fixed", "using_threads",
+           "describe_threads", "ParkedTeam"]
 
 log = logging.getLogger(__name__)
 
@@ -175,22 +178,71 @@ def available_cpus() -> int:
 
 
 def sleeping_threads() -> int | None:
-    """A thread count whose idle threads sleep instead of spinning: one more than the CPUs of this
-    process's affinity mask, or None where there is none to be had.
+    """The key of the candidate "every CPU at work, waits asleep": one more than the CPUs of this
+    process's affinity mask — they work, and one idle OpenMP team is parked beside them
+    (:class:`ParkedTeam`) —, or None where that cannot be had.
 
-    GNU OpenMP (the runtime of torch's Linux builds) spins a long while in every barrier unless
-    ``OMP_WAIT_POLICY=PASSIVE`` was set before it loaded — except when it runs more threads than the
-    CPUs it counted at load (the affinity mask): then it spins only a few microseconds before it
-    sleeps. Measured on 2 cores beside 2 busy processes (benchmarks/README.md, "Threads under
-    contention"), 3 threads evaluate at 1.02x and train at 0.96x the passive 2 threads; on a quiet
-    machine they are as slow as passive ones, and the online choice keeps them only when they are
-    the fastest. None off Linux (other OpenMP runtimes keep spinning) and where a CPU quota
-    (cgroup) leaves fewer CPUs than the mask: one more thread than the mask would be many more
-    than the quota."""
+    GNU OpenMP (the runtime of torch's Linux builds) spins 300,000 rounds in every barrier unless
+    ``OMP_WAIT_POLICY=PASSIVE`` was set before it loaded — but only 100 when the process has more
+    OpenMP threads than the CPUs the runtime counted at load (the affinity mask; libgomp's manual,
+    ``GOMP_SPINCOUNT``). A parked team makes it so: the working threads then wait as passive ones
+    do, from one moment to the next. None off Linux (other runtimes) and where a CPU quota (cgroup)
+    leaves fewer CPUs than the mask: a parked team would not outnumber the mask."""
     if not sys.platform.startswith("linux"):
         return None
     cpus = _affinity_cpus()
-    return cpus + 1 if available_cpus() == cpus else None
+    return cpus + 1 if available_cpus() == cpus and cpus > 1 else None
+
+
+class ParkedTeam:
+    """An idle OpenMP team parked in a thread of its own, so that GNU OpenMP counts more threads
+    than CPUs and lets waiting threads sleep after 100 spins (:func:`sleeping_threads`).
+
+    :meth:`park` starts a thread that runs one parallel torch operation — the thread's OpenMP
+    team (torch's thread count at that moment, less this thread) is made — and then waits;
+    :meth:`release` lets it end, and the runtime frees its team with it (the spinning waits come
+    back). Both return when done; neither changes torch's thread count."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._release = threading.Event()
+
+    @property
+    def parked(self) -> bool:
+        """Whether a team is parked now."""
+        return self._thread is not None
+
+    def park(self) -> None:
+        """Park a team (nothing when one is parked)."""
+        if self._thread is not None:
+            return
+        import torch
+
+        ready, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            try:
+                torch.ones(1 << 20).sum()  # parallel above 32,768 elements: this thread's team is made
+            finally:
+                ready.set()
+            release.wait()
+
+        self._release = release
+        self._thread = threading.Thread(target=hold, name="gru4rec-parked-openmp-team", daemon=True)
+        self._thread.start()
+        ready.wait()
+
+    def release(self) -> None:
+        """Let the parked team end (nothing when none is parked)."""
+        if self._thread is None:
+            return
+        self._release.set()
+        self._thread.join()
+        self._thread = None
+
+
+#: The process's parked team: torch's thread count is process-wide, and so is the runtime's spinning.
+_parked = ParkedTeam()
 
 
 def _cpu_seconds() -> tuple[float, float, float] | None:
@@ -292,17 +344,29 @@ def using_threads(threads: int | None = None) -> Iterator[int]:
 class ThreadDecision:
     """What a :class:`ThreadChoice` settled on: ``threads``, and the seconds per unit of work
     (a training step, an evaluated or served row) it measured at each candidate in its latest
-    comparison (empty when the count was fixed, ``online`` False)."""
+    comparison (empty when the count was fixed, ``online`` False). ``sleeping``: the key of the
+    candidate whose waits sleep (:func:`sleeping_threads`: one thread fewer at work), if any."""
 
     workload: str
     threads: int
     online: bool
     seconds: dict[int, float] = field(default_factory=dict)
+    sleeping: int | None = None
 
     def as_dict(self) -> dict[str, object]:
-        """The JSON form of the run folder (``ms`` per unit of work, by thread count)."""
-        return {"workload": self.workload, "threads": self.threads, "chosen": "online" if self.online else "fixed",
-                "ms": {str(n): round(s * 1e3, 4) for n, s in sorted(self.seconds.items())}}
+        """The JSON form of the run folder (``ms`` per unit of work, by candidate; ``sleeping``
+        only where there was such a candidate)."""
+        record: dict[str, object] = {"workload": self.workload, "threads": self.threads,
+                                     "chosen": "online" if self.online else "fixed",
+                                     "ms": {str(n): round(s * 1e3, 4) for n, s in sorted(self.seconds.items())}}
+        if self.sleeping is not None:
+            record["sleeping"] = self.sleeping
+        return record
+
+
+def describe_threads(n: int, sleeping: int | None) -> str:
+    """``n`` in words: "2 thread(s)", or "2 thread(s), waits asleep" for the sleeping key 3."""
+    return f"{n - 1} thread(s), waits asleep" if n == sleeping else f"{n} thread(s)"
 
 
 _decisions: dict[str, ThreadDecision] = {}
@@ -390,7 +454,7 @@ class ThreadChoice:
         """The most threads that spin while they wait."""
         self.trial_steps, self.trial_seconds, self.warmup_steps, self.slowdown = trial_steps, trial_seconds, warmup_steps, slowdown
         self.first_recheck, self.max_recheck = recheck_windows, max_recheck_windows
-        self._apply = apply if apply is not None else _torch_set_threads
+        self._apply = apply if apply is not None else (lambda n: _torch_set_threads(n, sleeping=sleeping))
         self._clock = clock
         self._current = current if current is not None else _torch_get_threads
         self.threads = self.spinning
@@ -469,7 +533,7 @@ class ThreadChoice:
     def decision(self) -> ThreadDecision:
         """The latest decision (before the first comparison ends: the count being measured)."""
         return ThreadDecision(self.workload, self.chosen if self.chosen is not None else self.threads,
-                              online=len(self.candidates) > 1, seconds=dict(self._results))
+                              online=len(self.candidates) > 1, seconds=dict(self._results), sleeping=self.sleeping)
 
     # ------------------------------------------------------------------ the rounds
 
@@ -509,11 +573,13 @@ class ThreadChoice:
         self._windows = 0
         self._recheck = self.first_recheck if before != best else min(2 * self._recheck, self.max_recheck)
         _decisions[self.workload] = self.decision()
-        measured = ", ".join(f"{n}: {s * 1e3:.3g} ms" for n, s in sorted(self._results.items()))
+        measured = "; ".join(f"{describe_threads(n, self.sleeping)}: {s * 1e3:.3g} ms" for n, s in sorted(self._results.items()))
         if before is None:
-            log.info("%s runs on %d thread(s), the faster here (per unit of work %s)", self.workload, best, measured)
+            log.info("%s runs on %s, the fastest here (per unit of work %s)", self.workload,
+                     describe_threads(best, self.sleeping), measured)
         elif before != best:
-            log.debug("%s now runs on %d thread(s) instead of %d (per unit of work %s)", self.workload, best, before, measured)
+            log.debug("%s now runs on %s instead of %s (per unit of work %s)", self.workload, describe_threads(best, self.sleeping),
+                      describe_threads(before, self.sleeping), measured)
         self._begin(best, warm=best != self.threads)
 
     def _window_done(self) -> None:
@@ -533,16 +599,25 @@ class ThreadChoice:
             self._begin(self.threads, warm=False)
 
 
-def _torch_set_threads(n: int) -> None:
+def _torch_set_threads(n: int, *, sleeping: int | None = None) -> None:
+    """Run ``n`` threads — ``n - 1`` at work and a parked team where ``n`` is the ``sleeping`` key."""
     import torch
 
-    torch.set_num_threads(n)
+    asleep = n == sleeping
+    working = n - 1 if asleep else n
+    if torch.get_num_threads() != working:
+        torch.set_num_threads(working)
+    if asleep:
+        _parked.park()
+    else:
+        _parked.release()
 
 
 def _torch_get_threads() -> int:
+    """torch's thread count, plus one while a team is parked (the key of :func:`sleeping_threads`)."""
     import torch
 
-    return torch.get_num_threads()
+    return torch.get_num_threads() + (1 if _parked.parked else 0)
 
 
 def online_choice(workload: str, *, trial_steps: int = 200, warmup_steps: int = 5, compare_first: bool = True) -> ThreadChoice:
@@ -556,7 +631,7 @@ def online_choice(workload: str, *, trial_steps: int = 200, warmup_steps: int = 
     now = torch.get_num_threads()
     if fixed is not None or now == 1:
         return ThreadChoice([now], workload=workload)
-    sleeping = sleeping_threads()
-    candidates = [1, now] + ([sleeping] if sleeping is not None and sleeping > now else [])
+    sleeping = now + 1 if sleeping_threads() == now + 1 else None  # the CPUs at work, waits asleep
+    candidates = [1, now] + ([sleeping] if sleeping is not None else [])
     return ThreadChoice(candidates, workload=workload, trial_steps=trial_steps, warmup_steps=warmup_steps,
-                        compare_first=compare_first, sleeping=candidates[2] if len(candidates) == 3 else None)
+                        compare_first=compare_first, sleeping=sleeping)

@@ -269,7 +269,7 @@ def test_training_chooses_its_threads_unless_they_are_fixed(monkeypatch: pytest.
     original = Trainer.train_step
 
     def train_step(self: Trainer, *args: Any, **kwargs: Any) -> torch.Tensor:
-        seen.append(torch.get_num_threads())
+        seen.append(torch.get_num_threads() + (10 if threads._parked.parked else 0))
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(Trainer, "train_step", train_step)
@@ -282,7 +282,9 @@ def test_training_chooses_its_threads_unless_they_are_fixed(monkeypatch: pytest.
     assert torch.get_num_threads() == before
     (choice,) = made
     assert choice.candidates == [1, 2, 3] and choice.comparisons >= 1  # told every step: it compared all three
-    assert seen[:7] == [1, 1, 1, 2, 2, 2, 3]  # one thread first, then two, then the sleeping three
+    # one thread first, then two spinning, then two with a parked team (+10 here): waits asleep
+    assert seen[:7] == [1, 1, 1, 2, 2, 2, 12]
+    assert not threads._parked.parked  # released when training ended
     assert records[-1]["threads"] == threads.last_decision("training").as_dict()  # type: ignore[union-attr]
     assert records[-1]["threads"]["chosen"] == "online" and set(records[-1]["threads"]["ms"]) == {"1", "2", "3"}
     made.clear()
@@ -352,3 +354,34 @@ def test_the_server_worker_chooses_its_threads_from_the_batches() -> None:
     assert applied and {name for _, name in applied} == {"gru4rec-batcher"} and applied[0][0] == 1
     assert sum(observed) == 10 and max(observed) <= 3 and choice.comparisons >= 1
     assert machine.threads == 2
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts the process's threads in /proc/self/task (Linux)")
+def test_the_sleeping_candidate_parks_an_openmp_team_beside_the_working_threads() -> None:
+    import os
+    import time
+
+    def os_threads() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    before_count = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        torch.ones(1 << 20).sum()  # this thread's own team of 2 exists before counting
+        base = os_threads()
+        threads._torch_set_threads(3, sleeping=3)  # the sleeping key: 2 at work, a team parked
+        assert torch.get_num_threads() == 2 and threads._parked.parked and threads._torch_get_threads() == 3
+        # the parking thread and its team's other thread, idle
+        assert os_threads() == base + 2
+        threads._torch_set_threads(3, sleeping=3)  # already parked: nothing more
+        assert os_threads() == base + 2
+        threads._torch_set_threads(2, sleeping=3)
+        assert not threads._parked.parked and threads._torch_get_threads() == 2
+        deadline = time.monotonic() + 5.0
+        while os_threads() > base and time.monotonic() < deadline:  # the runtime ends the team's thread
+            time.sleep(0.01)
+        assert os_threads() == base
+    finally:
+        threads._parked.release()
+        torch.set_num_threads(before_count)
+    assert threads.describe_threads(3, 3) == "2 thread(s), waits asleep" and threads.describe_threads(2, 3) == "2 thread(s)"
