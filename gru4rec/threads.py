@@ -36,9 +36,11 @@ import contextlib
 import logging
 import math
 import os
+import statistics
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -382,6 +384,8 @@ BUSY_MEMORY_S = 60.0
 #: and a few hundred of them at a slower count would cost seconds per comparison.
 TRIAL_SECONDS = 0.5
 MIN_TRIAL_UNITS = 5
+#: Windows in a row this much slower than the recent ones that make a held count compare again.
+SLOW_WINDOWS = 2
 #: Until when (``time.monotonic``) this process's latest comparison found the machine busy.
 _busy_until = 0.0
 
@@ -408,11 +412,13 @@ class ThreadChoice:
        10 units at twice its time per unit — on a busy machine a spinning thread count is many
        times slower, and a few steps show it. The count with the least time per unit of work is
        kept (logged once at INFO).
-    2. *hold*: windows of ``trial_steps`` units at the kept count. A window ``slowdown`` times
-       slower than the best seen at this count compares again (the window stands for the kept
-       count, so only the others are run); so does every ``recheck_windows``-th window, the
-       interval doubling (to ``max_recheck_windows``) each time the comparison keeps the count,
-       so that a machine that became quiet is noticed and a steady one is barely disturbed.
+    2. *hold*: windows of ``trial_steps`` units at the kept count. Two windows in a row
+       ``slowdown`` times slower than the median of the last 8 at this count compare again (the
+       second stands for the kept count, so only the others are run) — one slow window is the
+       scheduler's noise beside busy processes, and comparing at every one cost a third of the
+       time there; so does every ``recheck_windows``-th window, the interval doubling (to
+       ``max_recheck_windows``) each time the comparison keeps the count, so that a machine that
+       became quiet is noticed and a steady one is barely disturbed.
 
     ``sleeping`` names the candidate whose idle threads sleep (:func:`sleeping_threads`); the
     largest other one is the *spinning* count. A comparison that finds the spinning count
@@ -420,11 +426,10 @@ class ThreadChoice:
     cores others need) is remembered for :data:`BUSY_MEMORY_S` seconds: a choice made meanwhile
     starts holding instead of comparing — one thread, or for a short workload the sleeping count.
 
-    ``compare_first=False`` (a short workload: an evaluation of a few seconds) starts holding
-    instead of comparing: the spinning count on a quiet machine, the sleeping one (else one
+    ``compare_first=False`` (a short workload: an evaluation of a few seconds) holds one count
+    and never compares: the spinning count on a quiet machine, the sleeping one (else one
     thread) on a busy one — busy after a remembered collapse, or when ``load()`` (default
-    :func:`others_load`) says other processes used :data:`BUSY_LOAD` CPUs or more. The windows
-    then work as in the hold.
+    :func:`others_load`) says other processes used :data:`BUSY_LOAD` CPUs or more.
 
     ``apply(n)`` sets the thread count (default: ``torch.set_num_threads``), ``current()``
     reads it (``torch.get_num_threads``) and ``clock()`` tells the time (``time.monotonic``);
@@ -467,10 +472,12 @@ class ThreadChoice:
         self._order: list[int] = list(counts)
         self._results: dict[int, float] = {}
         self._budget = math.inf  # seconds the fastest candidate so far took for its units
-        self._reference = math.inf  # the best seconds per unit seen at the kept count
+        self._recent: deque[float] = deque(maxlen=8)  # seconds per unit of the latest windows at the kept count
+        self._slow_windows = 0  # windows in a row slower than the recent ones
         self._recheck = recheck_windows
         self._windows = 0
         self._outer: list[int] = []
+        self._holds = False  # a short workload's count: held, never compared
         self._skip = 0
         self._seconds = self._work = 0.0
         self._units = 0
@@ -493,6 +500,7 @@ class ThreadChoice:
                 self.threads = sleeping
             self.chosen = self.threads
             self._comparing = False
+            self._holds = not compare_first
         else:  # the first comparison starts at one thread, set on entering ``with``
             self.threads = counts[0]
             self._skip = warmup_steps
@@ -514,7 +522,7 @@ class ThreadChoice:
     def observe(self, seconds: float, work: float = 1.0) -> None:
         """Count one unit of work that took ``seconds`` (``work``: its size, e.g. rows, when the
         units differ); may change the thread count for the next one."""
-        if len(self.candidates) == 1:
+        if len(self.candidates) == 1 or self._holds:
             return
         if self._skip:
             self._skip -= 1
@@ -569,7 +577,9 @@ class ThreadChoice:
         self.chosen = best
         self.comparisons += 1
         self._comparing = False
-        self._reference = self._results[best]
+        self._recent.clear()
+        self._recent.append(self._results[best])
+        self._slow_windows = 0
         self._windows = 0
         self._recheck = self.first_recheck if before != best else min(2 * self._recheck, self.max_recheck)
         _decisions[self.workload] = self.decision()
@@ -586,9 +596,10 @@ class ThreadChoice:
         """A window at the kept count ended: compare again when it was slow or a re-check is due."""
         rate = self._seconds / self._work if self._work > 0 else math.inf
         self._windows += 1
-        slower = rate > self._reference * self.slowdown
-        self._reference = min(self._reference, rate)
-        if slower or self._windows >= self._recheck:
+        slow = bool(self._recent) and rate > statistics.median(self._recent) * self.slowdown
+        self._slow_windows = self._slow_windows + 1 if slow else 0
+        self._recent.append(rate)
+        if self._slow_windows >= SLOW_WINDOWS or self._windows >= self._recheck:
             assert self.chosen is not None
             self._comparing = True
             self._results = {self.chosen: rate}  # this window stands for the kept count
