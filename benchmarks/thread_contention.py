@@ -18,7 +18,8 @@ evaluation's predictions/s. Variants (``--variants``):
 * ``active``: the CPUs available, ``OMP_WAIT_POLICY=ACTIVE``;
 * ``threads=1``: one thread;
 * ``oversubscribed``: one thread more than the CPUs, no wait policy set — GNU OpenMP then spins
-  only microseconds before it sleeps (the online choice's sleeping count).
+  only 100 rounds before it sleeps (tried as a candidate of the online choice and dropped:
+  benchmarks/README.md).
 
 Each runs beside ``--busy`` processes that spin on a core each (``while True: pass``; 0 = a
 quiet machine). The variants' repeats are interleaved so that a drifting load disturbs all

@@ -16,19 +16,14 @@ busy machine but makes a quiet one slower than a single thread. The wait policy 
 when the runtime loads; the thread count can change at any moment, and with one thread nothing
 spins. So gru4rec leaves the wait policy alone and, unless the count is fixed (``--threads N``,
 ``threads=N``, ``OMP_NUM_THREADS``), chooses it online: :class:`ThreadChoice` times a few hundred
-steps (at most half a second) at each candidate, keeps the fastest, and measures again when the
-steps get slower (and, less and less often, when they do not), so a machine that becomes busy
-ends at one thread and one that becomes quiet goes back to all of them. The candidates are one
-thread, the CPUs available, and on Linux the CPUs available with their waits asleep
-(:func:`sleeping_threads`): GNU OpenMP, torch's runtime there, spins only a hundred rounds before
-it sleeps whenever it has more threads than CPUs, so an idle OpenMP team parked in a thread of its
-own makes the working threads wait as ``OMP_WAIT_POLICY=PASSIVE`` does — the passive setting, to
-be had at any moment instead of once per process. Training (:mod:`gru4rec.training.loop`),
-evaluation and the server's batcher each run their own choice; :func:`online_choice` hands one out
-where the count is not fixed. A workload too short to compare (an evaluation of a few seconds)
-asks whether the machine is busy instead: a collapse seen by another choice of this process in
-the last minute, or other processes using half a CPU or more since the last look
-(:func:`others_load`, from ``/proc/stat``).
+steps (at most half a second) at each candidate (one thread and the CPUs available), keeps the
+faster, and measures again when the steps stay slower (and, less and less often, when they do
+not), so a machine that becomes busy ends at one thread and one that becomes quiet goes back to
+all of them. Training (:mod:`gru4rec.training.loop`), evaluation and the server's batcher each run
+their own choice; :func:`online_choice` hands one out where the count is not fixed. A workload
+too short to compare (an evaluation of a few seconds) asks whether the machine is busy instead:
+a collapse seen by another choice of this process in the last minute, or other processes using
+half a CPU or more since the last look (:func:`others_load`, from ``/proc/stat``).
 """
 from __future__ import annotations
 
@@ -37,8 +32,6 @@ import logging
 import math
 import os
 import statistics
-import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -46,8 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["ThreadChoice", "ThreadDecision", "available_cpus", "cgroup_cpu_limit", "default_threads", "last_decision",
-           "online_choice", "others_load", "set_threads", "sleeping_threads", "threads_fixed", "using_threads",
-           "describe_threads", "ParkedTeam"]
+           "online_choice", "others_load", "set_threads", "threads_fixed", "using_threads"]
 
 log = logging.getLogger(__name__)
 
@@ -179,74 +171,6 @@ def available_cpus() -> int:
     return max(1, cpus)
 
 
-def sleeping_threads() -> int | None:
-    """The key of the candidate "every CPU at work, waits asleep": one more than the CPUs of this
-    process's affinity mask — they work, and one idle OpenMP team is parked beside them
-    (:class:`ParkedTeam`) —, or None where that cannot be had.
-
-    GNU OpenMP (the runtime of torch's Linux builds) spins 300,000 rounds in every barrier unless
-    ``OMP_WAIT_POLICY=PASSIVE`` was set before it loaded — but only 100 when the process has more
-    OpenMP threads than the CPUs the runtime counted at load (the affinity mask; libgomp's manual,
-    ``GOMP_SPINCOUNT``). A parked team makes it so: the working threads then wait as passive ones
-    do, from one moment to the next. None off Linux (other runtimes) and where a CPU quota (cgroup)
-    leaves fewer CPUs than the mask: a parked team would not outnumber the mask."""
-    if not sys.platform.startswith("linux"):
-        return None
-    cpus = _affinity_cpus()
-    return cpus + 1 if available_cpus() == cpus and cpus > 1 else None
-
-
-class ParkedTeam:
-    """An idle OpenMP team parked in a thread of its own, so that GNU OpenMP counts more threads
-    than CPUs and lets waiting threads sleep after 100 spins (:func:`sleeping_threads`).
-
-    :meth:`park` starts a thread that runs one parallel torch operation — the thread's OpenMP
-    team (torch's thread count at that moment, less this thread) is made — and then waits;
-    :meth:`release` lets it end, and the runtime frees its team with it (the spinning waits come
-    back). Both return when done; neither changes torch's thread count."""
-
-    def __init__(self) -> None:
-        self._thread: threading.Thread | None = None
-        self._release = threading.Event()
-
-    @property
-    def parked(self) -> bool:
-        """Whether a team is parked now."""
-        return self._thread is not None
-
-    def park(self) -> None:
-        """Park a team (nothing when one is parked)."""
-        if self._thread is not None:
-            return
-        import torch
-
-        ready, release = threading.Event(), threading.Event()
-
-        def hold() -> None:
-            try:
-                torch.ones(1 << 20).sum()  # parallel above 32,768 elements: this thread's team is made
-            finally:
-                ready.set()
-            release.wait()
-
-        self._release = release
-        self._thread = threading.Thread(target=hold, name="gru4rec-parked-openmp-team", daemon=True)
-        self._thread.start()
-        ready.wait()
-
-    def release(self) -> None:
-        """Let the parked team end (nothing when none is parked)."""
-        if self._thread is None:
-            return
-        self._release.set()
-        self._thread.join()
-        self._thread = None
-
-
-#: The process's parked team: torch's thread count is process-wide, and so is the runtime's spinning.
-_parked = ParkedTeam()
-
-
 def _cpu_seconds() -> tuple[float, float, float] | None:
     """(``time.monotonic``, CPU-seconds the CPUs of this process's affinity mask have been busy,
     CPU-seconds this process has used), or None where ``/proc/stat`` cannot be read."""
@@ -274,7 +198,7 @@ _PROC_STAT = Path("/proc/stat")
 #: The last look at the CPUs' busy time (:func:`others_load`), first taken when this module loads.
 _load_mark = _cpu_seconds()
 #: Other processes using this many of this process's CPUs make the machine busy (a short
-#: workload then holds :func:`sleeping_threads`).
+#: workload then holds one thread).
 BUSY_LOAD = 0.5
 
 
@@ -346,29 +270,17 @@ def using_threads(threads: int | None = None) -> Iterator[int]:
 class ThreadDecision:
     """What a :class:`ThreadChoice` settled on: ``threads``, and the seconds per unit of work
     (a training step, an evaluated or served row) it measured at each candidate in its latest
-    comparison (empty when the count was fixed, ``online`` False). ``sleeping``: the key of the
-    candidate whose waits sleep (:func:`sleeping_threads`: one thread fewer at work), if any."""
+    comparison (empty when the count was fixed, ``online`` False)."""
 
     workload: str
     threads: int
     online: bool
     seconds: dict[int, float] = field(default_factory=dict)
-    sleeping: int | None = None
 
     def as_dict(self) -> dict[str, object]:
-        """The JSON form of the run folder (``ms`` per unit of work, by candidate; ``sleeping``
-        only where there was such a candidate)."""
-        record: dict[str, object] = {"workload": self.workload, "threads": self.threads,
-                                     "chosen": "online" if self.online else "fixed",
-                                     "ms": {str(n): round(s * 1e3, 4) for n, s in sorted(self.seconds.items())}}
-        if self.sleeping is not None:
-            record["sleeping"] = self.sleeping
-        return record
-
-
-def describe_threads(n: int, sleeping: int | None) -> str:
-    """``n`` in words: "2 thread(s)", or "2 thread(s), waits asleep" for the sleeping key 3."""
-    return f"{n - 1} thread(s), waits asleep" if n == sleeping else f"{n} thread(s)"
+        """The JSON form of the run folder (``ms`` per unit of work, by thread count)."""
+        return {"workload": self.workload, "threads": self.threads, "chosen": "online" if self.online else "fixed",
+                "ms": {str(n): round(s * 1e3, 4) for n, s in sorted(self.seconds.items())}}
 
 
 _decisions: dict[str, ThreadDecision] = {}
@@ -420,16 +332,14 @@ class ThreadChoice:
        ``max_recheck_windows``) each time the comparison keeps the count, so that a machine that
        became quiet is noticed and a steady one is barely disturbed.
 
-    ``sleeping`` names the candidate whose idle threads sleep (:func:`sleeping_threads`); the
-    largest other one is the *spinning* count. A comparison that finds the spinning count
-    :data:`COLLAPSE` times slower than one thread (the machine is busy: waiting threads spin on
-    cores others need) is remembered for :data:`BUSY_MEMORY_S` seconds: a choice made meanwhile
-    starts holding instead of comparing — one thread, or for a short workload the sleeping count.
+    A comparison that finds the most threads :data:`COLLAPSE` times slower than one (the machine
+    is busy: waiting threads spin on cores others need) is remembered for :data:`BUSY_MEMORY_S`
+    seconds: a choice made meanwhile starts holding one thread instead of comparing.
 
     ``compare_first=False`` (a short workload: an evaluation of a few seconds) holds one count
-    and never compares: the spinning count on a quiet machine, the sleeping one (else one
-    thread) on a busy one — busy after a remembered collapse, or when ``load()`` (default
-    :func:`others_load`) says other processes used :data:`BUSY_LOAD` CPUs or more.
+    and never compares: the most threads on a quiet machine, one thread on a busy one — busy
+    after a remembered collapse, or when ``load()`` (default :func:`others_load`) says other
+    processes used :data:`BUSY_LOAD` CPUs or more since the last look.
 
     ``apply(n)`` sets the thread count (default: ``torch.set_num_threads``), ``current()``
     reads it (``torch.get_num_threads``) and ``clock()`` tells the time (``time.monotonic``);
@@ -440,7 +350,7 @@ class ThreadChoice:
     def __init__(self, candidates: Sequence[int], *, workload: str = "training", trial_steps: int = 200,
                  trial_seconds: float = TRIAL_SECONDS, warmup_steps: int = 5, slowdown: float = 1.25,
                  recheck_windows: int = 8, max_recheck_windows: int = 256, compare_first: bool = True,
-                 sleeping: int | None = None, apply: Callable[[int], None] | None = None,
+                 apply: Callable[[int], None] | None = None,
                  current: Callable[[], int] | None = None, clock: Callable[[], float] = time.monotonic,
                  load: Callable[[], float | None] | None = None) -> None:
         counts = sorted(set(candidates))
@@ -450,19 +360,14 @@ class ThreadChoice:
                 not 1 <= recheck_windows <= max_recheck_windows:
             raise ValueError("ThreadChoice needs trial_steps >= 1, trial_seconds > 0, warmup_steps >= 0, slowdown > 1 "
                              "and 1 <= recheck_windows <= max_recheck_windows")
-        if sleeping is not None and (sleeping not in counts or len(counts) < 3):
-            raise ValueError(f"the sleeping count {sleeping!r} must be one of at least three candidates {counts}")
         self.candidates = counts
         self.workload = workload
-        self.sleeping = sleeping
-        self.spinning = max(n for n in counts if n != sleeping)
-        """The most threads that spin while they wait."""
         self.trial_steps, self.trial_seconds, self.warmup_steps, self.slowdown = trial_steps, trial_seconds, warmup_steps, slowdown
         self.first_recheck, self.max_recheck = recheck_windows, max_recheck_windows
-        self._apply = apply if apply is not None else (lambda n: _torch_set_threads(n, sleeping=sleeping))
+        self._apply = apply if apply is not None else _torch_set_threads
         self._clock = clock
         self._current = current if current is not None else _torch_get_threads
-        self.threads = self.spinning
+        self.threads = counts[-1]
         """The count this choice runs now (during a comparison: the one being measured)."""
         self.chosen: int | None = None
         """The count kept by the latest comparison (None before the first one ends)."""
@@ -488,17 +393,11 @@ class ThreadChoice:
         if len(counts) == 1:
             self.chosen = counts[0]
         elif busy or not compare_first:
-            # Another choice of this process just saw the spinning count collapse, or other processes
+            # Another choice of this process just saw the larger counts collapse, or other processes
             # keep the CPUs busy: a short workload (an evaluation) would spend much of its time
-            # re-learning that. A workload too short to compare holds the sleeping count there (it
-            # waits as the passive policy does), and the spinning one on a quiet machine (the fastest).
-            if not busy:
-                self.threads = self.spinning
-            elif compare_first or sleeping is None:
-                self.threads = counts[0]
-            else:
-                self.threads = sleeping
-            self.chosen = self.threads
+            # re-learning that. A workload too short to compare holds the most threads on a quiet
+            # machine (the fastest there).
+            self.threads = self.chosen = counts[0] if busy else counts[-1]
             self._comparing = False
             self._holds = not compare_first
         else:  # the first comparison starts at one thread, set on entering ``with``
@@ -541,7 +440,7 @@ class ThreadChoice:
     def decision(self) -> ThreadDecision:
         """The latest decision (before the first comparison ends: the count being measured)."""
         return ThreadDecision(self.workload, self.chosen if self.chosen is not None else self.threads,
-                              online=len(self.candidates) > 1, seconds=dict(self._results), sleeping=self.sleeping)
+                              online=len(self.candidates) > 1, seconds=dict(self._results))
 
     # ------------------------------------------------------------------ the rounds
 
@@ -570,7 +469,7 @@ class ThreadChoice:
     def _decide(self) -> None:
         global _busy_until
         best = min(self._results, key=lambda n: (self._results[n], -n))
-        one, most = self._results.get(self.candidates[0]), self._results.get(self.spinning)
+        one, most = self._results.get(self.candidates[0]), self._results.get(self.candidates[-1])
         if one is not None and most is not None:
             _busy_until = self._clock() + BUSY_MEMORY_S if most >= COLLAPSE * one else 0.0
         before = self.chosen
@@ -583,13 +482,11 @@ class ThreadChoice:
         self._windows = 0
         self._recheck = self.first_recheck if before != best else min(2 * self._recheck, self.max_recheck)
         _decisions[self.workload] = self.decision()
-        measured = "; ".join(f"{describe_threads(n, self.sleeping)}: {s * 1e3:.3g} ms" for n, s in sorted(self._results.items()))
+        measured = ", ".join(f"{n}: {s * 1e3:.3g} ms" for n, s in sorted(self._results.items()))
         if before is None:
-            log.info("%s runs on %s, the fastest here (per unit of work %s)", self.workload,
-                     describe_threads(best, self.sleeping), measured)
+            log.info("%s runs on %d thread(s), the faster here (per unit of work %s)", self.workload, best, measured)
         elif before != best:
-            log.debug("%s now runs on %s instead of %s (per unit of work %s)", self.workload, describe_threads(best, self.sleeping),
-                      describe_threads(before, self.sleeping), measured)
+            log.debug("%s now runs on %d thread(s) instead of %d (per unit of work %s)", self.workload, best, before, measured)
         self._begin(best, warm=best != self.threads)
 
     def _window_done(self) -> None:
@@ -610,39 +507,26 @@ class ThreadChoice:
             self._begin(self.threads, warm=False)
 
 
-def _torch_set_threads(n: int, *, sleeping: int | None = None) -> None:
-    """Run ``n`` threads — ``n - 1`` at work and a parked team where ``n`` is the ``sleeping`` key."""
+def _torch_set_threads(n: int) -> None:
     import torch
 
-    asleep = n == sleeping
-    working = n - 1 if asleep else n
-    if torch.get_num_threads() != working:
-        torch.set_num_threads(working)
-    if asleep:
-        _parked.park()
-    else:
-        _parked.release()
+    torch.set_num_threads(n)
 
 
 def _torch_get_threads() -> int:
-    """torch's thread count, plus one while a team is parked (the key of :func:`sleeping_threads`)."""
     import torch
 
-    return torch.get_num_threads() + (1 if _parked.parked else 0)
+    return torch.get_num_threads()
 
 
 def online_choice(workload: str, *, trial_steps: int = 200, warmup_steps: int = 5, compare_first: bool = True) -> ThreadChoice:
     """The :class:`ThreadChoice` of one workload ('training', 'evaluation', 'serving') of this
-    process: between one thread, torch's count now (after :func:`set_threads`: the CPUs this
-    process may use) and :func:`sleeping_threads` — or torch's count alone where the caller fixed
-    it (:func:`threads_fixed`)."""
+    process: between one thread and torch's count now (after :func:`set_threads`: the CPUs this
+    process may use), or that count alone where the caller fixed it (:func:`threads_fixed`)."""
     import torch
 
     fixed = threads_fixed()
     now = torch.get_num_threads()
-    if fixed is not None or now == 1:
-        return ThreadChoice([now], workload=workload)
-    sleeping = now + 1 if sleeping_threads() == now + 1 else None  # the CPUs at work, waits asleep
-    candidates = [1, now] + ([sleeping] if sleeping is not None else [])
+    candidates = [now] if fixed is not None or now == 1 else [1, now]
     return ThreadChoice(candidates, workload=workload, trial_steps=trial_steps, warmup_steps=warmup_steps,
-                        compare_first=compare_first, sleeping=sleeping)
+                        compare_first=compare_first)

@@ -22,11 +22,9 @@ TINY = "layers=8,n_sample=16,n_epochs=2,batch_size=8,sample_store_size=160"
 @pytest.fixture(autouse=True)
 def no_remembered_collapse(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts without a collapse remembered from another (threads._busy_until), on a
-    machine that is not busy (no other process's load seen) and has a sleeping count of 3 (2 CPUs
-    on Linux, whatever the host)."""
+    machine that is not busy (no other process's load seen)."""
     monkeypatch.setattr(threads, "_busy_until", 0.0)
     monkeypatch.setattr(threads, "others_load", lambda: 0.0)
-    monkeypatch.setattr(threads, "sleeping_threads", lambda: 3)
 
 
 class FakeMachine:
@@ -161,36 +159,21 @@ def test_a_comparison_of_slow_steps_is_bounded_by_time_not_by_steps() -> None:
     assert choice.chosen == 2 and choice.comparisons == 1
 
 
-def test_three_candidates_the_sleeping_count_wins_beside_busy_processes() -> None:
-    now = [100.0]
-    # beside busy processes: 2 spinning threads collapse, 3 (more than the CPUs: they sleep) are the fastest
-    machine = FakeMachine({1: 2.0, 2: 8.0, 3: 1.5})
-    choice = machine.choice([1, 2, 3], trial_steps=10, warmup_steps=0, sleeping=3, clock=lambda: now[0])
-    with choice:
-        machine.run(choice, 10 + 3 + 10)
-        assert choice.chosen == 3 and machine.threads == 3 and choice.comparisons == 1
-    assert machine.steps_at[2] == 3  # stopped once it had spent one thread's 10 steps' time
-    assert threads._busy_until == now[0] + threads.BUSY_MEMORY_S  # the spinning count collapsed: remembered
-    with pytest.raises(ValueError, match="sleeping count"):
-        threads.ThreadChoice([1, 2], sleeping=2)
-    with pytest.raises(ValueError, match="sleeping count"):
-        threads.ThreadChoice([1, 2, 3], sleeping=4)
-
-
 @pytest.mark.parametrize(("load", "remembered", "want"), [(0.0, False, 2), (None, False, 2), (0.4, False, 2),
-                                                          (0.5, False, 3), (1.7, False, 3), (0.0, True, 3)])
-def test_a_short_workload_holds_the_sleeping_count_on_a_busy_machine(load: float | None, remembered: bool, want: int,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+                                                          (0.5, False, 1), (1.7, False, 1), (0.0, True, 1)])
+def test_a_short_workload_holds_one_thread_on_a_busy_machine_and_never_compares(
+        load: float | None, remembered: bool, want: int, monkeypatch: pytest.MonkeyPatch) -> None:
     if remembered:
         monkeypatch.setattr(threads, "_busy_until", 1e9)
-    machine = FakeMachine({1: 1.0, 2: 1.0, 3: 1.0}, threads=1)
-    short = machine.choice([1, 2, 3], sleeping=3, compare_first=False, load=lambda: load)
+    machine = FakeMachine({1: 1.0, 2: 1.0}, threads=1)
+    short = machine.choice([1, 2], trial_steps=3, warmup_steps=0, compare_first=False, load=lambda: load)
     with short:
-        assert machine.threads == want and short.chosen == want and short.comparisons == 0
-    # without a sleeping count a busy machine gets one thread; a long workload after a collapse holds one thread
-    fewer = machine.choice([1, 2], compare_first=False, load=lambda: load)
-    assert fewer.chosen == (1 if want == 3 else 2)
-    long = machine.choice([1, 2, 3], sleeping=3, load=lambda: load)
+        assert machine.threads == want and short.chosen == want
+        machine.ms = {1: 50.0, 2: 50.0}  # much slower windows: still no comparison (a short workload holds)
+        machine.run(short, 30)
+    assert short.comparisons == 0 and machine.steps_at == {want: 30}
+    # a long workload after a collapse holds one thread, and compares later; without one it compares first
+    long = machine.choice([1, 2], load=lambda: load)
     assert long.chosen == (1 if remembered else None)
 
 
@@ -251,12 +234,7 @@ def test_online_choice_only_where_the_count_is_not_fixed(monkeypatch: pytest.Mon
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     with threads.using_threads(None):
         assert threads.threads_fixed() is None
-        choice = threads.online_choice("x")
-        assert choice.candidates == [1, 2, 3] and choice.sleeping == 3 and choice.spinning == 2
-        monkeypatch.setattr(threads, "sleeping_threads", lambda: None)  # not Linux, or a CPU quota
-        choice = threads.online_choice("x")
-        assert choice.candidates == [1, 2] and choice.sleeping is None and choice.spinning == 2
-        monkeypatch.setattr(threads, "sleeping_threads", lambda: 3)
+        assert threads.online_choice("x").candidates == [1, 2]
         with threads.using_threads(3):
             assert threads.threads_fixed() == 3 and threads.online_choice("x").candidates == [3]
         assert threads.threads_fixed() is None
@@ -283,7 +261,7 @@ def test_training_chooses_its_threads_unless_they_are_fixed(monkeypatch: pytest.
     original = Trainer.train_step
 
     def train_step(self: Trainer, *args: Any, **kwargs: Any) -> torch.Tensor:
-        seen.append(torch.get_num_threads() + (10 if threads._parked.parked else 0))
+        seen.append(torch.get_num_threads())
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(Trainer, "train_step", train_step)
@@ -295,12 +273,10 @@ def test_training_chooses_its_threads_unless_they_are_fixed(monkeypatch: pytest.
     GRU4Rec(TINY, device="cpu").fit(events, progress=False, callback=lambda info: records.append(epoch_record(info)))
     assert torch.get_num_threads() == before
     (choice,) = made
-    assert choice.candidates == [1, 2, 3] and choice.comparisons >= 1  # told every step: it compared all three
-    # one thread first, then two spinning, then two with a parked team (+10 here): waits asleep
-    assert seen[:7] == [1, 1, 1, 2, 2, 2, 12]
-    assert not threads._parked.parked  # released when training ended
+    assert choice.candidates == [1, 2] and choice.comparisons >= 1  # told every step: it compared both
+    assert seen[:4] == [1, 1, 1, 2]  # one thread first, then two
     assert records[-1]["threads"] == threads.last_decision("training").as_dict()  # type: ignore[union-attr]
-    assert records[-1]["threads"]["chosen"] == "online" and set(records[-1]["threads"]["ms"]) == {"1", "2", "3"}
+    assert records[-1]["threads"]["chosen"] == "online" and set(records[-1]["threads"]["ms"]) == {"1", "2"}
     made.clear()
     seen.clear()
     records.clear()
@@ -323,7 +299,7 @@ def test_evaluation_chooses_its_threads_unless_they_are_fixed(tmp_path: Path, mo
         assert torch.get_num_threads() == 2
     assert torch.get_num_threads() == before
     (choice,) = made
-    assert choice.candidates == [1, 2, 3] and choice.comparisons >= 1
+    assert choice.candidates == [1, 2] and choice.comparisons >= 1
     with threads.using_threads(2):
         fixed = evaluate(model, data["test"], batch_size=4)
     assert made[1].candidates == [2] and made[1].comparisons == 0
@@ -368,34 +344,3 @@ def test_the_server_worker_chooses_its_threads_from_the_batches() -> None:
     assert applied and {name for _, name in applied} == {"gru4rec-batcher"} and applied[0][0] == 1
     assert sum(observed) == 10 and max(observed) <= 3 and choice.comparisons >= 1
     assert machine.threads == 2
-
-
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts the process's threads in /proc/self/task (Linux)")
-def test_the_sleeping_candidate_parks_an_openmp_team_beside_the_working_threads() -> None:
-    import os
-    import time
-
-    def os_threads() -> int:
-        return len(os.listdir("/proc/self/task"))
-
-    before_count = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        torch.ones(1 << 20).sum()  # this thread's own team of 2 exists before counting
-        base = os_threads()
-        threads._torch_set_threads(3, sleeping=3)  # the sleeping key: 2 at work, a team parked
-        assert torch.get_num_threads() == 2 and threads._parked.parked and threads._torch_get_threads() == 3
-        # the parking thread and its team's other thread, idle
-        assert os_threads() == base + 2
-        threads._torch_set_threads(3, sleeping=3)  # already parked: nothing more
-        assert os_threads() == base + 2
-        threads._torch_set_threads(2, sleeping=3)
-        assert not threads._parked.parked and threads._torch_get_threads() == 2
-        deadline = time.monotonic() + 5.0
-        while os_threads() > base and time.monotonic() < deadline:  # the runtime ends the team's thread
-            time.sleep(0.01)
-        assert os_threads() == base
-    finally:
-        threads._parked.release()
-        torch.set_num_threads(before_count)
-    assert threads.describe_threads(3, 3) == "2 thread(s), waits asleep" and threads.describe_threads(2, 3) == "2 thread(s)"
