@@ -198,7 +198,13 @@ def test_others_load_is_the_cpus_busy_time_less_this_processs_own(tmp_path: Path
 
     clock, own = [10.0], [3.0]
     monkeypatch.setattr(threads, "_PROC_STAT", stat)
-    monkeypatch.setattr(threads, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += seconds
+
+    monkeypatch.setattr(threads, "time", types.SimpleNamespace(monotonic=lambda: clock[0], sleep=sleep))
     monkeypatch.setattr(os, "times", lambda: types.SimpleNamespace(user=own[0], system=0.5))
     write(100, 0)
     monkeypatch.setattr(threads, "_load_mark", threads._cpu_seconds())
@@ -207,7 +213,12 @@ def test_others_load_is_the_cpus_busy_time_less_this_processs_own(tmp_path: Path
     own[0] += 1.0
     write(100 + round(1.5 * tick), 10 ** 6)
     assert REAL_OTHERS_LOAD(0.2) == pytest.approx((1.5 * len(mask) - 1.0) / 2.0)
-    assert REAL_OTHERS_LOAD(0.2) is None  # just looked: too short a window
+    assert not slept
+    clock[0] += 0.05
+    own[0] += 0.05 * len(mask)
+    write(100 + round(1.5 * tick) + round(0.05 * tick), 10 ** 6)  # meanwhile: this process's own work only
+    assert REAL_OTHERS_LOAD(0.2) == pytest.approx(0.0, abs=1e-9)  # too short a window: waited for the rest
+    assert slept == [pytest.approx(0.15)]
     clock[0] += 1.0
     assert REAL_OTHERS_LOAD(0.2) == 0.0  # nothing ran meanwhile
     monkeypatch.setattr(threads, "_PROC_STAT", tmp_path / "missing")
