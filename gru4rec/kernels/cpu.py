@@ -22,7 +22,7 @@ from torch import Tensor
 from gru4rec.kernels.build import KernelBuildError, build_library
 from gru4rec.kernels.switches import cpu_kernels_allowed
 
-__all__ = ["METHODS", "CpuKernels", "KernelBuildError", "TableUpdate", "cpu_kernels", "load_kernels"]
+__all__ = ["METHODS", "CpuKernels", "KernelBuildError", "TableUpdate", "TablesUpdate", "cpu_kernels", "load_kernels"]
 
 #: Optimiser methods as the kernels number them: cpu_kernels.c's ``method`` and the Triton
 #: kernels' compile-time ``METHOD`` (:mod:`gru4rec.kernels.triton_rule`), one numbering for both.
@@ -59,22 +59,61 @@ class TableUpdate:
             elif need.get(key, True):
                 raise ValueError(f"the {method} update needs the state table {key!r}")
         self._ptrs = [t.data_ptr() if t is not None else None for t in self._tensors]
+        self._bound = [(t, t.data_ptr()) for t in self._tensors if t is not None]
         self.rule = _Rule(*self._ptrs, self.width, METHODS[method])
         for name, value in constants.items():
             setattr(self.rule, name, value)
         self._rule_ref = ctypes.byref(self.rule)
+        #: The rule's address, as :class:`TablesUpdate` hands it to C.
+        self.rule_ptr = ctypes.cast(self._rule_ref, ctypes.c_void_p).value
+
+    def check(self, rows: Tensor | None, g: Tensor) -> int:
+        """The number of rows an update from ``rows`` and ``g`` takes (see :meth:`__call__`),
+        after checking them and that no table has moved."""
+        for t, ptr in self._bound:
+            if t.data_ptr() != ptr:
+                raise RuntimeError("a table of the fused update has moved in memory since the optimiser was built")
+        n = self.n_rows if rows is None else _check_index(rows, "rows", self.n_rows)
+        _check_float(g, "g", n * self.width)
+        return n
 
     def __call__(self, rows: Tensor | None, g: Tensor, bias1: float | None = None, bias2: float | None = None) -> None:
         """Update the table at ``rows`` (unique; gradient row k belongs to ``rows[k]``), or all of
         it when ``rows`` is None, from ``g`` (overwritten). ``bias1``/``bias2``: Adam's
         corrections 1 − β^t of this step."""
-        if any(t is not None and t.data_ptr() != ptr for t, ptr in zip(self._tensors, self._ptrs)):
-            raise RuntimeError("a table of the fused update has moved in memory since the optimiser was built")
-        n = self.n_rows if rows is None else _check_index(rows, "rows", self.n_rows)
-        _check_float(g, "g", n * self.width)
+        n = self.check(rows, g)
         if bias1 is not None:
             self.rule.bias1, self.rule.bias2 = bias1, bias2
         self._fn(self._rule_ref, n, None if rows is None else rows.data_ptr(), g.data_ptr())
+
+
+class TablesUpdate:
+    """Several :class:`TableUpdate` (an optimiser's dense buffer and item tables) in one call:
+    one parallel region for all of them instead of one per table, the same arithmetic."""
+
+    def __init__(self, fn: Callable[..., None], updates: dict[str, TableUpdate]) -> None:
+        self._fn = fn
+        self.updates = updates
+        n = len(updates)
+        # the C arguments, filled in place each call (no ctypes objects built per step)
+        self._rules = (ctypes.c_void_p * n)()
+        self._n_rows = (ctypes.c_int64 * n)()
+        self._rows = (ctypes.c_void_p * n)()
+        self._g = (ctypes.c_void_p * n)()
+
+    def __call__(self, grads: dict[str, tuple[Tensor | None, Tensor]], bias1: float | None = None, bias2: float | None = None) -> None:
+        """Update each named table from its (rows, g), as :meth:`TableUpdate.__call__` does."""
+        if len(grads) > len(self._rules):
+            raise ValueError(f"at most {len(self._rules)} tables, got {len(grads)}")
+        for i, (name, (rows, g)) in enumerate(grads.items()):
+            update = self.updates[name]
+            self._n_rows[i] = update.check(rows, g)
+            if bias1 is not None:
+                update.rule.bias1, update.rule.bias2 = bias1, bias2
+            self._rules[i] = update.rule_ptr
+            self._rows[i] = None if rows is None else rows.data_ptr()
+            self._g[i] = g.data_ptr()
+        self._fn(len(grads), self._rules, self._n_rows, self._rows, self._g)
 
 
 class CpuKernels:
@@ -86,6 +125,9 @@ class CpuKernels:
         self._update = lib.g4r_update
         self._update.argtypes = [_p, _i64, _p, _p]
         self._update.restype = None
+        self._update_tables = lib.g4r_update_tables
+        self._update_tables.argtypes = [_i64, _p, _p, _p, _p]
+        self._update_tables.restype = None
         self._unique = lib.g4r_unique
         self._unique.argtypes = [_i64, _p, _i64, _i64, _p, _p, _p, _p, _p]
         self._unique.restype = _i64
@@ -111,6 +153,9 @@ class CpuKernels:
         self._gru_backward_reset.argtypes = [_i64, _i64, _p, _p, _p, _p, _p]
         for fn in (self._gru_gates, self._gru_output, self._gru_backward_out, self._gru_backward_reset):
             fn.restype = None
+        self._dropout_masks = lib.g4r_dropout_masks
+        self._dropout_masks.argtypes = [_i64, _i64, _p, _f32, _f32, _f32, _f32]
+        self._dropout_masks.restype = None
         self._cross_entropy = lib.g4r_cross_entropy
         self._cross_entropy.argtypes = [_i64, _i64, _p, _p, _i64, _p]
         self._cross_entropy.restype = None
@@ -125,6 +170,10 @@ class CpuKernels:
         # 1 − decay and 1 − β1 rounded from double, as PyTorch rounds the Python floats it is given
         return TableUpdate(self._update, p, state, method, lr=lr, momentum=momentum, lmbd=lmbd, decay=decay, gain=1.0 - decay,
                            beta1_gain=1.0 - beta1, bias1=1.0, bias2=1.0, eps=eps)
+
+    def tables_update(self, updates: dict[str, TableUpdate]) -> TablesUpdate:
+        """The named table updates (each from :meth:`table_update`) as one call per step."""
+        return TablesUpdate(self._update_tables, updates)
 
     def unique(
         self, rows: Tensor, mark: Tensor, slot: Tensor, uniq: Tensor, inverse: Tensor, n_first: int | None = None
@@ -233,6 +282,20 @@ class CpuKernels:
         _check_float(dv, "dv", B * 3 * n)
         _check_float(g_bias, "g_bias", 3 * n)
         self._gru_backward_reset(B, n, t.data_ptr(), h.data_ptr(), rz.data_ptr(), dv.data_ptr(), g_bias.data_ptr())
+
+    def dropout_masks(self, u: Tensor, split: int, p_first: float, p_rest: float) -> None:
+        """The uniform draws ``u`` (flat) become inverted-dropout masks in place: 1/(1 − p) where
+        u ≥ p, else 0, with p = ``p_first`` before position ``split`` and ``p_rest`` from there on
+        (:func:`gru4rec.training.dropout.keep_masks` in one pass)."""
+        n = u.numel()
+        _check_float(u, "u", n)
+        if not 0 <= split <= n:
+            raise ValueError(f"split must be between 0 and {n}, got {split}")
+        # the factors as PyTorch's product with a Python float rounds them (a part that is empty
+        # needs none: its p may be anything)
+        keep_first = 1.0 / (1.0 - p_first) if split > 0 else 0.0
+        keep_rest = 1.0 / (1.0 - p_rest) if split < n else 0.0
+        self._dropout_masks(n, split, u.data_ptr(), p_first, keep_first, p_rest, keep_rest)
 
     def cross_entropy(self, x: Tensor, w: Tensor, logit_form: bool) -> Tensor:
         """Cross-entropy of each row's positive (column i of row i) under the softmax of the
