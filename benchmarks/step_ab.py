@@ -76,9 +76,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from train_speed import CONFIGS
-
     import torch
+    from train_speed import CONFIGS
 
     config_path = ROOT / CONFIGS[args.config]
     total = args.warmup + args.steps * args.rounds + 10

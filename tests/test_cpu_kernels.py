@@ -123,7 +123,8 @@ def test_tables_update_equals_one_update_per_table(kernels, method: str, threads
         out = []
         for grouped in (True, False):
             tables = {k: torch.tensor(v, dtype=torch.float32) for k, v in start.items()}
-            states = {k: {"acc": torch.full_like(t, 0.5), "m": torch.full_like(t, 0.1), "vel": torch.full_like(t, -0.2)} for k, t in tables.items()}
+            states = {k: {"acc": torch.full_like(t, 0.5), "m": torch.full_like(t, 0.1), "vel": torch.full_like(t, -0.2)}
+                      for k, t in tables.items()}
             updates = {k: kernels.table_update(t, states[k], method=method, lr=0.1, momentum=0.3, lmbd=0.01, decay=0.9, beta1=0.8)
                        for k, t in tables.items()}
             g = {k: (r, torch.tensor(v, dtype=torch.float32)) for k, (r, v) in grads.items()}
@@ -157,7 +158,8 @@ def test_dropout_masks_equal_pytorch_masks_bit_for_bit(kernels) -> None:
         assert torch.equal(got, want), (split, p_first, p_rest)
     got = u.clone()
     kernels.dropout_masks(got, 4000, 0.3, 0.45)
-    assert got[3] == np.float32(1 / 0.7) and got[7000] == np.float32(1 / 0.55) and set(got[:4000].unique().tolist()) == {0.0, float(np.float32(1 / 0.7))}
+    keep_first = float(np.float32(1 / 0.7))
+    assert got[3] == keep_first and got[7000] == np.float32(1 / 0.55) and set(got[:4000].unique().tolist()) == {0.0, keep_first}
 
 
 def test_unique_equals_torch_unique(kernels) -> None:
