@@ -4,7 +4,8 @@ Eager PyTorch updates the rows of an item table as a chain of whole-tensor opera
 each state table, five or six passes, scatter each back): a dozen passes over memory and as many
 operator calls per table and step, where one pass suffices. ``cpu_kernels.c`` does that one pass
 (and makes rows unique, sums and spreads score columns per item, runs the GRU cell's elementwise
-work and the XE/BPR-max losses) in plain C with OpenMP. It is built on first use
+work, the XE/BPR-max losses and the dropout masks' threshold; one call updates all of an
+optimiser's tables, :class:`TablesUpdate`) in plain C with OpenMP. It is built on first use
 (:mod:`gru4rec.kernels.build`) and loaded with ctypes by :func:`cpu_kernels`. Where no compiler
 works, training warns once and runs the PyTorch path, which gives the same results more slowly;
 ``GRU4REC_CPU_KERNELS=0`` turns the kernels off.
