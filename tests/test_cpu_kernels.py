@@ -107,6 +107,61 @@ def test_large_update_uses_threads_and_agrees(kernels) -> None:
     torch.testing.assert_close(out[0][1], out[1][1], rtol=2e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("method", ["adagrad", "adam"])
+def test_tables_update_equals_one_update_per_table(kernels, method: str, threads: int) -> None:
+    """Several tables in one call (the optimiser's step: the dense buffer whole, item tables at
+    their rows, one of them too small to be split on its own) leave every table and state
+    bit for bit as one call per table does."""
+    rng = np.random.default_rng(3)
+    start = {"dense": rng.normal(size=40_000), "W": rng.normal(size=(500, 48)), "By": rng.normal(size=500)}
+    rows = torch.tensor(rng.choice(500, size=300, replace=False))
+    grads = {"dense": (None, rng.normal(size=40_000)), "W": (rows, rng.normal(size=(300, 48))), "By": (rows, rng.normal(size=300))}
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = []
+        for grouped in (True, False):
+            tables = {k: torch.tensor(v, dtype=torch.float32) for k, v in start.items()}
+            states = {k: {"acc": torch.full_like(t, 0.5), "m": torch.full_like(t, 0.1), "vel": torch.full_like(t, -0.2)}
+                      for k, t in tables.items()}
+            updates = {k: kernels.table_update(t, states[k], method=method, lr=0.1, momentum=0.3, lmbd=0.01, decay=0.9, beta1=0.8)
+                       for k, t in tables.items()}
+            g = {k: (r, torch.tensor(v, dtype=torch.float32)) for k, (r, v) in grads.items()}
+            if grouped:
+                kernels.tables_update(updates)(g, 0.2, 0.1)
+            else:
+                for k, (r, gk) in g.items():
+                    updates[k](r, gk, 0.2, 0.1)
+            out.append((tables, states))
+    finally:
+        torch.set_num_threads(before)
+    (t_group, s_group), (t_each, s_each) = out
+    for k in start:
+        assert not torch.equal(t_each[k], torch.tensor(start[k], dtype=torch.float32))
+        assert torch.equal(t_group[k], t_each[k]), k
+        for key in ("acc", "m", "vel"):
+            assert torch.equal(s_group[k][key], s_each[k][key]), (k, key)
+
+
+def test_dropout_masks_equal_pytorch_masks_bit_for_bit(kernels) -> None:
+    """The fused threshold is keep_masks exactly: the factor 1/(1 − p) as float32, u = p kept,
+    both sides of the split with their own p (and a split at either end)."""
+    from gru4rec.training.dropout import keep_masks
+
+    u = torch.rand(10_001, generator=torch.Generator().manual_seed(1))
+    u[[3, 7000]] = torch.tensor([0.3, 0.45])  # exactly p: kept (u ≥ p)
+    for split, p_first, p_rest in ((4000, 0.3, 0.45), (0, 0.9, 0.2), (10_001, 0.1, 0.0), (5, 0.0, 0.7)):
+        got, want = u.clone(), u.clone()
+        kernels.dropout_masks(got, split, p_first, p_rest)
+        keep_masks(want, split, p_first, p_rest)
+        assert torch.equal(got, want), (split, p_first, p_rest)
+    got = u.clone()
+    kernels.dropout_masks(got, 4000, 0.3, 0.45)
+    keep_first = float(np.float32(1 / 0.7))
+    assert got[3] == keep_first and got[7000] == np.float32(1 / 0.55) and set(got[:4000].unique().tolist()) == {0.0, keep_first}
+
+
 def test_unique_equals_torch_unique(kernels) -> None:
     rng = np.random.default_rng(2)
     n_items = 500

@@ -4,7 +4,8 @@ Eager PyTorch updates the rows of an item table as a chain of whole-tensor opera
 each state table, five or six passes, scatter each back): a dozen passes over memory and as many
 operator calls per table and step, where one pass suffices. ``cpu_kernels.c`` does that one pass
 (and makes rows unique, sums and spreads score columns per item, runs the GRU cell's elementwise
-work and the XE/BPR-max losses) in plain C with OpenMP. It is built on first use
+work, the XE/BPR-max losses and the dropout masks' threshold; one call updates all of an
+optimiser's tables, :class:`TablesUpdate`) in plain C with OpenMP. It is built on first use
 (:mod:`gru4rec.kernels.build`) and loaded with ctypes by :func:`cpu_kernels`. Where no compiler
 works, training warns once and runs the PyTorch path, which gives the same results more slowly;
 ``GRU4REC_CPU_KERNELS=0`` turns the kernels off.
@@ -22,7 +23,7 @@ from torch import Tensor
 from gru4rec.kernels.build import KernelBuildError, build_library
 from gru4rec.kernels.switches import cpu_kernels_allowed
 
-__all__ = ["METHODS", "CpuKernels", "KernelBuildError", "TableUpdate", "cpu_kernels", "load_kernels"]
+__all__ = ["METHODS", "CpuKernels", "KernelBuildError", "TableUpdate", "TablesUpdate", "cpu_kernels", "load_kernels"]
 
 #: Optimiser methods as the kernels number them: cpu_kernels.c's ``method`` and the Triton
 #: kernels' compile-time ``METHOD`` (:mod:`gru4rec.kernels.triton_rule`), one numbering for both.
@@ -59,22 +60,61 @@ class TableUpdate:
             elif need.get(key, True):
                 raise ValueError(f"the {method} update needs the state table {key!r}")
         self._ptrs = [t.data_ptr() if t is not None else None for t in self._tensors]
+        self._bound = [(t, t.data_ptr()) for t in self._tensors if t is not None]
         self.rule = _Rule(*self._ptrs, self.width, METHODS[method])
         for name, value in constants.items():
             setattr(self.rule, name, value)
         self._rule_ref = ctypes.byref(self.rule)
+        #: The rule's address, as :class:`TablesUpdate` hands it to C.
+        self.rule_ptr = ctypes.cast(self._rule_ref, ctypes.c_void_p).value
+
+    def check(self, rows: Tensor | None, g: Tensor) -> int:
+        """The number of rows an update from ``rows`` and ``g`` takes (see :meth:`__call__`),
+        after checking them and that no table has moved."""
+        for t, ptr in self._bound:
+            if t.data_ptr() != ptr:
+                raise RuntimeError("a table of the fused update has moved in memory since the optimiser was built")
+        n = self.n_rows if rows is None else _check_index(rows, "rows", self.n_rows)
+        _check_float(g, "g", n * self.width)
+        return n
 
     def __call__(self, rows: Tensor | None, g: Tensor, bias1: float | None = None, bias2: float | None = None) -> None:
         """Update the table at ``rows`` (unique; gradient row k belongs to ``rows[k]``), or all of
         it when ``rows`` is None, from ``g`` (overwritten). ``bias1``/``bias2``: Adam's
         corrections 1 − β^t of this step."""
-        if any(t is not None and t.data_ptr() != ptr for t, ptr in zip(self._tensors, self._ptrs)):
-            raise RuntimeError("a table of the fused update has moved in memory since the optimiser was built")
-        n = self.n_rows if rows is None else _check_index(rows, "rows", self.n_rows)
-        _check_float(g, "g", n * self.width)
+        n = self.check(rows, g)
         if bias1 is not None:
             self.rule.bias1, self.rule.bias2 = bias1, bias2
         self._fn(self._rule_ref, n, None if rows is None else rows.data_ptr(), g.data_ptr())
+
+
+class TablesUpdate:
+    """Several :class:`TableUpdate` (an optimiser's dense buffer and item tables) in one call:
+    one parallel region for all of them instead of one per table, the same arithmetic."""
+
+    def __init__(self, fn: Callable[..., None], updates: dict[str, TableUpdate]) -> None:
+        self._fn = fn
+        self.updates = updates
+        n = len(updates)
+        # the C arguments, filled in place each call (no ctypes objects built per step)
+        self._rules = (ctypes.c_void_p * n)()
+        self._n_rows = (ctypes.c_int64 * n)()
+        self._rows = (ctypes.c_void_p * n)()
+        self._g = (ctypes.c_void_p * n)()
+
+    def __call__(self, grads: dict[str, tuple[Tensor | None, Tensor]], bias1: float | None = None, bias2: float | None = None) -> None:
+        """Update each named table from its (rows, g), as :meth:`TableUpdate.__call__` does."""
+        if len(grads) > len(self._rules):
+            raise ValueError(f"at most {len(self._rules)} tables, got {len(grads)}")
+        for i, (name, (rows, g)) in enumerate(grads.items()):
+            update = self.updates[name]
+            self._n_rows[i] = update.check(rows, g)
+            if bias1 is not None:
+                update.rule.bias1, update.rule.bias2 = bias1, bias2
+            self._rules[i] = update.rule_ptr
+            self._rows[i] = None if rows is None else rows.data_ptr()
+            self._g[i] = g.data_ptr()
+        self._fn(len(grads), self._rules, self._n_rows, self._rows, self._g)
 
 
 class CpuKernels:
@@ -86,6 +126,9 @@ class CpuKernels:
         self._update = lib.g4r_update
         self._update.argtypes = [_p, _i64, _p, _p]
         self._update.restype = None
+        self._update_tables = lib.g4r_update_tables
+        self._update_tables.argtypes = [_i64, _p, _p, _p, _p]
+        self._update_tables.restype = None
         self._unique = lib.g4r_unique
         self._unique.argtypes = [_i64, _p, _i64, _i64, _p, _p, _p, _p, _p]
         self._unique.restype = _i64
@@ -111,6 +154,9 @@ class CpuKernels:
         self._gru_backward_reset.argtypes = [_i64, _i64, _p, _p, _p, _p, _p]
         for fn in (self._gru_gates, self._gru_output, self._gru_backward_out, self._gru_backward_reset):
             fn.restype = None
+        self._dropout_masks = lib.g4r_dropout_masks
+        self._dropout_masks.argtypes = [_i64, _i64, _p, _f32, _f32, _f32, _f32]
+        self._dropout_masks.restype = None
         self._cross_entropy = lib.g4r_cross_entropy
         self._cross_entropy.argtypes = [_i64, _i64, _p, _p, _i64, _p]
         self._cross_entropy.restype = None
@@ -126,6 +172,10 @@ class CpuKernels:
         return TableUpdate(self._update, p, state, method, lr=lr, momentum=momentum, lmbd=lmbd, decay=decay, gain=1.0 - decay,
                            beta1_gain=1.0 - beta1, bias1=1.0, bias2=1.0, eps=eps)
 
+    def tables_update(self, updates: dict[str, TableUpdate]) -> TablesUpdate:
+        """The named table updates (each from :meth:`table_update`) as one call per step."""
+        return TablesUpdate(self._update_tables, updates)
+
     def unique(
         self, rows: Tensor, mark: Tensor, slot: Tensor, uniq: Tensor, inverse: Tensor, n_first: int | None = None
     ) -> tuple[int, int]:
@@ -140,10 +190,10 @@ class CpuKernels:
         n_first = n if n_first is None else n_first
         if not 0 <= n_first <= n:
             raise ValueError(f"n_first must be between 0 and {n}, got {n_first}")
-        if mark.dtype not in (torch.uint8, torch.bool) or not mark.is_contiguous() or mark.device.type != "cpu":
+        if mark.dtype not in (torch.uint8, torch.bool) or not mark.is_contiguous() or not mark.is_cpu:
             raise ValueError("mark must be a contiguous uint8 (or bool) CPU tensor")
         for t, name, size in ((slot, "slot", n_items), (uniq, "uniq", n), (inverse, "inverse", n)):
-            if t.dtype != torch.int64 or not t.is_contiguous() or t.device.type != "cpu" or t.numel() < size:
+            if t.dtype is not _I64 or not t.is_contiguous() or not t.is_cpu or t.numel() < size:
                 raise ValueError(f"{name} must be a contiguous int64 CPU tensor of at least {size} elements")
         k_first = ctypes.c_int64()
         k = self._unique(n, rows.data_ptr(), n_first, n_items, mark.data_ptr(), slot.data_ptr(), uniq.data_ptr(), inverse.data_ptr(),
@@ -234,6 +284,20 @@ class CpuKernels:
         _check_float(g_bias, "g_bias", 3 * n)
         self._gru_backward_reset(B, n, t.data_ptr(), h.data_ptr(), rz.data_ptr(), dv.data_ptr(), g_bias.data_ptr())
 
+    def dropout_masks(self, u: Tensor, split: int, p_first: float, p_rest: float) -> None:
+        """The uniform draws ``u`` (flat) become inverted-dropout masks in place: 1/(1 − p) where
+        u ≥ p, else 0, with p = ``p_first`` before position ``split`` and ``p_rest`` from there on
+        (:func:`gru4rec.training.dropout.keep_masks` in one pass)."""
+        n = u.numel()
+        _check_float(u, "u", n)
+        if not 0 <= split <= n:
+            raise ValueError(f"split must be between 0 and {n}, got {split}")
+        # the factors as PyTorch's product with a Python float rounds them (a part that is empty
+        # needs none: its p may be anything)
+        keep_first = 1.0 / (1.0 - p_first) if split > 0 else 0.0
+        keep_rest = 1.0 / (1.0 - p_rest) if split < n else 0.0
+        self._dropout_masks(n, split, u.data_ptr(), p_first, keep_first, p_rest, keep_rest)
+
     def cross_entropy(self, x: Tensor, w: Tensor, logit_form: bool) -> Tensor:
         """Cross-entropy of each row's positive (column i of row i) under the softmax of the
         scores ``x`` (B×C, masked columns already at −1e30), rows weighted by ``w`` (B): returns
@@ -280,8 +344,13 @@ def _optional(t: Tensor | None, name: str, numel: int) -> int | None:
     return None if t is None else _check_float(t, name, numel)
 
 
+# The checks below run on every argument of every kernel call of a training step (~30 a step):
+# dtypes compared by identity and ``is_cpu`` instead of building ``t.device`` halve their cost.
+_F32, _I64 = torch.float32, torch.int64
+
+
 def _check_float(t: Tensor, name: str, numel: int) -> int:
-    if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() or t.numel() != numel:
+    if t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous() or t.numel() != numel:
         raise ValueError(
             f"{name} must be a contiguous float32 CPU tensor of {numel} elements, got {t.dtype} {tuple(t.shape)} on {t.device}"
         )
@@ -291,7 +360,7 @@ def _check_float(t: Tensor, name: str, numel: int) -> int:
 def _check_index(t: Tensor, name: str, bound: int) -> int:
     """Number of indices in ``t`` (contiguous int64 on the CPU). Their range is the caller's
     contract (they come from the step's own tables): checking it would cost a pass per call."""
-    if t.dtype != torch.int64 or t.device.type != "cpu" or not t.is_contiguous() or t.dim() != 1:
+    if t.dtype is not _I64 or not t.is_cpu or not t.is_contiguous() or t.dim() != 1:
         raise ValueError(f"{name} must be a contiguous 1-D int64 CPU tensor (indices below {bound})")
     return t.shape[0]
 

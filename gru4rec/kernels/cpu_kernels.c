@@ -133,6 +133,31 @@ void g4r_update(const rule_t *r, int64_t n_rows, const int64_t *rows, float *g)
     }
 }
 
+/* The updates of several tables in one parallel region (a step's dense buffer and its item
+ * tables' rows): table t is updated as g4r_update(rules[t], n_rows[t], rows[t], g[t]) would, each
+ * split evenly between the threads, which go on to their share of the next table without waiting
+ * (the tables are distinct memory). One fork and join per step instead of one per table. */
+void g4r_update_tables(int64_t n_tables, const rule_t *const *rules, const int64_t *n_rows, const int64_t *const *rows,
+                       float *const *g)
+{
+    const int64_t chunk = 4096;
+    int64_t total = 0;
+    for (int64_t t = 0; t < n_tables; ++t)
+        total += n_rows[t] * rules[t]->width;
+#pragma omp parallel if (total > 16384)
+    {
+        int64_t n_threads = 1, thread = 0;
+#ifdef _OPENMP
+        n_threads = omp_get_num_threads(), thread = omp_get_thread_num();
+#endif
+        for (int64_t t = 0; t < n_tables; ++t) {
+            const int64_t n = n_rows[t] * rules[t]->width;
+            const int64_t n_parts = rows[t] == NULL ? (n + chunk - 1) / chunk : n_rows[t];
+            update_part(rules[t], n_parts * thread / n_threads, n_parts * (thread + 1) / n_threads, n_rows[t], rows[t], g[t], chunk);
+        }
+    }
+}
+
 /* The distinct values of rows[0..n) (written to uniq; their number is returned) and, for each
  * position, the index of its value among them (inverse). Those of the first n_first positions
  * come first, in ascending order (their number goes to n_uniq_first); the values found only in
@@ -225,6 +250,19 @@ void g4r_gather_columns(int64_t n_rows, int64_t n_src, int64_t n_cols, const flo
         for (int64_t j = 0; j < n_cols; ++j)
             o[j] = sb[group[j]] + bias[j];
     }
+}
+
+/* The step's dropout masks from its uniform draws u (n, in place): keep_first (= 1/(1 - p), as
+ * float32) where u >= p_first, else 0, before position split; with p_rest and keep_rest from
+ * there on. One pass where PyTorch takes a comparison and a product per part. */
+void g4r_dropout_masks(int64_t n, int64_t split, float *u, float p_first, float keep_first, float p_rest, float keep_rest)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < split; ++i)
+        u[i] = u[i] >= p_first ? keep_first : 0.0f;
+#pragma omp simd
+    for (int64_t i = split; i < n; ++i)
+        u[i] = u[i] >= p_rest ? keep_rest : 0.0f;
 }
 
 /* ------------------------------------------------------------------------------------------

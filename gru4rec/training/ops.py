@@ -186,6 +186,9 @@ class CpuKernelOps(TorchOps):
     def merge_columns(self, g: Tensor, col_rows: Tensor, n_rows: int) -> Tensor:
         return self.kernels.sum_columns(g, col_rows, n_rows)
 
+    def dropout_threshold(self, u: Tensor, split: int, p_first: float, p_rest: float) -> None:
+        self.kernels.dropout_masks(u, split, p_first, p_rest)
+
     def add_rows(self, table: Tensor, rows: Tensor, src: Tensor) -> None:
         if table.dim() == 2:
             self.kernels.add_rows(table, rows, src.contiguous())  # any layout of src: the kernel reads it contiguous

@@ -140,6 +140,7 @@ class Optimizer:
             self._fused["dense"] = self.kernels.table_update(self.flat, vars(self.state["dense"]), **self.rule)
             for name, p in sparse.items():
                 self._fused[name] = self.kernels.table_update(p, vars(self.state[name]), **self.rule)
+            self._fused_all = self.kernels.tables_update(self._fused)
         #: The update of every table from the (summed) gradients: fused or PyTorch.
         self._apply = self._apply_fused if self.kernels is not None else self._apply_torch
         #: The whole update as fused GPU kernels (summing, clipping and the rule), or None.
@@ -278,12 +279,11 @@ class Optimizer:
         self._apply(g_dense, summed)
 
     def _apply_fused(self, g_dense: Tensor, summed: dict[str, tuple[Tensor, Tensor]]) -> None:
-        """The update by the fused kernels (one pass per table)."""
+        """The update by the fused kernels (one pass per table, all tables in one parallel region)."""
         bias = (float(1.0 - self.beta1**self.t), float(1.0 - self.beta2**self.t)) if self.method == "adam" else (None, None)
-        if self.flat.numel():
-            self._fused["dense"](None, g_dense, *bias)
-        for name, (rows, g) in summed.items():
-            self._fused[name](rows, g, *bias)
+        grads: dict[str, tuple[Tensor | None, Tensor]] = {"dense": (None, g_dense)} if self.flat.numel() else {}
+        grads.update(summed)
+        self._fused_all(grads, *bias)  # every table in one call
 
     def _apply_torch(self, g_dense: Tensor, summed: dict[str, tuple[Tensor, Tensor]]) -> None:
         """The update as PyTorch code (the rule the kernels are tested against)."""
