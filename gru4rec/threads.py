@@ -328,9 +328,9 @@ class ThreadChoice:
     1. *compare*: each candidate in turn (fewest threads first: one thread never collapses)
        runs ``trial_steps`` units, or ``trial_seconds`` (at least :data:`MIN_TRIAL_UNITS` units),
        after ``warmup_steps`` that do not count (a switch wakes threads); a later candidate stops
-       early once it has spent the time the fastest so far needed for all of its units, or after
-       10 units at twice its time per unit — on a busy machine a spinning thread count is many
-       times slower, and a few steps show it. The count with the least time per unit of work is
+       early once it has spent — warm-up included — the time the fastest so far needed for all
+       of its units, or after :data:`MIN_TRIAL_UNITS` units at twice its time per unit — on a busy
+       machine a spinning thread count is many times slower, and a few steps show it. The count with the least time per unit of work is
        kept (logged once at INFO).
     2. *hold*: windows of ``trial_steps`` units at the kept count. Two windows in a row
        ``slowdown`` times slower than the median of the last 8 at this count compare again (the
@@ -392,6 +392,7 @@ class ThreadChoice:
         self._outer: list[int] = []
         self._holds = False  # a short workload's count: held, never compared
         self._skip = 0
+        self._warm_seconds, self._warm_units = 0.0, 0  # the current candidate's warm-up so far
         self._seconds = self._work = 0.0
         self._units = 0
         busy = clock() < _busy_until
@@ -433,14 +434,21 @@ class ThreadChoice:
             return
         if self._skip:
             self._skip -= 1
+            self._warm_seconds += seconds
+            self._warm_units += 1
+            if self._comparing and self._warm_seconds >= self._budget:
+                # the warm-up alone took the fastest count's whole trial (a collapsing count: one
+                # step of 2 spinning threads beside busy processes measured 200 ms): it is measured
+                self._seconds, self._work, self._units = self._warm_seconds, float(self._warm_units), self._warm_units
+                self._measured(False)
             return
         self._seconds += seconds
         self._work += work
         self._units += 1
         if self._comparing:
             full = self._units >= self.trial_steps or (self._seconds >= self.trial_seconds and self._units >= MIN_TRIAL_UNITS)
-            if full or self._seconds >= self._budget or (
-                    self._units >= 10 and self._seconds > 2.0 * min(self._results.values(), default=math.inf) * self._work):
+            if full or self._seconds >= self._budget or (self._units >= MIN_TRIAL_UNITS and
+                                                         self._seconds > 2.0 * min(self._results.values(), default=math.inf) * self._work):
                 self._measured(full)
         elif self._units >= self.trial_steps:
             self._window_done()
@@ -458,6 +466,7 @@ class ThreadChoice:
             self._apply(n)
         self.threads = n
         self._skip = self.warmup_steps if warm else 0
+        self._warm_seconds, self._warm_units = 0.0, 0
         self._seconds = self._work = 0.0
         self._units = 0
 
