@@ -139,10 +139,16 @@ def start_server(model: Path, max_batch: int, threads: int, extra: list[str], de
     return proc, line.split(" at ")[1].split()[0]
 
 
+def redis_binary() -> str | None:
+    """The redis-server executable, or None where it is not installed."""
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    return binary if os.path.exists(binary) else None
+
+
 def start_redis() -> tuple[subprocess.Popen[bytes], str, str]:
     """A throwaway redis-server on a free loopback port (no persistence): process, URL, folder."""
-    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-    if not os.path.exists(binary):
+    binary = redis_binary()
+    if binary is None:
         raise SystemExit("--state redis needs redis-server (Debian: apt-get install redis-server)")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

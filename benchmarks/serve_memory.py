@@ -21,16 +21,14 @@ import gc
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from serve_load import redis_binary, start_redis  # noqa: E402  (benchmarks/ is this script's folder)
 
 from gru4rec.inference import SessionState  # noqa: E402
 from gru4rec.serve.state import LastClick, MemoryStore, RedisStore, encode_session  # noqa: E402
@@ -75,27 +73,15 @@ def measure_memory(n: int, hidden: int, clicks: int) -> dict[str, float]:
 
 
 def measure_redis(n: int, hidden: int, clicks: int) -> dict[str, float] | None:
-    server = shutil.which("redis-server") or ("/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None)
-    if server is None:
+    if redis_binary() is None:
         print("redis-server is not installed: no Redis figure", file=sys.stderr)
         return None
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    workdir = tempfile.mkdtemp(prefix="gru4rec-redis-")
-    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        import redis
+    import redis
 
-        client = redis.Redis(host="127.0.0.1", port=port)
-        for _ in range(200):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        store = RedisStore(f"redis://127.0.0.1:{port}/0", ttl_s=3600, namespace="0123456789abcdef")
+    proc, url, workdir = start_redis()
+    try:
+        client = redis.Redis.from_url(url)
+        store = RedisStore(url, ttl_s=3600, namespace="0123456789abcdef")
         before = int(client.info("memory")["used_memory"])
         for start in range(0, n, 10_000):
             store.compare_and_set(states(min(10_000, n - start), hidden, clicks, seed=start + 1))

@@ -390,7 +390,7 @@ class ThreadChoice:
         self._recheck = recheck_windows
         self._windows = 0
         self._outer: list[int] = []
-        self._holds = False  # a short workload's count: held, never compared
+        self._holds = not compare_first  # a short workload's count: held, never compared
         self._skip = 0
         self._warm_seconds, self._warm_units = 0.0, 0  # the current candidate's warm-up so far
         self._seconds = self._work = 0.0
@@ -408,7 +408,6 @@ class ThreadChoice:
             # machine (the fastest there).
             self.threads = self.chosen = counts[0] if busy else counts[-1]
             self._comparing = False
-            self._holds = not compare_first
         else:  # the first comparison starts at one thread, set on entering ``with``
             self.threads = counts[0]
             self._skip = warmup_steps

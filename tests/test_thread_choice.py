@@ -14,7 +14,7 @@ from gru4rec.datasets.synthetic import generate, write_synthetic
 from gru4rec.evaluation import evaluator
 from gru4rec.runs import epoch_record
 from gru4rec.training import loop
-from gru4rec.training.trainer import Trainer
+from test_threads import record_threads_in_training
 
 TINY = "layers=8,n_sample=16,n_epochs=2,batch_size=8,sample_store_size=160"
 
@@ -268,14 +268,7 @@ def small_choices(module: Any, monkeypatch: pytest.MonkeyPatch) -> list[threads.
 
 def test_training_chooses_its_threads_unless_they_are_fixed(monkeypatch: pytest.MonkeyPatch) -> None:
     made = small_choices(loop, monkeypatch)
-    seen: list[int] = []
-    original = Trainer.train_step
-
-    def train_step(self: Trainer, *args: Any, **kwargs: Any) -> torch.Tensor:
-        seen.append(torch.get_num_threads())
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(Trainer, "train_step", train_step)
+    seen = record_threads_in_training(monkeypatch)
     monkeypatch.setattr(threads, "default_threads", lambda: 2)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     events = generate(n_sessions=80, n_items=20, seed=1)

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from gru4rec.config import Config
-from gru4rec.kernels.cpu import CpuKernels, TableUpdate
+from gru4rec.kernels.cpu import CpuKernels, TablesUpdate
 from gru4rec.model import GRU4RecNet
 from gru4rec.training.backend import Backend, select_backend
 from gru4rec.training.ops import FusedUpdate, SparseGrad, TorchOps
@@ -112,8 +112,8 @@ class Optimizer:
         elif backend.device.type != device.type or backend.dtype != dtype:
             raise ValueError(f"the backend is for {backend.device} {backend.dtype}, the tables are {device} {dtype}")
         self.backend = backend
-        #: Each table's fused update ("dense": the flat buffer), bound once the state exists.
-        self._fused: dict[str, TableUpdate] = {}
+        #: Every table's fused update ("dense": the flat buffer) in one call, bound once the state exists.
+        self._fused: TablesUpdate | None = None
         # The dense parameters become views into one flat buffer, so that their whole update is
         # a handful of operations on one tensor instead of a handful per parameter.
         sizes = [p.numel() for p in dense.values()]
@@ -137,10 +137,9 @@ class Optimizer:
         self.rule: dict[str, Any] = dict(method=self.method, lr=self.lr, momentum=self.momentum, lmbd=self.lmbd,
                          decay=self.beta2 if self.method == "adam" else self.rho, beta1=self.beta1, eps=EPS)
         if self.kernels is not None:
-            self._fused["dense"] = self.kernels.table_update(self.flat, vars(self.state["dense"]), **self.rule)
-            for name, p in sparse.items():
-                self._fused[name] = self.kernels.table_update(p, vars(self.state[name]), **self.rule)
-            self._fused_all = self.kernels.tables_update(self._fused)
+            tables = {"dense": self.flat, **sparse}
+            self._fused = self.kernels.tables_update(
+                {name: self.kernels.table_update(p, vars(self.state[name]), **self.rule) for name, p in tables.items()})
         #: The update of every table from the (summed) gradients: fused or PyTorch.
         self._apply = self._apply_fused if self.kernels is not None else self._apply_torch
         #: The whole update as fused GPU kernels (summing, clipping and the rule), or None.
@@ -283,7 +282,8 @@ class Optimizer:
         bias = (float(1.0 - self.beta1**self.t), float(1.0 - self.beta2**self.t)) if self.method == "adam" else (None, None)
         grads: dict[str, tuple[Tensor | None, Tensor]] = {"dense": (None, g_dense)} if self.flat.numel() else {}
         grads.update(summed)
-        self._fused_all(grads, *bias)  # every table in one call
+        assert self._fused is not None  # bound where there are kernels (``_apply`` is this method only then)
+        self._fused(grads, *bias)  # every table in one call
 
     def _apply_torch(self, g_dense: Tensor, summed: dict[str, tuple[Tensor, Tensor]]) -> None:
         """The update as PyTorch code (the rule the kernels are tested against)."""
