@@ -75,3 +75,78 @@ def test_zero_support_items_never_drawn_with_positive_alpha() -> None:
     counts = np.bincount(ids, minlength=5)
     assert counts[0] == 0 and counts[2] == 0
     assert chi_square(counts[[1, 3, 4]], np.array([5, 1, 10]) / 16) < 60
+
+
+# --------------------------------------------------------------------------- the store's stream
+
+
+def reference_store(support: np.ndarray, alpha: float, n_rows: int, n_sample: int, seed: int) -> torch.Tensor:
+    """The store as one uniform draw of all its numbers, binary-searched (the definition)."""
+    cdf = torch.as_tensor(ref_cdf(support, alpha))
+    u = torch.rand(n_rows, n_sample, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    return torch.searchsorted(cdf, u, right=True)
+
+
+def ref_cdf(support: np.ndarray, alpha: float) -> np.ndarray:
+    w = np.asarray(support, dtype=np.float64) ** alpha
+    cdf = np.cumsum(w) / w.sum()
+    cdf[-1] = 1.0
+    return cdf
+
+
+@pytest.mark.parametrize("search", ["torch", "kernels"])
+def test_chunked_store_is_the_one_call_stream(search: str) -> None:
+    """The CPU draws its uniform numbers a chunk at a time: the store and its redraw are exactly
+    those of one draw of all of them (the generator's stream did not change), with either lookup."""
+    from gru4rec.kernels.cpu import cpu_kernels
+    from gru4rec.training.sampling import DRAW_CHUNK, torch_cdf_search
+
+    kernels = cpu_kernels()
+    if search == "kernels" and kernels is None:
+        pytest.skip("the fused CPU kernels cannot be built here")
+    factory = torch_cdf_search if search == "torch" else kernels.inverse_cdf  # type: ignore[union-attr]
+    n_sample = 1000
+    n_rows = (2 * DRAW_CHUNK + 123) // n_sample  # three chunks, the last one partial
+    store = SampleStore(SUPPORT, 0.5, n_sample, n_rows * n_sample, "cpu", generator=torch.Generator().manual_seed(9), search=factory)
+    both = reference_store(SUPPORT, 0.5, 2 * n_rows, n_sample, 9)  # the first draw, then the redraw
+    first = torch.stack([store.next().clone() for _ in range(n_rows)])
+    second = torch.stack([store.next().clone() for _ in range(n_rows)])
+    assert store.n_redraws == 1
+    assert torch.equal(first, both[:n_rows]) and torch.equal(second, both[n_rows:])
+
+
+def test_guided_search_is_searchsorted() -> None:
+    """The kernels' guide-table lookup gives searchsorted(cdf, u, right=True) exactly: on ties
+    (zero-support items), at the cdf's own values, at 0, just below 1, at the guide's boundaries
+    k/n and their neighbours, and on catalogues of 1 and 2 items."""
+    from gru4rec.kernels.cpu import cpu_kernels
+
+    kernels = cpu_kernels()
+    if kernels is None:
+        pytest.skip("the fused CPU kernels cannot be built here")
+    rng = np.random.default_rng(4)
+    supports = [np.array([3]), np.array([0, 2]), np.array([1, 0, 0, 0, 5, 0, 2]), rng.zipf(1.3, 5000) * (rng.random(5000) > 0.3), SUPPORT]
+    for support in supports:
+        cdf = torch.as_tensor(ref_cdf(support, 0.7))
+        search = kernels.inverse_cdf(cdf)
+        n_guide = search.guide.numel()
+        k = torch.arange(n_guide + 1, dtype=torch.float64) / n_guide
+        zero, one = torch.zeros(1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
+        edges = torch.cat((cdf, k, torch.nextafter(cdf, zero), torch.nextafter(k, one), torch.nextafter(k, zero)))
+        u = torch.cat((edges[(edges >= 0) & (edges < 1)], torch.tensor([0.0, np.nextafter(1.0, 0.0)], dtype=torch.float64),
+                       torch.rand(100_000, dtype=torch.float64, generator=torch.Generator().manual_seed(2))))
+        out = torch.empty(u.numel(), dtype=torch.int64)
+        search(u, out)
+        expected = torch.searchsorted(cdf, u, right=True)
+        assert torch.equal(out, expected), support[:10]
+        # a guide entry off by some steps (a rounding of u·n or k/n) costs steps, never the answer
+        guide = search.guide
+        for wrong in (torch.zeros_like(guide), (guide + 3).clamp(max=cdf.numel()), guide.flip(0).contiguous()):
+            search.guide = wrong
+            search(u, out)
+            assert torch.equal(out, expected), support[:10]
+        search.guide = guide
+    with pytest.raises(ValueError, match="u must be a contiguous float64"):
+        search(u.float(), out)
+    with pytest.raises(ValueError, match="out must be a contiguous int64"):
+        search(u, out[:-1])

@@ -23,7 +23,7 @@ from torch import Tensor
 from gru4rec.kernels.build import KernelBuildError, build_library
 from gru4rec.kernels.switches import cpu_kernels_allowed
 
-__all__ = ["METHODS", "CpuKernels", "KernelBuildError", "TableUpdate", "TablesUpdate", "cpu_kernels", "load_kernels"]
+__all__ = ["METHODS", "CpuKernels", "GuidedSearch", "KernelBuildError", "TableUpdate", "TablesUpdate", "cpu_kernels", "load_kernels"]
 
 #: Optimiser methods as the kernels number them: cpu_kernels.c's ``method`` and the Triton
 #: kernels' compile-time ``METHOD`` (:mod:`gru4rec.kernels.triton_rule`), one numbering for both.
@@ -117,6 +117,35 @@ class TablesUpdate:
         self._fn(len(grads), self._rules, self._n_rows, self._rows, self._g)
 
 
+#: Guide entries per item of :class:`GuidedSearch`, and at most this many (16 MB).
+GUIDE_PER_ITEM, MAX_GUIDE = 4, 1 << 21
+
+
+class GuidedSearch:
+    """Inverse-CDF lookups in one cumulative distribution (``g4r_inverse_cdf``): its guide table
+    is built once, here; each call fills ``out`` with ``torch.searchsorted(cdf, u, right=True)``."""
+
+    def __init__(self, fn: Callable[..., None], cdf: Tensor) -> None:
+        if cdf.dtype is not torch.float64 or not cdf.is_cpu or not cdf.is_contiguous() or cdf.dim() != 1 or cdf.numel() == 0:
+            raise ValueError(f"cdf must be a non-empty contiguous 1-D float64 CPU tensor, got {cdf.dtype} {tuple(cdf.shape)} "
+                             f"on {cdf.device}")
+        self._fn = fn
+        self.cdf = cdf
+        n = min(GUIDE_PER_ITEM * cdf.numel(), MAX_GUIDE)
+        #: The answer for k / n at each k: with 4 entries per item most draws need no step at all
+        #: (10M draws: 43 ms with one entry per item, 19 ms with 4, 14 with 8, on rsc15's items).
+        self.guide = torch.searchsorted(cdf, torch.arange(n, dtype=torch.float64) / n, right=True)
+
+    def __call__(self, u: Tensor, out: Tensor) -> None:
+        """``out`` (int64, as many as ``u``) = the first index whose cdf exceeds each of ``u`` (float64)."""
+        n = u.numel()
+        if u.dtype is not torch.float64 or not u.is_cpu or not u.is_contiguous():
+            raise ValueError(f"u must be a contiguous float64 CPU tensor, got {u.dtype} on {u.device}")
+        if out.dtype is not _I64 or not out.is_cpu or not out.is_contiguous() or out.numel() != n:
+            raise ValueError(f"out must be a contiguous int64 CPU tensor of {n} elements")
+        self._fn(n, u.data_ptr(), self.cdf.numel(), self.cdf.data_ptr(), self.guide.numel(), self.guide.data_ptr(), out.data_ptr())
+
+
 class CpuKernels:
     """The kernels of ``cpu_kernels.c`` on tensors. Every argument is checked (type, layout,
     size) before its address is handed to C: a wrong one is a ValueError, never a stray write."""
@@ -163,6 +192,9 @@ class CpuKernels:
         self._bpr_max = lib.g4r_bpr_max
         self._bpr_max.argtypes = [_i64, _i64, _p, _p, _p, _f32, _i64, _f32, _p, _p]
         self._bpr_max.restype = None
+        self._inverse_cdf = lib.g4r_inverse_cdf
+        self._inverse_cdf.argtypes = [_i64, _p, _i64, _p, _i64, _p, _p]
+        self._inverse_cdf.restype = None
 
     def table_update(self, p: Tensor, state: dict[str, Tensor | None], *, method: str, lr: float, momentum: float, lmbd: float,
                      decay: float = 0.0, beta1: float = 0.0, eps: float = 1e-6) -> TableUpdate:
@@ -171,6 +203,11 @@ class CpuKernels:
         # 1 − decay and 1 − β1 rounded from double, as PyTorch rounds the Python floats it is given
         return TableUpdate(self._update, p, state, method, lr=lr, momentum=momentum, lmbd=lmbd, decay=decay, gain=1.0 - decay,
                            beta1_gain=1.0 - beta1, bias1=1.0, bias2=1.0, eps=eps)
+
+    def inverse_cdf(self, cdf: Tensor) -> GuidedSearch:
+        """The negative sampler's draws from ``cdf`` (float64): ``searchsorted(cdf, u, right=True)``
+        in about one step per draw instead of a binary search (:class:`GuidedSearch`)."""
+        return GuidedSearch(self._inverse_cdf, cdf)
 
     def tables_update(self, updates: dict[str, TableUpdate]) -> TablesUpdate:
         """The named table updates (each from :meth:`table_update`) as one call per step."""

@@ -191,6 +191,30 @@ int64_t g4r_unique(int64_t n, const int64_t *rows, int64_t n_first, int64_t n_it
     return k;
 }
 
+/* Inverse-CDF draws: out[i] = the first j with cdf[j] > u[i] (n_items ids; cdf non-decreasing),
+ * exactly torch.searchsorted(cdf, u, right=True) — n_items where no entry exceeds u. A binary
+ * search takes log2(n_items) dependent, mispredicted steps per draw (10M draws: 230-460 ms);
+ * a guide table (Chen & Asau) starts each search near its answer: guide[k] (n_guide entries) is
+ * the answer for k / n_guide, and a draw starts at guide[floor(u * n_guide)] and walks — most
+ * draws take no step at all where n_guide is several times the number of items. The walk goes both ways, so a rounding of
+ * u * n_guide or of k / n_guide can only cost a step, never change the answer. */
+void g4r_inverse_cdf(int64_t n, const double *u, int64_t n_items, const double *cdf, int64_t n_guide,
+                     const int64_t *guide, int64_t *out)
+{
+#pragma omp parallel for schedule(static) if (n >= 16384)
+    for (int64_t i = 0; i < n; ++i) {
+        const double x = u[i];
+        const double kx = x * (double)n_guide;
+        const int64_t k = kx >= 0.0 ? (kx < (double)(n_guide - 1) ? (int64_t)kx : n_guide - 1) : 0;  /* NaN: 0 */
+        int64_t j = guide[k];
+        while (j > 0 && cdf[j - 1] > x)
+            --j;
+        while (j < n_items && cdf[j] <= x)
+            ++j;
+        out[i] = j;
+    }
+}
+
 /* Rows added into a table: table[rows[i]] += src[i] (n × width; repeated rows add up, in order). */
 void g4r_add_rows(int64_t n, const int64_t *rows, int64_t width, const float *src, float *table)
 {

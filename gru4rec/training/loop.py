@@ -165,6 +165,8 @@ def train_epochs(
     threads = online_choice("training") if trainer.device.type == "cpu" else None
     bound: float | None = None
     warned = False
+    if trainer.sampler is not None:
+        trainer.sampler.prepare()  # the store's first draw is set-up, outside the first epoch's time
     for epoch in range(first_epoch, last + 1):
         rng_state = dict(rng.bit_generator.state)  # a mid-epoch checkpoint redraws this epoch's order from it
         if schedule is None or config.train_random_order:

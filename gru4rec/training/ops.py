@@ -32,7 +32,7 @@ from gru4rec.training.cell import FusedGRUCell, GRUCell, TorchGRUCell
 from gru4rec.training.dropout import keep_masks
 from gru4rec.training.losses import MASK, LossGradFn, make_loss_grad
 from gru4rec.training.precision import Matmuls
-from gru4rec.training.sampling import LogQ
+from gru4rec.training.sampling import CdfSearch, LogQ, torch_cdf_search
 
 __all__ = ["CpuKernelOps", "FusedUpdate", "OptimizerTables", "StepBatch", "StepInputs", "TorchOps"]
 
@@ -146,6 +146,10 @@ class TorchOps:
         slot.index_copy_(0, uniq, arange[: uniq.shape[0]])
         return uniq, slot.index_select(0, rows), first.shape[0]
 
+    def cdf_search(self, cdf: Tensor) -> CdfSearch:
+        """The negative sampler's inverse-CDF lookup in ``cdf`` (:class:`~gru4rec.training.sampling.SampleStore`)."""
+        return torch_cdf_search(cdf)
+
     # ---------------------------------------------------------------- the step's building blocks
 
     def gru_cell(self, act: Activation, matmuls: Matmuls) -> GRUCell:
@@ -200,6 +204,11 @@ class CpuKernelOps(TorchOps):
         uniq, inverse = torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
         k, k_first = self.kernels.unique(rows, mark, slot, uniq, inverse, n_first)
         return uniq[:k], inverse, k_first
+
+    def cdf_search(self, cdf: Tensor) -> CdfSearch:
+        if cdf.is_cpu and cdf.dtype is torch.float64:
+            return self.kernels.inverse_cdf(cdf)  # the same answers as searchsorted from a guide table, ~10x faster
+        return torch_cdf_search(cdf)
 
     def gru_cell(self, act: Activation, matmuls: Matmuls) -> GRUCell:
         if act.name == "tanh" and matmuls.low is None:

@@ -75,7 +75,8 @@ class Trainer:
         self.optimizer = Optimizer(net.dense_parameters(), net.sparse_parameters(), config, self.backend)
         self.hidden = net.init_hidden(B)
         self.sampler = (
-            SampleStore(item_support, config.sample_alpha, config.n_sample, config.sample_store_size, self.device, seed=seed + 1)
+            SampleStore(item_support, config.sample_alpha, config.n_sample, config.sample_store_size, self.device, seed=seed + 1,
+                        search=self.ops.cdf_search)
             if config.n_sample > 0
             else None
         )
