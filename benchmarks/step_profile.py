@@ -25,7 +25,13 @@ The timers add a microsecond or two per call; the wrapped step's total is printe
 plain one. The GEMM limit is the step's products alone, back to back on random operands of the
 same shapes and layouts (``benchmarks/train_speed.py``'s ``matmul_floor_ms``, with the measured
 mean number of distinct scored items): a step cannot be faster than that on this machine with
-these BLAS kernels. Printed: a table and one JSON line.
+these BLAS kernels.
+
+The update's memory floor: the bytes the optimiser's update must stream — per updated element
+the gradient read, and the weight and each state table (Adagrad's accumulator, the momentum's
+velocity, ...) read and written — over the host's streaming bandwidth, measured as an in-place
+add of two 128 MB tables (read 2, write 1) on the same threads. An update whose tables do not
+stay in the cache between steps cannot be faster. Printed: a table and one JSON line.
 """
 from __future__ import annotations
 
@@ -118,6 +124,48 @@ def instrument(trainer: Trainer, timer: PartTimer, distinct: list[int]) -> Calla
     return restore
 
 
+def streaming_gb_per_s(repeats: int = 7) -> float:
+    """The host's streaming bandwidth, GB/s: ``a += b`` over two 128 MB float32 tables (3 × 128 MB
+    moved), the median of ``repeats``."""
+    a, b = torch.ones(32 << 20), torch.ones(32 << 20)
+    times = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        a.add_(b)
+        times.append(time.perf_counter() - start)
+    return 3 * a.numel() * 4 / statistics.median(times[1:]) / 1e9
+
+
+def update_bytes(trainer: Trainer, elements: float) -> float:
+    """Bytes one update must move for ``elements`` updated elements: the gradient read, the weight
+    and each state table the rule keeps read and written (4 bytes each)."""
+    opt = trainer.optimizer
+    states = sum(t is not None for t in (vars(opt.state["dense"]).get(k) for k in ("acc", "dacc", "m", "vel")))
+    return elements * 4 * (1 + 2 * (1 + states))
+
+
+def updated_elements(trainer: Trainer, run: Callable[[], None]) -> float:
+    """Mean elements a step's update writes (the dense buffer and the item tables' rows), over
+    the steps of ``run``."""
+    optimizer, counts = trainer.optimizer, []
+    update = optimizer.step
+
+    def counting(dense: Any, sparse: dict[str, Any]) -> None:
+        n = dense.numel() if isinstance(dense, torch.Tensor) else sum(g.numel() for g in dense)
+        for parts in sparse.values():
+            for part in (parts if isinstance(parts, list) else [parts]):
+                n += part[1].numel()
+        counts.append(n)
+        update(dense, sparse)
+
+    optimizer.step = counting  # type: ignore[method-assign]
+    try:
+        run()
+    finally:
+        del optimizer.step
+    return float(np.mean(counts))
+
+
 def main() -> None:
     """Measure and print."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -163,6 +211,9 @@ def main() -> None:
             restore()
         parts.append({k: v / args.steps for k, v in timer.seconds.items()})
     step_s, wrapped_s = statistics.median(plain), statistics.median(wrapped)
+    elements = updated_elements(trainer, lambda: steps(10))
+    bandwidth = streaming_gb_per_s()
+    update_floor_ms = update_bytes(trainer, elements) / bandwidth / 1e6
     names = ["GEMMs", "GRU gates", "loss", "sampling", "distinct rows", "row/column ops", "update", "dropout"]
     per_part = {name: statistics.median(p.get(name, 0.0) for p in parts) for name in names}
     per_part["the rest (Python, small torch ops)"] = max(wrapped_s - sum(per_part.values()), 0.0)
@@ -178,10 +229,14 @@ def main() -> None:
     print(f"  GEMM limit: {floor_ms:.3f} ms per step ({gflop:.3f} GFLOP, {gflop / floor_ms * 1e3:.1f} GFLOP/s, "
           f"{n_distinct:.0f} distinct scored items) = {1e3 / floor_ms:.1f} mb/s; the step runs at "
           f"{100 * floor_ms / (1e3 * step_s):.0f} % of it")
+    print(f"  update's memory floor: {update_floor_ms:.3f} ms per step ({elements / 1e6:.2f}M elements, "
+          f"{update_bytes(trainer, elements) / 1e6:.1f} MB at {bandwidth:.1f} GB/s streaming); GEMM limit + floor: "
+          f"{floor_ms + update_floor_ms:.3f} ms")
     print(json.dumps({"config": args.config, "threads": args.threads, "step_ms": 1e3 * step_s, "mb_per_s": 1 / step_s,
                       "wrapped_step_ms": 1e3 * wrapped_s, "parts_ms": {k: 1e3 * v for k, v in per_part.items()},
                       "gemm_limit_ms": floor_ms, "gemm_limit_mb_per_s": 1e3 / floor_ms, "gflop": gflop,
-                      "n_distinct": n_distinct, "fraction_of_limit": floor_ms / (1e3 * step_s)}))
+                      "n_distinct": n_distinct, "fraction_of_limit": floor_ms / (1e3 * step_s),
+                      "update_elements": elements, "streaming_gb_per_s": bandwidth, "update_floor_ms": update_floor_ms}))
 
 
 if __name__ == "__main__":
