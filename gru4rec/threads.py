@@ -35,10 +35,11 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ThreadChoice", "ThreadDecision", "available_cpus", "cgroup_cpu_limit", "default_threads", "last_decision",
+__all__ = ["RowWorkers", "ThreadChoice", "ThreadDecision", "available_cpus", "cgroup_cpu_limit", "default_threads", "last_decision",
            "online_choice", "others_load", "set_threads", "threads_fixed", "using_threads"]
 
 log = logging.getLogger(__name__)
@@ -413,6 +414,15 @@ class ThreadChoice:
             self._skip = warmup_steps
         _decisions[workload] = self.decision()
 
+    @property
+    def row_parts(self) -> int:
+        """Into how many row ranges a workload whose rows are independent (an evaluation's
+        scores and ranks) should split its operations, run side by side by :class:`RowWorkers`:
+        the most candidate threads while the choice runs one OpenMP thread, else 1. Python
+        threads that each run one OpenMP thread wait for each other asleep, never spinning, so a
+        busy machine gives them the CPU share that two sleeping OpenMP threads get."""
+        return self.candidates[-1] if self.threads == 1 and len(self.candidates) > 1 else 1
+
     # ------------------------------------------------------------------ the caller's side
 
     def __enter__(self) -> ThreadChoice:
@@ -546,3 +556,48 @@ def online_choice(workload: str, *, trial_steps: int = 200, warmup_steps: int = 
     candidates = [now] if fixed is not None or now == 1 else [1, now]
     return ThreadChoice(candidates, workload=workload, trial_steps=trial_steps, warmup_steps=warmup_steps,
                         compare_first=compare_first)
+
+
+class RowWorkers:
+    """Row ranges of one operation run side by side on Python threads (torch releases the GIL
+    inside its operations): the calling thread takes the first range, ``parts − 1`` pooled
+    threads the others, and :meth:`run` returns when all are done. Used where torch runs one
+    OpenMP thread on a busy machine (:attr:`ThreadChoice.row_parts`): beside 2 busy processes on
+    2 cores, a B×N score product and its rank counts ran at 52-53k rows/s on one thread, 75-81k
+    on two row ranges and 76-82k on two passive OpenMP threads; quiet, at 146k against 153-157k
+    for two spinning OpenMP threads (benchmarks/README.md, "Threads under contention")."""
+
+    def __init__(self, parts: int) -> None:
+        if isinstance(parts, bool) or not isinstance(parts, int) or parts < 2:
+            raise ValueError(f"RowWorkers needs at least 2 parts, got {parts!r}")
+        self.parts = parts
+        self._pool = ThreadPoolExecutor(parts - 1, thread_name_prefix="gru4rec-rows")
+
+    def ranges(self, n: int) -> list[tuple[int, int]]:
+        """``n`` rows in :attr:`parts` contiguous ranges, as even as can be (empty ones left out)."""
+        bounds = [n * i // self.parts for i in range(self.parts + 1)]
+        return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+    def run(self, fn: Callable[[int, int, int], object], n: int) -> None:
+        """``fn(part, lo, hi)`` for each range of ``n`` rows (``part``: its number, e.g. for a
+        per-part buffer), side by side; the first error is raised once all have ended."""
+        ranges = self.ranges(n)
+        futures = [self._pool.submit(fn, i, lo, hi) for i, (lo, hi) in enumerate(ranges) if i > 0]
+        try:
+            if ranges:
+                fn(0, *ranges[0])
+        finally:
+            for future in futures:
+                future.exception()  # wait for every part, even after an error in this one
+        for future in futures:
+            future.result()
+
+    def close(self) -> None:
+        """Stop the pooled threads."""
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> RowWorkers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -56,7 +56,7 @@ from gru4rec.evaluation.schedule import schedule_sessions
 from gru4rec.inference import SessionModel, check_session_model, require_fitted
 from gru4rec.inference.repeat import RepeatBoost, SlotHistory
 from gru4rec.log import progress_bar
-from gru4rec.threads import online_choice
+from gru4rec.threads import RowWorkers, online_choice
 
 __all__ = ["DEFAULT_BATCH_SIZE", "TIE_MODES", "EvalResult", "evaluate", "evaluate_boosts", "evaluate_sessions"]
 
@@ -65,6 +65,9 @@ __all__ = ["DEFAULT_BATCH_SIZE", "TIE_MODES", "EvalResult", "evaluate", "evaluat
 #: ≈97 % of the matrix product's FLOP/s at the same shape; 128 is 35 % slower; on a GPU larger
 #: batches only help).
 DEFAULT_BATCH_SIZE = 512
+#: Steps with fewer active rows than this are not split into row ranges (the hand-off would cost
+#: more than it saves).
+MIN_SPLIT_ROWS = 64
 
 # The CPU ranking path (see ranking.Ranker); tests switch it off to check the generic path on the CPU.
 _CPU_FAST = True
@@ -150,6 +153,19 @@ def evaluate(
             result.ranks = None
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _scores_by_rows(model: SessionModel, out: Tensor, buffer: Tensor, rows: RowWorkers) -> Tensor:
+    """``model.scores(out, buffer)`` computed in row ranges side by side (a row's scores depend
+    on its own output only: :class:`~gru4rec.inference.SessionModel`)."""
+
+    def score(part: int, lo: int, hi: int) -> None:
+        s = model.scores(out[lo:hi], buffer=buffer[lo:hi])
+        if s.data_ptr() != buffer[lo:hi].data_ptr():  # a model that returned a new tensor after all
+            buffer[lo:hi].copy_(s)
+
+    rows.run(score, out.shape[0])
+    return buffer
 
 
 def _test_sessions(model: SessionModel, test: Any) -> tuple[Sessions, int, str]:
@@ -314,12 +330,19 @@ def _evaluate(
     # On the CPU the thread count is chosen from the times of the steps with every slot busy
     # (gru4rec/threads.py): the bulk of the work, alike in size (a tail step's few rows cost mostly
     # overhead). Too few of them to compare: the most threads, or one after a collapse just seen.
+    # While it runs one OpenMP thread (a busy machine), the scores and the ranks are computed in
+    # row ranges side by side on Python threads (RowWorkers: their waits sleep, so they get the
+    # CPU share that spinning OpenMP threads lose there).
     n_full = int((sched.active == B).sum())
     threads = None
+    workers: RowWorkers | None = None
     if device.type == "cpu":
         threads = online_choice("evaluation", trial_steps=max(3, min(50, n_full // 10)), warmup_steps=1,
                                 compare_first=n_full >= 40)
-    with bar, torch.no_grad(), threads if threads is not None else contextlib.nullcontext():
+        if threads.candidates[-1] > 1:
+            workers = RowWorkers(threads.candidates[-1])
+    with bar, torch.no_grad(), threads if threads is not None else contextlib.nullcontext(), \
+            workers if workers is not None else contextlib.nullcontext():
         hidden_full = model.init_state(B)
         hidden = hidden_full
         step_start = time.perf_counter()
@@ -335,7 +358,8 @@ def _evaluate(
             out = model.step(inputs[step, :A], hidden)
             if score_buf is None:
                 score_buf = torch.empty(B, N, dtype=out.dtype, device=device)
-            scores = model.scores(out, buffer=score_buf[:A])
+            rows = workers if workers is not None and threads is not None and threads.row_parts > 1 and A >= MIN_SPLIT_ROWS else None
+            scores = model.scores(out, buffer=score_buf[:A]) if rows is None else _scores_by_rows(model, out, score_buf[:A], rows)
             if history is not None:
                 history.add(inputs[step, :A], reset[step, :A] if step and reset_any[step] else None)
                 clicks = history.clicks(A)
@@ -348,7 +372,7 @@ def _evaluate(
                 if boost.active:
                     boost.add(scores, *clicks, spread=spread)
                 tgt_scores = scores.gather(1, targets_now)
-                g, e = ranker(scores, tgt_scores, None if counts.top_ids is None else counts.top_ids[:A])
+                g, e = ranker(scores, tgt_scores, None if counts.top_ids is None else counts.top_ids[:A], rows)
                 counts.add(g, e, tgt_scores, valid[step, :A], None if pred_index is None else pred_index[step, :A])
                 if boost.active and restore:
                     scores.view(-1).index_copy_(0, places, kept)  # duplicates write the same kept value

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from gru4rec.threads import RowWorkers
+
 __all__ = ["CPU_BLOCK_BYTES", "Ranker"]
 
 # On the CPU the B×N score matrix does not fit in the caches; comparing and selecting in blocks
@@ -43,16 +45,17 @@ class Ranker:
         self.sum_dtype = None if n_items < 2**24 else torch.float64
         self.gt = torch.zeros(batch, dtype=acc_dtype, device=device)
         self.ge = torch.zeros(batch, dtype=acc_dtype, device=device)
-        self.work: Tensor | None = None
+        self.work: list[Tensor] = []  # the CPU path's block buffers, one per row range ranked side by side
         # Two-stage top-k only pays when there are many more groups than k.
         self.groups = n_items // self.GROUP if cpu_fast and n_items >= 8 * self.GROUP * max(k, 1) else 0
         if self.groups:
             self.in_group = torch.arange(self.GROUP, device=device)
             self.rest = torch.arange(self.groups * self.GROUP, n_items, device=device)
 
-    def __call__(self, scores: Tensor, t: Tensor, top_ids: Tensor | None) -> tuple[Tensor, Tensor]:
+    def __call__(self, scores: Tensor, t: Tensor, top_ids: Tensor | None, rows: RowWorkers | None = None) -> tuple[Tensor, Tensor]:
         """Fill ``gt`` = #{s > t} and/or ``ge`` = #{s ≥ t} for the A rows of ``scores`` (and the
-        top-k ids into ``top_ids``); returns views (gt[:A], ge[:A])."""
+        top-k ids into ``top_ids``); returns views (gt[:A], ge[:A]). ``rows``: on the CPU path,
+        rank row ranges side by side on these workers (each range with its own work buffer)."""
         A = scores.shape[0]
         gt, ge = self.gt[:A], self.ge[:A]
         if not self.cpu_fast:
@@ -63,14 +66,22 @@ class Ranker:
             if top_ids is not None:
                 top_ids.copy_(torch.topk(scores, self.k, dim=1, sorted=True).indices)
             return gt, ge
-        if self.work is None or self.work.dtype != scores.dtype:
-            self.work = torch.empty(self.block, self.N, dtype=scores.dtype, device=scores.device)
-        for i in range(0, A, self.block):
-            j = min(i + self.block, A)
-            s, tb = scores[i:j], t[i:j]
-            self._count_block(s, tb, gt[i:j], ge[i:j], self.work[: j - i])
-            if top_ids is not None:
-                top_ids[i:j] = self._topk(s)
+        parts = 1 if rows is None else rows.parts
+        if len(self.work) < parts or self.work[0].dtype != scores.dtype:
+            self.work = [torch.empty(self.block, self.N, dtype=scores.dtype, device=scores.device) for _ in range(parts)]
+
+        def rank(part: int, lo: int, hi: int) -> None:
+            for i in range(lo, hi, self.block):
+                j = min(i + self.block, hi)
+                s, tb = scores[i:j], t[i:j]
+                self._count_block(s, tb, gt[i:j], ge[i:j], self.work[part][: j - i])
+                if top_ids is not None:
+                    top_ids[i:j] = self._topk(s)
+
+        if rows is None:
+            rank(0, 0, A)
+        else:
+            rows.run(rank, A)
         return gt, ge
 
     def _count_block(self, s: Tensor, t: Tensor, gt: Tensor, ge: Tensor, d: Tensor) -> None:

@@ -13,7 +13,8 @@ of it. The contract, checked for every model by ``tests/test_session_model_contr
   row-prefix views (``[s[:A] for s in state]``): rows past A are not touched. It never trains
   (no dropout, no autograd graph), whatever mode the model was in;
 * ``scores(out, buffer=None)`` are the raw scores of every item (B×N, item-map order), written
-  into ``buffer`` when given; higher is better. The result is the caller's to modify (a new
+  into ``buffer`` when given; higher is better. Row b depends on row b of ``out`` only (the
+  evaluator may score row ranges side by side). The result is the caller's to modify (a new
   tensor or ``buffer``, never a view of the model's own tables: exclusions are written into it);
 * ``output_layer()`` is ``(Wy, By)`` when ``scores(out)`` is ``out·Wyᵀ + By`` (the exports and
   the int8 candidate scoring need it), else None;

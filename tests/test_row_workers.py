@@ -1,0 +1,96 @@
+"""Row ranges run side by side on Python threads (gru4rec.threads.RowWorkers) and their use by the
+evaluation on a busy machine: the ranges cover every row once, run at the same time, pass errors
+on, and an evaluation that scores and ranks in row ranges gives exactly the ranks of one that
+does not."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from gru4rec import GRU4Rec, threads
+from gru4rec.datasets.synthetic import generate
+from gru4rec.evaluation import evaluate
+from gru4rec.threads import RowWorkers
+
+
+@pytest.mark.parametrize("parts", [2, 3, 4])
+def test_the_ranges_cover_every_row_once_and_evenly(parts: int) -> None:
+    with RowWorkers(parts) as workers:
+        for n in [0, 1, 2, 3, 5, 7, 64, 101]:
+            ranges = workers.ranges(n)
+            rows = [r for lo, hi in ranges for r in range(lo, hi)]
+            assert rows == list(range(n)), (parts, n)
+            assert len(ranges) <= parts and all(hi > lo for lo, hi in ranges)
+            sizes = [hi - lo for lo, hi in ranges]
+            assert not sizes or max(sizes) - min(sizes) <= 1
+
+
+def test_the_parts_run_side_by_side_and_the_caller_takes_the_first() -> None:
+    barrier = threading.Barrier(2, timeout=10)  # breaks unless both parts are running at once
+    seen: list[tuple[int, int, int, str]] = []
+
+    def part(i: int, lo: int, hi: int) -> None:
+        barrier.wait()
+        seen.append((i, lo, hi, threading.current_thread().name))
+
+    with RowWorkers(2) as workers:
+        workers.run(part, 10)
+    assert sorted(s[:3] for s in seen) == [(0, 0, 5), (1, 5, 10)]
+    names = {s[0]: s[3] for s in seen}
+    assert names[0] == threading.current_thread().name and names[1].startswith("gru4rec-rows")
+
+
+@pytest.mark.parametrize("failing", [0, 1])
+def test_an_error_is_raised_once_every_part_has_ended(failing: int) -> None:
+    done: list[int] = []
+
+    def part(i: int, lo: int, hi: int) -> None:
+        if i == failing:
+            raise ValueError(f"part {i} failed")
+        time.sleep(0.05)
+        done.append(i)
+
+    with RowWorkers(2) as workers, pytest.raises(ValueError, match=f"part {failing} failed"):
+        workers.run(part, 4)
+    assert done == [1 - failing]  # the other part finished before the error came out
+
+
+def test_row_workers_need_two_parts() -> None:
+    with pytest.raises(ValueError, match="at least 2 parts"):
+        RowWorkers(1)
+
+
+@pytest.mark.parametrize("mode", ["standard", "conservative", "median"])
+def test_a_busy_evaluation_ranks_in_row_ranges_with_the_same_results(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads, "default_threads", lambda: 2)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    model = GRU4Rec("layers=16,n_sample=32,n_epochs=1,batch_size=16,sample_store_size=320", device="cpu", threads=1)
+    events = generate(n_sessions=700, n_items=300, seed=3)
+    sessions = events["SessionId"].unique()
+    model.fit(events[events["SessionId"].isin(sessions[:400])], progress=False)
+    test = events[events["SessionId"].isin(sessions[400:])]
+    split: list[int] = []
+    run = RowWorkers.run
+
+    def counting(self: RowWorkers, fn, n: int) -> None:  # type: ignore[no-untyped-def]
+        split.append(n)
+        run(self, fn, n)
+
+    monkeypatch.setattr(RowWorkers, "run", counting)
+
+    def result(busy: bool):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(threads, "_busy_until", 1e18 if busy else 0.0)  # a collapse just seen: one OpenMP thread
+        monkeypatch.setattr(threads, "others_load", lambda: 0.0)
+        with threads.using_threads(None):
+            return evaluate(model, test, cutoffs=(1, 5, 20), mode=mode, batch_size=128, return_ranks=True)
+
+    quiet = result(busy=False)
+    assert split == [] and threads.last_decision("evaluation").threads == 2
+    busy = result(busy=True)
+    assert threads.last_decision("evaluation").threads == 1
+    assert len(split) >= 4 and min(split) >= 64  # the scores and the ranks of every step with 64 rows or more
+    assert np.array_equal(busy.ranks, quiet.ranks)
+    assert busy.recall == quiet.recall and busy.mrr == quiet.mrr and busy.coverage == quiet.coverage
