@@ -63,8 +63,8 @@ def test_row_workers_need_two_parts() -> None:
         RowWorkers(1)
 
 
-@pytest.mark.parametrize("mode", ["standard", "conservative", "median"])
-def test_a_busy_evaluation_ranks_in_row_ranges_with_the_same_results(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("mode", "boost"), [("standard", 0.0), ("conservative", 0.0), ("median", 0.0), ("standard", 0.7)])
+def test_a_busy_evaluation_ranks_in_row_ranges_with_the_same_results(mode: str, boost: float, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(threads, "default_threads", lambda: 2)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     model = GRU4Rec("layers=16,n_sample=32,n_epochs=1,batch_size=16,sample_store_size=320", device="cpu", threads=1)
@@ -72,6 +72,8 @@ def test_a_busy_evaluation_ranks_in_row_ranges_with_the_same_results(mode: str, 
     sessions = events["SessionId"].unique()
     model.fit(events[events["SessionId"].isin(sessions[:400])], progress=False)
     test = events[events["SessionId"].isin(sessions[400:])]
+    if boost:
+        model = model.with_repeat_boost(boost)  # the boost's additions between the split scores and ranks
     split: list[int] = []
     run = RowWorkers.run
 
@@ -91,6 +93,6 @@ def test_a_busy_evaluation_ranks_in_row_ranges_with_the_same_results(mode: str, 
     assert split == [] and threads.last_decision("evaluation").threads == 2
     busy = result(busy=True)
     assert threads.last_decision("evaluation").threads == 1
-    assert len(split) >= 4 and min(split) >= 64  # the scores and the ranks of every step with 64 rows or more
+    assert len(split) >= 6 and min(split) >= 64  # the step, the scores and the ranks of every step with 64 rows or more
     assert np.array_equal(busy.ranks, quiet.ranks)
     assert busy.recall == quiet.recall and busy.mrr == quiet.mrr and busy.coverage == quiet.coverage

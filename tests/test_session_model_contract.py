@@ -131,7 +131,7 @@ def test_unfitted_models_say_so_everywhere(kind: str, events) -> None:
 
 
 @pytest.mark.parametrize("model", PARAMS, indirect=True)
-def test_step_is_in_place_on_row_prefixes_and_returns_the_last_state(model) -> None:
+def test_step_is_in_place_on_row_ranges_and_returns_the_last_state(model) -> None:
     assert isinstance(model, SessionModel) and model.fitted
     B = 5
     state = model.init_state(B)
@@ -152,6 +152,19 @@ def test_step_is_in_place_on_row_prefixes_and_returns_the_last_state(model) -> N
         model.step(items[row : row + 1], alone)
         for s, a in zip(state, alone):
             torch.testing.assert_close(s[row : row + 1], a, rtol=1e-6, atol=1e-6)
+    # a range in the middle (the evaluator steps row ranges side by side): in place, the rows
+    # outside untouched, its output the range of state[-1]
+    before = [s.clone() for s in state]
+    middle = [s[1:4] for s in state]
+    out = model.step(items[1:4], middle)
+    assert torch.equal(out, state[-1][1:4])
+    for s, b in zip(state, before):
+        assert torch.equal(s[:1], b[:1]) and torch.equal(s[4:], b[4:])
+    rowwise = [b.clone() for b in before]
+    for row in range(1, 4):
+        model.step(items[row : row + 1], [r[row : row + 1] for r in rowwise])
+    for s, r in zip(state, rowwise):
+        torch.testing.assert_close(s, r, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("model", PARAMS, indirect=True)
@@ -165,6 +178,11 @@ def test_scores_match_the_reference_and_fill_the_buffer(model) -> None:
     buffer = torch.empty(len(sessions), len(model.item_map), device=model.device, dtype=outs.dtype)
     filled = model.scores(outs, buffer=buffer)
     assert torch.equal(filled, buffer) and torch.equal(buffer, model.scores(outs))
+    # row-wise: a range of the outputs scores into its range of the buffer
+    ranged = torch.full_like(buffer, -7.0)
+    model.scores(outs[2:5], buffer=ranged[2:5])
+    torch.testing.assert_close(ranged[2:5], buffer[2:5], rtol=1e-6, atol=1e-6)
+    assert bool((ranged[:2] == -7.0).all()) and bool((ranged[5:] == -7.0).all())
     layer = model.output_layer()
     if layer is not None:
         wy, by = layer

@@ -155,6 +155,17 @@ def evaluate(
     return result
 
 
+def _step_by_rows(model: SessionModel, items: Tensor, state: list[Tensor], rows: RowWorkers) -> Tensor:
+    """``model.step(items, state)`` advanced in row ranges side by side (a row's state depends on
+    its own items only: :class:`~gru4rec.inference.SessionModel`); returns ``state[-1]``."""
+
+    def step(part: int, lo: int, hi: int) -> None:
+        model.step(items[lo:hi], [s[lo:hi] for s in state])  # its output is (equal to) state[-1][lo:hi]
+
+    rows.run(step, items.shape[0])
+    return state[-1]
+
+
 def _scores_by_rows(model: SessionModel, out: Tensor, buffer: Tensor, rows: RowWorkers) -> Tensor:
     """``model.scores(out, buffer)`` computed in row ranges side by side (a row's scores depend
     on its own output only: :class:`~gru4rec.inference.SessionModel`)."""
@@ -330,9 +341,9 @@ def _evaluate(
     # On the CPU the thread count is chosen from the times of the steps with every slot busy
     # (gru4rec/threads.py): the bulk of the work, alike in size (a tail step's few rows cost mostly
     # overhead). Too few of them to compare: the most threads, or one after a collapse just seen.
-    # While it runs one OpenMP thread (a busy machine), the scores and the ranks are computed in
-    # row ranges side by side on Python threads (RowWorkers: their waits sleep, so they get the
-    # CPU share that spinning OpenMP threads lose there).
+    # While it runs one OpenMP thread (a busy machine), the model's step, the scores and the ranks
+    # are computed in row ranges side by side on Python threads (RowWorkers: their waits sleep,
+    # so they get the CPU share that spinning OpenMP threads lose there).
     n_full = int((sched.active == B).sum())
     threads = None
     workers: RowWorkers | None = None
@@ -355,10 +366,10 @@ def _evaluate(
                 r = reset[step, :A].unsqueeze(1)
                 for h in hidden:
                     h.masked_fill_(r, 0.0)
-            out = model.step(inputs[step, :A], hidden)
+            rows = workers if workers is not None and threads is not None and threads.row_parts > 1 and A >= MIN_SPLIT_ROWS else None
+            out = model.step(inputs[step, :A], hidden) if rows is None else _step_by_rows(model, inputs[step, :A], hidden, rows)
             if score_buf is None:
                 score_buf = torch.empty(B, N, dtype=out.dtype, device=device)
-            rows = workers if workers is not None and threads is not None and threads.row_parts > 1 and A >= MIN_SPLIT_ROWS else None
             scores = model.scores(out, buffer=score_buf[:A]) if rows is None else _scores_by_rows(model, out, score_buf[:A], rows)
             if history is not None:
                 history.add(inputs[step, :A], reset[step, :A] if step and reset_any[step] else None)

@@ -10,7 +10,9 @@ of it. The contract, checked for every model by ``tests/test_session_model_contr
 * ``init_state(B)`` is the state of B fresh sessions: a list of B×W_i tensors on ``device``;
 * ``step(items, state)`` advances every row of ``state`` *in place* by one item (a B int64
   tensor of item indices) and returns ``state[-1]``, the row's *output*. It must work on
-  row-prefix views (``[s[:A] for s in state]``): rows past A are not touched. It never trains
+  row-range views (``[s[lo:hi] for s in state]``, e.g. the prefixes ``[s[:A] for s in state]``):
+  rows outside are not touched, and a row's new state depends on its own state and item only
+  (the evaluator may step row ranges side by side). It never trains
   (no dropout, no autograd graph), whatever mode the model was in;
 * ``scores(out, buffer=None)`` are the raw scores of every item (B×N, item-map order), written
   into ``buffer`` when given; higher is better. Row b depends on row b of ``out`` only (the
