@@ -23,7 +23,11 @@ all of them. Training (:mod:`gru4rec.training.loop`), evaluation and the server'
 their own choice; :func:`online_choice` hands one out where the count is not fixed. A workload
 too short to compare (an evaluation of a few seconds) asks whether the machine is busy instead:
 a collapse seen by another choice of this process in the last minute, or other processes using
-half a CPU or more since the last look (:func:`others_load`, from ``/proc/stat``).
+half a CPU or more since the last look (:func:`others_load`, from ``/proc/stat``). While an
+evaluation runs one thread with more CPUs available (:attr:`ThreadChoice.row_parts`), it splits
+its rows into ranges run side by side on Python threads (:class:`RowWorkers`): they wait for each
+other asleep, which is what the passive policy's OpenMP threads do — a busy machine's scheduler
+gives such threads their share of the CPUs, where one thread gets less and spinning ones collapse.
 """
 from __future__ import annotations
 
