@@ -38,7 +38,7 @@ from tune_helpers import (  # noqa: E402,F401 - the fixtures data, postgres and 
 
 # Longer trials than elsewhere (2-3 s each: at 4 epochs, ~1 s, all three trials of a run ended
 # between two polls of a loaded host once), so that a kill lands in the middle of one.
-SLOW_FIXED = "loss=cross-entropy,n_sample=16,n_epochs=30,logq=1.0"  # trials of 1-3 s: one is caught running
+SLOW_FIXED = "loss=cross-entropy,n_sample=16,n_epochs=10,logq=1.0"
 HEARTBEAT = ["--heartbeat-interval", "1", "--grace-period", "2"]
 
 
@@ -52,19 +52,21 @@ def _paropt(data: dict[str, Path], storage: str, out: Path, *extra: str) -> subp
 def _kill_mid_trial(storage: str, process: subprocess.Popen[bytes], **which: int) -> optuna.trial.FrozenTrial:
     """SIGKILL the worker process of a trial that has run for a moment; returns that trial.
 
-    A trial can end between the read that finds it running and the kill: read again after the
-    kill (a dead worker writes nothing more) and, if it had completed, kill the next one."""
-    for _ in range(3):
+    The worker is stopped (SIGSTOP) before its trial's state is read again: a stopped worker can
+    no longer end its trial, so a trial still running then is killed mid-trial for certain (trials
+    of a second or less used to end between the read and the kill). One that ended before the stop
+    lets its worker go on (SIGCONT), and the next running trial is taken."""
+    for _ in range(5):
         trial = wait_for(lambda: running_trial(storage, "killed", **which), "a running trial", process=process)
-        time.sleep(0.3)
+        time.sleep(0.1)
+        pid = int(trial.user_attrs["worker"].rsplit(":", 1)[1])
+        os.kill(pid, signal.SIGSTOP)
         (now,) = [t for t in trials_of(storage, "killed") if t.number == trial.number]  # type: ignore[attr-defined]
-        if now.state != TrialState.RUNNING:
-            continue
-        os.kill(int(now.user_attrs["worker"].rsplit(":", 1)[1]), signal.SIGKILL)
-        (after,) = [t for t in trials_of(storage, "killed") if t.number == trial.number]  # type: ignore[attr-defined]
-        if after.state != TrialState.COMPLETE:
+        if now.state == TrialState.RUNNING:
+            os.kill(pid, signal.SIGKILL)
             return now
-    raise AssertionError("every trial ended before its kill; make trials longer")
+        os.kill(pid, signal.SIGCONT)
+    raise AssertionError("every trial ended before its worker was stopped; make trials longer")
 
 
 def test_a_killed_local_worker_is_replaced_and_its_trial_run_again(data: dict[str, Path], tmp_path: Path,
