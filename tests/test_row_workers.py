@@ -96,3 +96,30 @@ def test_a_busy_evaluation_ranks_in_row_ranges_with_the_same_results(mode: str, 
     assert len(split) >= 6 and min(split) >= 64  # the step, the scores and the ranks of every step with 64 rows or more
     assert np.array_equal(busy.ranks, quiet.ranks)
     assert busy.recall == quiet.recall and busy.mrr == quiet.mrr and busy.coverage == quiet.coverage
+
+
+def test_a_fixed_thread_count_never_splits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fixed count (``--threads N``) is exactly that many threads: even on a busy machine no row
+    ranges run beside them."""
+    made: list[int] = []
+    real_init = RowWorkers.__init__
+
+    def init(self: RowWorkers, parts: int) -> None:
+        made.append(parts)
+        real_init(self, parts)
+
+    monkeypatch.setattr(RowWorkers, "__init__", init)
+    monkeypatch.setattr(threads, "_busy_until", 1e18)  # a collapse just seen: an online choice holds one thread
+    events = generate(n_sessions=300, n_items=100, seed=5)
+    sessions = events["SessionId"].unique()
+    model = GRU4Rec("layers=8,n_sample=16,n_epochs=1,batch_size=16,sample_store_size=160", device="cpu", threads=1)
+    model.fit(events[events["SessionId"].isin(sessions[:200])], progress=False)
+    for fixed in (1, 2):
+        with threads.using_threads(fixed):
+            evaluate(model, events[events["SessionId"].isin(sessions[200:])], batch_size=128)
+    assert made == []
+    monkeypatch.setattr(threads, "default_threads", lambda: 2)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    with threads.using_threads(None):  # chosen online: the same evaluation splits
+        evaluate(model, events[events["SessionId"].isin(sessions[200:])], batch_size=128)
+    assert made == [2]

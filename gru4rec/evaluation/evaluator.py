@@ -350,7 +350,7 @@ def _evaluate(
     if device.type == "cpu":
         threads = online_choice("evaluation", trial_steps=max(3, min(50, n_full // 10)), warmup_steps=1,
                                 compare_first=n_full >= 40)
-        if threads.candidates[-1] > 1:
+        if len(threads.candidates) > 1:  # chosen online (a fixed count, --threads N, is exactly that)
             workers = RowWorkers(threads.candidates[-1])
     with bar, torch.no_grad(), threads if threads is not None else contextlib.nullcontext(), \
             workers if workers is not None else contextlib.nullcontext():
