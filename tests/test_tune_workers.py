@@ -38,7 +38,7 @@ from tune_helpers import (  # noqa: E402,F401 - the fixtures data, postgres and 
 
 # Longer trials than elsewhere (2-3 s each: at 4 epochs, ~1 s, all three trials of a run ended
 # between two polls of a loaded host once), so that a kill lands in the middle of one.
-SLOW_FIXED = "loss=cross-entropy,n_sample=16,n_epochs=10,logq=1.0"
+SLOW_FIXED = "loss=cross-entropy,n_sample=16,n_epochs=50,logq=1.0"  # trials of 1-3 s, long enough to be seen running
 HEARTBEAT = ["--heartbeat-interval", "1", "--grace-period", "2"]
 
 

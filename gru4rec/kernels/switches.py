@@ -4,6 +4,7 @@
 variable                   what it does                                                 default
 =========================  ===========================================================  =======
 ``GRU4REC_CPU_KERNELS``    ``0``: never the fused CPU kernels (``gru4rec/kernels/cpu.py``)   on
+``GRU4REC_CPU_STEP``       ``0``: never the one-call CPU step (``training/cpu_step.py``)     on
 ``GRU4REC_CUDA_GRAPHS``    ``0``: no CUDA-graph replay of the training step (``gpu.py``)     on
 ``GRU4REC_FUSED``          ``1``: the fused GPU kernels (Triton, ``triton_*.py``) on CUDA    off
 ``GRU4REC_MALLOPT``        ``0``: leave glibc's thresholds for freed memory alone            on
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["cache_dir_override", "cpu_kernels_allowed", "cuda_graphs_allowed", "fused_gpu_requested", "mallopt_allowed"]
+__all__ = ["cache_dir_override", "cpu_kernels_allowed", "cuda_graphs_allowed", "fused_cpu_step_allowed", "fused_gpu_requested",
+           "mallopt_allowed"]
 
 
 def _flag(name: str, default: bool) -> bool:
@@ -29,6 +31,11 @@ def _flag(name: str, default: bool) -> bool:
 def cpu_kernels_allowed() -> bool:
     """``GRU4REC_CPU_KERNELS`` (default on)."""
     return _flag("GRU4REC_CPU_KERNELS", True)
+
+
+def fused_cpu_step_allowed() -> bool:
+    """``GRU4REC_CPU_STEP`` (default on)."""
+    return _flag("GRU4REC_CPU_STEP", True)
 
 
 def cuda_graphs_allowed() -> bool:

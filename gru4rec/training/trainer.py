@@ -18,9 +18,11 @@ from torch import Tensor
 
 from gru4rec.config import Config
 from gru4rec.kernels.memory import keep_freed_memory
+from gru4rec.kernels.switches import fused_cpu_step_allowed
 from gru4rec.model import GRU4RecNet
 from gru4rec.training.backend import Backend, select_backend
 from gru4rec.training.batching import Schedule
+from gru4rec.training.cpu_step import FusedCpuStep, fused_cpu_step
 from gru4rec.training.dropout import DropoutMasks
 from gru4rec.training.losses import make_loss, masks_through_bias
 from gru4rec.training.ops import StepInputs, TorchOps
@@ -96,6 +98,11 @@ class Trainer:
             self._fused_inputs = self.ops.step_inputs(net, B, config.n_sample, logq, masks_through_bias(config))
             self._step = FastStep(net, self.optimizer, self.backend, self.cell, self.matmuls, self.ops.loss_grad(config), self.dropout,
                                   logq, mask_in_bias=masks_through_bias(config))
+        #: The whole CPU step as one C call where it covers the configuration (None: the step above).
+        self._cpu_step: FusedCpuStep | None = None
+        if not reference and self.backend.unique_rows and self.ops.kernels is not None and fused_cpu_step_allowed():
+            self._cpu_step, _ = fused_cpu_step(net, config, self.optimizer, self.ops.kernels, self.dropout, logq,
+                                               float32_products=self.matmuls.low is None)
 
     @property
     def ops(self) -> TorchOps:
@@ -128,6 +135,8 @@ class Trainer:
         """
         if samples is None:
             samples = self.sampler.next() if self.sampler is not None else self._no_samples
+        if self._cpu_step is not None:
+            return self._cpu_step(self.hidden, inputs, targets, active, keep, samples)
         for h in self.hidden:
             h.mul_(keep)
         cols = torch.cat((targets, samples))  # C = B + S columns: row i's positive is column i

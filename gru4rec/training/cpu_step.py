@@ -1,0 +1,199 @@
+"""The CPU's training step as one C call: :class:`FusedCpuStep`.
+
+:class:`~gru4rec.training.step.FastStep` runs a step as ~40 PyTorch operators and fused-kernel
+calls with Python between them; on small configurations (rsc15's: 100 units, batch 32) the Python
+is about a quarter of the step (``perf``: benchmarks/README.md, "Round 3"). ``g4r_train_step`` of
+``gru4rec/kernels/cpu_kernels.c`` is the same step — the same kernels, in the same order, and
+MKL's ``sgemm_`` (the one torch links) for the products — in one call. What it covers:
+
+* the fused CPU kernels (float32 tables on the CPU, distinct score rows), float32 products;
+* shared embedding (the input rows are ``Wy``'s), the tanh GRU cell, up to 8 layers;
+* the cross-entropy losses without smoothing (their masked columns through the bias);
+* any dropout, logQ, and any optimiser without ``grad_cap`` (the update stays the optimiser's).
+
+Anything else — or a torch whose BLAS is not MKL's ``sgemm_`` — runs FastStep (:func:`fused_cpu_step`
+says why in its ``reason``). The results equal FastStep's to float32 round-off
+(``tests/test_cpu_step.py``).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gru4rec.config import Config
+from gru4rec.config_values import SOFTMAX_LOSSES
+from gru4rec.kernels.cpu import CpuKernels
+from gru4rec.model import GRU4RecNet
+from gru4rec.training.dropout import DropoutMasks
+from gru4rec.training.optim import Optimizer, UniqueGrad
+from gru4rec.training.sampling import LogQ
+
+__all__ = ["FusedCpuStep", "fused_cpu_step", "sgemm_address"]
+
+MAX_LAYERS = 8
+_p = ctypes.c_void_p
+_i64 = ctypes.c_int64
+_LAYER_FIELDS = ("Wx", "Wrz", "Wh", "Bh", "gWx", "gWrz", "gWh", "gBh", "hidden", "mask", "v", "rz", "hr", "c", "out")
+
+
+class _Step(ctypes.Structure):
+    """``step_t`` of cpu_kernels.c."""
+
+    _fields_ = (
+        [("sgemm", _p)]
+        + [(name, _i64) for name in ("B", "S", "N", "d", "n_layers", "logit_form")]
+        + [("n", _i64 * MAX_LAYERS)]
+        + [(name, _p * MAX_LAYERS) for name in _LAYER_FIELDS]
+        + [(name, _p) for name in ("Wy", "By", "logq_in", "logq_sample", "embed_mask",
+                                   "cols", "rows_all", "uniq", "inverse", "slot", "mark",
+                                   "col_valid", "wy", "bias", "x0", "s", "scores", "g_rows", "g_out", "dv", "t", "w",
+                                   "g_wy")]
+    )
+
+
+_sgemm: int | None = None
+_looked = False
+
+
+def sgemm_address() -> int | None:
+    """The address of ``sgemm_`` in the BLAS that torch's CPU library links (MKL), or None."""
+    global _sgemm, _looked
+    if not _looked:
+        _looked = True
+        path = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+        try:
+            _sgemm = ctypes.cast(ctypes.CDLL(path).sgemm_, ctypes.c_void_p).value
+        except (OSError, AttributeError):
+            _sgemm = None
+    return _sgemm
+
+
+def fused_cpu_step(net: GRU4RecNet, config: Config, optimizer: Optimizer, kernels: CpuKernels | None, dropout: DropoutMasks,
+                   logq: LogQ | None, *, float32_products: bool) -> tuple[FusedCpuStep | None, str]:
+    """The one-call step for this configuration, or None and the reason it does not cover it."""
+    if kernels is None:
+        return None, "no fused CPU kernels"
+    if net.mode != "shared":
+        return None, f"embedding mode {net.mode!r} (the C step has the shared one)"
+    if config.loss not in SOFTMAX_LOSSES or config.smoothing > 0:
+        return None, f"loss {config.loss!r}{' with smoothing' if config.smoothing > 0 else ''} (the C step has cross-entropy)"
+    if net.hidden_act.name != "tanh" or not float32_products:
+        return None, "a candidate activation other than tanh, or 16-bit products"
+    if config.grad_cap > 0:
+        return None, "grad_cap (clipping reads all gradients before the update)"
+    if len(net.layers) > MAX_LAYERS:
+        return None, f"more than {MAX_LAYERS} layers"
+    if sgemm_address() is None:
+        return None, "torch's CPU library exports no sgemm_"
+    return FusedCpuStep(net, config, optimizer, kernels, dropout, logq), ""
+
+
+class FusedCpuStep:
+    """:class:`~gru4rec.training.step.FastStep` for the configurations of :func:`fused_cpu_step`,
+    as one C call bound once to the network's tables, the optimiser's gradient buffers, the
+    hidden states, the dropout masks and its own scratch buffers."""
+
+    def __init__(self, net: GRU4RecNet, config: Config, optimizer: Optimizer, kernels: CpuKernels, dropout: DropoutMasks,
+                 logq: LogQ | None) -> None:
+        self.net, self.optimizer, self.dropout = net, optimizer, dropout
+        self._fn = kernels.train_step_fn
+        B, S = config.batch_size, config.n_sample
+        C, U = B + S, 2 * B + S
+        N, d = net.Wy.shape
+        sizes = [layer.Wh.shape[0] for layer in net.layers]
+        widest = max(sizes)
+        f32, i64 = torch.float32, torch.int64
+        self.B, self.S, self.inv_b = B, S, 1.0 / float(B)
+        self.cols = torch.empty(C, dtype=i64)
+        self.uniq = torch.empty(U, dtype=i64)
+        self.g_wy = torch.empty(U, d, dtype=f32)
+        self.g_by = torch.empty(C, dtype=f32)
+        scratch: dict[str, Tensor] = {
+            "cols": self.cols, "rows_all": torch.empty(U, dtype=i64), "uniq": self.uniq, "inverse": torch.empty(U, dtype=i64),
+            "slot": optimizer._slot, "mark": optimizer._mark,
+            "col_valid": torch.empty(C, dtype=f32), "wy": torch.empty(C, d, dtype=f32), "bias": torch.empty(C, dtype=f32),
+            "x0": torch.empty(B, d, dtype=f32), "s": torch.empty(B, C, dtype=f32), "scores": torch.empty(B, C, dtype=f32),
+            "g_rows": torch.empty(B, C, dtype=f32), "g_out": torch.empty(B, max(d, widest), dtype=f32),
+            "dv": torch.empty(B, 3 * widest, dtype=f32), "t": torch.empty(B, widest, dtype=f32), "w": torch.empty(B, dtype=f32),
+            "g_wy": self.g_wy,
+        }
+        self.g_rows = scratch["g_rows"].view(-1)
+        views = optimizer.grad_views
+        masks = dropout.hidden
+        layer_tensors: dict[str, list[Tensor | None]] = {name: [] for name in _LAYER_FIELDS}
+        for i, (layer, n) in enumerate(zip(net.layers, sizes)):
+            for name, t in (("Wx", layer.Wx), ("Wrz", layer.Wrz), ("Wh", layer.Wh), ("Bh", layer.Bh),
+                            ("gWx", views[f"layers.{i}.Wx"]), ("gWrz", views[f"layers.{i}.Wrz"]), ("gWh", views[f"layers.{i}.Wh"]),
+                            ("gBh", views[f"layers.{i}.Bh"]), ("mask", None if masks is None else masks[i]),
+                            ("v", torch.empty(B, 3 * n, dtype=f32)), ("rz", torch.empty(B, 2 * n, dtype=f32)),
+                            ("hr", torch.empty(B, n, dtype=f32)), ("c", torch.empty(B, n, dtype=f32)),
+                            ("out", torch.empty(B, n, dtype=f32))):
+                layer_tensors[name].append(t)
+        self._hidden: list[Tensor] | None = None
+        tables = {"Wy": net.Wy, "By": net.By, "logq_in": None if logq is None else logq.in_batch,
+                  "logq_sample": None if logq is None else logq.sampled, "embed_mask": dropout.embed}
+        #: Every tensor whose address the C side holds, with that address: checked before each call.
+        self._bound: list[tuple[Tensor, int]] = []
+        st = _Step()
+        st.sgemm = sgemm_address()
+        st.B, st.S, st.N, st.d, st.n_layers = B, S, N, d, len(sizes)
+        st.logit_form = int(config.loss == "xe_logit")
+        for i, n in enumerate(sizes):
+            st.n[i] = n
+        for name, tensors in layer_tensors.items():
+            if name == "hidden":
+                continue
+            arr = getattr(st, name)
+            for i, t in enumerate(tensors):
+                arr[i] = self._bind(t)
+        for name, t in {**tables, **scratch}.items():
+            setattr(st, name, self._bind(t))
+        self._st = st
+        self._st_address = ctypes.addressof(st)
+        self._layer_scratch = layer_tensors  # kept alive with the addresses
+        self._scratch = scratch
+
+    def _bind(self, t: Tensor | None) -> int | None:
+        if t is None:
+            return None
+        if not t.is_contiguous() or not t.is_cpu:
+            raise ValueError("the C step needs contiguous CPU tensors")
+        self._bound.append((t, t.data_ptr()))
+        return t.data_ptr()
+
+    def _bind_hidden(self, hidden: list[Tensor]) -> None:
+        for i, h in enumerate(hidden):
+            self._st.hidden[i] = self._bind(h)
+        self._hidden = list(hidden)
+
+    @torch.no_grad()
+    def __call__(self, hidden: list[Tensor], inputs: Tensor, targets: Tensor, active: Tensor, keep: Tensor, samples: Tensor) -> Tensor:
+        """The step (see FastStep) for the B slots, ``keep`` (B×1) zeroing the states of slots
+        that start a session; updates ``hidden`` and the weights, returns the loss (0-dim)."""
+        if self._hidden is None or any(a is not b for a, b in zip(hidden, self._hidden)):
+            self._bind_hidden(hidden)
+        for t, ptr in self._bound:
+            if t.data_ptr() != ptr:
+                raise RuntimeError("a table of the C training step has moved in memory since the step was built")
+        B = self.B
+        for t, dtype, numel in ((inputs, torch.int64, B), (targets, torch.int64, B), (samples, torch.int64, self.S),
+                                (active, torch.float32, B), (keep, torch.float32, B)):
+            if t.dtype is not dtype or not t.is_contiguous() or t.numel() != numel:
+                raise ValueError(f"the C training step takes contiguous {dtype} tensors of {numel} elements, "
+                                 f"got {t.dtype} {tuple(t.shape)}")
+        self.dropout.draw()
+        loss = torch.empty((), dtype=torch.float32)
+        counts = (ctypes.c_int64 * 2)()
+        self._fn(self._st_address, inputs.data_ptr(), targets.data_ptr(), samples.data_ptr(), active.data_ptr(),
+                 keep.data_ptr(), self.inv_b, loss.data_ptr(), counts)
+        k, n_uniq = counts[0], counts[1]
+        # By's gradient: the column sums of dL/d(scores of the distinct rows), summed by torch as
+        # FastStep sums them (the same bits: a C loop adds in another order)
+        torch.sum(self.g_rows[: B * k].view(B, k), 0, out=self.g_by[:k])
+        grads: dict[str, Any] = {"Wy": UniqueGrad(self.uniq[:n_uniq], self.g_wy[:n_uniq]), "By": UniqueGrad(self.uniq[:k], self.g_by[:k])}
+        self.optimizer.step(self.optimizer.flat_grad, grads)
+        return loss
