@@ -571,9 +571,13 @@ static void gemm(const step_t *st, int ta, int tb, int64_t M, int64_t N, int64_t
                  const float *Bm, int64_t ldb, float beta, float *C, int64_t ldc)
 {
     const char ca = ta ? 'T' : 'N', cb = tb ? 'T' : 'N';
-    const int m = (int)N, n = (int)M, k = (int)K, la = (int)lda, lb = (int)ldb, lc = (int)ldc;
+    /* The sizes are 64-bit and their addresses passed as int *: a 32-bit-int BLAS (LP64, MKL's
+     * sgemm_) reads their low halves and a 64-bit one (ILP64) all of them, the same numbers on a
+     * little-endian machine (cpu_step.py uses this call only there). */
+    const int64_t m = N, n = M, k = K, la = lda, lb = ldb, lc = ldc;
     const float one = 1.0f;
-    st->sgemm(&cb, &ca, &m, &n, &k, &one, Bm, &lb, A, &la, &beta, C, &lc);
+    st->sgemm(&cb, &ca, (const int *)&m, (const int *)&n, (const int *)&k, &one, Bm, (const int *)&lb, A,
+              (const int *)&la, &beta, C, (const int *)&lc);
 }
 
 /* dst (rows × width) = the first `width` columns from `col` of src (rows × src_width). */

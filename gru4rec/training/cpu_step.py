@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from typing import Any
 
 import torch
@@ -64,6 +65,8 @@ def sgemm_address() -> int | None:
     global _sgemm, _looked
     if not _looked:
         _looked = True
+        if sys.byteorder != "little":  # the C side passes 64-bit sizes to either BLAS integer width
+            return None
         path = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
         try:
             _sgemm = ctypes.cast(ctypes.CDLL(path).sgemm_, ctypes.c_void_p).value
