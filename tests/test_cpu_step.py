@@ -27,6 +27,8 @@ COVERED = [
     BASE + ",layers=12/8,n_sample=24,loss=xe_logit,adapt=adam,dropout_p_hidden=0.2",  # two layers, Adam
     ONE + ",n_sample=24,adapt=rmsprop,lmbd=0.01",  # another rule, weight decay, no velocity
     ONE + ",n_sample=0,momentum=0.2",  # in-batch negatives only
+    ONE + ",n_sample=24,loss=bpr-max,final_act=elu-1,bpreg=0.9,dropout_p_embed=0.5,dropout_p_hidden=0.3,momentum=0.15",  # DIGINETICA's form
+    BASE + ",layers=12/8,n_sample=24,loss=bpr-max,final_act=linear,bpreg=0.5,logq=0.5",  # linear scores, logQ
 ]
 
 
@@ -66,7 +68,8 @@ def test_the_one_call_step_is_fast_step_bit_for_bit(params: str, monkeypatch: py
 
 
 @pytest.mark.parametrize(("params", "why"), [
-    (ONE + ",loss=bpr-max,final_act=elu-1", "loss 'bpr-max'"),
+    (ONE + ",loss=bpr-max,final_act=tanh", "final_act 'tanh'"),
+    (ONE + ",loss=top1-max,final_act=elu-1", "loss 'top1-max'"),
     (ONE + ",smoothing=0.1", "with smoothing"),
     (ONE + ",constrained_embedding=False,embedding=8", "embedding mode 'separate'"),
     (ONE + ",grad_cap=1.0", "grad_cap"),

@@ -192,10 +192,17 @@ class CpuKernels:
         self._bpr_max = lib.g4r_bpr_max
         self._bpr_max.argtypes = [_i64, _i64, _p, _p, _p, _f32, _i64, _f32, _p, _p]
         self._bpr_max.restype = None
-        #: The whole training step of :mod:`gru4rec.training.cpu_step` (its ``step_t`` and arguments are bound there).
+        #: The whole training step of :mod:`gru4rec.training.cpu_step` (its ``step_t`` and arguments are
+        #: bound there): with cross-entropy in one call, with BPR-max as the step to the scores and the rest.
         self.train_step_fn = lib.g4r_train_step
         self.train_step_fn.argtypes = [_p, _p, _p, _p, _p, _p, _f32, _p, _p]
         self.train_step_fn.restype = None
+        self.step_forward_fn = lib.g4r_step_forward
+        self.step_forward_fn.argtypes = [_p, _p, _p, _p, _p, _p, _p]
+        self.step_forward_fn.restype = None
+        self.step_bpr_max_fn = lib.g4r_step_bpr_max
+        self.step_bpr_max_fn.argtypes = [_p, _p, _f32, _f32, _i64, _f32, _p, _p]
+        self.step_bpr_max_fn.restype = None
         self._inverse_cdf = lib.g4r_inverse_cdf
         self._inverse_cdf.argtypes = [_i64, _p, _i64, _p, _i64, _p, _p]
         self._inverse_cdf.restype = None

@@ -552,7 +552,7 @@ enum { MAX_LAYERS = 8 };
 
 typedef struct {
     sgemm_fn sgemm;
-    int64_t B, S, N, d, n_layers, logit_form;
+    int64_t B, S, N, d, n_layers, logit_form, mask_in_bias;
     int64_t n[MAX_LAYERS];
     float *Wx[MAX_LAYERS], *Wrz[MAX_LAYERS], *Wh[MAX_LAYERS], *Bh[MAX_LAYERS];
     float *gWx[MAX_LAYERS], *gWrz[MAX_LAYERS], *gWh[MAX_LAYERS], *gBh[MAX_LAYERS];
@@ -562,7 +562,7 @@ typedef struct {
     /* scratch: C = B + S columns, U = C + B positions */
     int64_t *cols, *rows_all, *uniq, *inverse, *slot;
     uint8_t *mark;
-    float *col_valid, *wy, *bias, *x0, *s, *scores, *g_rows, *g_out, *dv, *t, *w, *g_wy;
+    float *col_valid, *wy, *bias, *x0, *s, *scores, *g_rows, *g_out, *dv, *t, *w, *g_wy, *grad;
 } step_t;
 
 /* Row-major C (M×N, ldc) = op(A)·op(B) + beta·C with op(A) M×K (A stored K×M when ta) and
@@ -593,10 +593,11 @@ static void gather(int64_t n, const int64_t *rows, int64_t width, const float *t
         memcpy(dst + i * width, table + rows[i] * width, (size_t)width * sizeof(float));
 }
 
-/* One step; returns the loss (the weighted sum of the rows' cross-entropies) in loss[0] and the
- * numbers of distinct items — scored (k) and in all (scored, then input-only) — in counts. */
-void g4r_train_step(const step_t *st, const int64_t *inputs, const int64_t *targets, const int64_t *samples,
-                    const float *active, const float *keep, float inv_b, float *loss, int64_t *counts)
+/* The step up to the scores: st->scores (B × C) = the columns' raw scores (distinct rows' products
+ * spread to the columns, plus the bias: MASK on invalid columns where mask_in_bias); counts =
+ * the numbers of distinct items, scored (k) and in all (scored, then input-only). */
+void g4r_step_forward(const step_t *st, const int64_t *inputs, const int64_t *targets, const int64_t *samples,
+                      const float *active, const float *keep, int64_t *counts)
 {
     const int64_t B = st->B, S = st->S, C = B + S, d = st->d, L = st->n_layers;
     /* the slots that start a new session forget their state */
@@ -618,10 +619,9 @@ void g4r_train_step(const step_t *st, const int64_t *inputs, const int64_t *targ
         st->col_valid[j] = 1.0f;
     int64_t k = 0;
     const int64_t n_uniq = g4r_unique(C + B, st->rows_all, C, st->N, st->mark, st->slot, st->uniq, st->inverse, &k);
-    const int64_t *col_rows = st->inverse, *input_rows = st->inverse + C;
     gather(k, st->uniq, d, st->Wy, st->wy);
-    g4r_column_bias(C, B, st->cols, st->By, st->logq_in, st->logq_sample, st->col_valid, st->bias);
-    /* forward */
+    g4r_column_bias(C, B, st->cols, st->By, st->logq_in, st->logq_sample, st->mask_in_bias ? st->col_valid : NULL, st->bias);
+    /* the layers */
     gather(B, inputs, d, st->Wy, st->x0);
     if (st->embed_mask)
         for (int64_t i = 0; i < B * d; ++i)
@@ -642,14 +642,22 @@ void g4r_train_step(const step_t *st, const int64_t *inputs, const int64_t *targ
         x = st->out[i];
         width = n;
     }
-    /* scores of the distinct rows, spread to the columns; the loss and its gradient */
+    /* scores of the distinct rows, spread to the columns */
     gemm(st, 0, 1, B, k, d, x, d, st->wy, d, 0.0f, st->s, k);
-    g4r_gather_columns(B, k, C, st->s, col_rows, st->bias, st->scores);
-    for (int64_t b = 0; b < B; ++b)
-        st->w[b] = active[b] * inv_b;
-    g4r_cross_entropy(B, C, st->scores, st->w, st->logit_form, loss);
-    g4r_sum_columns(B, C, k, st->scores, col_rows, st->g_rows);
-    /* backward, one step deep (the states before the step are still in hidden) */
+    g4r_gather_columns(B, k, C, st->s, st->inverse, st->bias, st->scores);
+    counts[0] = k;
+    counts[1] = n_uniq;
+}
+
+/* The step from g = dL/d(scores) (B × C) on: the backward pass one step deep (the states before
+ * the step are still in hidden), the new states, and the item tables' gradient rows — Wy's scored
+ * rows, then its input-only rows (zero), plus the input rows' gradient; By's (the column sums of
+ * g_rows) are torch's sum, the caller's. */
+static void step_backward(const step_t *st, const float *g, int64_t k, int64_t n_uniq)
+{
+    const int64_t B = st->B, S = st->S, C = B + S, d = st->d, L = st->n_layers;
+    const float *x = st->out[L - 1];
+    g4r_sum_columns(B, C, k, g, st->inverse, st->g_rows);
     gemm(st, 0, 0, B, d, k, st->g_rows, k, st->wy, d, 0.0f, st->g_out, d);
     for (int64_t i = L - 1; i >= 0; --i) {
         const int64_t n = st->n[i], in = i ? st->n[i - 1] : d;
@@ -667,11 +675,32 @@ void g4r_train_step(const step_t *st, const int64_t *inputs, const int64_t *targ
     if (st->embed_mask)
         for (int64_t i = 0; i < B * d; ++i)
             st->g_out[i] *= st->embed_mask[i];
-    /* the item tables' gradient rows: Wy's scored rows, then its input-only rows (zero), plus the
-     * input rows' gradient (By's, the column sums of g_rows, are torch's sum: the caller's) */
     gemm(st, 1, 0, k, d, B, st->g_rows, k, x, d, 0.0f, st->g_wy, d);
     memset(st->g_wy + k * d, 0, (size_t)((n_uniq - k) * d) * sizeof(float));
-    g4r_add_rows(B, input_rows, d, st->g_out, st->g_wy);
-    counts[0] = k;
-    counts[1] = n_uniq;
+    g4r_add_rows(B, st->inverse + C, d, st->g_out, st->g_wy);
+}
+
+/* The whole step with the cross-entropy loss (its masked columns through the bias): the loss —
+ * the weighted sum of the rows' cross-entropies, weights active/B — to loss[0]; counts as
+ * g4r_step_forward's. */
+void g4r_train_step(const step_t *st, const int64_t *inputs, const int64_t *targets, const int64_t *samples,
+                    const float *active, const float *keep, float inv_b, float *loss, int64_t *counts)
+{
+    g4r_step_forward(st, inputs, targets, samples, active, keep, counts);
+    for (int64_t b = 0; b < st->B; ++b)
+        st->w[b] = active[b] * inv_b;
+    g4r_cross_entropy(st->B, st->B + st->S, st->scores, st->w, st->logit_form, loss);  /* scores := dL/dscores */
+    step_backward(st, st->scores, counts[0], counts[1]);
+}
+
+/* The rest of a BPR-max step after g4r_step_forward, once the caller has applied the final
+ * activation to st->scores in place (torch's, for FastStep's bits): the loss to loss[0] and its
+ * gradient (through elu-A where has_elu) into st->grad, then the backward pass. */
+void g4r_step_bpr_max(const step_t *st, const float *active, float inv_b, float bpreg, int64_t has_elu, float elu_alpha,
+                      const int64_t *counts, float *loss)
+{
+    for (int64_t b = 0; b < st->B; ++b)
+        st->w[b] = active[b] * inv_b;
+    g4r_bpr_max(st->B, st->B + st->S, st->scores, st->col_valid, st->w, bpreg, has_elu, elu_alpha, st->grad, loss);
+    step_backward(st, st->grad, counts[0], counts[1]);
 }

@@ -8,7 +8,8 @@ MKL's ``sgemm_`` (the one torch links) for the products — in one call. What it
 
 * the fused CPU kernels (float32 tables on the CPU, distinct score rows), float32 products;
 * shared embedding (the input rows are ``Wy``'s), the tanh GRU cell, up to 8 layers;
-* the cross-entropy losses without smoothing (their masked columns through the bias);
+* the cross-entropy losses without smoothing (their masked columns through the bias), and BPR-max
+  after an elu-A or linear final activation (torch's ELU between two calls);
 * any dropout, logQ, and any optimiser without ``grad_cap`` (the update stays the optimiser's).
 
 Anything else — or a torch whose BLAS is not MKL's ``sgemm_`` — runs FastStep (:func:`fused_cpu_step`
@@ -46,13 +47,13 @@ class _Step(ctypes.Structure):
 
     _fields_ = (
         [("sgemm", _p)]
-        + [(name, _i64) for name in ("B", "S", "N", "d", "n_layers", "logit_form")]
+        + [(name, _i64) for name in ("B", "S", "N", "d", "n_layers", "logit_form", "mask_in_bias")]
         + [("n", _i64 * MAX_LAYERS)]
         + [(name, _p * MAX_LAYERS) for name in _LAYER_FIELDS]
         + [(name, _p) for name in ("Wy", "By", "logq_in", "logq_sample", "embed_mask",
                                    "cols", "rows_all", "uniq", "inverse", "slot", "mark",
                                    "col_valid", "wy", "bias", "x0", "s", "scores", "g_rows", "g_out", "dv", "t", "w",
-                                   "g_wy")]
+                                   "g_wy", "grad")]
     )
 
 
@@ -82,8 +83,12 @@ def fused_cpu_step(net: GRU4RecNet, config: Config, optimizer: Optimizer, kernel
         return None, "no fused CPU kernels"
     if net.mode != "shared":
         return None, f"embedding mode {net.mode!r} (the C step has the shared one)"
-    if config.loss not in SOFTMAX_LOSSES or config.smoothing > 0:
-        return None, f"loss {config.loss!r}{' with smoothing' if config.smoothing > 0 else ''} (the C step has cross-entropy)"
+    act = config.final_activation
+    if config.loss in SOFTMAX_LOSSES:
+        if config.smoothing > 0:
+            return None, f"loss {config.loss!r} with smoothing (the C step has it without)"
+    elif config.loss != "bpr-max" or act.name not in ("elu", "linear"):
+        return None, f"loss {config.loss!r} with final_act {act.name!r} (the C step has cross-entropy, and bpr-max after elu or linear)"
     if net.hidden_act.name != "tanh" or not float32_products:
         return None, "a candidate activation other than tanh, or 16-bit products"
     if config.grad_cap > 0:
@@ -103,7 +108,13 @@ class FusedCpuStep:
     def __init__(self, net: GRU4RecNet, config: Config, optimizer: Optimizer, kernels: CpuKernels, dropout: DropoutMasks,
                  logq: LogQ | None) -> None:
         self.net, self.optimizer, self.dropout = net, optimizer, dropout
-        self._fn = kernels.train_step_fn
+        self._fn, self._forward, self._bpr_max = kernels.train_step_fn, kernels.step_forward_fn, kernels.step_bpr_max_fn
+        #: BPR-max: its final activation (elu-A or linear, applied by torch between the two calls,
+        #: as FastStep applies it) and constants; None: cross-entropy, one call.
+        self._bpr: tuple[float, bool, float] | None = None
+        act = config.final_activation
+        if config.loss == "bpr-max":
+            self._bpr = (float(config.bpreg), act.name == "elu", float(act.params[0]) if act.name == "elu" else 0.0)
         B, S = config.batch_size, config.n_sample
         C, U = B + S, 2 * B + S
         N, d = net.Wy.shape
@@ -115,16 +126,17 @@ class FusedCpuStep:
         self.uniq = torch.empty(U, dtype=i64)
         self.g_wy = torch.empty(U, d, dtype=f32)
         self.g_by = torch.empty(C, dtype=f32)
-        scratch: dict[str, Tensor] = {
+        self.g_rows = torch.empty(B * C, dtype=f32)  # B×k for a step's k distinct scored items
+        self.scores = torch.empty(B, C, dtype=f32)
+        scratch: dict[str, Tensor | None] = {
             "cols": self.cols, "rows_all": torch.empty(U, dtype=i64), "uniq": self.uniq, "inverse": torch.empty(U, dtype=i64),
             "slot": optimizer._slot, "mark": optimizer._mark,
             "col_valid": torch.empty(C, dtype=f32), "wy": torch.empty(C, d, dtype=f32), "bias": torch.empty(C, dtype=f32),
-            "x0": torch.empty(B, d, dtype=f32), "s": torch.empty(B, C, dtype=f32), "scores": torch.empty(B, C, dtype=f32),
-            "g_rows": torch.empty(B, C, dtype=f32), "g_out": torch.empty(B, max(d, widest), dtype=f32),
+            "x0": torch.empty(B, d, dtype=f32), "s": torch.empty(B, C, dtype=f32), "scores": self.scores,
+            "g_rows": self.g_rows, "g_out": torch.empty(B, max(d, widest), dtype=f32),
             "dv": torch.empty(B, 3 * widest, dtype=f32), "t": torch.empty(B, widest, dtype=f32), "w": torch.empty(B, dtype=f32),
-            "g_wy": self.g_wy,
+            "g_wy": self.g_wy, "grad": torch.empty(B, C, dtype=f32) if config.loss == "bpr-max" else None,
         }
-        self.g_rows = scratch["g_rows"].view(-1)
         views = optimizer.grad_views
         masks = dropout.hidden
         layer_tensors: dict[str, list[Tensor | None]] = {name: [] for name in _LAYER_FIELDS}
@@ -145,6 +157,7 @@ class FusedCpuStep:
         st.sgemm = sgemm_address()
         st.B, st.S, st.N, st.d, st.n_layers = B, S, N, d, len(sizes)
         st.logit_form = int(config.loss == "xe_logit")
+        st.mask_in_bias = int(config.loss in SOFTMAX_LOSSES)  # the cross-entropy losses mask columns through the bias
         for i, n in enumerate(sizes):
             st.n[i] = n
         for name, tensors in layer_tensors.items():
@@ -191,8 +204,16 @@ class FusedCpuStep:
         self.dropout.draw()
         loss = torch.empty((), dtype=torch.float32)
         counts = (ctypes.c_int64 * 2)()
-        self._fn(self._st_address, inputs.data_ptr(), targets.data_ptr(), samples.data_ptr(), active.data_ptr(),
-                 keep.data_ptr(), self.inv_b, loss.data_ptr(), counts)
+        if self._bpr is None:
+            self._fn(self._st_address, inputs.data_ptr(), targets.data_ptr(), samples.data_ptr(), active.data_ptr(),
+                     keep.data_ptr(), self.inv_b, loss.data_ptr(), counts)
+        else:
+            bpreg, has_elu, alpha = self._bpr
+            self._forward(self._st_address, inputs.data_ptr(), targets.data_ptr(), samples.data_ptr(), active.data_ptr(),
+                          keep.data_ptr(), counts)
+            if has_elu:  # torch's ELU, in place: FastStep's bits
+                torch.nn.functional.elu(self.scores, alpha=alpha, inplace=True)
+            self._bpr_max(self._st_address, active.data_ptr(), self.inv_b, bpreg, int(has_elu), alpha, counts, loss.data_ptr())
         k, n_uniq = counts[0], counts[1]
         # By's gradient: the column sums of dL/d(scores of the distinct rows), summed by torch as
         # FastStep sums them (the same bits: a C loop adds in another order)
