@@ -22,8 +22,11 @@ are timed exclusively: a product inside the GRU cell counts as a GEMM, not as th
   hidden state's reset), measured as the step's time minus the parts.
 
 The timers add a microsecond or two per call; the wrapped step's total is printed beside the
-plain one. The GEMM limit is the step's products alone, back to back on random operands of the
-same shapes and layouts (``benchmarks/train_speed.py``'s ``matmul_floor_ms``, with the measured
+plain one. The parts are FastStep's (gru4rec/training/step.py): where the one-call CPU step covers
+the configuration (gru4rec/training/cpu_step.py) its parts are not Python calls to time — run with
+``GRU4REC_CPU_STEP=0`` for the breakdown; the plain step and the limits hold for whichever runs.
+The GEMM limit is the step's products alone, back to back on random operands of the same shapes
+and layouts (``benchmarks/train_speed.py``'s ``matmul_floor_ms``, with the measured
 mean number of distinct scored items): a step cannot be faster than that on this machine with
 these BLAS kernels.
 
@@ -222,6 +225,9 @@ def main() -> None:
 
     print(f"{args.config}: {config.layers} units, batch {config.batch_size}, {config.n_sample} samples, {config.loss}; "
           f"{args.threads} thread(s), {args.steps} steps × {args.repeats}")
+    if trainer._cpu_step is not None:
+        print("  (the one-call CPU step runs: its parts are not Python calls and show as 'the rest', and the limit takes"
+              " all columns as distinct; GRU4REC_CPU_STEP=0 profiles FastStep)")
     print(f"  step (plain):     {1e3 * step_s:8.3f} ms   {1 / step_s:8.1f} mb/s   {config.batch_size / step_s:9,.0f} e/s")
     print(f"  step (wrapped):   {1e3 * wrapped_s:8.3f} ms   (the parts below add up to this)")
     for name, seconds in per_part.items():
