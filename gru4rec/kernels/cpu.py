@@ -16,6 +16,7 @@ import ctypes
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -152,60 +153,32 @@ class CpuKernels:
 
     def __init__(self, lib: ctypes.CDLL, path: Path) -> None:
         self.path = path
-        self._update = lib.g4r_update
-        self._update.argtypes = [_p, _i64, _p, _p]
-        self._update.restype = None
-        self._update_tables = lib.g4r_update_tables
-        self._update_tables.argtypes = [_i64, _p, _p, _p, _p]
-        self._update_tables.restype = None
-        self._unique = lib.g4r_unique
-        self._unique.argtypes = [_i64, _p, _i64, _i64, _p, _p, _p, _p, _p]
-        self._unique.restype = _i64
-        self._sum_columns = lib.g4r_sum_columns
-        self._sum_columns.argtypes = [_i64, _i64, _i64, _p, _p, _p]
-        self._sum_columns.restype = None
-        self._add_rows = lib.g4r_add_rows
-        self._add_rows.argtypes = [_i64, _p, _i64, _p, _p]
-        self._add_rows.restype = None
-        self._column_bias = lib.g4r_column_bias
-        self._column_bias.argtypes = [_i64, _i64, _p, _p, _p, _p, _p, _p]
-        self._column_bias.restype = None
-        self._gather_columns = lib.g4r_gather_columns
-        self._gather_columns.argtypes = [_i64, _i64, _i64, _p, _p, _p, _p]
-        self._gather_columns.restype = None
-        self._gru_gates = lib.g4r_gru_gates
-        self._gru_gates.argtypes = [_i64, _i64, _p, _p, _p]
-        self._gru_output = lib.g4r_gru_output
-        self._gru_output.argtypes = [_i64, _i64, _p, _p, _p, _p, _p]
-        self._gru_backward_out = lib.g4r_gru_backward_out
-        self._gru_backward_out.argtypes = [_i64, _i64, _p, _p, _p, _p, _p, _p]
-        self._gru_backward_reset = lib.g4r_gru_backward_reset
-        self._gru_backward_reset.argtypes = [_i64, _i64, _p, _p, _p, _p, _p]
-        for fn in (self._gru_gates, self._gru_output, self._gru_backward_out, self._gru_backward_reset):
-            fn.restype = None
-        self._dropout_masks = lib.g4r_dropout_masks
-        self._dropout_masks.argtypes = [_i64, _i64, _p, _f32, _f32, _f32, _f32]
-        self._dropout_masks.restype = None
-        self._cross_entropy = lib.g4r_cross_entropy
-        self._cross_entropy.argtypes = [_i64, _i64, _p, _p, _i64, _p]
-        self._cross_entropy.restype = None
-        self._bpr_max = lib.g4r_bpr_max
-        self._bpr_max.argtypes = [_i64, _i64, _p, _p, _p, _f32, _i64, _f32, _p, _p]
-        self._bpr_max.restype = None
+
+        def c(name: str, *argtypes: Any, restype: Any = None) -> Callable[..., Any]:
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = list(argtypes), restype
+            return fn
+
+        self._update = c("g4r_update", _p, _i64, _p, _p)
+        self._update_tables = c("g4r_update_tables", _i64, _p, _p, _p, _p)
+        self._unique = c("g4r_unique", _i64, _p, _i64, _i64, _p, _p, _p, _p, _p, restype=_i64)
+        self._sum_columns = c("g4r_sum_columns", _i64, _i64, _i64, _p, _p, _p)
+        self._add_rows = c("g4r_add_rows", _i64, _p, _i64, _p, _p)
+        self._column_bias = c("g4r_column_bias", _i64, _i64, _p, _p, _p, _p, _p, _p)
+        self._gather_columns = c("g4r_gather_columns", _i64, _i64, _i64, _p, _p, _p, _p)
+        self._gru_gates = c("g4r_gru_gates", _i64, _i64, _p, _p, _p)
+        self._gru_output = c("g4r_gru_output", _i64, _i64, _p, _p, _p, _p, _p)
+        self._gru_backward_out = c("g4r_gru_backward_out", _i64, _i64, _p, _p, _p, _p, _p, _p)
+        self._gru_backward_reset = c("g4r_gru_backward_reset", _i64, _i64, _p, _p, _p, _p, _p)
+        self._dropout_masks = c("g4r_dropout_masks", _i64, _i64, _p, _f32, _f32, _f32, _f32)
+        self._cross_entropy = c("g4r_cross_entropy", _i64, _i64, _p, _p, _i64, _p)
+        self._bpr_max = c("g4r_bpr_max", _i64, _i64, _p, _p, _p, _f32, _i64, _f32, _p, _p)
+        self._inverse_cdf = c("g4r_inverse_cdf", _i64, _p, _i64, _p, _i64, _p, _p)
         #: The whole training step of :mod:`gru4rec.training.cpu_step` (its ``step_t`` and arguments are
         #: bound there): with cross-entropy in one call, with BPR-max as the step to the scores and the rest.
-        self.train_step_fn = lib.g4r_train_step
-        self.train_step_fn.argtypes = [_p, _p, _p, _p, _p, _p, _f32, _p, _p]
-        self.train_step_fn.restype = None
-        self.step_forward_fn = lib.g4r_step_forward
-        self.step_forward_fn.argtypes = [_p, _p, _p, _p, _p, _p, _p]
-        self.step_forward_fn.restype = None
-        self.step_bpr_max_fn = lib.g4r_step_bpr_max
-        self.step_bpr_max_fn.argtypes = [_p, _p, _f32, _f32, _i64, _f32, _p, _p]
-        self.step_bpr_max_fn.restype = None
-        self._inverse_cdf = lib.g4r_inverse_cdf
-        self._inverse_cdf.argtypes = [_i64, _p, _i64, _p, _i64, _p, _p]
-        self._inverse_cdf.restype = None
+        self.train_step_fn = c("g4r_train_step", _p, _p, _p, _p, _p, _p, _f32, _p, _p)
+        self.step_forward_fn = c("g4r_step_forward", _p, _p, _p, _p, _p, _p, _p)
+        self.step_bpr_max_fn = c("g4r_step_bpr_max", _p, _p, _f32, _f32, _i64, _f32, _p, _p)
 
     def table_update(self, p: Tensor, state: dict[str, Tensor | None], *, method: str, lr: float, momentum: float, lmbd: float,
                      decay: float = 0.0, beta1: float = 0.0, eps: float = 1e-6) -> TableUpdate:
