@@ -12,9 +12,9 @@ MKL's ``sgemm_`` (the one torch links) for the products — in one call. What it
   after an elu-A or linear final activation (torch's ELU between two calls);
 * any dropout, logQ, and any optimiser without ``grad_cap`` (the update stays the optimiser's).
 
-Anything else — or a torch whose BLAS is not MKL's ``sgemm_`` — runs FastStep (:func:`fused_cpu_step`
-says why in its ``reason``). The results equal FastStep's to float32 round-off
-(``tests/test_cpu_step.py``).
+Anything else — or a torch library that exports no ``sgemm_``, or a big-endian machine — runs
+FastStep (:func:`fused_cpu_step` says why in its ``reason``). The results are FastStep's bit for
+bit: losses, weights, optimiser state and hidden states (``tests/test_cpu_step.py``).
 """
 from __future__ import annotations
 
