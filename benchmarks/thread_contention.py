@@ -44,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gru4rec.threads import available_cpus  # noqa: E402
+from gru4rec.cpus import available_cpus  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "rsc15_100k"
 

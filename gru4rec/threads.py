@@ -5,7 +5,7 @@ with a CPU quota (cgroup ``cpu.max``, or ``cpu.cfs_quota_us`` in cgroup v1) that
 more threads than the process may run at once, and every OpenMP barrier of a training step then
 waits for threads the kernel is not scheduling: training runs many times slower. The default
 here is the number of CPUs this process may actually use — the affinity mask, capped by the
-cgroup quota — or ``OMP_NUM_THREADS`` when the user set it.
+cgroup quota (:func:`gru4rec.cpus.available_cpus`) — or ``OMP_NUM_THREADS`` when the user set it.
 
 That default cannot know about *other* processes, and no fixed setting is the fastest
 everywhere (benchmarks/README.md, "Threads under contention"): the OpenMP runtime's own wait
@@ -41,191 +41,22 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
-__all__ = ["RowWorkers", "ThreadChoice", "ThreadDecision", "available_cpus", "cgroup_cpu_limit", "default_threads", "last_decision",
-           "online_choice", "others_load", "set_threads", "threads_fixed", "using_threads"]
+from gru4rec.cpus import available_cpus, others_load
+
+__all__ = ["RowWorkers", "ThreadChoice", "ThreadDecision", "default_threads", "last_decision", "online_choice", "set_threads",
+           "threads_fixed", "using_threads"]
 
 log = logging.getLogger(__name__)
-
-_MOUNTINFO = Path("/proc/self/mountinfo")
-_PROC_CGROUP = Path("/proc/self/cgroup")
 
 #: The thread count fixed by the caller (:func:`set_threads` with a number, ``OMP_NUM_THREADS``),
 #: or None: chosen online. Process-wide, as torch's thread count is.
 _fixed: int | None = None
-#: The latest decision of any :class:`ThreadChoice` in this process (for the run folder).
-_last: ThreadDecision | None = None
 
 
-def _affinity_cpus() -> int:
-    """CPUs in this process's affinity mask (``os.cpu_count()`` where there is no mask)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _quota_v2(directory: Path) -> float | None:
-    """CPUs allowed by ``cpu.max`` ("QUOTA PERIOD" or "max PERIOD") in one cgroup v2 folder."""
-    text = _read(directory / "cpu.max")
-    if text is None:
-        return None
-    parts = text.split()
-    if len(parts) != 2 or parts[0] == "max":
-        return None
-    try:
-        quota, period = int(parts[0]), int(parts[1])
-    except ValueError:
-        return None
-    return quota / period if quota > 0 and period > 0 else None
-
-
-def _quota_v1(directory: Path) -> float | None:
-    """CPUs allowed by ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (-1: none) in one v1 folder."""
-    quota_text, period_text = _read(directory / "cpu.cfs_quota_us"), _read(directory / "cpu.cfs_period_us")
-    if quota_text is None or period_text is None:
-        return None
-    try:
-        quota, period = int(quota_text), int(period_text)
-    except ValueError:
-        return None
-    return quota / period if quota > 0 and period > 0 else None
-
-
-def _cgroup_mounts(mountinfo: Path) -> list[tuple[str, Path, Path]]:
-    """(version, mount point, root of the mount inside the hierarchy) of every cgroup2 mount and
-    every v1 mount with the ``cpu`` controller."""
-    text = _read(mountinfo)
-    mounts: list[tuple[str, Path, Path]] = []
-    for line in (text or "").splitlines():
-        # id parent major:minor root mount-point options [optional fields] - fstype source super-options
-        left, sep, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if not sep or len(fields) < 5 or len(tail) < 3:
-            continue
-        root, point, fstype = Path(fields[3]), Path(fields[4]), tail[0]
-        if fstype == "cgroup2":
-            mounts.append(("v2", point, root))
-        elif fstype == "cgroup" and "cpu" in tail[2].split(","):
-            mounts.append(("v1", point, root))
-    return mounts
-
-
-def _own_cgroups(proc_cgroup: Path) -> dict[str, Path]:
-    """This process's cgroup path in the v2 hierarchy ("v2") and in the v1 ``cpu`` one ("v1")."""
-    paths: dict[str, Path] = {}
-    for line in (_read(proc_cgroup) or "").splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        if controllers == "":
-            paths["v2"] = Path(path)
-        elif "cpu" in controllers.split(","):
-            paths["v1"] = Path(path)
-    return paths
-
-
-def cgroup_cpu_limit(*, mountinfo: str | os.PathLike[str] | None = None,
-                     proc_cgroup: str | os.PathLike[str] | None = None) -> float | None:
-    """The CPU quota of this process's cgroup in CPUs (e.g. 2.5), or None when there is none.
-
-    The limit of a cgroup and of every cgroup above it applies, so the smallest quota from the
-    process's own cgroup up to the root of its mount counts (cgroup v2 ``cpu.max`` and v1
-    ``cpu.cfs_quota_us``). ``mountinfo`` and ``proc_cgroup`` default to this process's
-    ``/proc/self/mountinfo`` and ``/proc/self/cgroup`` (tests point them at fake files)."""
-    own = _own_cgroups(Path(proc_cgroup) if proc_cgroup is not None else _PROC_CGROUP)
-    limits: list[float] = []
-    for version, point, root in _cgroup_mounts(Path(mountinfo) if mountinfo is not None else _MOUNTINFO):
-        path = own.get(version)
-        if path is None:
-            continue
-        try:
-            relative = path.relative_to(root)
-        except ValueError:  # the process's cgroup is outside this mount's view: the mount root is ours
-            relative = Path()
-        directory = point / relative
-        if not directory.is_dir():
-            directory = point
-        read = _quota_v2 if version == "v2" else _quota_v1
-        while True:
-            quota = read(directory)
-            if quota is not None:
-                limits.append(quota)
-            if directory == point or point not in directory.parents:
-                break
-            directory = directory.parent
-    return min(limits) if limits else None
-
-
-def available_cpus() -> int:
-    """The CPUs this process may use: its affinity mask, capped by its cgroup's CPU quota
-    (rounded up: a quota of 1.5 CPUs keeps 2 threads busy part of the time)."""
-    cpus = _affinity_cpus()
-    quota = cgroup_cpu_limit()
-    if quota is not None:
-        cpus = min(cpus, max(1, math.ceil(quota - 1e-9)))
-    return max(1, cpus)
-
-
-def _cpu_seconds() -> tuple[float, float, float] | None:
-    """(``time.monotonic``, CPU-seconds the CPUs of this process's affinity mask have been busy,
-    CPU-seconds this process has used), or None where ``/proc/stat`` cannot be read."""
-    try:
-        lines = _PROC_STAT.read_text(encoding="ascii").splitlines()
-        mask = os.sched_getaffinity(0)
-        tick = os.sysconf("SC_CLK_TCK")
-    except (OSError, AttributeError, ValueError, UnicodeDecodeError):
-        return None
-    busy = 0
-    for line in lines:
-        name, _, rest = line.partition(" ")
-        if not name.startswith("cpu") or not name[3:].isdigit() or int(name[3:]) not in mask:
-            continue
-        ticks = rest.split()
-        if len(ticks) < 8:
-            continue
-        # user nice system idle iowait irq softirq steal: all but idle and iowait are work
-        busy += sum(int(ticks[i]) for i in (0, 1, 2, 5, 6, 7))
-    own = os.times()
-    return time.monotonic(), busy / tick, own.user + own.system
-
-
-_PROC_STAT = Path("/proc/stat")
-#: The last look at the CPUs' busy time (:func:`others_load`), first taken when this module loads.
-_load_mark = _cpu_seconds()
 #: Other processes using this many of this process's CPUs make the machine busy (a short
 #: workload then holds one thread).
 BUSY_LOAD = 0.5
-
-
-def others_load(min_window_s: float = 0.2) -> float | None:
-    """How many CPUs of this process's affinity mask other processes kept busy, on average, since
-    the last call (or since gru4rec loaded): the CPUs' busy time from ``/proc/stat`` less this
-    process's own CPU time, per second. When that was less than ``min_window_s`` ago (the counters
-    tick every 10 ms), it waits for the rest first: an evaluation right after loading would else
-    go by no measurement (measured: spinning threads beside 2 busy processes, 8x slower). None
-    where the counters cannot be read (not Linux)."""
-    global _load_mark
-    now = _cpu_seconds()
-    if now is None or _load_mark is None:
-        return None
-    short = min_window_s - (now[0] - _load_mark[0])
-    if short > 0:
-        time.sleep(short)
-        now = _cpu_seconds()
-        if now is None:
-            return None
-    then, _load_mark = _load_mark, now
-    return max(0.0, ((now[1] - then[1]) - (now[2] - then[2])) / (now[0] - then[0]))
 
 
 def _env_threads() -> int | None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from gru4rec import GRU4Rec, threads
+from gru4rec import GRU4Rec, cpus, threads
 from gru4rec.datasets.synthetic import generate, write_synthetic
 from gru4rec.evaluation import evaluator
 from gru4rec.runs import epoch_record
@@ -177,8 +177,8 @@ def test_a_short_workload_holds_one_thread_on_a_busy_machine_and_never_compares(
     assert long.chosen == (1 if remembered else None)
 
 
-#: threads.others_load as the module defines it (the autouse fixture stubs the attribute).
-REAL_OTHERS_LOAD = threads.others_load
+#: others_load as gru4rec.cpus defines it (the autouse fixture stubs the name threads uses).
+REAL_OTHERS_LOAD = cpus.others_load
 
 
 def test_others_load_is_the_cpus_busy_time_less_this_processs_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -197,17 +197,17 @@ def test_others_load_is_the_cpus_busy_time_less_this_processs_own(tmp_path: Path
         stat.write_text("\n".join(lines) + "\nintr 1 2 3\n")
 
     clock, own = [10.0], [3.0]
-    monkeypatch.setattr(threads, "_PROC_STAT", stat)
+    monkeypatch.setattr(cpus, "_PROC_STAT", stat)
     slept: list[float] = []
 
     def sleep(seconds: float) -> None:
         slept.append(seconds)
         clock[0] += seconds
 
-    monkeypatch.setattr(threads, "time", types.SimpleNamespace(monotonic=lambda: clock[0], sleep=sleep))
+    monkeypatch.setattr(cpus, "time", types.SimpleNamespace(monotonic=lambda: clock[0], sleep=sleep))
     monkeypatch.setattr(os, "times", lambda: types.SimpleNamespace(user=own[0], system=0.5))
     write(100, 0)
-    monkeypatch.setattr(threads, "_load_mark", threads._cpu_seconds())
+    monkeypatch.setattr(cpus, "_load_mark", cpus._cpu_seconds())
     # 2 s later every CPU of the mask has been busy 1.5 s more, 1 s of it this process's: others used 1.5n - 1 CPU-s
     clock[0] += 2.0
     own[0] += 1.0
@@ -221,7 +221,7 @@ def test_others_load_is_the_cpus_busy_time_less_this_processs_own(tmp_path: Path
     assert slept == [pytest.approx(0.15)]
     clock[0] += 1.0
     assert REAL_OTHERS_LOAD(0.2) == 0.0  # nothing ran meanwhile
-    monkeypatch.setattr(threads, "_PROC_STAT", tmp_path / "missing")
+    monkeypatch.setattr(cpus, "_PROC_STAT", tmp_path / "missing")
     clock[0] += 1.0
     assert REAL_OTHERS_LOAD(0.2) is None
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from gru4rec import GRU4Rec, threads
+from gru4rec import GRU4Rec, cpus, threads
 from gru4rec.cli import main
 from gru4rec.datasets.synthetic import generate, write_synthetic
 from gru4rec.errors import Gru4RecError
@@ -35,12 +35,12 @@ def test_cgroup_v2_quota_is_the_smallest_on_the_way_to_the_root(tmp_path: Path) 
     mount = f"/ {tmp_path}/cg rw,nosuid - cgroup2 cgroup2 rw"
     paths = fake_cgroups(tmp_path, mounts=[mount], own=["0::/job/step"],
                          files={"cg/job/step/cpu.max": "150000 100000", "cg/job/cpu.max": "max 100000"})
-    assert threads.cgroup_cpu_limit(**paths) == 1.5
+    assert cpus.cgroup_cpu_limit(**paths) == 1.5
     (tmp_path / "cg/job/cpu.max").write_text("50000 100000\n")  # the parent's limit is stricter
-    assert threads.cgroup_cpu_limit(**paths) == 0.5
+    assert cpus.cgroup_cpu_limit(**paths) == 0.5
     (tmp_path / "cg/job/cpu.max").write_text("max 100000\n")
     (tmp_path / "cg/job/step/cpu.max").write_text("max 100000\n")
-    assert threads.cgroup_cpu_limit(**paths) is None
+    assert cpus.cgroup_cpu_limit(**paths) is None
 
 
 def test_cgroup_v2_in_a_namespace_and_outside_the_mounts_view(tmp_path: Path) -> None:
@@ -48,10 +48,10 @@ def test_cgroup_v2_in_a_namespace_and_outside_the_mounts_view(tmp_path: Path) ->
     mount = f"/kube/pod {tmp_path}/cg rw - cgroup2 cgroup2 rw"
     paths = fake_cgroups(tmp_path, mounts=[mount], own=["0::/kube/pod/app"],
                          files={"cg/app/cpu.max": "max 100000", "cg/cpu.max": "200000 100000"})
-    assert threads.cgroup_cpu_limit(**paths) == 2.0
+    assert cpus.cgroup_cpu_limit(**paths) == 2.0
     # /proc/self/cgroup says "/" (cgroup namespace): the mount's root is the process's cgroup.
     paths["proc_cgroup"].write_text("0::/\n")
-    assert threads.cgroup_cpu_limit(**paths) == 2.0
+    assert cpus.cgroup_cpu_limit(**paths) == 2.0
 
 
 def test_cgroup_v1_cfs_quota(tmp_path: Path) -> None:
@@ -61,32 +61,32 @@ def test_cgroup_v1_cfs_quota(tmp_path: Path) -> None:
                          files={"cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "300000",
                                 "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000",
                                 "memory/x/cpu.cfs_quota_us": "100000"})  # another controller's folder: not read
-    assert threads.cgroup_cpu_limit(**paths) == 3.0
+    assert cpus.cgroup_cpu_limit(**paths) == 3.0
     (tmp_path / "cpu,cpuacct/docker/abc/cpu.cfs_quota_us").write_text("-1\n")
-    assert threads.cgroup_cpu_limit(**paths) is None
+    assert cpus.cgroup_cpu_limit(**paths) is None
 
 
 def test_no_cgroup_or_unreadable_files(tmp_path: Path) -> None:
-    assert threads.cgroup_cpu_limit(mountinfo=tmp_path / "none", proc_cgroup=tmp_path / "none") is None
+    assert cpus.cgroup_cpu_limit(mountinfo=tmp_path / "none", proc_cgroup=tmp_path / "none") is None
     mount = f"/ {tmp_path}/cg rw - cgroup2 cgroup2 rw"
     paths = fake_cgroups(tmp_path, mounts=[mount, "garbage line"], own=["0::/a", "nonsense"],
                          files={"cg/a/cpu.max": "lots 100000"})
-    assert threads.cgroup_cpu_limit(**paths) is None
+    assert cpus.cgroup_cpu_limit(**paths) is None
 
 
 @pytest.mark.parametrize("affinity, quota, want", [(8, None, 8), (8, 2.5, 3), (8, 16.0, 8), (8, 0.2, 1), (1, 4.0, 1), (4, 2.0, 2)])
 def test_available_cpus_is_the_affinity_capped_by_the_quota(monkeypatch: pytest.MonkeyPatch,
                                                            affinity: int, quota: float | None, want: int) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(affinity)), raising=False)
-    monkeypatch.setattr(threads, "cgroup_cpu_limit", lambda **kw: quota)
+    monkeypatch.setattr(cpus, "cgroup_cpu_limit", lambda **kw: quota)
     assert threads.available_cpus() == want
 
 
 def test_available_cpus_reads_the_real_files_through_the_module_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mount = f"/ {tmp_path}/cg rw - cgroup2 cgroup2 rw"
     paths = fake_cgroups(tmp_path, mounts=[mount], own=["0::/"], files={"cg/cpu.max": "100000 100000"})
-    monkeypatch.setattr(threads, "_MOUNTINFO", paths["mountinfo"])
-    monkeypatch.setattr(threads, "_PROC_CGROUP", paths["proc_cgroup"])
+    monkeypatch.setattr(cpus, "_MOUNTINFO", paths["mountinfo"])
+    monkeypatch.setattr(cpus, "_PROC_CGROUP", paths["proc_cgroup"])
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     assert threads.available_cpus() == 1
 
