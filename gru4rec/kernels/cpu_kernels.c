@@ -116,27 +116,11 @@ static void update_part(const rule_t *r, int64_t k0, int64_t k1, int64_t n_rows,
     }
 }
 
-/* Update rows[k] of the table from gradient row k (k < n_rows; rows unique), or — with rows
- * NULL — the whole table (n_rows × width elements, contiguous). The parts are split evenly
- * between the threads, each of which runs the method's loop over its share. */
-void g4r_update(const rule_t *r, int64_t n_rows, const int64_t *rows, float *g)
-{
-    const int64_t chunk = 4096, n = n_rows * r->width;
-    const int64_t n_parts = rows == NULL ? (n + chunk - 1) / chunk : n_rows;
-#pragma omp parallel if (n > 16384)
-    {
-        int64_t n_threads = 1, thread = 0;
-#ifdef _OPENMP
-        n_threads = omp_get_num_threads(), thread = omp_get_thread_num();
-#endif
-        update_part(r, n_parts * thread / n_threads, n_parts * (thread + 1) / n_threads, n_rows, rows, g, chunk);
-    }
-}
-
 /* The updates of several tables in one parallel region (a step's dense buffer and its item
- * tables' rows): table t is updated as g4r_update(rules[t], n_rows[t], rows[t], g[t]) would, each
- * split evenly between the threads, which go on to their share of the next table without waiting
- * (the tables are distinct memory). One fork and join per step instead of one per table. */
+ * tables' rows): table t's row rows[t][k] from gradient row k of g[t] (k < n_rows[t]; rows unique),
+ * or — rows[t] NULL — the whole table (n_rows[t] × width elements, contiguous). Each table is split
+ * evenly between the threads, which go on to their share of the next table without waiting (the
+ * tables are distinct memory): one fork and join per step instead of one per table. */
 void g4r_update_tables(int64_t n_tables, const rule_t *const *rules, const int64_t *n_rows, const int64_t *const *rows,
                        float *const *g)
 {
@@ -156,6 +140,13 @@ void g4r_update_tables(int64_t n_tables, const rule_t *const *rules, const int64
             update_part(rules[t], n_parts * thread / n_threads, n_parts * (thread + 1) / n_threads, n_rows[t], rows[t], g[t], chunk);
         }
     }
+}
+
+/* Update rows[k] of one table from gradient row k (k < n_rows; rows unique), or — with rows
+ * NULL — the whole table (n_rows × width elements, contiguous): g4r_update_tables of one table. */
+void g4r_update(const rule_t *r, int64_t n_rows, const int64_t *rows, float *g)
+{
+    g4r_update_tables(1, &r, &n_rows, &rows, &g);
 }
 
 /* The distinct values of rows[0..n) (written to uniq; their number is returned) and, for each

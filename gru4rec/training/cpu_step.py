@@ -107,7 +107,7 @@ class FusedCpuStep:
 
     def __init__(self, net: GRU4RecNet, config: Config, optimizer: Optimizer, kernels: CpuKernels, dropout: DropoutMasks,
                  logq: LogQ | None) -> None:
-        self.net, self.optimizer, self.dropout = net, optimizer, dropout
+        self.optimizer, self.dropout = optimizer, dropout
         self._fn, self._forward, self._bpr_max = kernels.train_step_fn, kernels.step_forward_fn, kernels.step_bpr_max_fn
         #: BPR-max: its final activation (elu-A or linear, applied by torch between the two calls,
         #: as FastStep applies it) and constants; None: cross-entropy, one call.
@@ -122,14 +122,14 @@ class FusedCpuStep:
         widest = max(sizes)
         f32, i64 = torch.float32, torch.int64
         self.B, self.S, self.inv_b = B, S, 1.0 / float(B)
-        self.cols = torch.empty(C, dtype=i64)
         self.uniq = torch.empty(U, dtype=i64)
         self.g_wy = torch.empty(U, d, dtype=f32)
         self.g_by = torch.empty(C, dtype=f32)
         self.g_rows = torch.empty(B * C, dtype=f32)  # B×k for a step's k distinct scored items
         self.scores = torch.empty(B, C, dtype=f32)
         scratch: dict[str, Tensor | None] = {
-            "cols": self.cols, "rows_all": torch.empty(U, dtype=i64), "uniq": self.uniq, "inverse": torch.empty(U, dtype=i64),
+            "cols": torch.empty(C, dtype=i64), "rows_all": torch.empty(U, dtype=i64), "uniq": self.uniq,
+            "inverse": torch.empty(U, dtype=i64),
             "slot": optimizer._slot, "mark": optimizer._mark,
             "col_valid": torch.empty(C, dtype=f32), "wy": torch.empty(C, d, dtype=f32), "bias": torch.empty(C, dtype=f32),
             "x0": torch.empty(B, d, dtype=f32), "s": torch.empty(B, C, dtype=f32), "scores": self.scores,
@@ -148,10 +148,11 @@ class FusedCpuStep:
                             ("hr", torch.empty(B, n, dtype=f32)), ("c", torch.empty(B, n, dtype=f32)),
                             ("out", torch.empty(B, n, dtype=f32))):
                 layer_tensors[name].append(t)
-        self._hidden: list[Tensor] | None = None
+        self._hidden_ptrs: list[int] = []  # the hidden states' addresses the C side holds
         tables = {"Wy": net.Wy, "By": net.By, "logq_in": None if logq is None else logq.in_batch,
                   "logq_sample": None if logq is None else logq.sampled, "embed_mask": dropout.embed}
-        #: Every tensor whose address the C side holds, with that address: checked before each call.
+        #: The tensors of others (the network's, the optimiser's, the dropout masks) whose addresses
+        #: the C side holds, with those addresses: checked before each call (the scratch is this step's own).
         self._bound: list[tuple[Tensor, int]] = []
         st = _Step()
         st.sgemm = sgemm_address()
@@ -160,38 +161,42 @@ class FusedCpuStep:
         st.mask_in_bias = int(config.loss in SOFTMAX_LOSSES)  # the cross-entropy losses mask columns through the bias
         for i, n in enumerate(sizes):
             st.n[i] = n
+        own = {"v", "rz", "hr", "c", "out"}  # the layers' scratch
         for name, tensors in layer_tensors.items():
             if name == "hidden":
                 continue
             arr = getattr(st, name)
             for i, t in enumerate(tensors):
-                arr[i] = self._bind(t)
-        for name, t in {**tables, **scratch}.items():
-            setattr(st, name, self._bind(t))
+                arr[i] = self._bind(t, checked=name not in own)
+        for name, t in tables.items():
+            setattr(st, name, self._bind(t, checked=True))
+        for name, t in scratch.items():
+            setattr(st, name, self._bind(t, checked=name in ("slot", "mark")))  # the optimiser's id tables are not ours
         self._st = st
         self._st_address = ctypes.addressof(st)
         self._layer_scratch = layer_tensors  # kept alive with the addresses
         self._scratch = scratch
 
-    def _bind(self, t: Tensor | None) -> int | None:
+    def _bind(self, t: Tensor | None, *, checked: bool) -> int | None:
+        """``t``'s address for the C side (None: NULL); ``checked``: it belongs to someone else,
+        and each call checks that it has not moved."""
         if t is None:
             return None
         if not t.is_contiguous() or not t.is_cpu:
             raise ValueError("the C step needs contiguous CPU tensors")
-        self._bound.append((t, t.data_ptr()))
+        if checked:
+            self._bound.append((t, t.data_ptr()))
         return t.data_ptr()
-
-    def _bind_hidden(self, hidden: list[Tensor]) -> None:
-        for i, h in enumerate(hidden):
-            self._st.hidden[i] = self._bind(h)
-        self._hidden = list(hidden)
 
     @torch.no_grad()
     def __call__(self, hidden: list[Tensor], inputs: Tensor, targets: Tensor, active: Tensor, keep: Tensor, samples: Tensor) -> Tensor:
         """The step (see FastStep) for the B slots, ``keep`` (B×1) zeroing the states of slots
         that start a session; updates ``hidden`` and the weights, returns the loss (0-dim)."""
-        if self._hidden is None or any(a is not b for a, b in zip(hidden, self._hidden)):
-            self._bind_hidden(hidden)
+        ptrs = [h.data_ptr() for h in hidden]
+        if ptrs != self._hidden_ptrs:  # the trainer's states, bound on the first call (and if they ever move)
+            for i, h in enumerate(hidden):
+                self._st.hidden[i] = self._bind(h, checked=False)
+            self._hidden_ptrs = ptrs
         for t, ptr in self._bound:
             if t.data_ptr() != ptr:
                 raise RuntimeError("a table of the C training step has moved in memory since the step was built")
