@@ -1,6 +1,7 @@
-"""Building the fused CPU kernels: ``cpu_kernels.c`` (and ``int8_scores.c`` for serving) is compiled on
+"""Building the fused CPU kernels: ``cpu_kernels.c`` with ``cpu_step.c`` (the one-call training
+step; ``cpu_kernels.h`` between them), and ``int8_scores.c`` for serving, are compiled on
 first use with the system's C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) into a cache
-(``$GRU4REC_CACHE_DIR``, else ``$XDG_CACHE_HOME/gru4rec`` or ``~/.cache/gru4rec``), keyed by the source,
+(``$GRU4REC_CACHE_DIR``, else ``$XDG_CACHE_HOME/gru4rec`` or ``~/.cache/gru4rec``), keyed by the sources,
 the flags, the compiler and the CPU, so that a build is reused until one of them
 changes. :mod:`gru4rec.kernels.cpu` loads the library.
 """
@@ -19,7 +20,8 @@ from gru4rec.kernels.switches import cache_dir_override
 
 __all__ = ["KernelBuildError", "build_library", "kernel_cache_dir"]
 
-_SOURCE = Path(__file__).with_name("cpu_kernels.c")
+#: The fused CPU kernels' files: the ``.c`` ones are compiled into one library, all are hashed.
+_SOURCES = tuple(Path(__file__).with_name(name) for name in ("cpu_kernels.c", "cpu_step.c", "cpu_kernels.h"))
 #: Compiler flag sets tried in order: the first that builds is used (a compiler without OpenMP,
 #: such as Apple clang, still builds the single-threaded kernels).
 _FLAG_SETS = (
@@ -44,10 +46,10 @@ def kernel_cache_dir() -> Path:
     return Path(base) / "gru4rec"
 
 
-def build_library(cache_dir: Path | None = None, compiler: str | None = None, *, source: Path = _SOURCE,
+def build_library(cache_dir: Path | None = None, compiler: str | None = None, *, sources: tuple[Path, ...] = _SOURCES,
                   flag_sets: tuple[list[str], ...] | None = None) -> Path:
-    """The shared library of ``source`` (default ``cpu_kernels.c``) in the cache, compiled unless
-    the cache has this build. ``flag_sets`` replaces the flag sets tried (the tests build the
+    """The shared library of ``sources`` (default the fused CPU kernels; named after the first) in
+    the cache, compiled unless the cache has this build. ``flag_sets`` replaces the flag sets tried (the tests build the
     kernels' other instruction-set paths this way). Raises :class:`KernelBuildError` saying why
     when it cannot."""
     flag_sets = _FLAG_SETS if flag_sets is None else flag_sets
@@ -55,19 +57,20 @@ def build_library(cache_dir: Path | None = None, compiler: str | None = None, *,
     if not cc:
         raise KernelBuildError("no C compiler found: set CC")
     cache = Path(cache_dir) if cache_dir is not None else kernel_cache_dir()
-    parts = [source.read_bytes(), repr(flag_sets).encode(), cc.encode(), platform.machine().encode(), cpu_flags().encode()]
+    parts = [*(path.read_bytes() for path in sources), repr(flag_sets).encode(), cc.encode(), platform.machine().encode(),
+             cpu_flags().encode()]
     key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
-    target = cache / f"{source.stem}-{key}.so"
+    target = cache / f"{sources[0].stem}-{key}.so"
     if not target.exists():
         try:
             cache.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise KernelBuildError(f"cannot create the kernel cache {cache}: {exc.strerror}") from None
-        _compile(cc, cache, source, target, flag_sets)
+        _compile(cc, cache, [path for path in sources if path.suffix == ".c"], target, flag_sets)
     return target
 
 
-def _compile(cc: str, cache: Path, source: Path, target: Path, flag_sets: tuple[list[str], ...]) -> None:
+def _compile(cc: str, cache: Path, sources: list[Path], target: Path, flag_sets: tuple[list[str], ...]) -> None:
     """Compile into a private file next to ``target``, then rename it into place (atomic: a
     concurrent process sees either no file or a whole one)."""
     errors = []
@@ -79,7 +82,7 @@ def _compile(cc: str, cache: Path, source: Path, target: Path, flag_sets: tuple[
         os.close(fd)
         try:
             done = subprocess.run(
-                [cc, *flags, "-fPIC", "-shared", str(source), "-o", tmp, "-lm"],
+                [cc, *flags, "-fPIC", "-shared", *map(str, sources), "-o", tmp, "-lm"],
                 capture_output=True, text=True, timeout=300,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:

@@ -186,7 +186,7 @@ def load_int8_kernels(cache_dir: Path | None = None, compiler: str | None = None
     """Build ``int8_scores.c`` (unless the cache has this build; ``flag_sets`` as in
     :func:`~gru4rec.kernels.build.build_library`) and load it. Raises :class:`KernelBuildError`
     saying why when it cannot."""
-    target = build_library(cache_dir, compiler, source=_SOURCE, flag_sets=flag_sets)
+    target = build_library(cache_dir, compiler, sources=(_SOURCE,), flag_sets=flag_sets)
     try:
         return Int8Kernels(ctypes.CDLL(str(target)), target)
     except (OSError, AttributeError) as exc:

@@ -3,7 +3,7 @@
 :class:`~gru4rec.training.step.FastStep` runs a step as ~40 PyTorch operators and fused-kernel
 calls with Python between them; on small configurations (rsc15's: 100 units, batch 32) the Python
 is about a quarter of the step (``perf``: benchmarks/README.md, "Round 3"). ``g4r_train_step`` of
-``gru4rec/kernels/cpu_kernels.c`` is the same step — the same kernels, in the same order, and
+``gru4rec/kernels/cpu_step.c`` is the same step — the same kernels, in the same order, and
 MKL's ``sgemm_`` (the one torch links) for the products — in one call. What it covers:
 
 * the fused CPU kernels (float32 tables on the CPU, distinct score rows), float32 products;
@@ -43,7 +43,7 @@ _LAYER_FIELDS = ("Wx", "Wrz", "Wh", "Bh", "gWx", "gWrz", "gWh", "gBh", "hidden",
 
 
 class _Step(ctypes.Structure):
-    """``step_t`` of cpu_kernels.c."""
+    """``step_t`` of cpu_step.c."""
 
     _fields_ = (
         [("sgemm", _p)]
