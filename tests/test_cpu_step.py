@@ -32,8 +32,8 @@ COVERED = [
 ]
 
 
-def _data(config: Config) -> tuple[np.ndarray, object]:
-    events = generate(n_sessions=160, n_items=60, seed=7)
+def _data(config: Config, n_items: int = 60) -> tuple[np.ndarray, object]:
+    events = generate(n_sessions=160, n_items=n_items, seed=7)
     item_map = ItemMap.from_ids(events["ItemId"])
     sessions, _ = sessions_from_events(events, item_map, order="time")
     support = item_support(sessions.items, len(item_map))
@@ -51,8 +51,24 @@ def _trainer(config: Config, support: np.ndarray, one_call: bool, monkeypatch: p
 
 @pytest.mark.parametrize("params", COVERED)
 def test_the_one_call_step_is_fast_step_bit_for_bit(params: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = Config.from_string(params)
-    support, schedule = _data(config)
+    _same_as_fast_step(Config.from_string(params), _data(Config.from_string(params)), monkeypatch)
+
+
+def test_wide_steps_split_between_threads_are_fast_step_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hundreds of distinct 256-wide rows a step: the gather of the scored rows is split between
+    the threads (over 65,536 floats), as on real data."""
+    config = Config.from_string(BASE + ",layers=256,n_sample=600,loss=bpr-max,final_act=elu-1,bpreg=0.9,dropout_p_embed=0.5")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        _same_as_fast_step(config, _data(config, n_items=1000), monkeypatch, min_distinct=300)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _same_as_fast_step(config: Config, data: tuple[np.ndarray, object], monkeypatch: pytest.MonkeyPatch,
+                       min_distinct: int = 0) -> None:
+    support, schedule = data
     fast, one = _trainer(config, support, False, monkeypatch), _trainer(config, support, True, monkeypatch)
     n = min(schedule.n_steps, 60)
     for t in range(n):  # > 10 store rows: the sample store is redrawn on the way
@@ -65,6 +81,7 @@ def test_the_one_call_step_is_fast_step_bit_for_bit(params: str, monkeypatch: py
     for a, b in zip(fast.hidden, one.hidden):
         assert torch.equal(a, b)
     assert n >= 40 and float(one.hidden[-1].abs().sum()) > 0  # it trained, and carried state
+    assert one._cpu_step is not None and one._cpu_step.counts[0] >= min_distinct
 
 
 @pytest.mark.parametrize(("params", "why"), [

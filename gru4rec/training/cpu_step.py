@@ -173,6 +173,8 @@ class FusedCpuStep:
         for name, t in scratch.items():
             setattr(st, name, self._bind(t, checked=name in ("slot", "mark")))  # the optimiser's id tables are not ours
         self._st = st
+        #: The last step's numbers of distinct items: scored, and in all (scored, then input-only).
+        self.counts = (ctypes.c_int64 * 2)()
         self._st_address = ctypes.addressof(st)
         self._layer_scratch = layer_tensors  # kept alive with the addresses
         self._scratch = scratch
@@ -208,7 +210,7 @@ class FusedCpuStep:
                                  f"got {t.dtype} {tuple(t.shape)}")
         self.dropout.draw()
         loss = torch.empty((), dtype=torch.float32)
-        counts = (ctypes.c_int64 * 2)()
+        counts = self.counts
         if self._bpr is None:
             self._fn(self._st_address, inputs.data_ptr(), targets.data_ptr(), samples.data_ptr(), active.data_ptr(),
                      keep.data_ptr(), self.inv_b, loss.data_ptr(), counts)
