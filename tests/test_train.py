@@ -1,6 +1,11 @@
 """The training loop: fast step == plain autograd step, divergence, callbacks, resume, seeds."""
 from __future__ import annotations
 
+import platform
+import re
+import sys
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -293,6 +298,46 @@ def test_cpu_allocator_tuning_applies_once_and_can_be_switched_off(env: str, exp
         [sys.executable, "-c", code], env={**os.environ, "GRU4REC_MALLOPT": env}, capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == [expected, expected]
+
+
+def _anon_huge_kb(address: int) -> int:
+    """AnonHugePages (kB) of the mapping that holds ``address`` (/proc/self/smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(v, 16) for v in head.split("-"))
+            inside = lo <= address < hi
+        elif inside and head == "AnonHugePages:":
+            return int(line.split()[1])
+    return 0
+
+
+def test_the_training_tables_are_backed_by_huge_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer asks for huge pages for the optimiser's tables (item table, state, dense
+    buffer): their whole 2 MiB pages are collapsed, no value changes; GRU4REC_HUGE_PAGES=0 asks
+    nothing."""
+    from gru4rec.kernels.memory import use_huge_pages
+
+    mode = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not sys.platform.startswith("linux") or not mode.exists() or "[never]" in mode.read_text():
+        pytest.skip("no transparent huge pages on this host")
+    table = torch.randn(3 << 20)  # 12 MiB: at least four whole huge pages
+    before = table.clone()
+    monkeypatch.setenv("GRU4REC_HUGE_PAGES", "0")
+    assert use_huge_pages([table]) == 0
+    monkeypatch.delenv("GRU4REC_HUGE_PAGES")
+    if tuple(int(v) for v in re.findall(r"\d+", platform.release())[:2]) < (6, 1):
+        pytest.skip("this kernel cannot collapse pages on request (MADV_COLLAPSE: Linux 6.1)")
+    collapsed = use_huge_pages([table])
+    assert collapsed >= 4 << 20 and collapsed % (2 << 20) == 0
+    assert _anon_huge_kb(table.data_ptr() + (4 << 20)) >= 2048
+    assert torch.equal(table, before)
+    config = Config.from_string("layers=16,n_sample=8,batch_size=4")
+    net = GRU4RecNet(300_000, config)  # Wy: 300,000 × 16 floats = 18 MB
+    trainer = Trainer(net, config, np.ones(300_000))
+    assert any(t is net.Wy for t in trainer.optimizer.tables())
+    assert _anon_huge_kb(net.Wy.data_ptr() + (8 << 20)) >= 2048
 
 
 def epoch_step_losses(trainer: Trainer, sch, *, counter_driven: bool) -> torch.Tensor:

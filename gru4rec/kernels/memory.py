@@ -11,15 +11,25 @@ blocks are recycled from the heap like small ones. It is what the usual advice o
 jemalloc/tcmalloc for PyTorch on CPUs achieves, without preloading anything. It changes nothing
 but the allocator's thresholds (the process keeps up to ~1 GiB of freed memory for reuse), applies
 only to glibc on Linux, and is skipped with ``GRU4REC_MALLOPT=0``.
+
+:func:`use_huge_pages` backs the tables a training step reads and writes — the item tables, whose
+~2,000 scattered rows a step touches in each of the table, its optimiser state and the gathers,
+and the dense weights with theirs — by 2 MiB pages (Linux's transparent huge pages, asked for
+with ``madvise``: most hosts enable them only where asked). With 4 KiB pages nearly every
+scattered row is a TLB miss; DIGINETICA's step (88 MB tables) was 1.5-2 % faster with huge pages.
+It changes no value, and is skipped with ``GRU4REC_HUGE_PAGES=0``.
 """
 from __future__ import annotations
 
 import ctypes
 import sys
+from collections.abc import Iterable
 
-from gru4rec.kernels.switches import mallopt_allowed
+from torch import Tensor
 
-__all__ = ["keep_freed_memory"]
+from gru4rec.kernels.switches import huge_pages_allowed, mallopt_allowed
+
+__all__ = ["keep_freed_memory", "use_huge_pages"]
 
 _M_TRIM_THRESHOLD = -1
 _M_TOP_PAD = -2
@@ -50,3 +60,33 @@ def keep_freed_memory() -> bool:
         and mallopt(_M_TOP_PAD, 64 << 20)
     )
     return _done
+
+
+_MADV_HUGEPAGE = 14  # mark the range for transparent huge pages (Linux 2.6.38)
+_MADV_COLLAPSE = 25  # and collapse its pages into huge ones now, not when khugepaged passes (Linux 6.1)
+_HUGE_PAGE = 2 << 20
+
+
+def use_huge_pages(tensors: Iterable[Tensor]) -> int:
+    """Ask Linux to back the whole 2 MiB pages inside each CPU tensor by huge pages, at once where
+    the kernel can (``MADV_COLLAPSE``), else as its background collapsing gets there. Returns
+    the bytes collapsed now (0 elsewhere than Linux, with ``GRU4REC_HUGE_PAGES=0``, where the
+    host disables transparent huge pages, or for tensors under 2 MiB)."""
+    if not sys.platform.startswith("linux") or not huge_pages_allowed():
+        return 0
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return 0
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    collapsed = 0
+    for t in tensors:
+        if t.device.type != "cpu":
+            continue
+        address = t.data_ptr()
+        start = -(-address // _HUGE_PAGE) * _HUGE_PAGE
+        end = (address + t.numel() * t.element_size()) // _HUGE_PAGE * _HUGE_PAGE
+        if end > start and madvise(start, end - start, _MADV_HUGEPAGE) == 0 and madvise(start, end - start, _MADV_COLLAPSE) == 0:
+            collapsed += end - start
+    return collapsed

@@ -8,6 +8,7 @@ variable                   what it does                                         
 ``GRU4REC_CUDA_GRAPHS``    ``0``: no CUDA-graph replay of the training step (``gpu.py``)     on
 ``GRU4REC_FUSED``          ``1``: the fused GPU kernels (Triton, ``triton_*.py``) on CUDA    off
 ``GRU4REC_MALLOPT``        ``0``: leave glibc's thresholds for freed memory alone            on
+``GRU4REC_HUGE_PAGES``     ``0``: no huge pages for the training tables (``memory.py``)      on
 ``GRU4REC_CACHE_DIR``      where the built CPU kernels are kept                 ``~/.cache/gru4rec``
 =========================  ===========================================================  =======
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import os
 
 __all__ = ["cache_dir_override", "cpu_kernels_allowed", "cuda_graphs_allowed", "fused_cpu_step_allowed", "fused_gpu_requested",
-           "mallopt_allowed"]
+           "huge_pages_allowed", "mallopt_allowed"]
 
 
 def _flag(name: str, default: bool) -> bool:
@@ -52,6 +53,11 @@ def fused_gpu_requested() -> bool:
 def mallopt_allowed() -> bool:
     """``GRU4REC_MALLOPT`` (default on)."""
     return _flag("GRU4REC_MALLOPT", True)
+
+
+def huge_pages_allowed() -> bool:
+    """``GRU4REC_HUGE_PAGES`` (default on)."""
+    return _flag("GRU4REC_HUGE_PAGES", True)
 
 
 def cache_dir_override() -> str | None:

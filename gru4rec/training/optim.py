@@ -169,6 +169,12 @@ class Optimizer:
         """The fused CPU kernels, or None: the PyTorch code."""
         return self.backend.ops.kernels
 
+    def tables(self) -> list[Tensor]:
+        """Every table a step reads and writes here: the dense weights' flat buffer and its
+        gradient, the item tables, and the state of each."""
+        state = [t for st in self.state.values() for t in vars(st).values() if isinstance(t, Tensor)]
+        return [self.flat, self.flat_grad, *self.sparse.values(), *state]
+
     def _new_state(self, p: Tensor, *, sparse: bool) -> _State:
         sparse = sparse and not self.unique_rows  # only the scratch method needs a scratch table
         zeros = lambda: torch.zeros_like(p, requires_grad=False)  # noqa: E731

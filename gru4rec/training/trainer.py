@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from gru4rec.config import Config
-from gru4rec.kernels.memory import keep_freed_memory
+from gru4rec.kernels.memory import keep_freed_memory, use_huge_pages
 from gru4rec.kernels.switches import fused_cpu_step_allowed
 from gru4rec.model import GRU4RecNet
 from gru4rec.training.backend import Backend, select_backend
@@ -75,6 +75,8 @@ class Trainer:
         #: How the step runs, chosen once: handed to the optimiser, the fast step and the loop.
         self.backend = backend if backend is not None else select_backend(self.device, self.dtype)
         self.optimizer = Optimizer(net.dense_parameters(), net.sparse_parameters(), config, self.backend)
+        if self.device.type == "cpu":
+            use_huge_pages(self.optimizer.tables())  # the step's scattered rows: fewer TLB misses (gru4rec.kernels.memory)
         self.hidden = net.init_hidden(B)
         self.sampler = (
             SampleStore(item_support, config.sample_alpha, config.n_sample, config.sample_store_size, self.device, seed=seed + 1,
