@@ -3,9 +3,11 @@ optimiser method's update, making rows unique, summing score columns per item, w
 epochs; their argument checks; building, caching and falling back when they cannot be built."""
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -160,6 +162,45 @@ def test_dropout_masks_equal_pytorch_masks_bit_for_bit(kernels) -> None:
     kernels.dropout_masks(got, 4000, 0.3, 0.45)
     keep_first = float(np.float32(1 / 0.7))
     assert got[3] == keep_first and got[7000] == np.float32(1 / 0.55) and set(got[:4000].unique().tolist()) == {0.0, keep_first}
+
+
+@pytest.mark.parametrize("seed", [0, 7, 2**32 + 5])
+def test_the_uniform_kernel_gives_torch_rands_draws_and_leaves_its_state(kernels, seed: int) -> None:
+    """g4r_mt19937_uniform against torch.rand on a twin generator: draws of every length around
+    the state's 624-output twists, interleaved with torch's own draws (rand, randn, randint) on
+    the same generator, equal bit for bit, and the generators' whole states equal after each."""
+    ours, twin = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+    for n in (0, 1, 622, 1, 624, 625, 1247, 3, 131_072, 10):
+        got, want = torch.full((n,), -1.0), torch.empty(n)
+        kernels.torch_rand(got, ours)
+        torch.rand(n, generator=twin, out=want)
+        assert torch.equal(got, want), n
+        assert torch.equal(ours.get_state(), twin.get_state()), n
+        for g in (ours, twin):  # torch's own draws on the same generators between the kernel's
+            torch.randn(3, generator=g)
+            torch.randint(0, 5, (2,), generator=g)
+            torch.rand(5, generator=g)
+    assert torch.equal(ours.get_state(), twin.get_state())
+
+
+def test_the_dropout_draws_fall_back_to_torch_where_the_kernel_does_not_match(kernels) -> None:
+    """The kernel's draws are used only after they matched torch.rand once; a kernel that does not
+    (a stand-in writing zeros) is not, and the masks' draws are torch.rand's either way."""
+    from gru4rec.kernels.cpu import TorchRand
+    from gru4rec.training.ops import CpuKernelOps
+
+    assert kernels.torch_rand.matches_torch()
+    wrong = TorchRand(lambda state, n, out: ctypes.memset(out, 0, 4 * n))
+    assert not wrong.matches_torch()
+    ops = CpuKernelOps(kernels)
+    for rand in (kernels.torch_rand, wrong):
+        ops.kernels = types.SimpleNamespace(torch_rand=rand)
+        got, want = torch.empty(2000), torch.empty(2000)
+        ops.dropout_uniform(got, torch.Generator().manual_seed(3))
+        torch.rand(2000, generator=torch.Generator().manual_seed(3), out=want)
+        assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="float32"):
+        kernels.torch_rand(torch.empty(4, dtype=torch.float64), torch.Generator())
 
 
 def test_unique_equals_torch_unique(kernels) -> None:

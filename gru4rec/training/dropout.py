@@ -21,11 +21,14 @@ from torch import Tensor
 
 from gru4rec.model import GRU4RecNet
 
-__all__ = ["DropoutMasks", "Threshold", "keep_masks"]
+__all__ = ["DropoutMasks", "Threshold", "Uniform", "keep_masks"]
 
 #: ``threshold(u, split, p_first, p_rest)``: the uniform draws in ``u`` (flat) become the masks in
 #: place, with probability ``p_first`` before position ``split`` and ``p_rest`` from there on.
 Threshold = Callable[[Tensor, int, float, float], None]
+#: ``uniform(u, generator)``: ``u`` := torch.rand's draws from ``generator`` (in place; the
+#: training backend's ``ops.dropout_uniform``: torch.rand itself, or the same draws by a kernel).
+Uniform = Callable[[Tensor, torch.Generator], None]
 
 
 def _keep_mask(mask: Tensor, p: float) -> Tensor:
@@ -45,11 +48,11 @@ class DropoutMasks:
     """The mask buffers of one trainer (B × d₀ for the embedding, B × Lᵢ per layer; None where
     that dropout is off), views into one flat buffer, and the generator they are drawn from."""
 
-    def __init__(self, net: GRU4RecNet, batch_size: int, seed: int, threshold: Threshold) -> None:
+    def __init__(self, net: GRU4RecNet, batch_size: int, seed: int, threshold: Threshold, uniform: Uniform) -> None:
         """``threshold``: how uniform draws become masks (the training backend's
-        ``ops.dropout_threshold``: :func:`keep_masks` or a fused kernel); the draws themselves
-        always come from ``generator``."""
-        self.threshold = threshold
+        ``ops.dropout_threshold``: :func:`keep_masks` or a fused kernel); ``uniform``: how they
+        are drawn from ``generator`` (``ops.dropout_uniform``: torch.rand, or its draws by a kernel)."""
+        self.threshold, self.uniform = threshold, uniform
         p = net.Wy
         self.generator = torch.Generator(device=p.device)
         self.generator.manual_seed(seed)
@@ -75,7 +78,7 @@ class DropoutMasks:
         compare is ~5x faster than ``bernoulli_`` on the CPU, and as graph-safe."""
         if not self.active:
             return
-        torch.rand(self._buffer.shape, generator=self.generator, out=self._buffer)
+        self.uniform(self._buffer, self.generator)
         self.threshold(self._buffer, self._split, self.p_embed, self.p_hidden)
 
     def drop_embedding(self, x: Tensor) -> Tensor:

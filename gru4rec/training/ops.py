@@ -120,6 +120,10 @@ class TorchOps:
         x = table.index_select(0, rows)
         return x if mask is None else x.mul_(mask)
 
+    def dropout_uniform(self, u: Tensor, generator: torch.Generator) -> None:
+        """``u`` := uniform draws in [0, 1) from ``generator`` (:data:`gru4rec.training.dropout.Uniform`): torch.rand."""
+        torch.rand(u.shape, generator=generator, out=u)
+
     def dropout_threshold(self, u: Tensor, split: int, p_first: float, p_rest: float) -> None:
         """The uniform draws ``u`` become the step's dropout masks in place, with ``p_first``
         before position ``split`` and ``p_rest`` after (:data:`gru4rec.training.dropout.Threshold`)."""
@@ -189,6 +193,14 @@ class CpuKernelOps(TorchOps):
 
     def merge_columns(self, g: Tensor, col_rows: Tensor, n_rows: int) -> Tensor:
         return self.kernels.sum_columns(g, col_rows, n_rows)
+
+    def dropout_uniform(self, u: Tensor, generator: torch.Generator) -> None:
+        # torch.rand's values and stream by vector loops, where this torch's generator is the one
+        # the kernel knows (checked once)
+        if self.kernels.torch_rand.matches_torch():
+            self.kernels.torch_rand(u, generator)
+        else:
+            super().dropout_uniform(u, generator)
 
     def dropout_threshold(self, u: Tensor, split: int, p_first: float, p_rest: float) -> None:
         self.kernels.dropout_masks(u, split, p_first, p_rest)

@@ -88,7 +88,8 @@ class Trainer:
         self._ones_s = torch.ones(config.n_sample, device=self.device, dtype=self.dtype)
         logq = make_logq(item_support, config.logq, config.sample_alpha, self.device, self.dtype)
         #: The dropout masks, drawn in place from their own generator.
-        self.dropout = DropoutMasks(net, B, seed + 2, threshold=self.backend.ops.dropout_threshold)
+        self.dropout = DropoutMasks(net, B, seed + 2, threshold=self.backend.ops.dropout_threshold,
+                                    uniform=self.backend.ops.dropout_uniform)
         self.matmuls = Matmuls(check_precision(precision, self.device, reference), self.dtype)
         #: The fast step's GRU cell (fused where the kernels have it: tanh, float32 products).
         self.cell = self.ops.gru_cell(net.hidden_act, self.matmuls)
