@@ -129,7 +129,6 @@ void g4r_step_forward(const step_t *st, const int64_t *inputs, const int64_t *ta
         st->col_valid[j] = 1.0f;
     int64_t k = 0;
     const int64_t n_uniq = g4r_unique(C + B, st->rows_all, C, st->N, st->mark, st->slot, st->uniq, st->inverse, &k);
-    gather(k, st->uniq, d, st->Wy, st->wy);
     g4r_column_bias(C, B, st->cols, st->By, st->logq_in, st->logq_sample, st->mask_in_bias ? st->col_valid : NULL, st->bias);
     /* the layers */
     gather(B, inputs, d, st->Wy, st->x0);
@@ -152,7 +151,9 @@ void g4r_step_forward(const step_t *st, const int64_t *inputs, const int64_t *ta
         x = st->out[i];
         width = n;
     }
-    /* scores of the distinct rows, spread to the columns */
+    /* scores of the distinct rows, spread to the columns; the rows gathered just before their
+     * product, which then finds them in the cache (gathered before the layers: 6 % slower) */
+    gather(k, st->uniq, d, st->Wy, st->wy);
     gemm(st, 0, 1, B, k, d, x, d, st->wy, d, 0.0f, st->s, k);
     g4r_gather_columns(B, k, C, st->s, st->inverse, st->bias, st->scores);
     counts[0] = k;
