@@ -12,12 +12,12 @@ jemalloc/tcmalloc for PyTorch on CPUs achieves, without preloading anything. It 
 but the allocator's thresholds (the process keeps up to ~1 GiB of freed memory for reuse), applies
 only to glibc on Linux, and is skipped with ``GRU4REC_MALLOPT=0``.
 
-:func:`use_huge_pages` backs the tables a training step reads and writes — the item tables, whose
-~2,000 scattered rows a step touches in each of the table, its optimiser state and the gathers,
-and the dense weights with theirs — by 2 MiB pages (Linux's transparent huge pages, asked for
-with ``madvise``: most hosts enable them only where asked). With 4 KiB pages nearly every
-scattered row is a TLB miss; DIGINETICA's step (88 MB tables) was 1.5-2 % faster with huge pages.
-It changes no value, and is skipped with ``GRU4REC_HUGE_PAGES=0``.
+:func:`use_huge_pages` backs the tables a training step reads and writes — the item tables and
+their optimiser state, of which a step gathers and updates ~2,000 scattered rows, and the dense
+weights with theirs — by 2 MiB pages (Linux's transparent huge pages, asked for with
+``madvise``: most hosts enable them only where asked). With 4 KiB pages nearly every scattered
+row is a TLB miss; DIGINETICA's step (88 MB tables) was 1.5-2 % faster with huge pages. It
+changes no value, and is skipped with ``GRU4REC_HUGE_PAGES=0``.
 """
 from __future__ import annotations
 
