@@ -101,7 +101,7 @@ def test_what_it_does_not_cover_runs_fast_step(params: str, why: str, monkeypatc
     monkeypatch.setenv("GRU4REC_CPU_STEP", "1")
     net = GRU4RecNet(len(support), config, generator=torch.Generator().manual_seed(config.seed))
     assert Trainer(net, config, support)._cpu_step is None
-    step, reason = fused_cpu_step(trainer.net, config, trainer.optimizer, trainer.ops.kernels, trainer.dropout, None,
+    step, reason = fused_cpu_step(trainer.net, config, trainer.optimizer, trainer.ops.kernels, trainer.dropout, None, trainer.hidden,
                                   float32_products=True)
     assert step is None and why in reason
 

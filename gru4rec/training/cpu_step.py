@@ -19,6 +19,7 @@ bit: losses, weights, optimiser state and hidden states (``tests/test_cpu_step.p
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 from typing import Any
@@ -57,28 +58,22 @@ class _Step(ctypes.Structure):
     )
 
 
-_sgemm: int | None = None
-_looked = False
-
-
+@functools.cache
 def sgemm_address() -> int | None:
     """The address of ``sgemm_`` in the BLAS that torch's CPU library links (MKL), or None."""
-    global _sgemm, _looked
-    if not _looked:
-        _looked = True
-        if sys.byteorder != "little":  # the C side passes 64-bit sizes to either BLAS integer width
-            return None
-        path = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
-        try:
-            _sgemm = ctypes.cast(ctypes.CDLL(path).sgemm_, ctypes.c_void_p).value
-        except (OSError, AttributeError):
-            _sgemm = None
-    return _sgemm
+    if sys.byteorder != "little":  # the C side passes 64-bit sizes to either BLAS integer width
+        return None
+    path = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+    try:
+        return ctypes.cast(ctypes.CDLL(path).sgemm_, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
 
 
 def fused_cpu_step(net: GRU4RecNet, config: Config, optimizer: Optimizer, kernels: CpuKernels | None, dropout: DropoutMasks,
-                   logq: LogQ | None, *, float32_products: bool) -> tuple[FusedCpuStep | None, str]:
-    """The one-call step for this configuration, or None and the reason it does not cover it."""
+                   logq: LogQ | None, hidden: list[Tensor], *, float32_products: bool) -> tuple[FusedCpuStep | None, str]:
+    """The one-call step for this configuration, or None and the reason it does not cover it.
+    ``hidden``: the trainer's hidden states (advanced in place, step after step)."""
     if kernels is None:
         return None, "no fused CPU kernels"
     if net.mode != "shared":
@@ -97,16 +92,16 @@ def fused_cpu_step(net: GRU4RecNet, config: Config, optimizer: Optimizer, kernel
         return None, f"more than {MAX_LAYERS} layers"
     if sgemm_address() is None:
         return None, "torch's CPU library exports no sgemm_"
-    return FusedCpuStep(net, config, optimizer, kernels, dropout, logq), ""
+    return FusedCpuStep(net, config, optimizer, kernels, dropout, logq, hidden), ""
 
 
 class FusedCpuStep:
     """:class:`~gru4rec.training.step.FastStep` for the configurations of :func:`fused_cpu_step`,
     as one C call bound once to the network's tables, the optimiser's gradient buffers, the
-    hidden states, the dropout masks and its own scratch buffers."""
+    trainer's hidden states, the dropout masks and its own scratch buffers."""
 
     def __init__(self, net: GRU4RecNet, config: Config, optimizer: Optimizer, kernels: CpuKernels, dropout: DropoutMasks,
-                 logq: LogQ | None) -> None:
+                 logq: LogQ | None, hidden: list[Tensor]) -> None:
         self.optimizer, self.dropout = optimizer, dropout
         self._fn, self._forward, self._bpr_max = kernels.train_step_fn, kernels.step_forward_fn, kernels.step_bpr_max_fn
         #: BPR-max: its final activation (elu-A or linear, applied by torch between the two calls,
@@ -141,18 +136,18 @@ class FusedCpuStep:
         masks = dropout.hidden
         layer_tensors: dict[str, list[Tensor | None]] = {name: [] for name in _LAYER_FIELDS}
         for i, (layer, n) in enumerate(zip(net.layers, sizes)):
-            for name, t in (("Wx", layer.Wx), ("Wrz", layer.Wrz), ("Wh", layer.Wh), ("Bh", layer.Bh),
+            for name, t in (("Wx", layer.Wx), ("Wrz", layer.Wrz), ("Wh", layer.Wh), ("Bh", layer.Bh), ("hidden", hidden[i]),
                             ("gWx", views[f"layers.{i}.Wx"]), ("gWrz", views[f"layers.{i}.Wrz"]), ("gWh", views[f"layers.{i}.Wh"]),
                             ("gBh", views[f"layers.{i}.Bh"]), ("mask", None if masks is None else masks[i]),
                             ("v", torch.empty(B, 3 * n, dtype=f32)), ("rz", torch.empty(B, 2 * n, dtype=f32)),
                             ("hr", torch.empty(B, n, dtype=f32)), ("c", torch.empty(B, n, dtype=f32)),
                             ("out", torch.empty(B, n, dtype=f32))):
                 layer_tensors[name].append(t)
-        self._hidden_ptrs: list[int] = []  # the hidden states' addresses the C side holds
         tables = {"Wy": net.Wy, "By": net.By, "logq_in": None if logq is None else logq.in_batch,
                   "logq_sample": None if logq is None else logq.sampled, "embed_mask": dropout.embed}
-        #: The tensors of others (the network's, the optimiser's, the dropout masks) whose addresses
-        #: the C side holds, with those addresses: checked before each call (the scratch is this step's own).
+        #: The tensors of others (the network's, the optimiser's, the trainer's hidden states, the
+        #: dropout masks) whose addresses the C side holds, with those addresses: checked before
+        #: each call (the scratch is this step's own).
         self._bound: list[tuple[Tensor, int]] = []
         st = _Step()
         st.sgemm = sgemm_address()
@@ -163,8 +158,6 @@ class FusedCpuStep:
             st.n[i] = n
         own = {"v", "rz", "hr", "c", "out"}  # the layers' scratch
         for name, tensors in layer_tensors.items():
-            if name == "hidden":
-                continue
             arr = getattr(st, name)
             for i, t in enumerate(tensors):
                 arr[i] = self._bind(t, checked=name not in own)
@@ -191,14 +184,9 @@ class FusedCpuStep:
         return t.data_ptr()
 
     @torch.no_grad()
-    def __call__(self, hidden: list[Tensor], inputs: Tensor, targets: Tensor, active: Tensor, keep: Tensor, samples: Tensor) -> Tensor:
+    def __call__(self, inputs: Tensor, targets: Tensor, active: Tensor, keep: Tensor, samples: Tensor) -> Tensor:
         """The step (see FastStep) for the B slots, ``keep`` (B×1) zeroing the states of slots
-        that start a session; updates ``hidden`` and the weights, returns the loss (0-dim)."""
-        ptrs = [h.data_ptr() for h in hidden]
-        if ptrs != self._hidden_ptrs:  # the trainer's states, bound on the first call (and if they ever move)
-            for i, h in enumerate(hidden):
-                self._st.hidden[i] = self._bind(h, checked=False)
-            self._hidden_ptrs = ptrs
+        that start a session; updates the hidden states and the weights, returns the loss (0-dim)."""
         for t, ptr in self._bound:
             if t.data_ptr() != ptr:
                 raise RuntimeError("a table of the C training step has moved in memory since the step was built")

@@ -103,8 +103,8 @@ class Trainer:
                                   logq, mask_in_bias=masks_through_bias(config))
         #: The whole CPU step as one C call where it covers the configuration (None: the step above).
         self._cpu_step: FusedCpuStep | None = None
-        if not reference and self.backend.unique_rows and self.ops.kernels is not None and fused_cpu_step_allowed():
-            self._cpu_step, _ = fused_cpu_step(net, config, self.optimizer, self.ops.kernels, self.dropout, logq,
+        if not reference and self.backend.unique_rows and fused_cpu_step_allowed():
+            self._cpu_step, _ = fused_cpu_step(net, config, self.optimizer, self.ops.kernels, self.dropout, logq, self.hidden,
                                                float32_products=self.matmuls.low is None)
 
     @property
@@ -139,7 +139,7 @@ class Trainer:
         if samples is None:
             samples = self.sampler.next() if self.sampler is not None else self._no_samples
         if self._cpu_step is not None:
-            return self._cpu_step(self.hidden, inputs, targets, active, keep, samples)
+            return self._cpu_step(inputs, targets, active, keep, samples)
         for h in self.hidden:
             h.mul_(keep)
         cols = torch.cat((targets, samples))  # C = B + S columns: row i's positive is column i
