@@ -4,14 +4,6 @@
 #define G4R_CPU_KERNELS_H
 #include <stdint.h>
 
-/* Ask for the cache lines of a row of `width` floats at p: rows read from tables that do not fit
- * the cache (an item table's scattered rows), a few rows before they are used. */
-static inline void g4r_prefetch_row(const float *p, int64_t width)
-{
-    for (int64_t j = 0; j < width; j += 16)
-        __builtin_prefetch(p + j);
-}
-
 int64_t g4r_unique(int64_t n, const int64_t *rows, int64_t n_first, int64_t n_items, uint8_t *mark,
                    int64_t *slot, int64_t *uniq, int64_t *inverse, int64_t *n_uniq_first);
 void g4r_column_bias(int64_t C, int64_t n_in, const int64_t *cols, const float *by, const float *logq_in,

@@ -89,16 +89,24 @@ static void copy_cols(int64_t rows, int64_t width, const float *src, int64_t src
         memcpy(dst + b * width, src + b * src_width + col, (size_t)width * sizeof(float));
 }
 
+/* Ask for the cache lines of a row of `width` floats at p (a row of a table that does not fit the
+ * cache, a few rows before it is copied). */
+static inline void prefetch_row(const float *p, int64_t width)
+{
+    for (int64_t j = 0; j < width; j += 16)
+        __builtin_prefetch(p + j);
+}
+
 /* dst (n × width) = table's rows[0..n): a step's ~2,000 scattered rows of an item table that does
  * not fit the cache, so the copy waits on memory — split between the threads, each fetching a few
- * rows ahead of its copy (g4r_prefetch_row). */
+ * rows ahead of its copy. */
 static void gather(int64_t n, const int64_t *rows, int64_t width, const float *table, float *dst)
 {
     const int64_t ahead = 4;
 #pragma omp parallel for schedule(static) if (n * width >= 65536)
     for (int64_t i = 0; i < n; ++i) {
         if (i + ahead < n)
-            g4r_prefetch_row(table + rows[i + ahead] * width, width);
+            prefetch_row(table + rows[i + ahead] * width, width);
         memcpy(dst + i * width, table + rows[i] * width, (size_t)width * sizeof(float));
     }
 }
