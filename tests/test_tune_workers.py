@@ -112,7 +112,12 @@ def test_the_heartbeat_recovers_the_trial_of_a_process_killed_elsewhere(data: di
         stop(process)
     before = trials_of(storage_url, "killed")
     assert before[killed.number].state == TrialState.RUNNING  # nothing else can tell it died
-    time.sleep(2.5)  # its last heartbeat is now older than the grace period
+    # Its last heartbeat must now be older than the grace period (2 s) as the storage counts it:
+    # SQLite's clock has whole seconds and Optuna asks for strictly more than the grace period, so
+    # 2.5 s of real silence can read as 2 s (a heartbeat at :05.1 and a check at :07.6 are stored
+    # as :05 and :07) and the new worker starts a fresh trial first. Grace + 1 s + a margin is stale
+    # on every clock.
+    time.sleep(3.5)
     # ... and a worker elsewhere, running until the study holds 2 more finished trials, finds it.
     n_done = sum(t.state == TrialState.COMPLETE for t in before)
     report = run_study(settings(data, tmp_path, storage=storage_url, study_name="killed", fixed=SLOW_FIXED,
