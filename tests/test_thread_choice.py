@@ -208,19 +208,29 @@ def test_others_load_is_the_cpus_busy_time_less_this_processs_own(tmp_path: Path
     monkeypatch.setattr(os, "times", lambda: types.SimpleNamespace(user=own[0], system=0.5))
     write(100, 0)
     monkeypatch.setattr(cpus, "_load_mark", cpus._cpu_seconds())
+    monkeypatch.setattr(cpus, "_load_last", None)
+    # 0.05 s after loading, with no window measured yet: it waits for the rest of one (this process alone ran)
+    clock[0] += 0.05
+    own[0] += 0.05 * len(mask)
+    write(100 + round(0.05 * tick), 10 ** 6)
+    assert REAL_OTHERS_LOAD(0.2) == pytest.approx(0.0, abs=1e-9)
+    assert slept == [pytest.approx(0.15)]
     # 2 s later every CPU of the mask has been busy 1.5 s more, 1 s of it this process's: others used 1.5n - 1 CPU-s
     clock[0] += 2.0
     own[0] += 1.0
-    write(100 + round(1.5 * tick), 10 ** 6)
-    assert REAL_OTHERS_LOAD(0.2) == pytest.approx((1.5 * len(mask) - 1.0) / 2.0)
-    assert not slept
+    write(100 + round(0.05 * tick) + round(1.5 * tick), 10 ** 6)
+    busy = (1.5 * len(mask) - 1.0) / 2.0
+    assert REAL_OTHERS_LOAD(0.2) == pytest.approx(busy)
+    # 0.05 s later (only this process ran): too short a window, so the last figure, without waiting ...
     clock[0] += 0.05
     own[0] += 0.05 * len(mask)
-    write(100 + round(1.5 * tick) + round(0.05 * tick), 10 ** 6)  # meanwhile: this process's own work only
-    assert REAL_OTHERS_LOAD(0.2) == pytest.approx(0.0, abs=1e-9)  # too short a window: waited for the rest
-    assert slept == [pytest.approx(0.15)]
+    write(100 + round(0.05 * tick) + round(1.55 * tick), 10 ** 6)
+    assert REAL_OTHERS_LOAD(0.2) == pytest.approx(busy)
+    assert len(slept) == 1
+    # ... and the window grows on: 1 s later the 1.05 s since the last figure, this process's own work only
     clock[0] += 1.0
-    assert REAL_OTHERS_LOAD(0.2) == 0.0  # nothing ran meanwhile
+    assert REAL_OTHERS_LOAD(0.2) == pytest.approx(0.0, abs=1e-9)
+    assert len(slept) == 1
     monkeypatch.setattr(cpus, "_PROC_STAT", tmp_path / "missing")
     clock[0] += 1.0
     assert REAL_OTHERS_LOAD(0.2) is None
