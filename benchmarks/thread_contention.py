@@ -7,8 +7,8 @@
 Every measurement is a fresh process (the OpenMP runtime reads its wait policy when it loads) that
 trains ``--epochs`` epochs of the rsc15 configuration (``--paramfile``, default
 paramfiles/rsc15_xe_shared_100_best.py) on ``--train`` (default ../shared/data/rsc15_100k/train_full.tsv)
-and then evaluates ``--test`` with the same setting, printing every epoch's events/s and the
-evaluation's predictions/s. Variants (``--variants``):
+and then evaluates ``--test`` ``--eval-repeats`` times with the same setting, printing every
+epoch's events/s and every evaluation's predictions/s. Variants (``--variants``):
 
 * ``default``: what a user gets — no wait policy set, the thread count chosen online
   (gru4rec/threads.py ThreadChoice);
@@ -27,7 +27,7 @@ alike. A run is stopped after ``--cap`` seconds (a collapsing setting would take
 epoch); its finished epochs still count, and a run without one finished epoch counts as the cap.
 Printed: one JSON line per run, then per variant the median events/s of epochs 2.. (epoch 1
 includes the one-off start and the online choice's first comparison; its median is printed too),
-the median evaluation predictions/s, and both as ratios to ``passive``.
+the median predictions/s of all its evaluations, and both as ratios to ``passive``.
 """
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ _CHILD = """
 import json, sys
 from gru4rec import Config, GRU4Rec, evaluate
 from gru4rec.threads import last_decision, using_threads
-paramfile, epochs, train, test, threads = sys.argv[1:6]
+paramfile, epochs, train, test, threads, eval_repeats = sys.argv[1:7]
+eval_repeats = int(eval_repeats)
 threads = None if threads == "default" else int(threads)
 config = Config.from_file(paramfile).replace_from_string(f"n_epochs={epochs}")
 model = GRU4Rec(config, device="cpu", threads=threads)
@@ -61,10 +62,13 @@ def epoch(info):
     print(json.dumps({"epoch": info.epoch, "events_per_s": info.events_per_s}), flush=True)
 model.fit(train, callback=epoch, progress=False)
 chosen = last_decision("training")
+speeds = []
 with using_threads(threads):
-    result = evaluate(model, test)
+    for _ in range(eval_repeats):
+        result = evaluate(model, test)
+        speeds.append(result.n_predictions / result.seconds)
 evaluated = last_decision("evaluation")
-print(json.dumps({"eval_per_s": result.n_predictions / result.seconds, "recall@20": result.recall[20],
+print(json.dumps({"eval_per_s": speeds, "recall@20": result.recall[20],
                   "training_threads": chosen.as_dict() if chosen else None,
                   "evaluation_threads": evaluated.as_dict() if evaluated else None}), flush=True)
 """
@@ -93,7 +97,7 @@ def _run(args: argparse.Namespace, variant: str) -> dict[str, object]:
     env["PYTHONPATH"] = str(ROOT)
     if policy is not None:
         env["OMP_WAIT_POLICY"] = policy
-    command = [sys.executable, "-c", _CHILD, args.paramfile, str(args.epochs), args.train, args.test, threads]
+    command = [sys.executable, "-c", _CHILD, args.paramfile, str(args.epochs), args.train, args.test, threads, str(args.eval_repeats)]
     started = time.perf_counter()
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -119,6 +123,8 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["default", "passive", "spin", "threads=1"], choices=list(VARIANTS))
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--eval-repeats", type=int, default=5,
+                        help="evaluations of the test set per run (one of rsc15_100k's takes ~0.3 s: too short to time alone)")
     parser.add_argument("--cap", type=float, default=60.0, help="seconds before a run is stopped")
     parser.add_argument("--paramfile", default=str(ROOT / "paramfiles" / "rsc15_xe_shared_100_best.py"))
     parser.add_argument("--train", default=str(DATA / "train_full.tsv"))
@@ -157,7 +163,7 @@ def main() -> None:
             first = [r["events_per_s"][0] for r in rs if r["events_per_s"]]  # type: ignore[index]
             if not later:  # no epoch after the first finished: the cap bounds the speed from above
                 later = [e for r in rs for e in r["events_per_s"]] or [0.0]  # type: ignore[union-attr]
-            evals = [r["eval_per_s"] for r in rs if r["eval_per_s"] is not None]
+            evals = [e for r in rs for e in (r["eval_per_s"] or [])]  # type: ignore[attr-defined]
             rows[variant] = (statistics.median(later), statistics.median(first) if first else 0.0,
                              statistics.median(evals) if evals else None, sum(bool(r["cut_off"]) for r in rs))
         base = rows.get("passive")
