@@ -27,7 +27,9 @@ alike. A run is stopped after ``--cap`` seconds (a collapsing setting would take
 epoch); its finished epochs still count, and a run without one finished epoch counts as the cap.
 Printed: one JSON line per run, then per variant the median events/s of epochs 2.. (epoch 1
 includes the one-off start and the online choice's first comparison; its median is printed too),
-the median predictions/s of all its evaluations, and both as ratios to ``passive``.
+the median predictions/s of all its evaluations, both as ratios to ``passive``, and the medians
+of the repeats' own ratios to the passive run beside them (paired: beside busy processes the
+host's state moves between repeats, and passive's epochs have been bimodal there).
 """
 from __future__ import annotations
 
@@ -115,6 +117,18 @@ def _run(args: argparse.Namespace, variant: str) -> dict[str, object]:
             "cut_off": cut, "seconds": round(time.perf_counter() - started, 1)}
 
 
+def _paired_ratios(runs: list[dict[str, object]], base: list[dict[str, object]]) -> dict[str, list[float]]:
+    """Per repeat, a variant's median epochs 2.. and median evaluation over the same repeat's
+    passive run's (the repeats run back to back: a drifting load moves both)."""
+    ratios: dict[str, list[float]] = {"training": [], "evaluation": []}
+    for run, ref in zip(runs, base):
+        for name, key, skip in (("training", "events_per_s", 1), ("evaluation", "eval_per_s", 0)):
+            mine, theirs = (list(r[key] or [])[skip:] for r in (run, ref))  # type: ignore[call-overload]
+            if mine and theirs:
+                ratios[name].append(statistics.median(mine) / statistics.median(theirs))
+    return ratios
+
+
 def main() -> None:
     """Measure and print."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -173,6 +187,12 @@ def main() -> None:
             eval_ratio = f"×{evals / base[2]:5.2f}" if base and base[2] and evals is not None else ""
             print(f"  {variant:10s} epochs 2..: {later:8,.0f} e/s {ratio}   epoch 1: {first:8,.0f} e/s   "
                   f"evaluation: {eval_text} {eval_ratio}" + (f"   ({cut} run(s) cut off)" if cut else ""))
+        if "passive" in runs:
+            for variant in (v for v in runs if v != "passive"):
+                paired = _paired_ratios(runs[variant], runs["passive"])
+                if paired:
+                    print(f"  {variant:10s} paired with passive (median of the repeats' ratios): "
+                          + ", ".join(f"{name} ×{statistics.median(values):.2f}" for name, values in paired.items() if values))
         fixed = {v: r for v, r in rows.items() if v != "default"}
         if "default" in rows and fixed:
             best = max(fixed, key=lambda v: fixed[v][0])
