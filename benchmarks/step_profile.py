@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_speed import CONFIGS, load_sessions, prefix_for_steps, step_products  # noqa: E402
+from train_speed import CONFIGS, load_sessions, prefix_for_steps, products_ms, step_products  # noqa: E402
 
 from gru4rec.config import Config  # noqa: E402
 from gru4rec.model import GRU4RecNet  # noqa: E402
@@ -234,13 +234,7 @@ def main() -> None:
     chunk = max(1, args.steps // 10)
     for _ in range(args.repeats * 10):
         plain.append(steps(chunk) / chunk)
-        passes = []
-        for _ in range(3):
-            start = time.perf_counter()
-            for f in products:
-                f()
-            passes.append(time.perf_counter() - start)
-        limits.append(1e3 * statistics.median(passes))
+        limits.append(products_ms(products, device, repeats=3))
         fractions.append(limits[-1] / (1e3 * plain[-1]))
     step_s, wrapped_s = statistics.median(plain), statistics.median(wrapped)
     elements = updated_elements(trainer, lambda: steps(10))

@@ -89,12 +89,11 @@ def step_products(config: Config, n_distinct: float, device: torch.device, dtype
     return [lambda a=a, b=b: torch.mm(a, b) for a, b in shapes], gflop
 
 
-def matmul_floor_ms(config: Config, n_distinct: float, device: torch.device, dtype: torch.dtype, repeats: int = 30) -> tuple[float, float]:
-    """(median ms, GFLOP) of the step's matrix products run back to back on their own: the time a
-    step cannot go below on this machine with these BLAS kernels."""
-    products, gflop = step_products(config, n_distinct, device, dtype)
+def products_ms(products: list, device: torch.device, repeats: int, warmup: int = 0) -> float:
+    """Median ms of ``repeats`` passes of ``products`` (from :func:`step_products`) back to back,
+    after ``warmup`` passes that do not count."""
     times = []
-    for r in range(repeats + 3):
+    for r in range(warmup + repeats):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()
@@ -102,9 +101,16 @@ def matmul_floor_ms(config: Config, n_distinct: float, device: torch.device, dty
             f()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        if r >= 3:
+        if r >= warmup:
             times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times), gflop
+    return 1e3 * statistics.median(times)
+
+
+def matmul_floor_ms(config: Config, n_distinct: float, device: torch.device, dtype: torch.dtype, repeats: int = 30) -> tuple[float, float]:
+    """(median ms, GFLOP) of the step's matrix products run back to back on their own: the time a
+    step cannot go below on this machine with these BLAS kernels."""
+    products, gflop = step_products(config, n_distinct, device, dtype)
+    return products_ms(products, device, repeats, warmup=3), gflop
 
 
 #: A variant: (reference step?, precision, select_backend switches).

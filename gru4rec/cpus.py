@@ -35,31 +35,25 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _quota_v2(directory: Path) -> float | None:
-    """CPUs allowed by ``cpu.max`` ("QUOTA PERIOD" or "max PERIOD") in one cgroup v2 folder."""
-    text = _read(directory / "cpu.max")
-    if text is None:
-        return None
-    parts = text.split()
-    if len(parts) != 2 or parts[0] == "max":
-        return None
+def _cpus(quota_text: str | None, period_text: str | None) -> float | None:
+    """quota / period in CPUs, or None where either is missing, not an integer, or not positive
+    (v2's "max", v1's -1: no quota)."""
     try:
-        quota, period = int(parts[0]), int(parts[1])
+        quota, period = int(quota_text or ""), int(period_text or "")
     except ValueError:
         return None
     return quota / period if quota > 0 and period > 0 else None
+
+
+def _quota_v2(directory: Path) -> float | None:
+    """CPUs allowed by ``cpu.max`` ("QUOTA PERIOD" or "max PERIOD") in one cgroup v2 folder."""
+    parts = (_read(directory / "cpu.max") or "").split()
+    return _cpus(*parts) if len(parts) == 2 else None
 
 
 def _quota_v1(directory: Path) -> float | None:
     """CPUs allowed by ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (-1: none) in one v1 folder."""
-    quota_text, period_text = _read(directory / "cpu.cfs_quota_us"), _read(directory / "cpu.cfs_period_us")
-    if quota_text is None or period_text is None:
-        return None
-    try:
-        quota, period = int(quota_text), int(period_text)
-    except ValueError:
-        return None
-    return quota / period if quota > 0 and period > 0 else None
+    return _cpus(_read(directory / "cpu.cfs_quota_us"), _read(directory / "cpu.cfs_period_us"))
 
 
 def _cgroup_mounts(mountinfo: Path) -> list[tuple[str, Path, Path]]:

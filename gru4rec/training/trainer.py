@@ -10,6 +10,7 @@ and its loss gradient.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, TypedDict
 
 import numpy as np
@@ -33,6 +34,8 @@ from gru4rec.training.sampling import SampleStore, make_logq
 from gru4rec.training.step import FastStep
 
 __all__ = ["Trainer", "TrainerState"]
+
+log = logging.getLogger(__name__)
 
 
 class TrainerState(TypedDict):
@@ -104,8 +107,10 @@ class Trainer:
         #: The whole CPU step as one C call where it covers the configuration (None: the step above).
         self._cpu_step: FusedCpuStep | None = None
         if not reference and self.backend.unique_rows and fused_cpu_step_allowed():
-            self._cpu_step, _ = fused_cpu_step(net, config, self.optimizer, self.ops.kernels, self.dropout, logq, self.hidden,
-                                               float32_products=self.matmuls.low is None)
+            self._cpu_step, why_not = fused_cpu_step(net, config, self.optimizer, self.ops.kernels, self.dropout, logq, self.hidden,
+                                                     float32_products=self.matmuls.low is None)
+            if self._cpu_step is None:
+                log.debug("the step runs as FastStep, not as one C call: %s", why_not)
 
     @property
     def ops(self) -> TorchOps:
