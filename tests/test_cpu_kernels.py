@@ -395,6 +395,22 @@ def test_fused_loss_equals_pytorch_loss(kernels, kw: dict, n_sample: int) -> Non
     assert float(grad_f[:, [5, 17]].abs().max()) == 0.0  # masked columns: none either
 
 
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_bpr_max_activates_its_scores_with_torchs_elu(kernels, alpha: float) -> None:
+    """With elu_alpha the kernel overwrites the raw scores with elu-A: torch's ELU to a few ulps
+    across both branches of its exp(x) - 1 (the polynomial above -0.5, exp below), at the
+    boundary, near 0 (where exp(x) - 1 would cancel), far below (-1·A) and above 0 (x itself)."""
+    grid = torch.cat((torch.linspace(-0.6, 0.1, 700), torch.tensor([-0.5, -0.4999999, -0.5000001, -1e-7, -3e-4, -1.0, -7.5,
+                                                                    -30.0, -90.0, -1e4, 0.0, 2.5])))
+    x = grid.repeat(2, 1).contiguous()
+    r = x.clone()
+    kernels.bpr_max(r, torch.ones(x.shape[1]), torch.ones(2), 0.9, alpha)
+    want = torch.nn.functional.elu(x, alpha=alpha)
+    assert torch.equal(r[:, -2:], x[:, -2:])  # 0 and above: x itself
+    ulp = torch.finfo(torch.float32).eps * want.abs().clamp_min(torch.finfo(torch.float32).tiny)
+    assert float(((r - want).abs() / ulp).max()) <= 4.0
+
+
 def test_fused_cross_entropy_by_hand(kernels) -> None:
     """Two rows, three columns: softmax by hand, p_ii and the gradient p − onehot (weights ½)."""
     x = torch.tensor([[0.0, 1.0, 2.0], [1.0, 1.0, -1e30]])

@@ -222,10 +222,8 @@ class CpuKernels:
         #: torch.rand's draws by the kernel (:class:`TorchRand`).
         self.torch_rand = TorchRand(c("g4r_mt19937_uniform", _p, _i64, _p))
         #: The whole training step of :mod:`gru4rec.training.cpu_step` (its ``step_t`` and arguments are
-        #: bound there): with cross-entropy in one call, with BPR-max as the step to the scores and the rest.
+        #: bound there), in one call.
         self.train_step_fn = c("g4r_train_step", _p, _p, _p, _p, _p, _p, _f32, _p, _p)
-        self.step_forward_fn = c("g4r_step_forward", _p, _p, _p, _p, _p, _p, _p)
-        self.step_bpr_max_fn = c("g4r_step_bpr_max", _p, _p, _f32, _f32, _i64, _f32, _p, _p)
 
     def table_update(self, p: Tensor, state: dict[str, Tensor | None], *, method: str, lr: float, momentum: float, lmbd: float,
                      decay: float = 0.0, beta1: float = 0.0, eps: float = 1e-6) -> TableUpdate:
@@ -380,8 +378,9 @@ class CpuKernels:
     def bpr_max(self, r: Tensor, valid: Tensor, w: Tensor, bpreg: float, elu_alpha: float | None = None) -> tuple[Tensor, Tensor]:
         """BPR-max with score regularisation ``bpreg`` of the activated scores ``r`` (B×C), over
         each row's negatives (the other columns whose ``valid`` is 1), rows weighted by ``w``:
-        the loss (0-dim) and dL/dr. With ``elu_alpha`` = A, ``r`` is elu-A of the raw scores x
-        and the gradient returned is dL/dx."""
+        the loss (0-dim) and dL/dr. With ``elu_alpha`` = A, ``r`` holds the raw scores x, is
+        overwritten with elu-A(x) (the kernel's own exp, within a few ulps of torch's ELU), and
+        the gradient returned is dL/dx."""
         n_rows, n_cols = _check_scores(r, "r")
         _check_float(valid, "valid", n_cols)
         _check_float(w, "w", n_rows)

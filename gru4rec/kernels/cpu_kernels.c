@@ -385,6 +385,25 @@ static inline float exp_f32(float x)
     return x < lo ? 0.0f : p * scale;
 }
 
+/* exp(x) - 1 for x <= 0, vectorisable: the Taylor polynomial to x^8/8! above -0.5 (where
+ * exp(x) - 1 would cancel: relative error < 2e-8 before rounding), exp_f32(x) - 1 below; -1 below
+ * -87.3. */
+static inline float expm1_neg_f32(float x)
+{
+    float p = 1.0f / 40320.0f;
+    p = p * x + 1.0f / 5040.0f;
+    p = p * x + 1.0f / 720.0f;
+    p = p * x + 1.0f / 120.0f;
+    p = p * x + 1.0f / 24.0f;
+    p = p * x + 1.0f / 6.0f;
+    p = p * x + 0.5f;
+    const float small = x + x * x * p;
+    return x > -0.5f ? small : exp_f32(x) - 1.0f;
+}
+
+/* elu-A(x) = x above 0, A·(exp(x) - 1) else (torch's ELU to a few float32 ulps). */
+static inline float elu_f32(float x, float alpha) { return x > 0.0f ? x : alpha * expm1_neg_f32(x); }
+
 /* Cross-entropy over the C columns of each of the B rows of x (scores with the bias, masked
  * columns already at MASK), written over x as dL/dx: with p = softmax(x_i·), the row's loss is
  * -log(p_ii + 1e-24) (logit_form: -log p_ii) and dL/dx_ik = w_i·a_i·(p_ik - [k = i]),
@@ -432,16 +451,22 @@ void g4r_cross_entropy(int64_t B, int64_t C, float *x, const float *w, int64_t l
  * loss_i = -log(S + 1e-24) + bpreg·R;
  * dL/dr_ik = s_k·(S - σ_k²)/(S + 1e-24) + bpreg·s_k·(r_ik·(r_ik + 2) - R)   (k != i),
  * dL/dr_ii = (Σ s_j·σ_j² - S)/(S + 1e-24).
- * With has_elu, r = elu-A(x) (A = elu_alpha) and grad is dL/dx: dL/dr times (r > 0 ? 1 : r + A).
+ * With has_elu, r holds the raw scores x and is overwritten with elu-A(x) (A = elu_alpha) first,
+ * and grad is dL/dx: dL/dr times (r > 0 ? 1 : r + A).
  * The weighted sum of the row losses goes to loss[0]. */
-void g4r_bpr_max(int64_t B, int64_t C, const float *r, const float *valid, const float *w,
+void g4r_bpr_max(int64_t B, int64_t C, float *r, const float *valid, const float *w,
                  float bpreg, int64_t has_elu, float elu_alpha, float *grad, float *loss)
 {
     double total = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : total) if (B * C > 32768)
     for (int64_t i = 0; i < B; ++i) {
-        const float *ri = r + i * C;
+        float *ri = r + i * C;
         float *gi = grad + i * C;
+        if (has_elu) {
+#pragma omp simd
+            for (int64_t j = 0; j < C; ++j)
+                ri[j] = elu_f32(ri[j], elu_alpha);
+        }
         const float pos = ri[i];
         float m = MASK;
 #pragma omp simd reduction(max : m)

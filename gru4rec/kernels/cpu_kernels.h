@@ -14,7 +14,7 @@ void g4r_sum_columns(int64_t n_rows, int64_t n_cols, int64_t n_out, const float 
                      const int64_t *group, float *out);
 void g4r_add_rows(int64_t n, const int64_t *rows, int64_t width, const float *src, float *table);
 void g4r_cross_entropy(int64_t B, int64_t C, float *x, const float *w, int64_t logit_form, float *loss);
-void g4r_bpr_max(int64_t B, int64_t C, const float *r, const float *valid, const float *w,
+void g4r_bpr_max(int64_t B, int64_t C, float *r, const float *valid, const float *w,
                  float bpreg, int64_t has_elu, float elu_alpha, float *grad, float *loss);
 void g4r_gru_gates(int64_t B, int64_t n, float *a, const float *h, float *hr);
 void g4r_gru_output(int64_t B, int64_t n, float *u, const float *h, const float *rz,

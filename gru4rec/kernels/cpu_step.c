@@ -12,7 +12,7 @@
  * The whole training step of gru4rec/training/step.py (FastStep) in one call, for the
  * configurations it covers (gru4rec/training/cpu_step.py says which): shared embedding (the input
  * rows are Wy's), the tanh GRU cell, the cross-entropy loss (its masked columns through the bias),
- * distinct score rows. The matrix products are MKL's sgemm_ (the one torch links, handed over as a
+ * distinct score rows; or BPR-max after an elu-A or linear final activation. The matrix products are MKL's sgemm_ (the one torch links, handed over as a
  * pointer); everything between them is the kernels above, in FastStep's order. On rsc15's shapes
  * the Python between ~40 operators was a quarter of the step. The optimiser's update stays with
  * the optimiser: this call leaves the dense gradients in their buffers and the item tables'
@@ -28,6 +28,8 @@ enum { MAX_LAYERS = 8 };
 typedef struct {
     sgemm_fn sgemm;
     int64_t B, S, N, d, n_layers, logit_form, mask_in_bias;
+    int64_t bpr_max, has_elu;  /* the loss: BPR-max (after elu-A where has_elu), else cross-entropy */
+    float bpreg, elu_alpha;
     int64_t n[MAX_LAYERS];
     float *Wx[MAX_LAYERS], *Wrz[MAX_LAYERS], *Wh[MAX_LAYERS], *Bh[MAX_LAYERS];
     float *gWx[MAX_LAYERS], *gWrz[MAX_LAYERS], *gWh[MAX_LAYERS], *gBh[MAX_LAYERS];
@@ -114,8 +116,8 @@ static void gather(int64_t n, const int64_t *rows, int64_t width, const float *t
 /* The step up to the scores: st->scores (B × C) = the columns' raw scores (distinct rows' products
  * spread to the columns, plus the bias: MASK on invalid columns where mask_in_bias); counts =
  * the numbers of distinct items, scored (k) and in all (scored, then input-only). */
-void g4r_step_forward(const step_t *st, const int64_t *inputs, const int64_t *targets, const int64_t *samples,
-                      const float *active, const float *keep, int64_t *counts)
+static void step_forward(const step_t *st, const int64_t *inputs, const int64_t *targets, const int64_t *samples,
+                         const float *active, const float *keep, int64_t *counts)
 {
     const int64_t B = st->B, S = st->S, C = B + S, d = st->d, L = st->n_layers;
     /* the slots that start a new session forget their state */
@@ -199,27 +201,19 @@ static void step_backward(const step_t *st, const float *g, int64_t k, int64_t n
     g4r_add_rows(B, st->inverse + C, d, st->g_out, st->g_wy);
 }
 
-/* The whole step with the cross-entropy loss (its masked columns through the bias): the loss —
- * the weighted sum of the rows' cross-entropies, weights active/B — to loss[0]; counts as
- * g4r_step_forward's. */
+/* The whole step: the loss — the weighted sum of the rows' losses, weights active/B — to loss[0];
+ * counts as step_forward's. */
 void g4r_train_step(const step_t *st, const int64_t *inputs, const int64_t *targets, const int64_t *samples,
                     const float *active, const float *keep, float inv_b, float *loss, int64_t *counts)
 {
-    g4r_step_forward(st, inputs, targets, samples, active, keep, counts);
+    step_forward(st, inputs, targets, samples, active, keep, counts);
     for (int64_t b = 0; b < st->B; ++b)
         st->w[b] = active[b] * inv_b;
-    g4r_cross_entropy(st->B, st->B + st->S, st->scores, st->w, st->logit_form, loss);  /* scores := dL/dscores */
-    step_backward(st, st->scores, counts[0], counts[1]);
-}
-
-/* The rest of a BPR-max step after g4r_step_forward, once the caller has applied the final
- * activation to st->scores in place (torch's, for FastStep's bits): the loss to loss[0] and its
- * gradient (through elu-A where has_elu) into st->grad, then the backward pass. */
-void g4r_step_bpr_max(const step_t *st, const float *active, float inv_b, float bpreg, int64_t has_elu, float elu_alpha,
-                      const int64_t *counts, float *loss)
-{
-    for (int64_t b = 0; b < st->B; ++b)
-        st->w[b] = active[b] * inv_b;
-    g4r_bpr_max(st->B, st->B + st->S, st->scores, st->col_valid, st->w, bpreg, has_elu, elu_alpha, st->grad, loss);
-    step_backward(st, st->grad, counts[0], counts[1]);
+    if (st->bpr_max) {  /* the scores activated in place, the gradient to st->grad */
+        g4r_bpr_max(st->B, st->B + st->S, st->scores, st->col_valid, st->w, st->bpreg, st->has_elu, st->elu_alpha, st->grad, loss);
+        step_backward(st, st->grad, counts[0], counts[1]);
+    } else {  /* the masked columns through the bias; scores := dL/dscores */
+        g4r_cross_entropy(st->B, st->B + st->S, st->scores, st->w, st->logit_form, loss);
+        step_backward(st, st->scores, counts[0], counts[1]);
+    }
 }

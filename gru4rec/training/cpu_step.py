@@ -9,7 +9,7 @@ MKL's ``sgemm_`` (the one torch links) for the products — in one call. What it
 * the fused CPU kernels (float32 tables on the CPU, distinct score rows), float32 products;
 * shared embedding (the input rows are ``Wy``'s), the tanh GRU cell, up to 8 layers;
 * the cross-entropy losses without smoothing (their masked columns through the bias), and BPR-max
-  after an elu-A or linear final activation (torch's ELU between two calls);
+  after an elu-A or linear final activation (the loss kernel applies elu-A, as FastStep's does);
 * any dropout, logQ, and any optimiser without ``grad_cap`` (the update stays the optimiser's).
 
 Anything else — or a torch library that exports no ``sgemm_``, or a big-endian machine — runs
@@ -48,7 +48,8 @@ class _Step(ctypes.Structure):
 
     _fields_ = (
         [("sgemm", _p)]
-        + [(name, _i64) for name in ("B", "S", "N", "d", "n_layers", "logit_form", "mask_in_bias")]
+        + [(name, _i64) for name in ("B", "S", "N", "d", "n_layers", "logit_form", "mask_in_bias", "bpr_max", "has_elu")]
+        + [(name, ctypes.c_float) for name in ("bpreg", "elu_alpha")]
         + [("n", _i64 * MAX_LAYERS)]
         + [(name, _p * MAX_LAYERS) for name in _LAYER_FIELDS]
         + [(name, _p) for name in ("Wy", "By", "logq_in", "logq_sample", "embed_mask",
@@ -103,13 +104,8 @@ class FusedCpuStep:
     def __init__(self, net: GRU4RecNet, config: Config, optimizer: Optimizer, kernels: CpuKernels, dropout: DropoutMasks,
                  logq: LogQ | None, hidden: list[Tensor]) -> None:
         self.optimizer, self.dropout = optimizer, dropout
-        self._fn, self._forward, self._bpr_max = kernels.train_step_fn, kernels.step_forward_fn, kernels.step_bpr_max_fn
-        #: BPR-max: its final activation (elu-A or linear, applied by torch between the two calls,
-        #: as FastStep applies it) and constants; None: cross-entropy, one call.
-        self._bpr: tuple[float, bool, float] | None = None
+        self._fn = kernels.train_step_fn
         act = config.final_activation
-        if config.loss == "bpr-max":
-            self._bpr = (float(config.bpreg), act.name == "elu", float(act.params[0]) if act.name == "elu" else 0.0)
         B, S = config.batch_size, config.n_sample
         C, U = B + S, 2 * B + S
         N, d = net.Wy.shape
@@ -121,13 +117,13 @@ class FusedCpuStep:
         self.g_wy = torch.empty(U, d, dtype=f32)
         self.g_by = torch.empty(C, dtype=f32)
         self.g_rows = torch.empty(B * C, dtype=f32)  # B×k for a step's k distinct scored items
-        self.scores = torch.empty(B, C, dtype=f32)
+        scores = torch.empty(B, C, dtype=f32)
         scratch: dict[str, Tensor | None] = {
             "cols": torch.empty(C, dtype=i64), "rows_all": torch.empty(U, dtype=i64), "uniq": self.uniq,
             "inverse": torch.empty(U, dtype=i64),
             "slot": optimizer._slot, "mark": optimizer._mark,
             "col_valid": torch.empty(C, dtype=f32), "wy": torch.empty(C, d, dtype=f32), "bias": torch.empty(C, dtype=f32),
-            "x0": torch.empty(B, d, dtype=f32), "s": torch.empty(B, C, dtype=f32), "scores": self.scores,
+            "x0": torch.empty(B, d, dtype=f32), "s": torch.empty(B, C, dtype=f32), "scores": scores,
             "g_rows": self.g_rows, "g_out": torch.empty(B, max(d, widest), dtype=f32),
             "dv": torch.empty(B, 3 * widest, dtype=f32), "t": torch.empty(B, widest, dtype=f32), "w": torch.empty(B, dtype=f32),
             "g_wy": self.g_wy, "grad": torch.empty(B, C, dtype=f32) if config.loss == "bpr-max" else None,
@@ -154,6 +150,8 @@ class FusedCpuStep:
         st.B, st.S, st.N, st.d, st.n_layers = B, S, N, d, len(sizes)
         st.logit_form = int(config.loss == "xe_logit")
         st.mask_in_bias = int(config.loss in SOFTMAX_LOSSES)  # the cross-entropy losses mask columns through the bias
+        st.bpr_max, st.bpreg = int(config.loss == "bpr-max"), float(config.bpreg)
+        st.has_elu, st.elu_alpha = int(act.name == "elu"), float(act.params[0]) if act.name == "elu" else 0.0
         for i, n in enumerate(sizes):
             st.n[i] = n
         own = {"v", "rz", "hr", "c", "out"}  # the layers' scratch
@@ -199,16 +197,8 @@ class FusedCpuStep:
         self.dropout.draw()
         loss = torch.empty((), dtype=torch.float32)
         counts = self.counts
-        if self._bpr is None:
-            self._fn(self._st_address, inputs.data_ptr(), targets.data_ptr(), samples.data_ptr(), active.data_ptr(),
-                     keep.data_ptr(), self.inv_b, loss.data_ptr(), counts)
-        else:
-            bpreg, has_elu, alpha = self._bpr
-            self._forward(self._st_address, inputs.data_ptr(), targets.data_ptr(), samples.data_ptr(), active.data_ptr(),
-                          keep.data_ptr(), counts)
-            if has_elu:  # torch's ELU, in place: FastStep's bits
-                torch.nn.functional.elu(self.scores, alpha=alpha, inplace=True)
-            self._bpr_max(self._st_address, active.data_ptr(), self.inv_b, bpreg, int(has_elu), alpha, counts, loss.data_ptr())
+        self._fn(self._st_address, inputs.data_ptr(), targets.data_ptr(), samples.data_ptr(), active.data_ptr(),
+                 keep.data_ptr(), self.inv_b, loss.data_ptr(), counts)
         k, n_uniq = counts[0], counts[1]
         # By's gradient: the column sums of dL/d(scores of the distinct rows), summed by torch as
         # FastStep sums them (the same bits: a C loop adds in another order)

@@ -145,10 +145,10 @@ def fused_loss_grad(config: Config, kernels: CpuKernels) -> LossGradFn | None:
 
     if loss == "bpr-max":
 
-        elu_alpha = act.params[0] if act.name == "elu" else None  # elu's derivative goes into the kernel
+        elu_alpha = act.params[0] if act.name == "elu" else None  # elu and its derivative go into the kernel
 
         def bpr_max_fused(x: Tensor, col_valid: Tensor, row_valid: Tensor, n_cols: Tensor) -> tuple[Tensor, Tensor]:
-            r = act(x)
+            r = x if elu_alpha is not None else act(x)  # the kernel activates x in place
             loss_value, grad = kernels.bpr_max(r, col_valid, row_valid * inv_b, bpreg, elu_alpha)
             f_prime = None if elu_alpha is not None else act.derivative(r)
             if f_prime is not None:
