@@ -248,6 +248,11 @@ def test_sum_columns_equals_index_add(kernels) -> None:
     got = kernels.sum_columns(g, group, 90)
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
     assert torch.equal(got[:, 89] == 0, want[:, 89] == 0)
+    # each sum in column order, to the bit: float32 additions column after column from 0
+    exact = np.zeros((33, 95), dtype=np.float32)
+    for j, u in enumerate(group.tolist()):
+        exact[:, u] += g[:, j].numpy()
+    assert torch.equal(kernels.sum_columns(g, group, 95), torch.from_numpy(exact))  # groups 90-94 have no columns: 0
 
 
 def test_add_rows_equals_index_add(kernels) -> None:
