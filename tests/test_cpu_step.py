@@ -32,8 +32,8 @@ COVERED = [
 ]
 
 
-def _data(config: Config, n_items: int = 60) -> tuple[np.ndarray, object]:
-    events = generate(n_sessions=160, n_items=n_items, seed=7)
+def _data(config: Config, n_items: int = 60, n_sessions: int = 160) -> tuple[np.ndarray, object]:
+    events = generate(n_sessions=n_sessions, n_items=n_items, seed=7)
     item_map = ItemMap.from_ids(events["ItemId"])
     sessions, _ = sessions_from_events(events, item_map, order="time")
     support = item_support(sessions.items, len(item_map))
@@ -62,6 +62,21 @@ def test_wide_steps_split_between_threads_are_fast_step_bit_for_bit(monkeypatch:
     torch.set_num_threads(2)
     try:
         _same_as_fast_step(config, _data(config, n_items=1000), monkeypatch, min_distinct=300)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_products_split_between_threads_are_fast_step_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Products of at least 4M multiply-adds, which the C step splits between 2 threads itself (one
+    one-thread sgemm per half), against FastStep's torch products on MKL's own 2 threads: halves
+    of columns (the layers' forward products, the scores), halves of rows (the weight gradients,
+    A transposed, and Wy's gradient rows: C taller than wide), down to gWh at exactly 4M."""
+    config = Config.from_string("batch_size=64,sample_store_size=4000,learning_rate=0.1,layers=256,n_sample=600,loss=bpr-max,"
+                                "final_act=elu-1,bpreg=0.9,dropout_p_embed=0.5,dropout_p_hidden=0.3,momentum=0.15")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        _same_as_fast_step(config, _data(config, n_items=1000, n_sessions=500), monkeypatch, min_distinct=300)
     finally:
         torch.set_num_threads(threads)
 
