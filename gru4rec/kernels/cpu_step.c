@@ -57,18 +57,21 @@ static void sgemm_part(const step_t *st, int ta, int tb, int64_t M, int64_t N, i
               (const int *)&la, &beta, C, (const int *)&lc);
 }
 
-/* The product on two threads, each computing half of C — half its rows where C is taller than
- * wide, else half its columns — with a one-thread sgemm (called inside the parallel region, MKL
- * runs on the calling thread). Each element is the same sum over K in the same order as MKL's
- * own two threads give it (the same bits), and on a 2-core host the products of at least
- * SPLIT_MIN_MACS multiply-adds take 3-9 % less time so; smaller ones, and other thread counts,
- * run on MKL's threads. */
+/* The product on two threads, each computing half of C with a one-thread sgemm (called inside
+ * the parallel region, MKL runs on the calling thread): half its rows where C is taller than wide
+ * or A is transposed, else half its columns. (A transposed: the weight gradients, whose C has
+ * not been touched since the last update, so is out of the cache. Halves of rows make each
+ * thread's part one contiguous block; halves of columns interleave the two in every row, and
+ * DIGINETICA's step ran 4 % slower so, step_ab.py, the same bits.) Each element is the same sum
+ * over K in the same order as MKL's own two threads give it (the same bits), and on a 2-core
+ * host the products of at least SPLIT_MIN_MACS multiply-adds take 3-9 % less time so; smaller
+ * ones, and other thread counts, run on MKL's threads. */
 static void gemm(const step_t *st, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                  const float *Bm, int64_t ldb, float beta, float *C, int64_t ldc)
 {
 #ifdef _OPENMP
     if (M * N * K >= SPLIT_MIN_MACS && omp_get_max_threads() == 2 && !omp_in_parallel()) {
-        const int rows = M > N;
+        const int rows = ta || M > N;
         const int64_t size = rows ? M : N, half = (size / 2 + 15) / 16 * 16;  /* 16-aligned panels */
 #pragma omp parallel num_threads(2)
         {
