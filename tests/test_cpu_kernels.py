@@ -255,6 +255,18 @@ def test_sum_columns_equals_index_add(kernels) -> None:
     assert torch.equal(kernels.sum_columns(g, group, 95), torch.from_numpy(exact))  # groups 90-94 have no columns: 0
 
 
+def test_sum_rows_adds_in_row_order(kernels) -> None:
+    """Column sums to the bit as float32 additions row after row (the one-call CPU step's and
+    FastStep's By gradient), over more columns than one thread's block; no rows: zeros."""
+    g = torch.tensor(np.random.default_rng(5).normal(size=(37, 2500)), dtype=torch.float32)
+    exact = g[0].numpy().copy()
+    for b in range(1, 37):
+        exact += g[b].numpy()
+    got = kernels.sum_rows(g)
+    assert torch.equal(got, torch.from_numpy(exact))
+    assert torch.equal(kernels.sum_rows(torch.zeros(0, 3)), torch.zeros(3))
+
+
 def test_add_rows_equals_index_add(kernels) -> None:
     g = torch.Generator().manual_seed(10)
     table = torch.randn(12, 5, generator=g)

@@ -132,3 +132,11 @@ def test_a_moved_table_or_a_wrong_input_is_an_error(monkeypatch: pytest.MonkeyPa
     trainer.net.Wy.data = trainer.net.Wy.data.clone()  # the C side holds the old address
     with pytest.raises(RuntimeError, match="moved in memory"):
         trainer.train_step(*args)
+    moved = _trainer(config, support, True, monkeypatch)
+    moved.train_step(*args)
+    acc = moved.optimizer.state["Wy"].acc
+    old = acc.untyped_storage()  # kept alive: a step that misses the move writes there, and fails below
+    acc.set_(acc.clone())  # new storage: the update's rule (the C step runs it) holds the old address
+    assert old.data_ptr() != acc.data_ptr()
+    with pytest.raises(RuntimeError, match="moved in memory"):
+        moved.train_step(*args)

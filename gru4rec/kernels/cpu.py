@@ -61,7 +61,8 @@ class TableUpdate:
             elif need.get(key, True):
                 raise ValueError(f"the {method} update needs the state table {key!r}")
         self._ptrs = [t.data_ptr() if t is not None else None for t in self._tensors]
-        self._bound = [(t, t.data_ptr()) for t in self._tensors if t is not None]
+        #: The table and its state tables, with the addresses the rule holds (:meth:`check`).
+        self.bound = [(t, t.data_ptr()) for t in self._tensors if t is not None]
         self.rule = _Rule(*self._ptrs, self.width, METHODS[method])
         for name, value in constants.items():
             setattr(self.rule, name, value)
@@ -72,7 +73,7 @@ class TableUpdate:
     def check(self, rows: Tensor | None, g: Tensor) -> int:
         """The number of rows an update from ``rows`` and ``g`` takes (see :meth:`__call__`),
         after checking them and that no table has moved."""
-        for t, ptr in self._bound:
+        for t, ptr in self.bound:
             if t.data_ptr() != ptr:
                 raise RuntimeError("a table of the fused update has moved in memory since the optimiser was built")
         n = self.n_rows if rows is None else _check_index(rows, "rows", self.n_rows)
@@ -107,15 +108,20 @@ class TablesUpdate:
         """Update each named table from its (rows, g), as :meth:`TableUpdate.__call__` does."""
         if len(grads) > len(self._rules):
             raise ValueError(f"at most {len(self._rules)} tables, got {len(grads)}")
+        if bias1 is not None and bias2 is not None:
+            self.set_bias(bias1, bias2)
         for i, (name, (rows, g)) in enumerate(grads.items()):
             update = self.updates[name]
             self._n_rows[i] = update.check(rows, g)
-            if bias1 is not None:
-                update.rule.bias1, update.rule.bias2 = bias1, bias2
             self._rules[i] = update.rule_ptr
             self._rows[i] = None if rows is None else rows.data_ptr()
             self._g[i] = g.data_ptr()
         self._fn(len(grads), self._rules, self._n_rows, self._rows, self._g)
+
+    def set_bias(self, bias1: float, bias2: float) -> None:
+        """Adam's corrections 1 − β1^t and 1 − β2^t of this step, on every table's rule."""
+        for update in self.updates.values():
+            update.rule.bias1, update.rule.bias2 = bias1, bias2
 
 
 #: Guide entries per item of :class:`GuidedSearch`, and at most this many (16 MB).
@@ -208,6 +214,7 @@ class CpuKernels:
         self._update_tables = c("g4r_update_tables", _i64, _p, _p, _p, _p)
         self._unique = c("g4r_unique", _i64, _p, _i64, _i64, _p, _p, _p, _p, _p, restype=_i64)
         self._sum_columns = c("g4r_sum_columns", _i64, _i64, _i64, _p, _p, _p)
+        self._sum_rows = c("g4r_sum_rows", _i64, _i64, _p, _p)
         self._add_rows = c("g4r_add_rows", _i64, _p, _i64, _p, _p)
         self._column_bias = c("g4r_column_bias", _i64, _i64, _p, _p, _p, _p, _p, _p)
         self._gather_columns = c("g4r_gather_columns", _i64, _i64, _i64, _p, _p, _p, _p)
@@ -273,6 +280,13 @@ class CpuKernels:
             raise ValueError(f"group must have one entry per column of g ({n_cols})")
         out = torch.empty(n_rows, n_groups, dtype=torch.float32)
         self._sum_columns(n_rows, n_cols, n_groups, g.data_ptr(), group.data_ptr(), out.data_ptr())
+        return out
+
+    def sum_rows(self, g: Tensor) -> Tensor:
+        """``out[j] = Σ_b g[b, j]`` (n_cols): the rows of ``g`` summed, in row order."""
+        n_rows, n_cols = _check_matrix(g, "g")
+        out = torch.empty(n_cols, dtype=torch.float32)
+        self._sum_rows(n_rows, n_cols, g.data_ptr(), out.data_ptr())
         return out
 
     def add_rows(self, table: Tensor, rows: Tensor, src: Tensor) -> None:

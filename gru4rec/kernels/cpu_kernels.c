@@ -24,9 +24,10 @@
 
 enum { SGD = 0, ADAGRAD = 1, RMSPROP = 2, ADADELTA = 3, ADAM = 4 };
 
-/* One table's update: the rule's constants and the table's buffers (NULL where the method keeps
- * no such state). Filled once per table by the Python side; bias1/bias2 change every step. */
-typedef struct {
+/* One table's update (rule_t, cpu_kernels.h): the rule's constants and the table's buffers (NULL
+ * where the method keeps no such state). Filled once per table by the Python side; bias1/bias2
+ * change every step. */
+struct rule {
     float *p, *acc, *dacc, *m, *vel;
     int64_t width;    /* elements per row */
     int64_t method;
@@ -37,7 +38,7 @@ typedef struct {
     float bias1;      /* adam: 1 - beta1^t */
     float bias2;      /* adam: 1 - beta2^t */
     float eps;
-} rule_t;
+};
 
 /* One span of `len` elements: gradient g (overwritten), parameter p and the state that exists
  * for the method (NULL otherwise). Mirrors Optimizer._direction and Optimizer._delta. Always
@@ -232,6 +233,28 @@ void g4r_sum_columns(int64_t n_rows, int64_t n_cols, int64_t n_out, const float 
         memset(o, 0, (size_t)n_out * sizeof(float));
         for (int64_t j = 0; j < n_cols; ++j)
             o[group[j]] += gb[j];
+    }
+}
+
+/* out (n_cols) = the rows of g (n_rows × n_cols) summed: out[j] = sum over b of g[b, j], added
+ * in row order (from row 0; columns split between the threads). */
+void g4r_sum_rows(int64_t n_rows, int64_t n_cols, const float *g, float *out)
+{
+    const int64_t block = 1024;
+#pragma omp parallel for schedule(static) if (n_rows * n_cols > 65536)
+    for (int64_t j0 = 0; j0 < n_cols; j0 += block) {
+        const int64_t j1 = j0 + block < n_cols ? j0 + block : n_cols;
+        if (n_rows == 0) {
+            memset(out + j0, 0, (size_t)(j1 - j0) * sizeof(float));
+            continue;
+        }
+        memcpy(out + j0, g + j0, (size_t)(j1 - j0) * sizeof(float));
+        for (int64_t b = 1; b < n_rows; ++b) {
+            const float *gb = g + b * n_cols;
+#pragma omp simd
+            for (int64_t j = j0; j < j1; ++j)
+                out[j] += gb[j];
+        }
     }
 }
 

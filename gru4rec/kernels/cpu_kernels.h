@@ -4,6 +4,11 @@
 #define G4R_CPU_KERNELS_H
 #include <stdint.h>
 
+/* an optimiser's update of one table (cpu_kernels.c; the Python side fills it) */
+typedef struct rule rule_t;
+void g4r_update_tables(int64_t n_tables, const rule_t *const *rules, const int64_t *n_rows, const int64_t *const *rows,
+                       float *const *g);
+
 int64_t g4r_unique(int64_t n, const int64_t *rows, int64_t n_first, int64_t n_items, uint8_t *mark,
                    int64_t *slot, int64_t *uniq, int64_t *inverse, int64_t *n_uniq_first);
 void g4r_column_bias(int64_t C, int64_t n_in, const int64_t *cols, const float *by, const float *logq_in,
@@ -12,6 +17,7 @@ void g4r_gather_columns(int64_t n_rows, int64_t n_src, int64_t n_cols, const flo
                         const int64_t *group, const float *bias, float *out);
 void g4r_sum_columns(int64_t n_rows, int64_t n_cols, int64_t n_out, const float *g,
                      const int64_t *group, float *out);
+void g4r_sum_rows(int64_t n_rows, int64_t n_cols, const float *g, float *out);
 void g4r_add_rows(int64_t n, const int64_t *rows, int64_t width, const float *src, float *table);
 void g4r_cross_entropy(int64_t B, int64_t C, float *x, const float *w, int64_t logit_form, float *loss);
 void g4r_bpr_max(int64_t B, int64_t C, float *r, const float *valid, const float *w,

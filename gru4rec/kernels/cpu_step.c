@@ -11,12 +11,15 @@
 /* ------------------------------------------------------------------------------------------
  * The whole training step of gru4rec/training/step.py (FastStep) in one call, for the
  * configurations it covers (gru4rec/training/cpu_step.py says which): shared embedding (the input
- * rows are Wy's), the tanh GRU cell, the cross-entropy loss (its masked columns through the bias),
- * distinct score rows; or BPR-max after an elu-A or linear final activation. The matrix products are MKL's sgemm_ (the one torch links, handed over as a
- * pointer); everything between them is the kernels above, in FastStep's order. On rsc15's shapes
- * the Python between ~40 operators was a quarter of the step. The optimiser's update stays with
- * the optimiser: this call leaves the dense gradients in their buffers and the item tables'
- * distinct rows and gradient rows in uniq/g_wy, and dL/d(scores of the distinct rows) in g_rows.
+ * rows are Wy's), the tanh GRU cell, the cross-entropy loss (its masked columns through the bias)
+ * or BPR-max after an elu-A or linear final activation, distinct score rows, and the optimiser's
+ * update. The matrix products are MKL's sgemm_ (the one torch links, handed over as a pointer);
+ * everything between them is the kernels of cpu_kernels.c, in FastStep's order. On rsc15's shapes
+ * the Python between ~40 operators was a quarter of the step; the Python and the torch operators
+ * between this call and the update (By's gradient, the optimiser's bookkeeping) were another
+ * 0.2-0.3 ms of DIGINETICA's. The update is the optimiser's own: its rules (rule_t, bound by it,
+ * Adam's corrections set before each call) over the dense gradient buffer and the item tables'
+ * distinct rows.
  */
 typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *, const float *,
                          const float *, const int *, const float *, const int *, const float *, float *, const int *);
@@ -36,10 +39,15 @@ typedef struct {
     float *hidden[MAX_LAYERS], *mask[MAX_LAYERS];  /* mask: NULL without hidden dropout */
     float *v[MAX_LAYERS], *rz[MAX_LAYERS], *hr[MAX_LAYERS], *c[MAX_LAYERS], *out[MAX_LAYERS];
     float *Wy, *By, *logq_in, *logq_sample, *embed_mask;
+    /* the optimiser's update: the rules of the dense buffer (n_dense elements of gradient g_dense;
+     * NULL rule: none), of Wy and of By */
+    const rule_t *rule_dense, *rule_wy, *rule_by;
+    float *g_dense;
+    int64_t n_dense;
     /* scratch: C = B + S columns, U = C + B positions */
     int64_t *cols, *rows_all, *uniq, *inverse, *slot;
     uint8_t *mark;
-    float *col_valid, *wy, *bias, *x0, *s, *scores, *g_rows, *g_out, *dv, *t, *w, *g_wy, *grad;
+    float *col_valid, *wy, *bias, *x0, *s, *scores, *g_rows, *g_out, *dv, *t, *w, *g_wy, *g_by, *grad;
 } step_t;
 
 /* Row-major C (M×N, ldc) = op(A)·op(B) + beta·C with op(A) M×K (A stored K×M when ta) and
@@ -204,8 +212,21 @@ static void step_backward(const step_t *st, const float *g, int64_t k, int64_t n
     g4r_add_rows(B, st->inverse + C, d, st->g_out, st->g_wy);
 }
 
-/* The whole step: the loss — the weighted sum of the rows' losses, weights active/B — to loss[0];
- * counts as step_forward's. */
+/* The optimiser's update of the step: the dense buffer, Wy's distinct rows (scored, then
+ * input-only) and By's scored rows, whose gradient is the column sums of g_rows. */
+static void step_update(const step_t *st, int64_t k, int64_t n_uniq)
+{
+    g4r_sum_rows(st->B, k, st->g_rows, st->g_by);
+    const rule_t *rules[3] = {st->rule_dense, st->rule_wy, st->rule_by};
+    const int64_t n_rows[3] = {st->n_dense, n_uniq, k};
+    const int64_t *rows[3] = {NULL, st->uniq, st->uniq};
+    float *g[3] = {st->g_dense, st->g_wy, st->g_by};
+    const int64_t first = st->rule_dense ? 0 : 1;  /* no dense parameters: the item tables only */
+    g4r_update_tables(3 - first, rules + first, n_rows + first, rows + first, g + first);
+}
+
+/* The whole step, its update included: the loss — the weighted sum of the rows' losses, weights
+ * active/B — to loss[0]; counts as step_forward's. */
 void g4r_train_step(const step_t *st, const int64_t *inputs, const int64_t *targets, const int64_t *samples,
                     const float *active, const float *keep, float inv_b, float *loss, int64_t *counts)
 {
@@ -219,4 +240,5 @@ void g4r_train_step(const step_t *st, const int64_t *inputs, const int64_t *targ
         g4r_cross_entropy(st->B, st->B + st->S, st->scores, st->w, st->logit_form, loss);
         step_backward(st, st->scores, counts[0], counts[1]);
     }
+    step_update(st, counts[0], counts[1]);
 }

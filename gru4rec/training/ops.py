@@ -113,6 +113,10 @@ class TorchOps:
         """The B×K gradient of the distinct rows' scores: the B×C columns of ``g`` summed by row."""
         return g.new_zeros((g.shape[0], n_rows)).index_add_(1, col_rows, g)
 
+    def sum_rows(self, g: Tensor) -> Tensor:
+        """The column sums of ``g`` (B×K): the bias rows' gradient from dL/d(their scores)."""
+        return g.sum(0)
+
     # ---------------------------------------------------------------- rows of the item tables
 
     def gather_rows(self, table: Tensor, rows: Tensor, mask: Tensor | None) -> Tensor:
@@ -193,6 +197,9 @@ class CpuKernelOps(TorchOps):
 
     def merge_columns(self, g: Tensor, col_rows: Tensor, n_rows: int) -> Tensor:
         return self.kernels.sum_columns(g, col_rows, n_rows)
+
+    def sum_rows(self, g: Tensor) -> Tensor:
+        return self.kernels.sum_rows(g.contiguous())  # the one-call CPU step's sum, in its order
 
     def dropout_uniform(self, u: Tensor, generator: torch.Generator) -> None:
         # torch.rand's values and stream by vector loops, where this torch's generator is the one

@@ -283,9 +283,27 @@ class Optimizer:
 
         self._apply(g_dense, summed)
 
+    @property
+    def fused_tables(self) -> TablesUpdate | None:
+        """The fused CPU update of every table ("dense": the flat buffer; the item tables by
+        name), or None without the CPU kernels."""
+        return self._fused
+
+    def begin_fused_step(self) -> None:
+        """For a training step that runs :attr:`fused_tables`' rules itself (the one-call CPU
+        step, :mod:`gru4rec.training.cpu_step`), before it: what :meth:`step` does before its
+        own update — Adam counts the step and sets its bias corrections on the rules."""
+        if self.method == "adam" and self._fused is not None:
+            self.t += 1
+            self._fused.set_bias(*self._bias_corrections())
+
+    def _bias_corrections(self) -> tuple[float, float]:
+        """Adam's 1 − β1^t and 1 − β2^t at the current step count."""
+        return float(1.0 - self.beta1**self.t), float(1.0 - self.beta2**self.t)
+
     def _apply_fused(self, g_dense: Tensor, summed: dict[str, tuple[Tensor, Tensor]]) -> None:
         """The update by the fused kernels (one pass per table, all tables in one parallel region)."""
-        bias = (float(1.0 - self.beta1**self.t), float(1.0 - self.beta2**self.t)) if self.method == "adam" else (None, None)
+        bias = self._bias_corrections() if self.method == "adam" else (None, None)
         grads: dict[str, tuple[Tensor | None, Tensor]] = {"dense": (None, g_dense)} if self.flat.numel() else {}
         grads.update(summed)
         assert self._fused is not None  # bound where there are kernels (``_apply`` is this method only then)

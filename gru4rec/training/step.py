@@ -190,7 +190,7 @@ class FastStep:
         the products) and the input rows' gradient ``g_in``. With distinct rows, one product
         gives each Wy row's gradient exactly once."""
         mm = self.mm
-        g_by = g_rows.sum(0)
+        g_by = self.ops.sum_rows(g_rows)
         if rows is None:
             return item_table_grads(self.net, inputs, cols, g_in, mm.mm(mm.cast(g_rows).t(), x_c), g_by)
         scored = rows.uniq[: rows.n_scored]
