@@ -163,8 +163,24 @@ def update_bytes(trainer: Trainer, elements: float) -> float:
 
 def updated_elements(trainer: Trainer, run: Callable[[], None]) -> float:
     """Mean elements a step's update writes (the dense buffer and the item tables' rows), over
-    the steps of ``run``."""
+    the steps of ``run``: counted from the optimiser's gradients, or — the one-call CPU step runs
+    the update itself — from the distinct items it leaves (Wy's rows, By's scored ones)."""
     optimizer, counts = trainer.optimizer, []
+    one_call = trainer._cpu_step
+    if one_call is not None:
+        width = trainer.net.Wy.shape[1]
+
+        def counting_step(*args: Any) -> Any:
+            out = one_call(*args)
+            counts.append(optimizer.flat_grad.numel() + one_call.counts[1] * width + one_call.counts[0])
+            return out
+
+        trainer._cpu_step = counting_step  # type: ignore[assignment]
+        try:
+            run()
+        finally:
+            trainer._cpu_step = one_call
+        return float(np.mean(counts))
     update = optimizer.step
 
     def counting(dense: Any, sparse: dict[str, Any]) -> None:
