@@ -158,8 +158,8 @@ def test_without_a_checkpoint_folder_ctrl_c_is_a_plain_interrupt(events: pd.Data
 def test_timed_checkpoints_inside_epochs_each_resume_to_the_same_model(
     events: pd.DataFrame, full: dict[str, GRU4Rec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Checkpoints every 6 ms (0.0001 minutes; an epoch here takes tens of ms): a copy of each mid-epoch one is kept, and the
-    run is resumed from the first and from the last of them."""
+    """Checkpoints every 6 µs (1e-7 minutes: due after every step, however fast the steps run — an epoch here takes a few
+    ms on 2 threads): a copy of each mid-epoch one is kept, and the run is resumed from the first and from the last of them."""
     copies: list[tuple[int, int, Path]] = []
     save = checkpoint.save_file
 
@@ -173,7 +173,7 @@ def test_timed_checkpoints_inside_epochs_each_resume_to_the_same_model(
         return written
 
     monkeypatch.setattr(resume_module.checkpoint, "save_file", save_and_copy)
-    ran = GRU4Rec(config(), device="cpu").fit(events, checkpoint_dir=tmp_path / "ck", checkpoint_every=0.0001, progress=False)
+    ran = GRU4Rec(config(), device="cpu").fit(events, checkpoint_dir=tmp_path / "ck", checkpoint_every=1e-7, progress=False)
     monkeypatch.undo()
     assert_same_model(ran, full[""])  # checkpointing changes nothing
     assert copies, "no mid-epoch checkpoint was written"
