@@ -241,13 +241,13 @@ void g4r_sum_columns(int64_t n_rows, int64_t n_cols, int64_t n_out, const float 
 void g4r_sum_rows(int64_t n_rows, int64_t n_cols, const float *g, float *out)
 {
     const int64_t block = 1024;
+    if (n_rows == 0) {
+        memset(out, 0, (size_t)n_cols * sizeof(float));
+        return;
+    }
 #pragma omp parallel for schedule(static) if (n_rows * n_cols > 65536)
     for (int64_t j0 = 0; j0 < n_cols; j0 += block) {
         const int64_t j1 = j0 + block < n_cols ? j0 + block : n_cols;
-        if (n_rows == 0) {
-            memset(out + j0, 0, (size_t)(j1 - j0) * sizeof(float));
-            continue;
-        }
         memcpy(out + j0, g + j0, (size_t)(j1 - j0) * sizeof(float));
         for (int64_t b = 1; b < n_rows; ++b) {
             const float *gb = g + b * n_cols;

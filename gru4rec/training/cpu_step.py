@@ -172,7 +172,9 @@ class FusedCpuStep:
         dense = updates.get("dense") if optimizer.flat.numel() else None
         for name, update in (("rule_dense", dense), ("rule_wy", updates["Wy"]), ("rule_by", updates["By"])):
             setattr(st, name, None if update is None else update.rule_ptr)
-            self._bound.extend([] if update is None else update.bound)
+            if update is not None:  # Wy and By are bound above already: checked once
+                checked = {id(t) for t, _ in self._bound}
+                self._bound += [(t, ptr) for t, ptr in update.bound if id(t) not in checked]
         st.g_dense = self._bind(optimizer.flat_grad, checked=True)
         st.n_dense = optimizer.flat_grad.numel()
         self._st = st

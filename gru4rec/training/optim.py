@@ -262,8 +262,7 @@ class Optimizer:
         ``sparse_grads``: per item table, (row indices, gradient rows) — or a list of such parts,
         which saves concatenating the gradients — with duplicate rows allowed; or a
         :class:`UniqueGrad` whose rows are already unique (only where ``unique_rows``)."""
-        if self.method == "adam":
-            self.t += 1
+        self._count_step()
         if isinstance(dense_grads, Tensor):
             g_dense = dense_grads
         else:
@@ -293,9 +292,14 @@ class Optimizer:
         """For a training step that runs :attr:`fused_tables`' rules itself (the one-call CPU
         step, :mod:`gru4rec.training.cpu_step`), before it: what :meth:`step` does before its
         own update — Adam counts the step and sets its bias corrections on the rules."""
+        self._count_step()
         if self.method == "adam" and self._fused is not None:
-            self.t += 1
             self._fused.set_bias(*self._bias_corrections())
+
+    def _count_step(self) -> None:
+        """A step's update begins: Adam counts it (its bias corrections use the count)."""
+        if self.method == "adam":
+            self.t += 1
 
     def _bias_corrections(self) -> tuple[float, float]:
         """Adam's 1 − β1^t and 1 − β2^t at the current step count."""
