@@ -124,21 +124,28 @@ def instrument(trainer: Trainer, timer: PartTimer, distinct: list[int]) -> Calla
         patch(ops, name, "row/column ops")
     patch(optimizer, "step", "update")
     patch(trainer.dropout, "draw", "dropout")
-    one_call = trainer._cpu_step
-    if one_call is not None:  # its distinct scored items: the count it leaves after each call
-
-        def counting_step(*args: Any) -> Any:
-            out = one_call(*args)
-            distinct.append(int(one_call.counts[0]))
-            return out
-
-        trainer._cpu_step = counting_step  # type: ignore[assignment]
-        undo.append(lambda: setattr(trainer, "_cpu_step", one_call))
+    if trainer._cpu_step is not None:  # its distinct scored items: the count it leaves after each call
+        undo.append(after_each_call(trainer, lambda counts: distinct.append(int(counts[0]))))
 
     def restore() -> None:
         for u in reversed(undo):
             u()
     return restore
+
+
+def after_each_call(trainer: Trainer, seen: Callable[[Any], None]) -> Callable[[], None]:
+    """Make the trainer's one-call CPU step hand its distinct-item counts (scored, in all) to
+    ``seen`` after each call; returns the function that undoes it."""
+    one_call = trainer._cpu_step
+    assert one_call is not None
+
+    def watched(*args: Any) -> Any:
+        out = one_call(*args)
+        seen(one_call.counts)
+        return out
+
+    trainer._cpu_step = watched  # type: ignore[assignment]
+    return lambda: setattr(trainer, "_cpu_step", one_call)
 
 
 def streaming_gb_per_s(repeats: int = 7) -> float:
@@ -166,20 +173,13 @@ def updated_elements(trainer: Trainer, run: Callable[[], None]) -> float:
     the steps of ``run``: counted from the optimiser's gradients, or — the one-call CPU step runs
     the update itself — from the distinct items it leaves (Wy's rows, By's scored ones)."""
     optimizer, counts = trainer.optimizer, []
-    one_call = trainer._cpu_step
-    if one_call is not None:
-        width = trainer.net.Wy.shape[1]
-
-        def counting_step(*args: Any) -> Any:
-            out = one_call(*args)
-            counts.append(optimizer.flat_grad.numel() + one_call.counts[1] * width + one_call.counts[0])
-            return out
-
-        trainer._cpu_step = counting_step  # type: ignore[assignment]
+    if trainer._cpu_step is not None:
+        dense, width = optimizer.flat_grad.numel(), trainer.net.Wy.shape[1]
+        restore = after_each_call(trainer, lambda n: counts.append(dense + n[1] * width + n[0]))
         try:
             run()
         finally:
-            trainer._cpu_step = one_call
+            restore()
         return float(np.mean(counts))
     update = optimizer.step
 
