@@ -30,6 +30,17 @@ includes the one-off start and the online choice's first comparison; its median 
 the median predictions/s of all its evaluations, both as ratios to ``passive``, and the medians
 of the repeats' own ratios to the passive run beside them (paired: beside busy processes the
 host's state moves between repeats, and passive's epochs have been bimodal there).
+
+``--turns N`` measures instead inside one process, where ``default``, ``spin`` and ``threads=1``
+share the OpenMP runtime's own wait policy: three trainers of the same model, each through the
+training loop users run (gru4rec.training.loop.train_epochs, the default with its online choice
+kept from turn to turn), take N turns of one epoch of ``--turn-steps`` mini-batches each, the
+order rotating. A host whose speed drifts over seconds — the 2-core development host runs a
+2-thread step at 2.2 times its time for 5-15 s at a time, then at its time again — is then seen by
+all three alike, where separate runs of a few seconds each land in one state or the other.
+Printed: each variant's events/s over all its turns, the default's ratio to the best fixed
+setting, and its median ratio to the faster fixed setting of each round (a bound no fixed
+setting reaches: it switches with the host).
 """
 from __future__ import annotations
 
@@ -75,6 +86,34 @@ print(json.dumps({"eval_per_s": speeds, "recall@20": result.recall[20],
                   "evaluation_threads": evaluated.as_dict() if evaluated else None}), flush=True)
 """
 
+#: Turns in one process (``--turns``): one JSON line per round of epochs (events/s by variant).
+_TURNS_CHILD = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from gru4rec.config import Config
+from gru4rec.model import GRU4RecNet
+from gru4rec.threads import last_decision, using_threads
+from gru4rec.training.loop import train_epochs
+from gru4rec.training.trainer import Trainer
+import torch
+from train_speed import load_sessions, prefix_for_steps
+paramfile, train, turns, turn_steps, cpus = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+config = Config.from_file(paramfile)
+sessions, support = load_sessions(train, 0, 0)
+items, offsets = prefix_for_steps(sessions.items, sessions.offsets, config.batch_size, turn_steps)
+epochs = {}
+for name, threads in (("default", None), ("spin", cpus), ("threads=1", 1)):
+    net = GRU4RecNet(len(support), config, generator=torch.Generator().manual_seed(config.seed))
+    with using_threads(threads):  # the loop's choice is made at its first epoch: fixed, or online
+        epochs[name] = train_epochs(Trainer(net, config, support), items, offsets, n_epochs=turns + 1, progress=False)
+        next(epochs[name])  # warm-up (the default's first comparison starts here)
+names = list(epochs)
+for turn in range(turns):
+    order = names[turn % 3:] + names[:turn % 3]
+    speeds = {name: next(epochs[name]).events_per_s for name in order}
+    print(json.dumps({"turn": turn, **speeds, "default_threads": last_decision("training").as_dict()}), flush=True)
+"""
+
 #: name -> (threads argument, OMP_WAIT_POLICY or None for the runtime's own)
 VARIANTS: dict[str, tuple[str, str | None]] = {
     "default": ("default", None),
@@ -117,6 +156,35 @@ def _run(args: argparse.Namespace, variant: str) -> dict[str, object]:
             "cut_off": cut, "seconds": round(time.perf_counter() - started, 1)}
 
 
+def _turns(args: argparse.Namespace, busy: int) -> None:
+    """``--turns``: default, spin and threads=1 in turns inside one process; prints each round
+    and the summary."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env["PYTHONPATH"] = str(ROOT)
+    command = [sys.executable, "-c", _TURNS_CHILD, str(ROOT / "benchmarks"), args.paramfile, args.train, str(args.turns),
+               str(args.turn_steps), str(available_cpus())]
+    rounds = []
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("{"):
+                rounds.append(json.loads(line))
+                print(json.dumps({"busy": busy, **rounds[-1]}), flush=True)
+    if proc.returncode != 0 or not rounds:
+        raise SystemExit(f"the turns' process failed (exit status {proc.returncode})")
+    names = ("default", "spin", "threads=1")
+    # events/s over all turns: each epoch has the same events, so the harmonic mean of its speeds
+    overall = {n: len(rounds) / sum(1.0 / r[n] for r in rounds) for n in names}
+    best = max(("spin", "threads=1"), key=lambda n: overall[n])
+    per_round = statistics.median(r["default"] / max(r["spin"], r["threads=1"]) for r in rounds)
+    print(f"\n{available_cpus()} CPU(s); {Path(args.paramfile).name}, {args.turns} turns of {args.turn_steps} mini-batches "
+          f"of {Path(args.train).name} each; busy processes: {busy}")
+    for n in names:
+        print(f"  {n:10s} {overall[n]:8,.0f} e/s")
+    print(f"  default / best fixed setting: ×{overall['default'] / overall[best]:.3f} ({best}); "
+          f"default / the faster fixed setting of each round: median ×{per_round:.3f}")
+
+
 def _paired_ratios(runs: list[dict[str, object]], base: list[dict[str, object]]) -> dict[str, list[float]]:
     """Per repeat, a variant's median epochs 2.. and median evaluation over the same repeat's
     passive run's (the repeats run back to back: a drifting load moves both)."""
@@ -140,6 +208,9 @@ def main() -> None:
     parser.add_argument("--eval-repeats", type=int, default=5,
                         help="evaluations of the test set per run (one of rsc15_100k's takes ~0.3 s: too short to time alone)")
     parser.add_argument("--cap", type=float, default=60.0, help="seconds before a run is stopped")
+    parser.add_argument("--turns", type=int, default=0,
+                        help="instead of --variants: default, spin and threads=1 in this many turns each in one process (see above)")
+    parser.add_argument("--turn-steps", type=int, default=1500, help="mini-batches per turn (--turns)")
     parser.add_argument("--paramfile", default=str(ROOT / "paramfiles" / "rsc15_xe_shared_100_best.py"))
     parser.add_argument("--train", default=str(DATA / "train_full.tsv"))
     parser.add_argument("--test", default=str(DATA / "test.tsv"))
@@ -155,6 +226,9 @@ def main() -> None:
             p.start()
         time.sleep(0.5)
         try:
+            if args.turns:
+                _turns(args, busy)
+                continue
             runs: dict[str, list[dict[str, object]]] = {v: [] for v in args.variants}
             for repeat in range(args.repeats):
                 for variant in args.variants:
@@ -167,6 +241,8 @@ def main() -> None:
                 p.terminate()
                 p.join()
 
+    if args.turns:
+        return
     print(f"\n{available_cpus()} CPU(s); {Path(args.paramfile).name}, {args.epochs} epoch(s) of {Path(args.train).name}, "
           f"{args.repeats} repeat(s); a run stops after {args.cap:.0f} s")
     for busy, runs in summary.items():
