@@ -35,12 +35,14 @@ host's state moves between repeats, and passive's epochs have been bimodal there
 share the OpenMP runtime's own wait policy: three trainers of the same model, each through the
 training loop users run (gru4rec.training.loop.train_epochs, the default with its online choice
 kept from turn to turn), take N turns of one epoch of ``--turn-steps`` mini-batches each, the
-order rotating. A host whose speed drifts over seconds — the 2-core development host runs a
-2-thread step at 2.2 times its time for 5-15 s at a time, then at its time again — is then seen by
-all three alike, where separate runs of a few seconds each land in one state or the other.
-Printed: each variant's events/s over all its turns, the default's ratio to the best fixed
-setting, and its median ratio to the faster fixed setting of each round (a bound no fixed
-setting reaches: it switches with the host).
+order rotating; after each round, each setting evaluates ``--test`` once with a model trained
+one epoch (the default's evaluation choosing as it does after training). A host whose speed
+drifts over seconds — the 2-core development host runs a 2-thread step at 2.2 times its time for
+5-15 s at a time, then at its time again — is then seen by all three alike, where separate runs
+of a few seconds each land in one state or the other. Printed: each variant's events/s and
+predictions/s over all its turns, the default's ratio to the best fixed setting, and its median
+ratio to the faster fixed setting of each round (a bound no fixed setting reaches: it switches
+with the host).
 """
 from __future__ import annotations
 
@@ -90,6 +92,7 @@ print(json.dumps({"eval_per_s": speeds, "recall@20": result.recall[20],
 _TURNS_CHILD = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
+from gru4rec import GRU4Rec, evaluate
 from gru4rec.config import Config
 from gru4rec.model import GRU4RecNet
 from gru4rec.threads import last_decision, using_threads
@@ -97,8 +100,9 @@ from gru4rec.training.loop import train_epochs
 from gru4rec.training.trainer import Trainer
 import torch
 from train_speed import load_sessions, prefix_for_steps
-paramfile, train, turns, turn_steps, cpus = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+paramfile, train, test, turns, turn_steps, cpus = sys.argv[2:5] + [int(a) for a in sys.argv[5:8]]
 config = Config.from_file(paramfile)
+model = GRU4Rec(config.replace_from_string("n_epochs=1"), device="cpu", threads=cpus).fit(train, progress=False)
 sessions, support = load_sessions(train, 0, 0)
 items, offsets = prefix_for_steps(sessions.items, sessions.offsets, config.batch_size, turn_steps)
 epochs = {}
@@ -111,7 +115,15 @@ names = list(epochs)
 for turn in range(turns):
     order = names[turn % 3:] + names[:turn % 3]
     speeds = {name: next(epochs[name]).events_per_s for name in order}
-    print(json.dumps({"turn": turn, **speeds, "default_threads": last_decision("training").as_dict()}), flush=True)
+    evaluations = {}
+    for name in order:  # then one evaluation of the test set per setting, as after training
+        with using_threads({"default": None, "spin": cpus, "threads=1": 1}[name]):
+            result = evaluate(model, test)
+        evaluations[name] = result.n_predictions / result.seconds
+        if name == "default":
+            evaluated = last_decision("evaluation").threads
+    print(json.dumps({"turn": turn, **speeds, "eval_per_s": evaluations,
+                      "default_threads": last_decision("training").as_dict(), "default_evaluation_threads": evaluated}), flush=True)
 """
 
 #: name -> (threads argument, OMP_WAIT_POLICY or None for the runtime's own)
@@ -161,8 +173,8 @@ def _turns(args: argparse.Namespace, busy: int) -> None:
     and the summary."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env["PYTHONPATH"] = str(ROOT)
-    command = [sys.executable, "-c", _TURNS_CHILD, str(ROOT / "benchmarks"), args.paramfile, args.train, str(args.turns),
-               str(args.turn_steps), str(available_cpus())]
+    command = [sys.executable, "-c", _TURNS_CHILD, str(ROOT / "benchmarks"), args.paramfile, args.train, args.test,
+               str(args.turns), str(args.turn_steps), str(available_cpus())]
     rounds = []
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None
@@ -172,17 +184,15 @@ def _turns(args: argparse.Namespace, busy: int) -> None:
                 print(json.dumps({"busy": busy, **rounds[-1]}), flush=True)
     if proc.returncode != 0 or not rounds:
         raise SystemExit(f"the turns' process failed (exit status {proc.returncode})")
-    names = ("default", "spin", "threads=1")
-    # events/s over all turns: each epoch has the same events, so the harmonic mean of its speeds
-    overall = {n: len(rounds) / sum(1.0 / r[n] for r in rounds) for n in names}
-    best = max(("spin", "threads=1"), key=lambda n: overall[n])
-    per_round = statistics.median(r["default"] / max(r["spin"], r["threads=1"]) for r in rounds)
     print(f"\n{available_cpus()} CPU(s); {Path(args.paramfile).name}, {args.turns} turns of {args.turn_steps} mini-batches "
-          f"of {Path(args.train).name} each; busy processes: {busy}")
-    for n in names:
-        print(f"  {n:10s} {overall[n]:8,.0f} e/s")
-    print(f"  default / best fixed setting: ×{overall['default'] / overall[best]:.3f} ({best}); "
-          f"default / the faster fixed setting of each round: median ×{per_round:.3f}")
+          f"of {Path(args.train).name} each, then one evaluation of {Path(args.test).name}; busy processes: {busy}")
+    for what, unit, speeds in (("training", "e/s", rounds), ("evaluation", "pred/s", [r["eval_per_s"] for r in rounds])):
+        # over all turns: each turn has the same work, so the harmonic mean of its speeds
+        overall = {n: len(speeds) / sum(1.0 / r[n] for r in speeds) for n in ("default", "spin", "threads=1")}
+        best = max(("spin", "threads=1"), key=lambda n: overall[n])
+        per_round = statistics.median(r["default"] / max(r["spin"], r["threads=1"]) for r in speeds)
+        print(f"  {what:10s} " + "   ".join(f"{n} {v:,.0f}" for n, v in overall.items()) + f" {unit}; default / best fixed "
+              f"setting ×{overall['default'] / overall[best]:.3f} ({best}), / the faster of each round: median ×{per_round:.3f}")
 
 
 def _paired_ratios(runs: list[dict[str, object]], base: list[dict[str, object]]) -> dict[str, list[float]]:
