@@ -105,8 +105,9 @@ config = Config.from_file(paramfile)
 model = GRU4Rec(config.replace_from_string("n_epochs=1"), device="cpu", threads=cpus).fit(train, progress=False)
 sessions, support = load_sessions(train, 0, 0)
 items, offsets = prefix_for_steps(sessions.items, sessions.offsets, config.batch_size, turn_steps)
+settings = {"default": None, "spin": cpus, "threads=1": 1}  # threads: None is the online choice
 epochs = {}
-for name, threads in (("default", None), ("spin", cpus), ("threads=1", 1)):
+for name, threads in settings.items():
     net = GRU4RecNet(len(support), config, generator=torch.Generator().manual_seed(config.seed))
     with using_threads(threads):  # the loop's choice is made at its first epoch: fixed, or online
         epochs[name] = train_epochs(Trainer(net, config, support), items, offsets, n_epochs=turns + 1, progress=False)
@@ -117,7 +118,7 @@ for turn in range(turns):
     speeds = {name: next(epochs[name]).events_per_s for name in order}
     evaluations = {}
     for name in order:  # then one evaluation of the test set per setting, as after training
-        with using_threads({"default": None, "spin": cpus, "threads=1": 1}[name]):
+        with using_threads(settings[name]):
             result = evaluate(model, test)
         evaluations[name] = result.n_predictions / result.seconds
         if name == "default":
