@@ -233,12 +233,10 @@ void g4r_train_step(const step_t *st, const int64_t *inputs, const int64_t *targ
     step_forward(st, inputs, targets, samples, active, keep, counts);
     for (int64_t b = 0; b < st->B; ++b)
         st->w[b] = active[b] * inv_b;
-    if (st->bpr_max) {  /* the scores activated in place, the gradient to st->grad */
+    if (st->bpr_max)  /* the scores activated in place, the gradient to st->grad */
         g4r_bpr_max(st->B, st->B + st->S, st->scores, st->col_valid, st->w, st->bpreg, st->has_elu, st->elu_alpha, st->grad, loss);
-        step_backward(st, st->grad, counts[0], counts[1]);
-    } else {  /* the masked columns through the bias; scores := dL/dscores */
+    else  /* the masked columns through the bias; scores := dL/dscores */
         g4r_cross_entropy(st->B, st->B + st->S, st->scores, st->w, st->logit_form, loss);
-        step_backward(st, st->scores, counts[0], counts[1]);
-    }
+    step_backward(st, st->bpr_max ? st->grad : st->scores, counts[0], counts[1]);
     step_update(st, counts[0], counts[1]);
 }

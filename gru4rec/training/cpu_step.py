@@ -170,10 +170,10 @@ class FusedCpuStep:
             raise ValueError("the C step runs the optimiser's fused update: the optimiser has none (no CPU kernels)")
         updates = tables_update.updates
         dense = updates.get("dense") if optimizer.flat.numel() else None
+        checked = {id(t) for t, _ in self._bound}  # Wy and By are bound above already: checked once
         for name, update in (("rule_dense", dense), ("rule_wy", updates["Wy"]), ("rule_by", updates["By"])):
             setattr(st, name, None if update is None else update.rule_ptr)
-            if update is not None:  # Wy and By are bound above already: checked once
-                checked = {id(t) for t, _ in self._bound}
+            if update is not None:
                 self._bound += [(t, ptr) for t, ptr in update.bound if id(t) not in checked]
         st.g_dense = self._bind(optimizer.flat_grad, checked=True)
         st.n_dense = optimizer.flat_grad.numel()
