@@ -143,14 +143,21 @@ def _spin() -> None:
         pass
 
 
-def _run(args: argparse.Namespace, variant: str) -> dict[str, object]:
-    """One run of ``variant``: its epochs' events/s and its evaluation (None if cut off)."""
-    threads, policy = VARIANTS[variant]
-    threads = {"cpus": str(available_cpus()), "cpus+1": str(available_cpus() + 1)}.get(threads, threads)
+def _child_env(policy: str | None = None) -> dict[str, str]:
+    """A measured process's environment: this tree first on the path, no thread count or OpenMP
+    wait setting inherited, and ``OMP_WAIT_POLICY=policy`` where given (None: the runtime's own)."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env["PYTHONPATH"] = str(ROOT)
     if policy is not None:
         env["OMP_WAIT_POLICY"] = policy
+    return env
+
+
+def _run(args: argparse.Namespace, variant: str) -> dict[str, object]:
+    """One run of ``variant``: its epochs' events/s and its evaluation (None if cut off)."""
+    threads, policy = VARIANTS[variant]
+    threads = {"cpus": str(available_cpus()), "cpus+1": str(available_cpus() + 1)}.get(threads, threads)
+    env = _child_env(policy)
     command = [sys.executable, "-c", _CHILD, args.paramfile, str(args.epochs), args.train, args.test, threads, str(args.eval_repeats)]
     started = time.perf_counter()
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -172,8 +179,7 @@ def _run(args: argparse.Namespace, variant: str) -> dict[str, object]:
 def _turns(args: argparse.Namespace, busy: int) -> None:
     """``--turns``: default, spin and threads=1 in turns inside one process; prints each round
     and the summary."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    env["PYTHONPATH"] = str(ROOT)
+    env = _child_env()
     command = [sys.executable, "-c", _TURNS_CHILD, str(ROOT / "benchmarks"), args.paramfile, args.train, args.test,
                str(args.turns), str(args.turn_steps), str(available_cpus())]
     rounds = []
