@@ -14,6 +14,11 @@ the two keeps a noisy host from favouring one of them. Prints one JSON line: eve
 for both, their medians and the ratio. Run it alone: two torch processes on 2 cores thrash each
 other.
 
+Both children inherit this process's environment but for the thread counts, so an OpenMP setting
+applies to both: ``OMP_WAIT_POLICY=PASSIVE python benchmarks/port_compare.py --threads 2 …`` runs
+both with sleeping idle threads — the conditions of issue 39's figures, taken when importing
+``gru4rec`` set that variable (benchmarks/README.md, round 9).
+
 The port's epochs include its sample-store redraws (every 4,882 steps), ours include ours; its
 one-off initial draw is outside its epoch timer, as our store's is.
 
