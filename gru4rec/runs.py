@@ -164,14 +164,14 @@ class RunFolder:
         """Write ``metrics.json`` (the final evaluation)."""
         _write_text(self.path / METRICS_FILE, json.dumps(dict(payload), indent=2) + "\n")
 
-    def add_metrics(self, payload: Mapping[str, Any]) -> list[str]:
+    def add_metrics(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         """Add test files' entries to ``metrics.json`` (a later evaluation of the run's model):
         the entries of other test files stay, those of the same files are replaced; returns the
-        replaced ones."""
+        replaced entries by test file."""
         current = read_run(self.path)["metrics"] or {}
         if not isinstance(current, dict):
             raise Gru4RecError(f"{self.path / METRICS_FILE} does not hold a JSON object of test files")
-        replaced = [name for name in payload if name in current]
+        replaced = {name: current[name] for name in payload if name in current}
         self.write_metrics({**current, **payload})
         return replaced
 

@@ -335,9 +335,14 @@ def test_evaluate_on_a_run_folders_model_fills_its_test_panels(tmp_path: Path, c
     assert {int(k): v for k, v in entry["mrr"].items()} == pytest.approx({k: float(want.mrr[k]) for k in RUN_CUTOFFS}, abs=1e-12)
     fig = figures.metrics_at_k([read_run(run)])
     assert list(fig.axes[1].get_lines()[0].get_ydata()) == [entry["mrr"][str(k)] for k in RUN_CUTOFFS]
-    # Again on the same file: its entry is replaced (and said so); with a repeat boost nothing is recorded.
-    assert main(["evaluate", str(model), "-t", str(data["test"]), "-d", "cpu"]) == 0
-    assert f", replacing the earlier ones of {data['test']}" in capsys.readouterr().err
+    # Again on the same file: its entry is replaced (and said so; a change of ties is said even
+    # with -q); with a repeat boost nothing is recorded.
+    assert main(["evaluate", str(model), "-t", str(data["test"]), "-m", "5", "-e", "conservative", "-d", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert f", replacing the earlier ones of {data['test']}" in err and "ties figures" not in err
+    assert main(["-q", "evaluate", str(model), "-t", str(data["test"]), "-d", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert f"the conservative-ties figures of {data['test']} were replaced by standard-ties ones (-e conservative" in err
     assert read_run(run)["metrics"][str(data["test"])]["mode"] == "standard"
     assert main(["evaluate", str(model), "-t", str(data["test"]), "--repeat-weight", "1", "-d", "cpu"]) == 0
     assert "Not recorded in the run folder" in capsys.readouterr().err

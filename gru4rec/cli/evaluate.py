@@ -173,6 +173,11 @@ def run(args: EvaluateSettings) -> int:
         replaced = folder.add_metrics(report)
         log.info("Recorded the test metrics in %s%s (gru4rec report %s shows them)", folder.path / METRICS_FILE,
                  f", replacing the earlier ones of {', '.join(replaced)}" if replaced else "", folder.path)
+        for name, old in replaced.items():  # said even with -q: the earlier figures were of other ties
+            old_mode = old.get("mode") if isinstance(old, dict) else None
+            if old_mode is not None and old_mode != report[name]["mode"]:
+                log.warning("%s: the %s-ties figures of %s were replaced by %s-ties ones (-e %s records them again)",
+                            folder.path / METRICS_FILE, old_mode, name, report[name]["mode"], old_mode)
     return EXIT_OK
 
 
