@@ -5,7 +5,7 @@
     gru4rec evaluate --model MODEL --test TEST [TEST ...] [-m ...] [-e MODE]
     gru4rec baseline pop|spop|itemknn TRAIN --test TEST [TEST ...] [-m ...] [-e MODE]
     gru4rec recommend --model MODEL --input SESSIONS --output RECS [--k 20] [--exclude-seen]
-    gru4rec info MODEL
+    gru4rec info MODEL|DATA [--train TRAIN]
     gru4rec export MODEL [--onnx STEP.onnx [--top-k K]] [--item-embeddings FILE] [--session-embeddings TEST FILE]
     gru4rec serve MODEL [--host H] [--port P] [--state memory|redis://...]
     gru4rec synth OUT_DIR
@@ -146,7 +146,7 @@ register(Command("baseline", "fit pop, spop or itemknn and evaluate it like 'eva
 register(Command("recommend", "top-k recommendations for the sessions in a file",
                  recommend.add_arguments, typed_command(recommend.RecommendSettings, recommend.run),
                  description=recommend.DESCRIPTION))
-register(Command("info", "show a model file's format version, item count and configuration",
+register(Command("info", "describe a model file (format, items, configuration) or an event file (sessions, repeats)",
                  info.add_arguments, typed_command(info.InfoSettings, info.run)))
 register(Command("export", "export a model: the one-click step as ONNX, item or session embeddings",
                  export.add_arguments, typed_command(export.ExportSettings, export.run),

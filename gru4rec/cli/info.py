@@ -36,9 +36,9 @@ class InfoSettings:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``gru4rec info``."""
-    parser.add_argument("model", metavar="MODEL",
-                        help="a model file saved by train --save; or an event file (TSV/CSV/Parquet, "
-                             "gru4rec info DATA): its sessions and repeated targets")
+    parser.add_argument("model", metavar="FILE",
+                        help="a model file saved by train --save: its format, items and configuration; or an "
+                             "event file (TSV/CSV/Parquet): its sessions and repeated targets")
     parser.add_argument("--json", action="store_true", help="print the description as JSON")
     parser.add_argument("--train", metavar="TRAIN", default=None,
                         help="event files only: count as the evaluator does with a model trained on TRAIN "
