@@ -49,10 +49,16 @@ def test_every_subcommand_follows_the_grammar(name: str) -> None:
             assert flags[short] is flags[long], f"gru4rec {name}: {short}/{long}"
 
 
-@pytest.mark.parametrize("name", ["evaluate", "recommend", "info", "export", "serve"])
+@pytest.mark.parametrize("name", ["evaluate", "recommend", "export", "serve"])
 def test_commands_of_a_model_take_it_first(name: str) -> None:
     positional = [a for a in subparser(name)._actions if not a.option_strings and a.dest != "help"]
     assert positional[0].dest == "model"
+
+
+def test_info_takes_a_model_or_an_event_file_first() -> None:
+    (positional,) = [a for a in subparser("info")._actions if not a.option_strings and a.dest != "help"]
+    assert (positional.dest, positional.metavar) == ("file", "FILE")
+    assert "model file" in positional.help and "event file" in positional.help
 
 
 def test_paropt_py_keeps_the_original_spellings_and_takes_q() -> None:

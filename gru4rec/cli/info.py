@@ -26,7 +26,7 @@ REPEAT_HEAVY, REPEAT_SOME = 0.30, 0.10
 class InfoSettings:
     """The settings of ``gru4rec info`` (one field per flag)."""
 
-    model: str
+    file: str
     json: bool = False
     train: str | None = None
     session_key: str | None = None
@@ -36,7 +36,7 @@ class InfoSettings:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``gru4rec info``."""
-    parser.add_argument("model", metavar="FILE",
+    parser.add_argument("file", metavar="FILE",
                         help="a model file saved by train --save: its format, items and configuration; or an "
                              "event file (TSV/CSV/Parquet): its sessions and repeated targets")
     parser.add_argument("--json", action="store_true", help="print the description as JSON")
@@ -67,7 +67,7 @@ def _event_info(args: InfoSettings) -> int:
     check_readable(None if args.train is None else [args.train], "training file")
     keys = {"session_key": args.session_key or "SessionId", "item_key": args.item_key or "ItemId",
             "time_key": args.time_key or "Time"}
-    events = read_events(args.model, **keys)
+    events = read_events(args.file, **keys)
     train = None if args.train is None else read_events(args.train, **keys)
     if train is None:
         sessions, n_dropped = sessions_from_events(events, ItemMap.from_ids(events[keys["item_key"]]), order="id",
@@ -77,7 +77,7 @@ def _event_info(args: InfoSettings) -> int:
         train_sessions, sessions, n_dropped = paired_sessions(train, events, **keys)
     repeats = repeat_shares(sessions)
     summary: dict[str, Any] = {
-        "file": args.model, "events": len(events), "sessions": int(events[keys["session_key"]].nunique()),
+        "file": args.file, "events": len(events), "sessions": int(events[keys["session_key"]].nunique()),
         "items": int(events[keys["item_key"]].nunique()), "train": args.train,
         "events_with_unknown_items": n_dropped if train is not None else None,
         "targets": repeats.n_targets, "repeat_share": repeats.share, "immediate_repeat_share": repeats.immediate_share,
@@ -88,7 +88,7 @@ def _event_info(args: InfoSettings) -> int:
     if args.json:
         result(json.dumps(summary, indent=2))
         return EXIT_OK
-    result(f"file: {args.model}")
+    result(f"file: {args.file}")
     result(f"events: {summary['events']:,} in {summary['sessions']:,} sessions, {summary['items']:,} items")
     if train is not None:
         result(f"items unknown to {args.train}: {n_dropped:,} events dropped, as the evaluator drops them")
@@ -123,9 +123,9 @@ def run(args: InfoSettings) -> int:
     from gru4rec.errors import Gru4RecError, ModelFileError
 
     try:
-        info = file_info(args.model)
+        info = file_info(args.file)
     except ModelFileError as model_error:
-        if not is_event_file_name(args.model):
+        if not is_event_file_name(args.file):
             raise
         try:
             return _event_info(args)
@@ -139,7 +139,7 @@ def run(args: InfoSettings) -> int:
     config = meta.get("config", {})
     n_items = count_items(meta, info["tensors"])
     summary = {
-        "file": args.model,
+        "file": args.file,
         "format_version": info["format_version"],
         "container": info["container"],
         "written_by": info["writer"],
@@ -154,7 +154,7 @@ def run(args: InfoSettings) -> int:
     if args.json:
         result(json.dumps(summary, indent=2))
         return EXIT_OK
-    result(f"file: {args.model} ({info['size_bytes']:,} bytes)")
+    result(f"file: {args.file} ({info['size_bytes']:,} bytes)")
     result(f"format version: {info['format_version']} ({info['container']}, written by gru4rec {info['writer']})")
     result(f"items: {n_items if n_items is not None else 'unknown'}")
     for key, value in extra.items():
