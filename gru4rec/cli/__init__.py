@@ -2,10 +2,10 @@
 
     gru4rec demo                                   synthetic data -> train -> evaluate, one command
     gru4rec train DATA [-ps STR] [-pf FILE] [--save MODEL] [--test TEST ...] [-m 1 5 10 20] ...
-    gru4rec evaluate --model MODEL --test TEST [TEST ...] [-m ...] [-e MODE]
-    gru4rec baseline pop|spop|itemknn TRAIN --test TEST [TEST ...] [-m ...] [-e MODE]
-    gru4rec recommend --model MODEL --input SESSIONS --output RECS [--k 20] [--exclude-seen]
-    gru4rec info MODEL|DATA [--train TRAIN]
+    gru4rec evaluate MODEL -t TEST [TEST ...] [-m ...] [-e MODE]
+    gru4rec baseline pop|spop|itemknn TRAIN -t TEST [TEST ...] [-m ...] [-e MODE]
+    gru4rec recommend MODEL -i SESSIONS -o RECS [-k 20] [--exclude-seen]
+    gru4rec info FILE [--train TRAIN]              a model file, or an event file's sessions and repeats
     gru4rec export MODEL [--onnx STEP.onnx [--top-k K]] [--item-embeddings FILE] [--session-embeddings TEST FILE]
     gru4rec serve MODEL [--host H] [--port P] [--state memory|redis://...]
     gru4rec synth OUT_DIR
