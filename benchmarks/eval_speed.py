@@ -78,12 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     from gru4rec.config import Config
     from gru4rec.data import ItemMap, item_support, read_events, sessions_from_events
     from gru4rec.evaluation.evaluator import evaluate_sessions
-    from gru4rec.model import GRU4RecNet
+    from gru4rec.machine.threads import set_threads
+    from gru4rec.network.gru import GRU4RecNet
     from gru4rec.recommender import GRU4Rec
-    from gru4rec.threads import set_threads
 
     if args.threads:
-        set_threads(args.threads)  # fixed: no online choice (gru4rec/threads.py)
+        set_threads(args.threads)  # fixed: no online choice (gru4rec/machine/threads.py)
     device = torch.device(args.device)
     train_path, test_path = args.data / "train_full.tsv", args.data / "test.tsv"
     if not train_path.exists():

@@ -64,7 +64,7 @@ def build_model(data: Path | None) -> Any:
     from gru4rec import GRU4Rec
     from gru4rec.config import Config
     from gru4rec.data import ItemMap
-    from gru4rec.model import GRU4RecNet
+    from gru4rec.network.gru import GRU4RecNet
 
     model = GRU4Rec(Config.from_file(CONFIG), device="cpu")
     if data is not None and (data / "train_full.tsv").exists():

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.train_speed import add_config_arguments, config_of, load_sessions  # noqa: E402
 from gru4rec.config import Config  # noqa: E402
 from gru4rec.kernels.gpu import counter_driven_step  # noqa: E402
-from gru4rec.model import GRU4RecNet  # noqa: E402
+from gru4rec.network.gru import GRU4RecNet  # noqa: E402
 from gru4rec.training.backend import select_backend  # noqa: E402
 from gru4rec.training.batching import build_schedule  # noqa: E402
 from gru4rec.training.trainer import Trainer  # noqa: E402

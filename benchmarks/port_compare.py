@@ -84,7 +84,7 @@ def epochs_of(output: str) -> list[float]:
 
 def run(cmd: list[str], threads: int, what: str) -> list[float]:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    if threads:  # else each its own default (ours: chosen online, gru4rec/threads.py; the port: torch's)
+    if threads:  # else each its own default (ours: chosen online, gru4rec/machine/threads.py; the port: torch's)
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     speeds = epochs_of(proc.stdout + proc.stderr)

@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gru4rec import Config, GRU4Rec, evaluate  # noqa: E402
-from gru4rec.repeat_fit import fit_repeat_boost  # noqa: E402
+from gru4rec.fitting.repeat_fit import fit_repeat_boost  # noqa: E402
 
 
 def trained(config: Config, data: Path, path: Path, threads: int) -> GRU4Rec:

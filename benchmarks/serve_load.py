@@ -25,7 +25,7 @@ servers from another checkout (e.g. an older commit ``git archive``d to a folder
 before and after a change with the same load generator.
 
 Threads under contention: ``--threads 0`` leaves the thread count to the server (chosen online,
-gru4rec/threads.py), ``--wait-policy PASSIVE`` sets the servers' ``OMP_WAIT_POLICY``, and
+gru4rec/machine/threads.py), ``--wait-policy PASSIVE`` sets the servers' ``OMP_WAIT_POLICY``, and
 ``--busy N`` runs N processes that spin on a core each beside them while the load runs.
 
     python benchmarks/serve_load.py --repeats 3

@@ -28,6 +28,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _first_module(paths: tuple[str, ...], root: Path) -> ModuleType:
+    """The first of ``paths`` that ``root`` holds."""
+    for name in paths:
+        if (root / (name.replace(".", "/") + ".py")).exists() or (root / name.replace(".", "/") / "__init__.py").exists():
+            return importlib.import_module(name)
+    raise ModuleNotFoundError(f"none of {paths} in {root}")
+
+
 def _import_tree(root: Path) -> dict[str, ModuleType]:
     """``gru4rec``'s modules from ``root``, imported fresh (the previous tree's are dropped from
     ``sys.modules`` first; the returned objects keep working)."""
@@ -35,9 +43,12 @@ def _import_tree(root: Path) -> dict[str, ModuleType]:
         del sys.modules[name]
     sys.path.insert(0, str(root))
     try:
-        names = ("gru4rec.config", "gru4rec.model", "gru4rec.threads", "gru4rec.training.batching", "gru4rec.training.trainer",
-                 "gru4rec.data")
-        return {n.rsplit(".", 1)[-1]: importlib.import_module(n) for n in names}
+        # Each role's module, by its path in this tree or (a base before the modules moved into
+        # packages) in the old flat layout.
+        roles = {"config": ("gru4rec.config",), "model": ("gru4rec.network.gru", "gru4rec.model"),
+                 "threads": ("gru4rec.machine.threads", "gru4rec.threads"), "batching": ("gru4rec.training.batching",),
+                 "trainer": ("gru4rec.training.trainer",), "data": ("gru4rec.data",)}
+        return {role: _first_module(paths, root) for role, paths in roles.items()}
     finally:
         sys.path.remove(str(root))
 

@@ -62,8 +62,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_speed import CONFIGS, load_sessions, prefix_for_steps, products_ms, step_products  # noqa: E402
 
 from gru4rec.config import Config  # noqa: E402
-from gru4rec.model import GRU4RecNet  # noqa: E402
-from gru4rec.threads import set_threads  # noqa: E402
+from gru4rec.machine.threads import set_threads  # noqa: E402
+from gru4rec.network.gru import GRU4RecNet  # noqa: E402
 from gru4rec.training.batching import build_schedule  # noqa: E402
 from gru4rec.training.trainer import Trainer  # noqa: E402
 

@@ -11,7 +11,7 @@ and then evaluates ``--test`` ``--eval-repeats`` times with the same setting, pr
 epoch's events/s and every evaluation's predictions/s. Variants (``--variants``):
 
 * ``default``: what a user gets — no wait policy set, the thread count chosen online
-  (gru4rec/threads.py ThreadChoice);
+  (gru4rec/machine/threads.py ThreadChoice);
 * ``passive``: the CPUs available, ``OMP_WAIT_POLICY=PASSIVE`` (idle threads sleep at once: the
   default before issue 39);
 * ``spin``: the CPUs available, no wait policy set (the OpenMP runtime's spin-then-sleep);
@@ -59,7 +59,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gru4rec.cpus import available_cpus  # noqa: E402
+from gru4rec.machine.cpus import available_cpus  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "rsc15_100k"
 
@@ -67,7 +67,7 @@ DATA = ROOT.parent / "shared" / "data" / "rsc15_100k"
 _CHILD = """
 import json, sys
 from gru4rec import Config, GRU4Rec, evaluate
-from gru4rec.threads import last_decision, using_threads
+from gru4rec.machine.threads import last_decision, using_threads
 paramfile, epochs, train, test, threads, eval_repeats = sys.argv[1:7]
 eval_repeats = int(eval_repeats)
 threads = None if threads == "default" else int(threads)
@@ -94,8 +94,8 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from gru4rec import GRU4Rec, evaluate
 from gru4rec.config import Config
-from gru4rec.model import GRU4RecNet
-from gru4rec.threads import last_decision, using_threads
+from gru4rec.network.gru import GRU4RecNet
+from gru4rec.machine.threads import last_decision, using_threads
 from gru4rec.training.loop import train_epochs
 from gru4rec.training.trainer import Trainer
 import torch

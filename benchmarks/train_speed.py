@@ -42,9 +42,9 @@ sys.path.insert(0, str(ROOT))
 
 from gru4rec.config import Config  # noqa: E402
 from gru4rec.data import ItemMap, item_support, read_events, sessions_from_events  # noqa: E402
-from gru4rec.devices import resolve_device  # noqa: E402
-from gru4rec.model import GRU4RecNet  # noqa: E402
-from gru4rec.threads import set_threads  # noqa: E402
+from gru4rec.machine.devices import resolve_device  # noqa: E402
+from gru4rec.machine.threads import set_threads  # noqa: E402
+from gru4rec.network.gru import GRU4RecNet  # noqa: E402
 from gru4rec.training.backend import select_backend  # noqa: E402
 from gru4rec.training.batching import build_schedule  # noqa: E402
 from gru4rec.training.loop import train_epochs  # noqa: E402
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="batch 32..256 × layers 100..512 × {cross-entropy, bpr-max}")
     args = parser.parse_args(argv)
     if args.threads:
-        set_threads(args.threads)  # fixed: no online choice (gru4rec/threads.py)
+        set_threads(args.threads)  # fixed: no online choice (gru4rec/machine/threads.py)
     device = resolve_device(args.device)
     base = config_of(args)
     sessions, support = load_sessions(args.data, args.n_items, base.seed)

@@ -31,9 +31,9 @@ import torch
 from torch import Tensor
 
 from gru4rec.data import ItemMap, item_support, read_events, sessions_from_events, validate_events
-from gru4rec.devices import resolve_device
 from gru4rec.errors import ConfigError, DataError
 from gru4rec.inference import require_fitted
+from gru4rec.machine.devices import resolve_device
 
 __all__ = ["BaselineConfig", "Pop", "SessionPop", "ItemKNN"]
 

@@ -3,7 +3,7 @@
     >>> model = GRU4Rec(Config.from_file("paramfiles/rsc15_xe_shared_100_best.py")).fit("train.tsv")
     >>> model.recommend([214834865, 214706441], k=20).item_ids
 
-Everything a trained model needs travels in one file (``save``, :mod:`gru4rec.model_file`): the
+Everything a trained model needs travels in one file (``save``, :mod:`gru4rec.formats.model_file`): the
 weights, the config, the item map and the item supports; loading needs neither the training data
 nor pickle. ``fit`` is wired in :mod:`gru4rec.fitting` (data, warm start, validation, callbacks)
 over one :class:`gru4rec.training.fit.TrainingRun`; this class keeps the user API and the
@@ -26,13 +26,13 @@ import torch
 from gru4rec.config import Config
 from gru4rec.data import ItemMap, index_sessions
 from gru4rec.data.overlap import TrainingFingerprint
-from gru4rec.devices import resolve_device
 from gru4rec.errors import Gru4RecError
 from gru4rec.fitting import EpochInfo, fit_model
+from gru4rec.formats.model_file import read_model, write_model
 from gru4rec.inference import Engine, require_fitted
 from gru4rec.inference.repeat import RepeatBoost
-from gru4rec.model import GRU4RecNet
-from gru4rec.model_file import read_model, write_model
+from gru4rec.machine.devices import resolve_device
+from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.loop import EpochStats
 from gru4rec.training.precision import check_precision
 
@@ -76,7 +76,7 @@ class GRU4Rec:
     the matrix products, everything else in float32 (see :class:`gru4rec.training.precision.Matmuls`).
     ``threads``: torch threads while :meth:`fit` trains; None (default) means the CPUs this
     process may use — its affinity mask capped by its cgroup's CPU quota, or ``OMP_NUM_THREADS``
-    when set (:mod:`gru4rec.threads`). On a machine where other processes keep cores busy, fewer
+    when set (:mod:`gru4rec.machine.threads`). On a machine where other processes keep cores busy, fewer
     (often 1) is much faster.
     """
 
@@ -140,7 +140,7 @@ class GRU4Rec:
         """Train on ``data`` (DataFrame or file with session, item and time columns): from scratch,
         or from a trained model with ``init_from`` (a ``GRU4Rec`` or a model file).
 
-        ``init_from`` (a warm start, :mod:`gru4rec.warm_start`): the model's weights are the
+        ``init_from`` (a warm start, :mod:`gru4rec.training.warm_start`): the model's weights are the
         starting point; its items keep their indices and rows, the new data's new items get
         fresh rows; its optimiser state is carried when it has one (``optimizer_state``; a file
         saved with ``optimizer=True``); the item supports (sampling, fallback) are the new data's.
@@ -150,7 +150,7 @@ class GRU4Rec:
         :class:`~gru4rec.errors.ConfigError` naming it.
 
         ``valid`` (DataFrame or file): evaluate on it after every epoch at ``valid_cutoffs`` with
-        ``valid_mode`` ties (:mod:`gru4rec.validation`); ``early_stop=P`` stops when ``metric``
+        ``valid_mode`` ties (:mod:`gru4rec.fitting.validation`); ``early_stop=P`` stops when ``metric``
         (``'recall@K'``, ``'mrr@K'`` or ``'ndcg@K'``) has not improved for P epochs and keeps the
         best epoch's weights (``best_epoch``, ``valid_history``).
 
@@ -188,7 +188,7 @@ class GRU4Rec:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, device: str | torch.device = "auto") -> GRU4Rec:
-        """Read a model written by :meth:`save` (:mod:`gru4rec.model_file`). Never executes code from the file."""
+        """Read a model written by :meth:`save` (:mod:`gru4rec.formats.model_file`). Never executes code from the file."""
         parts = read_model(path)
         model = cls(parts.config, device=device)
         model.item_map, model.item_support = parts.item_map, parts.item_support

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from gru4rec.activations import (
+from gru4rec.config.activations import (
     FINAL_ACTIVATIONS,
     HIDDEN_ACTIVATIONS,
     Activation,

@@ -12,7 +12,7 @@ import torch
 
 from gru4rec.config import Config
 from gru4rec.kernels import switches
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.backend import BACKENDS, select_backend
 from gru4rec.training.ops import CpuKernelOps, TorchOps
 from gru4rec.training.trainer import Trainer

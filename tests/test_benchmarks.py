@@ -78,9 +78,9 @@ def test_export_benchmarks_format_1_file_is_what_the_reader_reads(tmp_path: Path
     import numpy as np
 
     from gru4rec import GRU4Rec
-    from gru4rec.checkpoint import file_info
     from gru4rec.data import ItemMap
-    from gru4rec.model import GRU4RecNet
+    from gru4rec.formats.checkpoint import file_info
+    from gru4rec.network.gru import GRU4RecNet
 
     export_speed = load("export_speed")
     model = GRU4Rec("layers=4", device="cpu")

@@ -16,9 +16,10 @@ import torch
 from safetensors.numpy import load_file as numpy_load_file
 from safetensors.numpy import save_file as numpy_save_file
 
-from gru4rec import checkpoint, files
-from gru4rec.checkpoint import FORMAT_VERSION, file_info, load_file, save_file
+from gru4rec import files
 from gru4rec.errors import ModelFileError, OutputExistsError, OutputPathError
+from gru4rec.formats import checkpoint
+from gru4rec.formats.checkpoint import FORMAT_VERSION, file_info, load_file, save_file
 
 
 def _tensors() -> dict[str, torch.Tensor]:

@@ -216,7 +216,7 @@ def test_checkpoint_resume(
     """Ctrl-C in epoch 2 writes a checkpoint and prints the exact command that resumes the run;
     the resumed run saves the uninterrupted run's model and removes the checkpoint (kept with
     --keep-checkpoint). The mid-epoch cases with real processes are in tests/test_resume.py."""
-    from gru4rec.checkpoint import load_file
+    from gru4rec.formats.checkpoint import load_file
     from gru4rec.training.resume import CHECKPOINT_NAME
 
     ck = tmp_path / "ck"
@@ -385,9 +385,9 @@ def test_output_paths_are_checked_before_the_first_step(
 
 
 def test_help_names_one_model_file_extension(capsys: pytest.CaptureFixture[str]) -> None:
-    from gru4rec.checkpoint import MODEL_SUFFIX
     from gru4rec.cli.common import MODEL_FILE_EXAMPLE
-    from gru4rec.runs import MODEL_FILE
+    from gru4rec.formats.checkpoint import MODEL_SUFFIX
+    from gru4rec.tracking.runs import MODEL_FILE
 
     assert MODEL_FILE_EXAMPLE == MODEL_FILE == "model" + MODEL_SUFFIX  # run folders name it the same way
     code, out, _ = run(["train", "--help"], capsys)
@@ -530,7 +530,7 @@ def test_module_entry_point() -> None:
 
 
 def test_info(trained: dict[str, Any], loaded: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from gru4rec.checkpoint import FORMAT_VERSION
+    from gru4rec.formats.checkpoint import FORMAT_VERSION
 
     code, out, _ = run(["info", trained["model"]], capsys)
     assert code == 0

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from gru4rec.config import Config
+from gru4rec.config.param_files import read_param_file
 from gru4rec.errors import ConfigError
-from gru4rec.param_files import read_param_file
 
 PARAMFILES = Path(__file__).resolve().parents[1] / "paramfiles"
 
@@ -480,9 +480,9 @@ def test_param_file_code_is_never_run(tmp_path: Path, code: str) -> None:
 
 
 def test_every_field_declares_its_group_converter_and_check() -> None:
-    from gru4rec import warm_start
     from gru4rec.config import DATA_FIELDS, INFERENCE_FIELDS, NETWORK_FIELDS, SPECS
-    from gru4rec.config_values import GROUPS, FieldSpec
+    from gru4rec.config.values import GROUPS, FieldSpec
+    from gru4rec.training import warm_start
 
     assert tuple(SPECS) == Config.field_names()
     assert all(isinstance(spec, FieldSpec) and spec.group in GROUPS and callable(spec.convert) for spec in SPECS.values())

@@ -493,7 +493,7 @@ def test_training_with_and_without_kernels_gives_the_same_losses(kernels, model:
     weights to float32 round-off, in every embedding mode and with two layers."""
     from gru4rec.data import ItemMap, item_support, sessions_from_events
     from gru4rec.datasets.synthetic import generate
-    from gru4rec.model import GRU4RecNet
+    from gru4rec.network.gru import GRU4RecNet
     from gru4rec.training.loop import train_epochs
     from gru4rec.training.trainer import Trainer
 
@@ -557,7 +557,7 @@ def test_fused_ops_equal_pytorch_ops(kernels) -> None:
 def test_fused_gru_cell_equals_pytorch_cell(kernels, dropout: bool) -> None:
     """The fast step's GRU cell (gru4rec/training/cell.py), fused and PyTorch: the same layer
     output, gates and candidate forward, the same dL/dv and weight gradients backward."""
-    from gru4rec.activations import parse_activation
+    from gru4rec.config.activations import parse_activation
     from gru4rec.training.cell import LayerCache
     from gru4rec.training.ops import CpuKernelOps, TorchOps
     from gru4rec.training.precision import Matmuls
@@ -583,8 +583,8 @@ def test_fused_gru_cell_equals_pytorch_cell(kernels, dropout: bool) -> None:
 def test_ops_are_chosen_once_by_device_dtype_precision_and_activation(kernels) -> None:
     """select_backend decides kernels or PyTorch from the tables (CPU, float32, unique rows) and
     the switch; the ops then choose the cell (fused: tanh and float32 products) and the loss."""
-    from gru4rec.activations import parse_activation
-    from gru4rec.model import GRU4RecNet
+    from gru4rec.config.activations import parse_activation
+    from gru4rec.network.gru import GRU4RecNet
     from gru4rec.training.ops import CpuKernelOps, TorchOps
     from gru4rec.training.precision import Matmuls
     from gru4rec.training.trainer import Trainer

@@ -12,7 +12,7 @@ from gru4rec.config import Config
 from gru4rec.data import ItemMap, item_support, sessions_from_events
 from gru4rec.datasets.synthetic import generate
 from gru4rec.kernels.cpu import cpu_kernels
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.batching import build_schedule
 from gru4rec.training.trainer import Trainer
 

@@ -448,7 +448,7 @@ def test_sessions_input_and_result_formatting() -> None:
 
 
 def test_real_network_matches_brute_force() -> None:
-    model_mod = pytest.importorskip("gru4rec.model")
+    model_mod = pytest.importorskip("gru4rec.network.gru")
     config_mod = pytest.importorskip("gru4rec.config")
     N = 50
     net = model_mod.GRU4RecNet(N, config_mod.Config(layers=(8, 6)), generator=torch.Generator().manual_seed(0)).double()

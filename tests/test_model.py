@@ -10,7 +10,7 @@ import torch
 
 import numpy_reference as ref
 from gru4rec.config import Config
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 
 torch.set_num_threads(1)
 

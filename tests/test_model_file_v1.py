@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from gru4rec import GRU4Rec
-from gru4rec.checkpoint import file_info, load_file
 from gru4rec.cli import main
 from gru4rec.errors import ModelFileError
+from gru4rec.formats.checkpoint import file_info, load_file
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 V1_MODEL = FIXTURES / "v1_model.pt"

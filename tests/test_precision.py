@@ -18,7 +18,7 @@ from gru4rec.cli import main as cli_main
 from gru4rec.config import Config
 from gru4rec.datasets.synthetic import generate, time_split
 from gru4rec.errors import ConfigError
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.precision import Matmuls, check_precision
 from gru4rec.training.trainer import Trainer
 

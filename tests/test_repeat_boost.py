@@ -16,9 +16,9 @@ from gru4rec.config import Config
 from gru4rec.datasets.synthetic import generate
 from gru4rec.errors import ConfigError
 from gru4rec.evaluation import evaluate_boosts
+from gru4rec.fitting.repeat_fit import fit_repeat_boost
 from gru4rec.inference import Clicks, Engine, Work
 from gru4rec.inference.repeat import RepeatBoost, SlotHistory
-from gru4rec.repeat_fit import fit_repeat_boost
 
 
 def numpy_boost(scores: np.ndarray, history: np.ndarray, weight: float, decay: float) -> np.ndarray:

@@ -20,7 +20,7 @@ pytest.importorskip("matplotlib")
 from gru4rec.cli import main
 from gru4rec.report import runs as figures
 from gru4rec.report.build import planned_files, write_report
-from gru4rec.runs import read_run
+from gru4rec.tracking.runs import read_run
 
 TINY = "layers=8,n_sample=16,batch_size=8,sample_store_size=1600"
 
@@ -319,7 +319,7 @@ def test_evaluate_on_a_run_folders_model_fills_its_test_panels(tmp_path: Path, c
     report draws are that evaluation's (issue 37: the README's report was half empty)."""
     from gru4rec import GRU4Rec, evaluate
     from gru4rec.datasets.synthetic import write_synthetic
-    from gru4rec.runs import RUN_CUTOFFS
+    from gru4rec.tracking.runs import RUN_CUTOFFS
 
     data = write_synthetic(tmp_path / "data", n_sessions=200, n_items=40, seed=3, test_days=6)
     run = tmp_path / "run"

@@ -23,11 +23,12 @@ import pandas as pd
 import pytest
 import torch
 
-from gru4rec import GRU4Rec, checkpoint
+from gru4rec import GRU4Rec
 from gru4rec.cli import main
 from gru4rec.config import Config
 from gru4rec.datasets.synthetic import generate
 from gru4rec.errors import Gru4RecError, TrainingInterrupted
+from gru4rec.formats import checkpoint
 from gru4rec.training import resume as resume_module
 from gru4rec.training.resume import CHECKPOINT_NAME, TrainingCheckpoint
 from gru4rec.training.trainer import Trainer

@@ -1,4 +1,4 @@
-"""Row ranges run side by side on Python threads (gru4rec.threads.RowWorkers) and their use by the
+"""Row ranges run side by side on Python threads (gru4rec.machine.threads.RowWorkers) and their use by the
 evaluation on a busy machine: the ranges cover every row once, run at the same time, pass errors
 on, and an evaluation that scores and ranks in row ranges gives exactly the ranks of one that
 does not."""
@@ -10,10 +10,11 @@ import time
 import numpy as np
 import pytest
 
-from gru4rec import GRU4Rec, threads
+from gru4rec import GRU4Rec
 from gru4rec.datasets.synthetic import generate
 from gru4rec.evaluation import evaluate
-from gru4rec.threads import RowWorkers
+from gru4rec.machine import threads
+from gru4rec.machine.threads import RowWorkers
 
 
 @pytest.mark.parametrize("parts", [2, 3, 4])

@@ -49,7 +49,7 @@ def assert_one_line_error(err: str, *fragments: str) -> None:
 
 
 def saved_config(path: Path) -> dict[str, Any]:
-    from gru4rec.checkpoint import load_file
+    from gru4rec.formats.checkpoint import load_file
 
     return load_file(path)[1]["config"]
 

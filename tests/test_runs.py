@@ -15,7 +15,7 @@ import torch
 
 from gru4rec import GRU4Rec, evaluate
 from gru4rec.cli import main, run_py_main
-from gru4rec.runs import RUN_CUTOFFS, read_run
+from gru4rec.tracking.runs import RUN_CUTOFFS, read_run
 
 TINY = "layers=8,n_sample=16,n_epochs=3,batch_size=8,sample_store_size=1600,learning_rate=0.1"
 
@@ -215,7 +215,7 @@ def test_gpu_utilisation_and_memory_per_epoch_in_tensorboard(tmp_path: Path, mon
     (interval of an hour); the test feeds the samples as the thread would."""
     event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
     from gru4rec.recommender import EpochInfo
-    from gru4rec.tracking import TensorBoardLogger
+    from gru4rec.tracking.tensorboard import TensorBoardLogger
 
     fake = FakeNVML([(50.0, 1000.0), (10.0, 900.0)])  # the readings taken at the end of epochs 1 and 2
     monkeypatch.setitem(sys.modules, "pynvml", fake)

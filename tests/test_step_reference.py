@@ -14,7 +14,7 @@ import torch
 
 import numpy_reference as ref
 from gru4rec.config import Config
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.losses import make_loss
 from gru4rec.training.trainer import Trainer
 from test_model import MODES, load_params, net_to_params

@@ -1,4 +1,4 @@
-"""The online thread-count choice (gru4rec/threads.py ThreadChoice) from made-up step timings, and
+"""The online thread-count choice (gru4rec/machine/threads.py ThreadChoice) from made-up step timings, and
 its use by training, evaluation and the run folder: fixed counts (``threads=N``, ``--threads``,
 ``OMP_NUM_THREADS``) are never changed. No timing is measured here: the steps' times are given."""
 from __future__ import annotations
@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 import torch
 
-from gru4rec import GRU4Rec, cpus, threads
+from gru4rec import GRU4Rec
 from gru4rec.datasets.synthetic import generate, write_synthetic
 from gru4rec.evaluation import evaluator
-from gru4rec.runs import epoch_record
+from gru4rec.machine import cpus, threads
+from gru4rec.tracking.runs import epoch_record
 from gru4rec.training import loop
 from test_threads import record_threads_in_training
 
@@ -177,7 +178,7 @@ def test_a_short_workload_holds_one_thread_on_a_busy_machine_and_never_compares(
     assert long.chosen == (1 if remembered else None)
 
 
-#: others_load as gru4rec.cpus defines it (the autouse fixture stubs the name threads uses).
+#: others_load as gru4rec.machine.cpus defines it (the autouse fixture stubs the name threads uses).
 REAL_OTHERS_LOAD = cpus.others_load
 
 

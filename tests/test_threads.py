@@ -1,4 +1,4 @@
-"""Thread counts (gru4rec/threads.py): the CPUs this process may use, from a patched affinity
+"""Thread counts (gru4rec/machine/threads.py): the CPUs this process may use, from a patched affinity
 mask and fake cgroup v1/v2 files; ``GRU4Rec(threads=)`` and ``--threads`` on the commands."""
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 import torch
 
-from gru4rec import GRU4Rec, cpus, threads
+from gru4rec import GRU4Rec
 from gru4rec.cli import main
 from gru4rec.datasets.synthetic import generate, write_synthetic
 from gru4rec.errors import Gru4RecError
+from gru4rec.machine import cpus, threads
 from gru4rec.training.trainer import Trainer
 
 TINY = "layers=8,n_sample=16,n_epochs=1,batch_size=8,sample_store_size=160"

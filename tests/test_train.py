@@ -16,7 +16,7 @@ from gru4rec.config import Config
 from gru4rec.data import ItemMap, item_support, sessions_from_events
 from gru4rec.datasets.synthetic import generate
 from gru4rec.errors import Gru4RecError, ModelFileError, TrainingDivergedError
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.backend import select_backend
 from gru4rec.training.batching import build_schedule
 from gru4rec.training.loop import reorder, train_epochs

@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from gru4rec.activations import parse_activation  # noqa: E402
+from gru4rec.config.activations import parse_activation  # noqa: E402
 from gru4rec.kernels.triton_support import triton_unavailable  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -14,8 +14,8 @@ pytest.importorskip("triton")
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from gru4rec.activations import parse_activation  # noqa: E402
 from gru4rec.config import Config  # noqa: E402
+from gru4rec.config.activations import parse_activation  # noqa: E402
 from gru4rec.kernels import triton_losses as tlosses  # noqa: E402
 from gru4rec.kernels.triton_support import triton_unavailable  # noqa: E402
 from gru4rec.training import losses  # noqa: E402

@@ -11,7 +11,7 @@ import torch
 pytest.importorskip("triton")
 
 from gru4rec.config import Config  # noqa: E402
-from gru4rec.model import GRU4RecNet  # noqa: E402
+from gru4rec.network.gru import GRU4RecNet  # noqa: E402
 from gru4rec.training.backend import select_backend  # noqa: E402
 from gru4rec.training.trainer import Trainer  # noqa: E402
 from test_model import load_params, net_to_params  # noqa: E402

@@ -13,7 +13,7 @@ optuna = pytest.importorskip("optuna")
 
 from gru4rec.cli import main  # noqa: E402
 from gru4rec.errors import ConfigError  # noqa: E402
-from gru4rec.runs import read_run  # noqa: E402
+from gru4rec.tracking.runs import read_run  # noqa: E402
 from gru4rec.tune import run_study  # noqa: E402
 from tune_helpers import FIXED, data_fixture, settings, trials_of  # noqa: E402,F401 - data is a fixture
 
@@ -60,9 +60,9 @@ def test_trials_train_with_the_threads_asked_for(data: dict[str, Path], tmp_path
                                                   threads: int | None, workers: int, expected: int) -> None:
     # The machine's default (3 here) must not replace --threads when a trial's fit starts.
     import gru4rec.fitting
-    import gru4rec.threads
+    import gru4rec.machine.threads
 
-    monkeypatch.setattr(gru4rec.threads, "default_threads", lambda: 3)
+    monkeypatch.setattr(gru4rec.machine.threads, "default_threads", lambda: 3)
     seen: list[int] = []
     real = gru4rec.fitting.using_threads  # fit's threads are set where fit is wired
 

@@ -16,7 +16,7 @@ import torch
 
 from gru4rec import GRU4Rec, evaluate
 from gru4rec.errors import ConfigError, DataError, Gru4RecError
-from gru4rec.validation import Validator, parse_metric
+from gru4rec.fitting.validation import Validator, parse_metric
 
 torch.set_num_threads(1)
 
@@ -130,7 +130,7 @@ def test_the_stopping_rule(monkeypatch: pytest.MonkeyPatch, values: list[float],
     sessions = types.SimpleNamespace(lengths=np.array([3, 2]))
     it = iter(values)
     monkeypatch.setattr(
-        "gru4rec.validation.evaluate",
+        "gru4rec.fitting.validation.evaluate",
         lambda *a, **k: types.SimpleNamespace(recall={20: 0.0}, mrr={20: next(it)}, ndcg={20: 0.0}, seconds=0.0),
     )
     v = Validator(model, sessions, metric="mrr@20", patience=patience)

@@ -17,11 +17,11 @@ from gru4rec.config import Config
 from gru4rec.data import ItemMap, item_support, sessions_from_events
 from gru4rec.datasets.synthetic import generate
 from gru4rec.errors import ConfigError, Gru4RecError
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.backend import select_backend
 from gru4rec.training.loop import train_epochs
 from gru4rec.training.trainer import Trainer
-from gru4rec.warm_start import carry_optimizer_state, grow_item_map, inherit_config, warm_net
+from gru4rec.training.warm_start import carry_optimizer_state, grow_item_map, inherit_config, warm_net
 
 SMALL = "layers=16,batch_size=8,n_sample=24,n_epochs=1,sample_store_size=1000,learning_rate=0.1,momentum=0.3"
 MODES = {"shared": "", "separate": ",constrained_embedding=False,embedding=12", "none": ",constrained_embedding=False,embedding=0"}
@@ -357,7 +357,7 @@ def test_the_train_command_takes_the_models_fields(tmp_path: Path, capsys: pytes
 
 def test_the_config_of_a_model_file_is_read_from_its_header(tmp_path: Path, yesterday: GRU4Rec) -> None:
     from gru4rec.errors import ModelFileError
-    from gru4rec.model_file import read_model_config
+    from gru4rec.formats.model_file import read_model_config
 
     yesterday.save(tmp_path / "m.safetensors")
     assert read_model_config(tmp_path / "m.safetensors") == yesterday.config == GRU4Rec.load(tmp_path / "m.safetensors").config

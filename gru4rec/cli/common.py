@@ -62,7 +62,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PROG = "gru4rec"
-#: The model file name the help texts show: ``model`` + :data:`gru4rec.checkpoint.MODEL_SUFFIX`
+#: The model file name the help texts show: ``model`` + :data:`gru4rec.formats.checkpoint.MODEL_SUFFIX`
 #: (written out so that building a parser imports no torch; a test holds the two equal).
 MODEL_FILE_EXAMPLE = "model.safetensors"
 EVAL_MODES = ("standard", "conservative", "median", "tiebreaking")
@@ -225,7 +225,7 @@ def add_precision(parser: argparse.ArgumentParser) -> None:
 
 
 def add_threads(parser: argparse.ArgumentParser) -> None:
-    """``--threads``: torch's threads for the command (see :mod:`gru4rec.threads`)."""
+    """``--threads``: torch's threads for the command (see :mod:`gru4rec.machine.threads`)."""
     parser.add_argument("--threads", metavar="N", type=positive_int, default=None,
                         help="CPU threads, exactly (default: chosen while running between 1 and the CPUs "
                              "this process may use — its affinity and cgroup quota — from the measured step "
@@ -238,7 +238,7 @@ def uses_threads(run: Callable[[T], int]) -> Callable[[T], int]:
 
     @functools.wraps(run)
     def wrapped(args: T) -> int:
-        from gru4rec.threads import using_threads
+        from gru4rec.machine.threads import using_threads
 
         with using_threads(args.threads):
             return run(args)

@@ -33,7 +33,7 @@ from gru4rec.cli.common import (
 )
 from gru4rec.cli.console import result
 from gru4rec.errors import ConfigError
-from gru4rec.runs import METRICS_FILE, RUN_CUTOFFS, metrics_entry, run_folder_of
+from gru4rec.tracking.runs import METRICS_FILE, RUN_CUTOFFS, metrics_entry, run_folder_of
 
 if TYPE_CHECKING:
     from gru4rec.evaluation.metrics import TieMode
@@ -83,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _fit_metric(args: EvaluateSettings) -> str:
     """The metric --fit-repeat maximises, as ``mrr@20`` (checked before any work)."""
-    from gru4rec.validation import parse_metric
+    from gru4rec.fitting.validation import parse_metric
 
     if args.fit_metric is not None and args.fit_repeat is None:
         raise UsageError("--fit-metric needs --fit-repeat VALID (the data it is measured on)")
@@ -105,7 +105,7 @@ def _repeat_boost(model: Any, args: EvaluateSettings, metric: str) -> tuple[Any,
     ``metric``), and whether it now scores with a boost the loaded model did not have."""
     from gru4rec.data import read_events, sessions_from_events
     from gru4rec.data.overlap import warn_overlap
-    from gru4rec.repeat_fit import fit_repeat_boost
+    from gru4rec.fitting.repeat_fit import fit_repeat_boost
 
     before = (model.config.repeat_weight, model.config.repeat_decay)
     changes = {k: v for k, v in (("repeat_weight", args.repeat_weight), ("repeat_decay", args.repeat_decay)) if v is not None}

@@ -118,9 +118,9 @@ def count_items(meta: dict[str, Any], tensors: dict[str, Any]) -> int | None:
 def run(args: InfoSettings) -> int:
     """Run ``gru4rec info``: a model file's format, item count, configuration and tensors; an
     event file's repeated targets."""
-    from gru4rec.checkpoint import file_info
     from gru4rec.data.events import is_event_file_name
     from gru4rec.errors import Gru4RecError, ModelFileError
+    from gru4rec.formats.checkpoint import file_info
 
     try:
         info = file_info(args.file)

@@ -1,6 +1,6 @@
 """The flags that let a user watch a training run, shared by ``gru4rec train`` and ``run.py``:
-``--valid`` and ``--early-stop`` (:mod:`gru4rec.validation`), ``--run-dir``
-(:mod:`gru4rec.runs`) and ``--tensorboard`` (:mod:`gru4rec.tracking`).
+``--valid`` and ``--early-stop`` (:mod:`gru4rec.fitting.validation`), ``--run-dir``
+(:mod:`gru4rec.tracking.runs`) and ``--tensorboard`` (:mod:`gru4rec.tracking.tensorboard`).
 
 :class:`Observation` checks them all before training starts (nothing is trained for an output
 that could not be written), gives ``fit`` its validation arguments and per-epoch callbacks, and
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gru4rec.cli.common import UsageError, check_readable, positive_int
 from gru4rec.errors import Gru4RecError
-from gru4rec.runs import RUN_CUTOFFS
+from gru4rec.tracking.runs import RUN_CUTOFFS
 
 if TYPE_CHECKING:  # the heavy imports happen inside the methods
     from gru4rec.config import Config
@@ -72,8 +72,8 @@ class Observation:
     """
 
     def __init__(self, args: ObserveFlags, *, command: Sequence[str], cutoffs: Sequence[int], mode: str, force: bool) -> None:
-        from gru4rec.runs import RunFolder
-        from gru4rec.validation import parse_metric
+        from gru4rec.fitting.validation import parse_metric
+        from gru4rec.tracking.runs import RunFolder
 
         self.valid: str | None = args.valid
         self.early_stop: int | None = args.early_stop
@@ -95,7 +95,7 @@ class Observation:
                 raise UsageError(str(exc)) from exc
         self.tensorboard_dir: str | None = args.tensorboard
         if self.tensorboard_dir is not None:
-            from gru4rec.tracking import import_summary_writer
+            from gru4rec.tracking.tensorboard import import_summary_writer
 
             import_summary_writer()  # the missing package is found now, not after training
             if Path(self.tensorboard_dir).exists() and not Path(self.tensorboard_dir).is_dir():
@@ -113,7 +113,7 @@ class Observation:
         import torch
 
         from gru4rec import __version__
-        from gru4rec.devices import resolve_device
+        from gru4rec.machine.devices import resolve_device
 
         resolved = resolve_device(device)
         callbacks: list[Any] = []
@@ -143,7 +143,7 @@ class Observation:
             callbacks.append(self.run_folder)
             log.info("Writing the run to %s", self.run_folder.path)
         if self.tensorboard_dir is not None:
-            from gru4rec.tracking import TensorBoardLogger
+            from gru4rec.tracking.tensorboard import TensorBoardLogger
 
             self._tensorboard = TensorBoardLogger(self.tensorboard_dir, device=resolved)
             callbacks.append(self._tensorboard)

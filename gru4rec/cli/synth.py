@@ -170,8 +170,8 @@ class DemoSettings:
 @uses_threads
 def run_demo(args: DemoSettings) -> int:
     """Run ``gru4rec demo``: the result lines are the saved model's on the synthetic test set."""
-    from gru4rec.checkpoint import MODEL_SUFFIX
     from gru4rec.datasets.synthetic import write_synthetic
+    from gru4rec.formats.checkpoint import MODEL_SUFFIX
 
     owned = args.workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="gru4rec-demo-") if args.workdir is None else args.workdir)

@@ -165,8 +165,8 @@ def run(args: TrainSettings) -> int:
         session_key=args.session_key, item_key=args.item_key, time_key=args.time_key,
     )
     if args.init_from is not None:  # the model's fields are the defaults; a different network is refused now
-        from gru4rec.model_file import read_model_config
-        from gru4rec.warm_start import inherit_config
+        from gru4rec.formats.model_file import read_model_config
+        from gru4rec.training.warm_start import inherit_config
 
         config = inherit_config(read_model_config(args.init_from), config, args.init_from)
     saved = None

@@ -22,7 +22,7 @@ How it runs (the fast path is the only path):
   (so the target ties with itself exactly and duplicated items tie exactly) — no sorting on the rank path.
 * :func:`evaluate_boosts` ranks the same scores under several repeat boosts in one pass (each
   boost added, ranked and taken off again, the scores computed once per step): the grid of
-  :func:`gru4rec.repeat_fit.fit_repeat_boost`.
+  :func:`gru4rec.fitting.repeat_fit.fit_repeat_boost`.
 * Metrics for every cutoff are accumulated on the device and read once at the end: no host
   synchronisation per step.
 """
@@ -56,7 +56,7 @@ from gru4rec.evaluation.schedule import schedule_sessions
 from gru4rec.inference import SessionModel, check_session_model, require_fitted
 from gru4rec.inference.repeat import RepeatBoost, SlotHistory
 from gru4rec.log import progress_bar
-from gru4rec.threads import RowWorkers, online_choice
+from gru4rec.machine.threads import RowWorkers, online_choice
 
 __all__ = ["DEFAULT_BATCH_SIZE", "TIE_MODES", "EvalResult", "evaluate", "evaluate_boosts", "evaluate_sessions"]
 
@@ -339,7 +339,7 @@ def _evaluate(
     per_step = sched.valid.sum(axis=1).tolist()
     bar = progress_bar(sched.n_predictions, "evaluation", enabled=progress, unit="pred")
     # On the CPU the thread count is chosen from the times of the steps with every slot busy
-    # (gru4rec/threads.py): the bulk of the work, alike in size (a tail step's few rows cost mostly
+    # (gru4rec/machine/threads.py): the bulk of the work, alike in size (a tail step's few rows cost mostly
     # overhead). Too few of them to compare: the most threads, or one after a collapse just seen.
     # While it runs one OpenMP thread (a busy machine), the model's step, the scores and the ranks
     # are computed in row ranges side by side on Python threads (RowWorkers: their waits sleep,

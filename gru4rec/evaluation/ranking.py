@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gru4rec.threads import RowWorkers
+from gru4rec.machine.threads import RowWorkers
 
 __all__ = ["CPU_BLOCK_BYTES", "Ranker"]
 

@@ -12,7 +12,7 @@ from gru4rec.files import atomic_write, check_output_path
 
 if TYPE_CHECKING:
     from gru4rec.data import ItemMap
-    from gru4rec.model import GRU4RecNet
+    from gru4rec.network.gru import GRU4RecNet
     from gru4rec.recommender import GRU4Rec
 
 __all__ = ["check_target", "fitted", "write_atomically"]

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from gru4rec.errors import Gru4RecError
 from gru4rec.export.common import check_target, fitted, write_atomically
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 
 if TYPE_CHECKING:
     from gru4rec.recommender import GRU4Rec

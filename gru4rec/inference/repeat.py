@@ -13,7 +13,7 @@ and σ is the standard deviation of the row's scores over all items: the model's
 scale, so that one ``weight`` means the same for every model and loss. ``weight = 0`` (the
 default) is faithful GRU4Rec, bit for bit: no boost is computed at all.
 
-The two coefficients are chosen on validation data (:func:`gru4rec.repeat_fit.fit_repeat_boost`:
+The two coefficients are chosen on validation data (:func:`gru4rec.fitting.repeat_fit.fit_repeat_boost`:
 a small grid, every point ranked from the same scores). The boost is part of the inference path —
 ``recommend*``, the evaluator, ``run.py``/``gru4rec evaluate``, ``paropt`` (as
 ``repeat_weight``/``repeat_decay``, searched like any parameter) and ``serve`` — for a model that

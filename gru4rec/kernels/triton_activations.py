@@ -1,10 +1,10 @@
-"""The elementwise activations of GRU4Rec (``gru4rec/activations.py``) inside Triton kernels.
+"""The elementwise activations of GRU4Rec (``gru4rec/config/activations.py``) inside Triton kernels.
 
 Shared by the fused GRU cell (the candidate activation, :mod:`gru4rec.kernels.triton_gru`) and
 the fused losses (the final activation, :mod:`gru4rec.kernels.triton_losses`). An activation
 enters a kernel as a constexpr code with two float parameters (:func:`activation_code`);
 :func:`activate` applies it, :func:`slope` gives its derivative from the OUTPUT, as
-:meth:`gru4rec.activations.Activation.derivative` does (every one of them keeps the sign of its
+:meth:`gru4rec.config.activations.Activation.derivative` does (every one of them keeps the sign of its
 input, so the output says which branch the input was on). Nothing here takes exp of a large
 positive argument: nothing overflows, on a GPU or in the interpreter.
 """
@@ -37,7 +37,7 @@ def activation_args(act: Any) -> tuple[int, float, float]:
 
 def activation_code(act: Any) -> tuple[int, float, float]:
     """(code, p0, p1) of an elementwise activation (an object with ``.name`` and ``.params``,
-    as :class:`gru4rec.activations.Activation`): leaky-A and elu-A give p0 = A, selu-S-A gives
+    as :class:`gru4rec.config.activations.Activation`): leaky-A and elu-A give p0 = A, selu-S-A gives
     p0 = S, p1 = A; unused parameters are 0. ValueError for anything else (the softmaxes)."""
     name, params = getattr(act, "name", None), tuple(getattr(act, "params", ()))
     if name not in ACT_CODES:

@@ -18,7 +18,7 @@ update], B × 3n; ``rz`` is [reset | update], B × 2n; f = the candidate activat
     gru_backward_reset(dhr, h, rz, d_v, g_bh)      d_r = dhr ⊙ h ⊙ r(1 − r);  g_bh[n:2n] = Σ_b d_r
 
 Four launches per layer and step. f' is taken from the output c, as
-:meth:`gru4rec.activations.Activation.derivative` does. The column sums (the bias gradient) use
+:meth:`gru4rec.config.activations.Activation.derivative` does. The column sums (the bias gradient) use
 no atomics: each program owns a block of columns and walks down the B rows, so they come out the
 same on every run (they add in another order than ``torch.sum``: equal to float32 round-off).
 

@@ -53,7 +53,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from gru4rec.config_values import LOSSES, SOFTMAX_LOSSES
+from gru4rec.config.values import LOSSES, SOFTMAX_LOSSES
 from gru4rec.kernels.triton_activations import activate, activation_args, sigmoid, slope
 from gru4rec.kernels.triton_support import require
 

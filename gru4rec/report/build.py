@@ -166,7 +166,7 @@ def write_report(
         raise Gru4RecError("nothing to report: give run folders and/or --study URL")
     if study_storage is None and study_name is not None:
         raise Gru4RecError("--study-name NAME needs --study URL (the storage that holds it)")
-    from gru4rec.runs import read_run
+    from gru4rec.tracking.runs import read_run
 
     files = planned_files(out, runs=bool(run_dirs), study=study_storage is not None)
     _check_outputs(files, force)

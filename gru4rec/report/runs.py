@@ -1,4 +1,4 @@
-"""Figures of training runs, from run folders read with :func:`gru4rec.runs.read_run`: one run or
+"""Figures of training runs, from run folders read with :func:`gru4rec.tracking.runs.read_run`: one run or
 several overlaid (one line, or one bar group, per run).
 
 * :func:`training_curves` — three axes against the epoch: the training loss, the validation

@@ -40,6 +40,7 @@ import torch
 
 from gru4rec.errors import Gru4RecError
 from gru4rec.inference import Answer, Engine
+from gru4rec.machine.threads import online_choice
 from gru4rec.recommender import GRU4Rec
 from gru4rec.serve.batcher import Job, JobResult, MicroBatcher, Overloaded, SeqMismatch, ShuttingDown, StateConflict
 from gru4rec.serve.metrics import CONTENT_TYPE, ServeMetrics
@@ -48,7 +49,6 @@ from gru4rec.serve.reload import ModelReloader, read_model_file
 from gru4rec.serve.schema import ApiError, check_session_id, parse_event, parse_json, parse_recommend
 from gru4rec.serve.settings import ServeSettings
 from gru4rec.serve.state import StoreUnavailable, open_store
-from gru4rec.threads import online_choice
 
 try:
     from fastapi import FastAPI, Request
@@ -150,7 +150,7 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
     store = open_store(settings.state, max_sessions=settings.max_sessions, ttl_s=settings.session_ttl_s, namespace=checksum[:16])
     metrics = ServeMetrics(store.size, lambda: dict(store.evictions), lambda: dict(batcher.engine.topk.counts),
                            lambda: dict(batcher.counts))
-    threads = None  # --threads fixes the count; else the worker chooses it from the batches' times (gru4rec/threads.py)
+    threads = None  # --threads fixes the count; else the worker chooses it from the batches' times (gru4rec/machine/threads.py)
     if settings.threads is None and engine.device.type == "cpu":
         threads = online_choice("serving", trial_steps=50, warmup_steps=2)
     batcher = MicroBatcher(engine, store, max_batch=settings.max_batch, window_s=settings.batch_window_ms / 1000,

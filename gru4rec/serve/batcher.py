@@ -45,8 +45,8 @@ import numpy as np
 
 from gru4rec.errors import Gru4RecError
 from gru4rec.inference import Answer, Engine, Work
+from gru4rec.machine.threads import ThreadChoice
 from gru4rec.serve.state import LastClick, SessionStore, StoredSession, StoreUnavailable, cas_prefix, decode_session, encode_session
-from gru4rec.threads import ThreadChoice
 
 __all__ = ["Job", "JobResult", "MAX_ATTEMPTS", "MicroBatcher", "Overloaded", "SeqMismatch", "ShuttingDown", "StateConflict"]
 
@@ -124,7 +124,7 @@ class MicroBatcher:
     """Runs :class:`Job`\\ s in batches on one worker thread (see the module docstring).
 
     ``on_batch(size)`` is called after each batch (metrics). ``threads``: the worker's online
-    thread-count choice (:func:`gru4rec.threads.online_choice`), told each batch's model time.
+    thread-count choice (:func:`gru4rec.machine.threads.online_choice`), told each batch's model time.
     """
 
     def __init__(

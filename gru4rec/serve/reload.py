@@ -1,7 +1,7 @@
 """Serving a new model without downtime: the model file is loaded again on SIGHUP, or when
 ``--watch`` sees it replaced, checked, and switched in between two micro-batches.
 
-A reload reads the file (its checksums verified by :mod:`gru4rec.checkpoint`), checks that every
+A reload reads the file (its checksums verified by :mod:`gru4rec.formats.checkpoint`), checks that every
 weight is finite and that one click through the new model scores finitely, builds its engine
 (the int8 copy included) — all on a thread of its own while the old model keeps serving — and
 hands the engine to the batcher (:meth:`MicroBatcher.swap`), whose worker switches before its next

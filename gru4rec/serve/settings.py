@@ -53,7 +53,7 @@ class ServeSettings:
     candidates: int = 128
     #: Batches larger than this are scored in float32 (cheaper per row there).
     int8_max_batch: int = 64
-    #: torch threads for the model's work, exactly (None: chosen online by the batcher's worker, gru4rec/threads.py).
+    #: torch threads for the model's work, exactly (None: chosen online by the batcher's worker, gru4rec/machine/threads.py).
     threads: int | None = None
     #: Seconds between the one-line activity logs.
     log_interval_s: float = 60.0

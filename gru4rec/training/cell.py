@@ -18,7 +18,7 @@ from typing import NamedTuple, Protocol
 import torch
 from torch import Tensor
 
-from gru4rec.activations import Activation
+from gru4rec.config.activations import Activation
 from gru4rec.kernels.cpu import CpuKernels
 from gru4rec.training.precision import Matmuls
 

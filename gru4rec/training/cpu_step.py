@@ -31,9 +31,9 @@ import torch
 from torch import Tensor
 
 from gru4rec.config import Config
-from gru4rec.config_values import SOFTMAX_LOSSES
+from gru4rec.config.values import SOFTMAX_LOSSES
 from gru4rec.kernels.cpu import CpuKernels
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.dropout import DropoutMasks
 from gru4rec.training.optim import Optimizer
 from gru4rec.training.sampling import LogQ

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 
 __all__ = ["DropoutMasks", "Threshold", "Uniform", "keep_masks"]
 

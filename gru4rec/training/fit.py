@@ -3,11 +3,11 @@ resumable checkpoint and the epochs, with validation as a hook.
 
 :class:`TrainingRun` is what ``fit`` does once the training sessions and item supports are
 ready, up to the last epoch: it seeds torch, draws the network (or grows a warm start's,
-:mod:`gru4rec.warm_start`), builds the :class:`~gru4rec.training.trainer.Trainer` (carrying a warm
+:mod:`gru4rec.training.warm_start`), builds the :class:`~gru4rec.training.trainer.Trainer` (carrying a warm
 start's optimiser state), binds a :class:`~gru4rec.training.resume.TrainingCheckpoint` and runs
 :func:`~gru4rec.training.loop.train_epochs`. Validation is anything with the
 :class:`EpochValidation` methods; training never imports the evaluator, so the wiring of
-``gru4rec.validation.Validator``, the data and the per-epoch callbacks is one layer up, in
+``gru4rec.fitting.validation.Validator``, the data and the per-epoch callbacks is one layer up, in
 :mod:`gru4rec.fitting`.
 """
 from __future__ import annotations
@@ -23,11 +23,11 @@ import torch
 
 from gru4rec.config import Config
 from gru4rec.data import ItemMap, Sessions
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.loop import EpochStats, train_epochs
 from gru4rec.training.resume import CheckpointPart, TrainingCheckpoint
 from gru4rec.training.trainer import Trainer
-from gru4rec.warm_start import carry_optimizer_state, warm_net
+from gru4rec.training.warm_start import carry_optimizer_state, warm_net
 
 __all__ = ["EpochValidation", "TrainedEpoch", "TrainingRun", "WarmStart"]
 
@@ -47,7 +47,7 @@ class WarmStart:
 
 
 class EpochValidation(CheckpointPart, Protocol):
-    """What a training run asks of validation (:class:`gru4rec.validation.Validator`)."""
+    """What a training run asks of validation (:class:`gru4rec.fitting.validation.Validator`)."""
 
     def after_epoch(self, epoch: int) -> dict[str, float]:
         """Evaluate after ``epoch``; the metrics by name (``'recall@20'``, ...)."""
@@ -72,8 +72,8 @@ class TrainingRun:
 
     The network is drawn from ``config.seed`` (torch's global generator is seeded with it too,
     as the trainer draws from it) on the CPU and moved to ``device``; with ``warm`` it holds the
-    warm start's weights and rows (:func:`~gru4rec.warm_start.warm_net`) and the trainer its
-    optimiser state where it can (:func:`~gru4rec.warm_start.carry_optimizer_state`).
+    warm start's weights and rows (:func:`~gru4rec.training.warm_start.warm_net`) and the trainer its
+    optimiser state where it can (:func:`~gru4rec.training.warm_start.carry_optimizer_state`).
     """
 
     def __init__(

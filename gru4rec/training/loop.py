@@ -41,11 +41,11 @@ import torch
 from torch import Tensor
 
 from gru4rec.config import Config
-from gru4rec.config_values import SOFTMAX_LOSSES
+from gru4rec.config.values import SOFTMAX_LOSSES
 from gru4rec.errors import LossExplodedWarning, TrainingDivergedError
 from gru4rec.kernels.gpu import graphed_epoch_runner
 from gru4rec.log import progress_bar
-from gru4rec.threads import ThreadChoice, online_choice
+from gru4rec.machine.threads import ThreadChoice, online_choice
 from gru4rec.training.batching import Schedule, build_schedule
 from gru4rec.training.resume import EpochPosition
 from gru4rec.training.trainer import Trainer
@@ -160,7 +160,7 @@ def train_epochs(
         first_epoch = start.epoch
         rng.bit_generator.state = start.rng_state
     schedule: Schedule | None = None
-    # On the CPU the thread count is chosen from the steps' own times (gru4rec/threads.py),
+    # On the CPU the thread count is chosen from the steps' own times (gru4rec/machine/threads.py),
     # across the epochs of this call; on a GPU the host's threads do not set the pace.
     threads = online_choice("training") if trainer.device.type == "cpu" else None
     bound: float | None = None

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from gru4rec.config import Config
-from gru4rec.config_values import SOFTMAX_LOSSES
+from gru4rec.config.values import SOFTMAX_LOSSES
 from gru4rec.kernels.cpu import CpuKernels
 
 __all__ = ["MASK", "LossFn", "LossGradFn", "fused_loss_grad", "make_loss", "make_loss_grad", "masks_through_bias"]

@@ -25,8 +25,8 @@ from typing import Any, NamedTuple, Protocol
 import torch
 from torch import Tensor
 
-from gru4rec.activations import Activation
 from gru4rec.config import Config
+from gru4rec.config.activations import Activation
 from gru4rec.kernels.cpu import CpuKernels
 from gru4rec.training.cell import FusedGRUCell, GRUCell, TorchGRUCell
 from gru4rec.training.dropout import keep_masks

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from gru4rec.config import Config
 from gru4rec.kernels.cpu import CpuKernels, TablesUpdate
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.backend import Backend, select_backend
 from gru4rec.training.ops import FusedUpdate, SparseGrad, TorchOps
 
@@ -80,7 +80,7 @@ class _State:
 
 
 class Optimizer:
-    """Updates a :class:`~gru4rec.model.GRU4RecNet` in place from its gradients.
+    """Updates a :class:`~gru4rec.network.gru.GRU4RecNet` in place from its gradients.
 
     ``step(dense_grads, sparse_grads)``: ``dense_grads`` in the order of ``dense`` names;
     ``sparse_grads`` maps a table's name to (row indices K, gradient rows K×…), duplicates allowed.

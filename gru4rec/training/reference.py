@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.dropout import DropoutMasks
 from gru4rec.training.losses import LossFn
 from gru4rec.training.optim import Optimizer, item_table_grads

@@ -2,7 +2,7 @@
 continues from it to the same final model as an uninterrupted run.
 
 A checkpoint is one file, :data:`CHECKPOINT_NAME` in the checkpoint folder, written atomically
-through :mod:`gru4rec.checkpoint` (``save_file``/``load_file``). It is taken at a *step
+through :mod:`gru4rec.formats.checkpoint` (``save_file``/``load_file``). It is taken at a *step
 boundary* and holds everything the rest of the run depends on:
 
 * the weights and the optimiser's tables and step count;
@@ -39,11 +39,11 @@ from typing import Any, Protocol
 
 from torch import Tensor
 
-from gru4rec import checkpoint
-from gru4rec.checkpoint import MODEL_SUFFIX
 from gru4rec.config import Config
 from gru4rec.errors import Gru4RecError, ModelFileError, TrainingInterrupted
 from gru4rec.files import check_output_path
+from gru4rec.formats import checkpoint
+from gru4rec.formats.checkpoint import MODEL_SUFFIX
 from gru4rec.training.trainer import Trainer, TrainerState
 
 __all__ = ["CHECKPOINT_KIND", "CHECKPOINT_NAME", "CheckpointPart", "EpochPosition", "TrainingCheckpoint"]
@@ -76,7 +76,7 @@ class EpochPosition:
 
 class CheckpointPart(Protocol):
     """More training state that a checkpoint carries besides the trainer's (e.g. the
-    validation's best weights and history, :class:`gru4rec.validation.Validator`)."""
+    validation's best weights and history, :class:`gru4rec.fitting.validation.Validator`)."""
 
     def checkpoint_state(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
         """Its tensors (names distinct from the trainer's) and its JSON metadata."""

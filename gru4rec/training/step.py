@@ -56,7 +56,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.backend import Backend
 from gru4rec.training.cell import GRUCell, LayerCache
 from gru4rec.training.dropout import DropoutMasks

@@ -20,7 +20,7 @@ from torch import Tensor
 from gru4rec.config import Config
 from gru4rec.kernels.memory import keep_freed_memory, use_huge_pages
 from gru4rec.kernels.switches import fused_cpu_step_allowed
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.backend import Backend, select_backend
 from gru4rec.training.batching import Schedule
 from gru4rec.training.cpu_step import FusedCpuStep, fused_cpu_step

@@ -28,12 +28,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from gru4rec.activations import Activation
 from gru4rec.config import Config
+from gru4rec.config.activations import Activation
 from gru4rec.kernels import triton_gru, triton_losses, triton_step
 from gru4rec.kernels.triton_activations import activation_code
 from gru4rec.kernels.triton_optim import TritonDenseUpdate, TritonTableUpdate
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.batching import Schedule
 from gru4rec.training.cell import GRUCell, LayerCache
 from gru4rec.training.losses import LossGradFn, masks_through_bias

@@ -80,7 +80,7 @@ def read_enqueued(path: str | os.PathLike[str], space: Sequence[ParamSpec], base
     """Read the parameter file ``path`` and check it against the study (see the module);
     raises ConfigError listing every problem, naming the file."""
     from gru4rec.config import Config
-    from gru4rec.param_files import read_param_file
+    from gru4rec.config.param_files import read_param_file
 
     where = f"--enqueue '{path}'"
     try:

@@ -47,7 +47,7 @@ class ParoptSettings:
     precision: str = "float32"
     """Training precision of every trial (``--precision``; see :class:`gru4rec.GRU4Rec`)."""
     threads: int | None = None
-    """torch threads per worker; None: 1 when workers > 1, else chosen online (:mod:`gru4rec.threads`)."""
+    """torch threads per worker; None: 1 when workers > 1, else chosen online (:mod:`gru4rec.machine.threads`)."""
     workers: int = 1
     storage: str | None = None
     study_name: str | None = None
@@ -67,7 +67,7 @@ class ParoptSettings:
     """Stop a trial when the objective on VALID has not improved for this many epochs and keep
     its best epoch (the trial's value is that epoch's); None: train every epoch."""
     run_dirs: str | None = None
-    """A run folder per trial under ``run_dirs/<study name>/trial-NNNNN`` (:mod:`gru4rec.runs`)."""
+    """A run folder per trial under ``run_dirs/<study name>/trial-NNNNN`` (:mod:`gru4rec.tracking.runs`)."""
     enqueue: tuple[str, ...] = ()
     """Parameter files whose searched values are queued as the first trials (``--enqueue``)."""
     add_trials: tuple[str, ...] = ()
@@ -82,7 +82,7 @@ class ParoptSettings:
     def trial_threads(self) -> int | None:
         """The threads every trial (and the final test) trains with: ``threads``, else 1 with
         several workers (they share the CPUs), else None: one worker chooses its count online as
-        ``gru4rec train`` does (:class:`gru4rec.threads.ThreadChoice`). Passed to the model, whose
+        ``gru4rec train`` does (:class:`gru4rec.machine.threads.ThreadChoice`). Passed to the model, whose
         ``fit`` would otherwise apply its own default over the worker's setting."""
         if self.threads is not None:
             return self.threads
@@ -117,7 +117,7 @@ class ParoptSettings:
         if self.timeout is not None and self.timeout <= 0:
             problems.append(f"--timeout must be > 0, got {self.timeout}")
         try:
-            from gru4rec.devices import resolve_device
+            from gru4rec.machine.devices import resolve_device
             from gru4rec.training.precision import check_precision
 
             check_precision(self.precision, resolve_device(self.device), warn=False)  # the trials' Trainers warn

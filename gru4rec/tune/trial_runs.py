@@ -2,7 +2,7 @@
 trial's config.json, epochs.jsonl (with the validation metrics when trials stop early),
 metrics.json (the trial's final model on VALID, with breakdowns) and a command.txt whose
 ``gru4rec train`` command retrains exactly this trial; no model file (a study has many trials).
-:mod:`gru4rec.runs` writes the files; ``gru4rec report`` reads them.
+:mod:`gru4rec.tracking.runs` writes the files; ``gru4rec report`` reads them.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
 
     from gru4rec.config import Config
-    from gru4rec.runs import RunFolder
+    from gru4rec.tracking.runs import RunFolder
 
 __all__ = ["trial_run_folder", "write_trial_metrics"]
 
@@ -26,7 +26,7 @@ def trial_run_folder(settings: ParoptSettings, trial: optuna.trial.Trial, config
     train`` command that retrains the trial, config.json the trial's configuration."""
     import torch
 
-    from gru4rec.runs import RunFolder
+    from gru4rec.tracking.runs import RunFolder
 
     # The losses depend on the thread count (parallel sums, to float32 rounding), so the command
     # that retrains the trial names one: the trial's own, or the count it starts on when chosen online.
@@ -62,7 +62,7 @@ def trial_run_folder(settings: ParoptSettings, trial: optuna.trial.Trial, config
 def write_trial_metrics(folder: RunFolder, model: Any, valid: pd.DataFrame, settings: ParoptSettings) -> None:
     """A trial's metrics.json: the final model on VALID at the report's cutoffs, with breakdowns."""
     from gru4rec.evaluation.evaluator import evaluate
-    from gru4rec.runs import RUN_CUTOFFS, metrics_entry
+    from gru4rec.tracking.runs import RUN_CUTOFFS, metrics_entry
 
     result = evaluate(model, valid, cutoffs=tuple(sorted(set(RUN_CUTOFFS) | {settings.measure})), mode=settings.eval_mode, breakdown=True)
     folder.write_metrics({settings.valid: metrics_entry(result)})

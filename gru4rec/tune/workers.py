@@ -99,7 +99,7 @@ class _TrialLog:
 
 def set_threads(settings: ParoptSettings) -> None:
     """This process's thread count (torch and the fused CPU kernels): :meth:`ParoptSettings.trial_threads`."""
-    from gru4rec.threads import set_threads as set_torch_threads
+    from gru4rec.machine.threads import set_threads as set_torch_threads
 
     set_torch_threads(settings.trial_threads())
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:  # typing only
-    from gru4rec.recommender import EpochInfo
+    from gru4rec.fitting import EpochInfo
 
 __all__ = ["GPU_SAMPLE_SECONDS", "GpuMonitor", "TensorBoardLogger", "import_summary_writer"]
 

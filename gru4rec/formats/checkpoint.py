@@ -21,12 +21,12 @@ safetensors itself rejects a truncated file or a header that does not describe t
 exactly; the checksums turn a flipped byte anywhere else (a tensor, a name, a metadata value)
 into a clear error instead of a model that quietly recommends garbage.
 
-Format version 1 (``torch.save`` envelopes, :mod:`gru4rec.checkpoint_v1`) is still read. The
+Format version 1 (``torch.save`` envelopes, :mod:`gru4rec.formats.checkpoint_v1`) is still read. The
 format is recognised by the file's first bytes, never by its name. Writes go to a temporary
 file in the target folder, are fsync'ed and renamed over the target (:func:`gru4rec.files.atomic_write`),
 so a crash leaves the old file or the new one, never half of one.
 
-The model files (:mod:`gru4rec.model_file`: what a model file holds) and the resume checkpoints
+The model files (:mod:`gru4rec.formats.model_file`: what a model file holds) and the resume checkpoints
 of training both use :func:`save_file` / :func:`load_file` (and :func:`read_meta` for the
 metadata alone); neither needs anything else from this module.
 """
@@ -44,9 +44,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file as write_safetensors
 
-from gru4rec import checkpoint_v1
 from gru4rec.errors import ModelFileError, OutputExistsError
 from gru4rec.files import atomic_write, check_output_path
+from gru4rec.formats import checkpoint_v1
 
 __all__ = [
     "MODEL_SUFFIX",

@@ -5,7 +5,7 @@ initialisation. What carries over and what does not:
 
 * **Items.** The item map grows: every item of the old model keeps its index (and its rows),
   items it has not seen are appended in order of first appearance in the new data. The new rows
-  are drawn exactly as :class:`~gru4rec.model.GRU4RecNet` draws the rows of a table of the new
+  are drawn exactly as :class:`~gru4rec.network.gru.GRU4RecNet` draws the rows of a table of the new
   size (same seed, same per-block scale), so a warm start with no new item differs from a fresh
   model only in the rows it carries. Items absent from the new data keep their rows.
 * **Configuration.** The model's config is the default (:func:`inherit_config`): a field the new
@@ -37,7 +37,7 @@ from torch import Tensor
 from gru4rec.config import NETWORK_FIELDS, Config
 from gru4rec.data import ItemMap
 from gru4rec.errors import ConfigError
-from gru4rec.model import GRU4RecNet
+from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.optim import Optimizer
 
 __all__ = ["NETWORK_FIELDS", "check_same_network", "inherit_config", "grow_item_map", "warm_net", "carry_optimizer_state"]

@@ -5,7 +5,7 @@ capped by a container's CPU quota (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`
 :func:`cgroup_cpu_limit`). :func:`others_load` is how many of those CPUs other processes kept busy
 since the last look, from ``/proc/stat`` less this process's own CPU time. Both are Linux
 readings; elsewhere the first falls back to ``os.cpu_count()`` and the second says None. The
-thread count that torch uses is decided from them in :mod:`gru4rec.threads`.
+thread count that torch uses is decided from them in :mod:`gru4rec.machine.threads`.
 """
 from __future__ import annotations
 

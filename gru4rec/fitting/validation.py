@@ -34,7 +34,7 @@ from gru4rec.evaluation.metrics import check_cutoffs, check_mode
 
 if TYPE_CHECKING:  # typing only
     from gru4rec.data import Sessions
-    from gru4rec.model import GRU4RecNet
+    from gru4rec.network.gru import GRU4RecNet
 
 __all__ = ["METRIC_NAMES", "ValidationMetric", "Validator", "parse_metric"]
 

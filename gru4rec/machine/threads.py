@@ -5,7 +5,7 @@ with a CPU quota (cgroup ``cpu.max``, or ``cpu.cfs_quota_us`` in cgroup v1) that
 more threads than the process may run at once, and every OpenMP barrier of a training step then
 waits for threads the kernel is not scheduling: training runs many times slower. The default
 here is the number of CPUs this process may actually use — the affinity mask, capped by the
-cgroup quota (:func:`gru4rec.cpus.available_cpus`) — or ``OMP_NUM_THREADS`` when the user set it.
+cgroup quota (:func:`gru4rec.machine.cpus.available_cpus`) — or ``OMP_NUM_THREADS`` when the user set it.
 
 That default cannot know about *other* processes, and no fixed setting is the fastest
 everywhere (benchmarks/README.md, "Threads under contention"): the OpenMP runtime's own wait
@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from gru4rec.cpus import available_cpus, others_load
+from gru4rec.machine.cpus import available_cpus, others_load
 
 __all__ = ["RowWorkers", "ThreadChoice", "ThreadDecision", "default_threads", "last_decision", "online_choice", "set_threads",
            "threads_fixed", "using_threads"]

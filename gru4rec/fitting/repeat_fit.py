@@ -12,8 +12,8 @@ from typing import Any
 
 from gru4rec.evaluation import evaluate_boosts
 from gru4rec.evaluation.metrics import TieMode
+from gru4rec.fitting.validation import parse_metric
 from gru4rec.inference.repeat import RepeatBoost
-from gru4rec.validation import parse_metric
 
 __all__ = ["fit_repeat_boost"]
 

@@ -12,7 +12,7 @@ A version-1 file is a ``torch.save`` archive (a zip) of one plain dict, the *env
 
 It is read with ``torch.load(weights_only=True)``, whose unpickler accepts only tensors and
 builtin containers, so a file can never run code on load; the CRC-32s catch the flipped bytes
-that the zip container itself does not. :mod:`gru4rec.checkpoint` detects the format by content
+that the zip container itself does not. :mod:`gru4rec.formats.checkpoint` detects the format by content
 and calls :func:`version_of`, judges the version (for both formats alike), then :func:`read`.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""What a GRU4Rec model file holds, over the container of :mod:`gru4rec.checkpoint`.
+"""What a GRU4Rec model file holds, over the container of :mod:`gru4rec.formats.checkpoint`.
 
-A model file is one safetensors file (:func:`gru4rec.checkpoint.save_file`) whose
+A model file is one safetensors file (:func:`gru4rec.formats.checkpoint.save_file`) whose
 
 * tensors are the network's ``state_dict`` (``GRU4RecNet``'s parameter names), ``item_support``
   (int64, one count per item) and, when saved with the optimiser, its state as
@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from gru4rec import checkpoint
 from gru4rec.config import Config
 from gru4rec.data import ItemMap
 from gru4rec.data.overlap import TrainingFingerprint
 from gru4rec.errors import ModelFileError
-from gru4rec.model import GRU4RecNet
+from gru4rec.formats import checkpoint
+from gru4rec.network.gru import GRU4RecNet
 
 __all__ = ["MODEL_KIND", "OPTIMIZER_PREFIX", "ModelParts", "read_model", "read_model_config", "write_model"]
 

@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from gru4rec.activations import Activation
 from gru4rec.config import Config
+from gru4rec.config.activations import Activation
 
 __all__ = ["GRU4RecNet", "GRULayer", "gru_cell"]
 

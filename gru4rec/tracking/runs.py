@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 from gru4rec.errors import Gru4RecError
 from gru4rec.files import atomic_write
-from gru4rec.threads import last_decision
+from gru4rec.machine.threads import last_decision
 
 if TYPE_CHECKING:  # typing only: the run folder reads these objects' fields
     from gru4rec.evaluation.metrics import EvalResult
-    from gru4rec.recommender import EpochInfo
+    from gru4rec.fitting import EpochInfo
 
 __all__ = [
     "COMMAND_FILE", "CONFIG_FILE", "EPOCHS_FILE", "METRICS_FILE", "MODEL_FILE", "REPORTED_METRICS", "RUN_CUTOFFS",
@@ -76,7 +76,7 @@ def epoch_record(info: EpochInfo) -> dict[str, Any]:
         "peak_device_mb": None if info.peak_device_mb is None else round(info.peak_device_mb, 1),
     }
     on_cpu = str(getattr(info.model, "device", "cpu")).startswith("cpu")
-    threads = last_decision("training") if on_cpu else None  # the CPU's choice (gru4rec/threads.py)
+    threads = last_decision("training") if on_cpu else None  # the CPU's choice (gru4rec/machine/threads.py)
     if threads is not None:
         record["threads"] = threads.as_dict()
     if info.valid is not None:

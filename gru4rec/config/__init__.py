@@ -9,10 +9,10 @@ the command lines and the model files all read it. It can be built
 * from a mapping whose values are typed or strings: ``Config.from_dict({...})``;
 * from a parameter file: ``Config.from_file("paramfiles/coveo_bprmax_shared_512_best.py")``
   (the original's ``.py`` files are read, never executed; JSON, TOML and YAML hold the same
-  mapping: see :mod:`gru4rec.param_files`).
+  mapping: see :mod:`gru4rec.config.param_files`).
 
 Each field is declared once, with :func:`_hyper`: its default, its group (``network``,
-``training``, ``data`` or ``inference``: :data:`~gru4rec.config_values.GROUPS`), its converter and
+``training``, ``data`` or ``inference``: :data:`~gru4rec.config.values.GROUPS`), its converter and
 its own check (a range or the allowed choices). :data:`SPECS`, :data:`NETWORK_FIELDS`,
 :data:`INFERENCE_FIELDS` and :data:`DATA_FIELDS` are read from those declarations; the checks of
 combinations of fields (a loss and its final activation, an optimiser and its constants, distinct
@@ -46,8 +46,9 @@ from dataclasses import MISSING, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from gru4rec.activations import ELEMENTWISE_ACTIVATIONS, Activation, parse_activation
-from gru4rec.config_values import (
+from gru4rec.config.activations import ELEMENTWISE_ACTIVATIONS, Activation, parse_activation
+from gru4rec.config.param_files import read_param_file
+from gru4rec.config.values import (
     ADAPT_PARAM_DEFAULTS,
     ADAPT_PARAM_MEANING,
     ADAPTS,
@@ -77,7 +78,6 @@ from gru4rec.config_values import (
     type_name,
 )
 from gru4rec.errors import ConfigError
-from gru4rec.param_files import read_param_file
 
 __all__ = ["Config", "LOSSES", "ADAPTS", "DEFAULT_FINAL_ACT", "GROUPS", "DATA_FIELDS", "INFERENCE_FIELDS", "NETWORK_FIELDS", "SPECS"]
 
@@ -108,7 +108,7 @@ def _problems_of(error: ConfigError) -> list[str]:
 
 def _hyper(default: Any, group: str, convert: typing.Callable[[Any], Any], check: typing.Callable[[Any], str | None] | None = None) -> Any:
     """A hyperparameter: its default, its group, its converter and its own check (see
-    :class:`~gru4rec.config_values.FieldSpec`); the one place each of them is written."""
+    :class:`~gru4rec.config.values.FieldSpec`); the one place each of them is written."""
     return field(default=default, metadata={_SPEC: FieldSpec(group, convert, check)})
 
 

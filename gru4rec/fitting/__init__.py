@@ -1,15 +1,15 @@
 """``GRU4Rec.fit`` wired together: the data, a warm start's model, validation and the per-epoch
 callbacks around one :class:`~gru4rec.training.fit.TrainingRun`.
 
-This module sits beside :mod:`gru4rec.validation`, above both :mod:`gru4rec.training` and
+This module sits beside :mod:`gru4rec.fitting.validation`, above both :mod:`gru4rec.training` and
 :mod:`gru4rec.evaluation`: it is the one place that hands a
-:class:`~gru4rec.validation.Validator` (which evaluates) to a training run (which never imports
+:class:`~gru4rec.fitting.validation.Validator` (which evaluates) to a training run (which never imports
 the evaluator). ``GRU4Rec.fit`` (the user API and its documentation) calls :func:`fit_model`;
 the order of the work is
 
 1. every argument checked (metric, patience, checkpoint flags) before any data is read;
 2. a warm start's model read (:func:`warm_start_of`) and the config it trains with
-   (:func:`gru4rec.warm_start.inherit_config`);
+   (:func:`gru4rec.training.warm_start.inherit_config`);
 3. the training events read, the item map built (or grown), the sessions and item supports;
 4. the validation sessions in that item map;
 5. the training run (:mod:`gru4rec.training.fit`), each epoch's :class:`EpochInfo` to every callback;
@@ -30,12 +30,12 @@ from gru4rec.config import Config
 from gru4rec.data import ItemMap, Sessions, item_support, read_events, sessions_from_events, validate_events
 from gru4rec.data.overlap import TrainingFingerprint, warn_overlap
 from gru4rec.errors import Gru4RecError
-from gru4rec.resources import peak_device_memory_mb, peak_host_memory_mb
-from gru4rec.threads import using_threads
+from gru4rec.fitting.validation import Validator, check_patience, parse_metric
+from gru4rec.machine.resources import peak_device_memory_mb, peak_host_memory_mb
+from gru4rec.machine.threads import using_threads
 from gru4rec.training.fit import TrainingRun, WarmStart
 from gru4rec.training.resume import TrainingCheckpoint
-from gru4rec.validation import Validator, check_patience, parse_metric
-from gru4rec.warm_start import grow_item_map, inherit_config
+from gru4rec.training.warm_start import grow_item_map, inherit_config
 
 __all__ = ["EpochInfo", "fit_model", "warm_start_of"]
 
@@ -50,7 +50,7 @@ class EpochInfo:
     this epoch (``{'recall@20': ..., 'mrr@20': ..., 'ndcg@20': ...}``) and ``best_epoch`` the best
     epoch so far, when ``fit`` validates; ``peak_host_mb`` / ``peak_device_mb``: the process's
     peak resident memory and (on CUDA) the peak memory torch allocated, so far, in MiB
-    (:mod:`gru4rec.resources`).
+    (:mod:`gru4rec.machine.resources`).
     """
 
     epoch: int
@@ -112,7 +112,7 @@ def fit_model(
 ) -> None:
     """Train ``model`` (a :class:`gru4rec.GRU4Rec`) in place: what ``GRU4Rec.fit`` documents.
 
-    Sets the model's ``config`` (a warm start's, see :func:`gru4rec.warm_start.inherit_config`),
+    Sets the model's ``config`` (a warm start's, see :func:`gru4rec.training.warm_start.inherit_config`),
     ``item_map``, ``item_support``, ``net``, ``epochs_trained``, ``history``, ``valid_history``,
     ``best_epoch`` and ``optimizer_state``."""
     chosen = parse_metric(metric)  # bad validation arguments fail before any data is read
