@@ -36,11 +36,12 @@ REDIS_SERVER = os.environ.get("GRU4REC_TEST_REDIS_SERVER") or shutil.which("redi
 SMALL = "layers=24/16,batch_size=16,n_sample=32,n_epochs=1,sample_store_size=2000,dropout_p_hidden=0.0"
 
 
-def train_small(n_items: int = 300, seed: int = 1, *, string_ids: bool = False) -> GRU4Rec:
-    """A GRU4Rec trained for one epoch on synthetic sessions (a second on one thread)."""
+def train_small(n_items: int = 300, seed: int = 1, *, string_ids: bool = False, id_prefix: str = "item-") -> GRU4Rec:
+    """A GRU4Rec trained for one epoch on synthetic sessions (a second on one thread); with
+    ``string_ids`` its ids are strings, ``id_prefix`` and the synthetic integer id."""
     events = generate(n_sessions=400, n_items=n_items, seed=seed)
     if string_ids:
-        events["ItemId"] = "item-" + events["ItemId"].astype(str)
+        events["ItemId"] = id_prefix + events["ItemId"].astype(str)
     return GRU4Rec(SMALL, device="cpu").fit(events, progress=False)
 
 
