@@ -157,7 +157,7 @@ class MicroBatcher:
             if isinstance(job, _Swap):
                 job.done.set_exception(ShuttingDown("the server is shutting down"))
             elif job is not None and not job.future.done():
-                job.future.set_exception(ShuttingDown("the server is shutting down"))
+                _settle(job, ShuttingDown("the server is shutting down"))
         self._deferred.clear()
 
     def submit(self, job: Job) -> concurrent.futures.Future:
@@ -219,7 +219,7 @@ class MicroBatcher:
                         log.exception("a batch of %d request(s) failed", len(batch))
                     for job in batch:
                         if not job.future.done():
-                            job.future.set_exception(exc)
+                            _settle(job, exc)
                 if self._on_batch is not None:
                     self._on_batch(len(batch))
             if change is not None:  # between two batches: the one taken before it ran on the old model
@@ -282,7 +282,7 @@ class MicroBatcher:
         deletes = [job for job in batch if job.kind == "delete"]
         engine = self.engine
         for job in deletes:
-            job.future.set_result(JobResult(None, existed=self.store.delete(job.session or ""), engine=engine))
+            _settle(job, JobResult(None, existed=self.store.delete(job.session or ""), engine=engine))
         jobs = [job for job in batch if job.kind != "delete"]
         if not jobs:
             return
@@ -303,11 +303,11 @@ class MicroBatcher:
             try:
                 step = place(session_id, job.seq, _last_item(items), session)
             except SeqMismatch as exc:
-                job.future.set_exception(exc)
+                _settle(job, exc)
                 continue
             if isinstance(step, Replay):  # the session's last click sent again: its stored answer, no step
                 self.counts["replayed"] += 1
-                job.future.set_result(JobResult(step.answer, new_session=step.started, engine=engine, replayed=True))
+                _settle(job, JobResult(step.answer, new_session=step.started, engine=engine, replayed=True))
                 continue
             state = None if session is None else session.state
             runs.append((job, Work(state, items, job.k, job.exclude_seen), None if raw is None else cas_prefix(raw), step.position))
@@ -330,16 +330,28 @@ class MicroBatcher:
             self.counts["retried"] += 1
         retried = {id(job) for job in again}  # by identity: a Job's == compares its arrays
         for (job, work, _, _), answer in zip(runs, answers):
-            if job.future.done() or id(job) in retried:  # done: cancelled meanwhile (the client went away)
-                continue
-            job.future.set_result(JobResult(answer, new_session=job.kind == "event" and work.state is None, engine=engine))
+            if id(job) not in retried:
+                _settle(job, JobResult(answer, new_session=job.kind == "event" and work.state is None, engine=engine))
         for job in reversed(again):  # first in the next batch, before the session's later clicks
             error = after_refusal(job.session or "", job.attempts)
             if error is None:
                 self._deferred.appendleft(job)
             else:
                 self.counts["gave_up"] += 1
-                job.future.set_exception(error)
+                _settle(job, error)
+
+
+def _settle(job: Job, outcome: JobResult | Exception) -> None:
+    """Answer ``job`` with ``outcome`` (a result or the error it fails with) — unless its future
+    was cancelled meanwhile (its request went away): answering that would raise, and fail the
+    rest of the batch with it."""
+    try:
+        if isinstance(outcome, Exception):
+            job.future.set_exception(outcome)
+        else:
+            job.future.set_result(outcome)
+    except concurrent.futures.InvalidStateError:
+        log.debug("a request of session %r went away before its answer", job.session)
 
 
 def _last_item(items: np.ndarray) -> int:
