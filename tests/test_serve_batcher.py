@@ -167,3 +167,41 @@ def test_a_failing_batch_fails_its_requests_and_the_worker_lives_on(model: GRU4R
         batcher.stop()
     with pytest.raises(ShuttingDown):
         batcher.submit(Job("recommend", None, engine.index_of([ids[2]])[0], 3))
+
+
+def test_a_request_that_went_away_fails_nothing_else_in_its_batch(model: GRU4Rec) -> None:
+    """A future cancelled before its batch runs (its request gone: asyncio.wrap_future cancels
+    it) used to make the batch's answer raise InvalidStateError — a delete's, a replay's or a
+    seq mismatch's — and the batch failed every other request in it."""
+    engine = Engine(model, scoring="float32")
+    store = MemoryStore(100, 60.0)
+    ids = model.item_map.to_list()
+    first = MicroBatcher(engine, store)
+    first.start()
+    try:  # session "r" holds one click, seq 1: the same click again is a replay
+        first.submit(Job("event", "r", engine.index_of([ids[1]])[0], 3, seq=1)).result(timeout=30)
+    finally:
+        first.stop()
+    batcher = MicroBatcher(engine, store, max_batch=16)  # not started: everything below is one batch
+    gone = [
+        Job("delete", "d"),
+        Job("event", "r", engine.index_of([ids[1]])[0], 3, seq=1),  # a replay
+        Job("event", "m", engine.index_of([ids[1]])[0], 3, seq=5),  # a seq mismatch
+        Job("event", "e", engine.index_of([ids[4]])[0], 3),  # a plain click
+    ]
+    kept = Job("recommend", None, engine.index_of([ids[2]])[0], 3)
+    for job in [*gone, kept]:
+        batcher.submit(job)
+    for job in gone:
+        assert job.future.cancel()
+    batcher.start()
+    try:
+        result = kept.future.result(timeout=30)
+        assert result.answer is not None
+        assert [engine.item_ids[i] for i in result.answer.items] == recommend(model, [ids[2]], 3)[0]
+        assert batcher.counts["replayed"] == 1
+        # The plain click was applied (its answer had nobody to go to): the session holds it.
+        later = batcher.submit(Job("event", "e", engine.index_of([ids[5]])[0], 3)).result(timeout=30)
+        assert later.new_session is False
+    finally:
+        batcher.stop()

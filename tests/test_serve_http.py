@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
+import logging
 import re
 import time
 from collections.abc import Iterator
@@ -330,6 +331,103 @@ def test_string_item_ids(tmp_path: Path) -> None:
         check_answer(body, recommend(model, [ids[3], ids[9]], 5))
         assert body["unknown"] == [12]  # an int is not a string id
         assert client.get("/v1/model").json()["file"] is None
+
+
+def test_ids_sent_as_strings_of_a_numeric_catalogue_are_its_items(server: httpx.Client, model_file: tuple[GRU4Rec, Path]) -> None:
+    """Issue 50, item 2: ``{"items": ["360077951"]}`` was the popularity fallback for a model
+    of integer ids (a client that ignores "unknown" served popularity to everyone)."""
+    model, _ = model_file
+    ids = model.item_map.to_list()
+    assert all(isinstance(i, int) for i in ids)
+    clicks = [ids[3], ids[17], ids[250]]
+    sent = [str(ids[3]), f"00{ids[17]}", ids[250]]  # as text, with the leading zeros a CSV reader drops, as a number
+    for exclude in (False, True):
+        body = server.post("/v1/recommend", json={"items": sent, "k": 7, "exclude_seen": exclude}).json()
+        check_answer(body, recommend(model, clicks, 7, exclude))
+        assert body["unknown"] == []
+    # Not integers: unknown, and named as sent.
+    odd = ["12abc", f" {ids[3]}", f"{ids[3]}.0", "1e3", "9" * 40]
+    body = server.post("/v1/recommend", json={"items": [*odd, str(ids[8])], "k": 5}).json()
+    check_answer(body, recommend(model, [ids[8]], 5))
+    assert body["unknown"] == odd
+    for t, item in enumerate(clicks):
+        body = server.post("/v1/sessions/as-text/events", json={"item": str(item), "k": 6, "seq": t + 1}).json()
+        check_answer(body, recommend(model, clicks[: t + 1], 6))
+        assert body["unknown"] == [] and body["new_session"] == (t == 0)
+    # The retry of the last click, sent as a number this time, is the same click.
+    again = server.post("/v1/sessions/as-text/events", json={"item": clicks[-1], "k": 6, "seq": 3}).json()
+    check_answer(again, recommend(model, clicks, 6))
+
+
+def test_integer_ids_of_a_catalogue_of_digit_strings_are_its_items() -> None:
+    model = train_small(n_items=80, seed=5, string_ids=True, id_prefix="")
+    ids = model.item_map.to_list()
+    assert all(isinstance(i, str) and i.isdigit() for i in ids)
+    with running(create_app(model, ServeSettings(device="cpu"))) as url, httpx.Client(base_url=url) as client:
+        body = client.post("/v1/recommend", json={"items": [int(ids[3]), ids[9], "x"], "k": 5}).json()
+        check_answer(body, recommend(model, [ids[3], ids[9]], 5))
+        assert body["unknown"] == ["x"]
+
+
+def test_sessions_of_only_unknown_ids_are_counted_and_logged_once_per_interval(
+    model_file: tuple[GRU4Rec, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 50, item 2: a client sending ids the model does not know gets popularity for every
+    session; the server counts those answers and says so at WARNING, one line per log interval."""
+    model, path = model_file
+    ids = model.item_map.to_list()
+    settings = ServeSettings(device="cpu", log_interval_s=0.2)
+    with caplog.at_level(logging.INFO, logger="gru4rec.serve.app"), running(create_app(path, settings)) as url, \
+            httpx.Client(base_url=url) as client:
+        def post(route: str, body: dict[str, Any]) -> dict[str, Any]:
+            r = client.post(route, json=body)
+            assert r.status_code == 200, r.text
+            return dict(r.json())
+
+        counted = [
+            post("/v1/recommend", {"items": ["sku-1", "sku-2"]}),
+            post("/v1/recommend", {"items": [-5]}),
+            post("/v1/sessions/lost/events", {"item": "sku-3"}),
+            post("/v1/sessions/lost/events", {"item": "sku-4"}),  # still none known
+        ]
+        not_counted = [
+            post("/v1/recommend", {"items": []}),  # no clicks: popularity, but nothing unknown
+            post("/v1/recommend", {"items": ["sku-1", ids[4]]}),  # one known id
+            post("/v1/sessions/found/events", {"item": ids[4]}),
+            post("/v1/sessions/found/events", {"item": "sku-5"}),  # the session has a known click
+        ]
+        assert [b["fallback"] for b in counted] == [True] * 4
+        assert [b["fallback"] for b in not_counted] == [True, False, False, False]
+        assert metric(client, "gru4rec_serve_unknown_sessions_total", route="recommend") == 2
+        assert metric(client, "gru4rec_serve_unknown_sessions_total", route="event") == 2
+        assert metric(client, "gru4rec_serve_popularity_fallbacks_total") == 5
+
+        def warned() -> list[int]:
+            return [int(r.getMessage().split()[0]) for r in caplog.records
+                    if r.levelno == logging.WARNING and "every item id is unknown" in r.getMessage()]
+
+        deadline = time.monotonic() + 30
+        while sum(warned()) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sum(warned()) == 4  # every such answer is in a warning, none twice
+        lines = [r.getMessage() for r in caplog.records if r.name == "gru4rec.serve.app"]
+        last = next(m for m in reversed(lines) if "every item id is unknown" in m)
+        assert "'sku-4'" in last and f"integers such as {ids[0]!r}" in last
+        # At most one warning per interval: an activity line (one per interval) before each.
+        kinds = ["W" if "every item id is unknown" in m else "A" for m in lines if "every item id" in m or "requests in the last" in m]
+        assert "WW" not in "".join(kinds) and kinds[0] == "A"
+
+
+def test_the_unknown_sessions_warning_is_one_line_per_period() -> None:
+    from gru4rec.serve.metrics import ServeMetrics
+
+    metrics = ServeMetrics(lambda: None, dict, dict, dict)
+    assert metrics.unknown_line(60, "integers") is None
+    for example in (["a"], [], ["b", "c"]):
+        metrics.unknown_session("recommend", example)
+    line = metrics.unknown_line(60, "integers such as 5")
+    assert line is not None and line.startswith("3 answer(s) in the last 60 s") and "e.g. 'c'" in line
+    assert metrics.unknown_line(60, "integers") is None  # a new period: nothing yet
 
 
 def test_the_model_s_repeat_boost_is_shown_at_start_up_and_in_v1_model(

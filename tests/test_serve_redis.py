@@ -1,6 +1,9 @@
 """Session state in a real redis-server: a restarted server continues a session where it was,
-two replicas on one Redis answer alternately for one session as a single process does, and a
-Redis that goes away gives 503 with the reason, not a dead server."""
+two replicas on one Redis answer alternately for one session as a single process does, a
+Redis that goes away gives 503 with the reason, not a dead server — and Redis over TLS
+(``rediss://``): a password and the server's certificate checked against a CA made in the test
+(with the ``openssl`` command), a wrong password, a missing client certificate and a server
+certificate the CA did not sign (or for another host) refused."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,7 +14,8 @@ import pytest
 
 from gru4rec import GRU4Rec  # noqa: E402
 from gru4rec.serve import ServeSettings, create_app  # noqa: E402
-from serve_helpers import httpx, recommend, redis_server, running, train_small  # noqa: E402
+from gru4rec.serve.state import StoreUnavailable, open_store  # noqa: E402
+from serve_helpers import TlsFiles, httpx, make_tls_files, recommend, redis_process, redis_server, running, tls_query, train_small  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +119,73 @@ def test_another_namespace_holds_none_of_the_previous_models_sessions(tmp_path: 
         assert store.get_many(["s1"]) == [b"state-2"] and other.get_many(["s1"]) == [b"state-1"]
         store.close()
         other.close()
+
+
+#: The password of the TLS servers.
+PASSWORD = "tls-pw-8d1f"
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    """A test CA, a server and a client certificate signed by it, and two bad server ones."""
+    return make_tls_files(tmp_path_factory.mktemp("tls"))
+
+
+def test_redis_over_tls_with_a_password_and_the_certificate_checked(tmp_path: Path, model_file: tuple[GRU4Rec, Path],
+                                                                    tls: TlsFiles) -> None:
+    """Issue 50, item 9: ``rediss://`` as docs/serving.md tells users to write it, against a
+    redis-server that speaks TLS only and wants a password and a client certificate."""
+    import redis
+
+    model, path = model_file
+    ids = model.item_map.to_list()
+    clicks = [ids[5], ids[50], ids[6]]
+    with redis_process(tmp_path, password=PASSWORD, tls=tls) as server:
+        url = f"{server.url}?{tls_query(tls, ssl_check_hostname='true')}"
+        assert url.startswith(f"rediss://:{PASSWORD}@127.0.0.1:")
+        with running(create_app(path, ServeSettings(device="cpu", state=url))) as base, httpx.Client(base_url=base) as client:
+            assert client.get("/v1/model").json()["state"] == "redis"
+            for t in range(len(clicks)):
+                body = click(client, "over-tls", clicks[t])
+                assert body["new_session"] == (t == 0)
+                check(body, model, clicks[: t + 1])
+            assert client.get("/healthz").json()["status"] == "ok"
+        # The session is on that server: read over TLS by a client of its own.
+        direct = redis.Redis(host="127.0.0.1", port=server.port, password=PASSWORD, ssl=True, ssl_ca_certs=str(tls.ca),
+                             ssl_certfile=str(tls.client[0]), ssl_keyfile=str(tls.client[1]))
+        keys = direct.keys("gru4rec:session:*")
+        direct.close()
+        assert [key.decode().rsplit(":", 1)[1] for key in keys] == ["over-tls"]
+        # TLS only: the port refuses a plain connection.
+        with pytest.raises(StoreUnavailable, match="failed on PING"):
+            open_store(f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0", max_sessions=10, ttl_s=60, namespace="n")
+
+
+@pytest.mark.parametrize(("password", "words"), [
+    ("not-the-password", "invalid username-password pair"),
+    (None, "(?i)authenticat"),  # redis-py's HELLO or PING: "must be ... authenticated" / "Authentication required"
+])
+def test_a_wrong_or_missing_password_is_refused_over_tls(tmp_path: Path, tls: TlsFiles, password: str | None, words: str) -> None:
+    with redis_process(tmp_path, password=PASSWORD, tls=tls) as server:
+        auth = f":{password}@" if password else ""
+        url = f"rediss://{auth}127.0.0.1:{server.port}/0?{tls_query(tls)}"
+        with pytest.raises(StoreUnavailable, match=words) as refused:
+            open_store(url, max_sessions=10, ttl_s=60, namespace="n")
+    message = str(refused.value)
+    assert message.startswith("Redis at rediss://") and "failed on PING" in message
+    assert password is None or (password not in message and ":***@127.0.0.1" in message)
+
+
+@pytest.mark.parametrize(("served", "query", "words"), [
+    ("rogue", {}, "certificate verify failed: unable to get local issuer certificate"),  # not signed by the CA given
+    ("server", {"ca": False}, "certificate verify failed"),  # no CA given: checked against the system's, which lack it
+    ("misnamed", {"ssl_check_hostname": "true"}, "certificate verify failed: IP address mismatch"),  # another host's
+    ("server", {"client": False}, "failed on PING"),  # the server wants a client certificate
+])
+def test_a_bad_certificate_is_refused_over_tls(tmp_path: Path, tls: TlsFiles, served: str, query: dict[str, Any],
+                                               words: str) -> None:
+    with redis_process(tmp_path, password=PASSWORD, tls=tls, tls_as=served) as server:
+        url = f"{server.url}?{tls_query(tls, **query)}"
+        with pytest.raises(StoreUnavailable, match=words) as refused:
+            open_store(url, max_sessions=10, ttl_s=60, namespace="n")
+    assert PASSWORD not in str(refused.value)

@@ -98,6 +98,10 @@ def test_redacted_url_hides_only_the_password() -> None:
     assert redacted_url("redis://:s3cret@cache:6380/2") == "redis://:***@cache:6380/2"
     assert redacted_url("rediss://app:s3cret@[::1]:6379/0?ssl_cert_reqs=required") == "rediss://app:***@[::1]:6379/0?ssl_cert_reqs=required"
     assert redacted_url("redis://cache:6379/0") == "redis://cache:6379/0"
+    # redis-py also takes the password, and the passphrase of the client's TLS key, as parameters.
+    assert (redacted_url("rediss://:pw@cache/0?ssl_ca_certs=/etc/ca.pem&password=s3cret&ssl_password=k3y&db=1")
+            == "rediss://:***@cache/0?ssl_ca_certs=/etc/ca.pem&password=***&ssl_password=***&db=1")
+    assert redacted_url("rediss://cache/0?ssl_keyfile=/k.pem&ssl_password=k3y") == "rediss://cache/0?ssl_keyfile=/k.pem&ssl_password=***"
 
 
 def check_compare_and_set(store: MemoryStore | RedisStore) -> None:

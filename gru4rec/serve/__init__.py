@@ -7,6 +7,7 @@
 Modules, top to bottom: :mod:`~gru4rec.serve.app` (the FastAPI app and its routes),
 :mod:`~gru4rec.serve.middleware` (body limit, request metrics), :mod:`~gru4rec.serve.schema`
 (request bodies), :mod:`~gru4rec.serve.batcher` (the micro-batcher and its worker thread),
+:mod:`~gru4rec.serve.protocol` (the session protocol: ``seq``, replays, compare-and-set retries),
 :mod:`~gru4rec.serve.state` (session stores: memory, Redis), :mod:`~gru4rec.serve.reload` (a new
 model on SIGHUP or when the file is replaced, switched between two batches), :mod:`~gru4rec.serve.metrics` (Prometheus),
 :mod:`~gru4rec.serve.settings` (flags and ``GRU4REC_*`` variables).

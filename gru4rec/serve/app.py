@@ -15,7 +15,11 @@ cannot take the request now; see the README's "Serve it" section):
 
 Answers: ``{"items": [...], "scores": [...], "unknown": [...], "fallback": false}``; a session
 without a known item gets the most popular items with ``"fallback": true`` and
-``"scores": null``. They equal ``GRU4Rec.recommend`` on the same clicks.
+``"scores": null``. They equal ``GRU4Rec.recommend`` on the same clicks. An id sent as a string
+of digits is the item of a catalogue of integer ids (and an integer the string id of a catalogue
+of strings: :func:`~gru4rec.serve.schema.catalogue_ids`); a session whose every click is an
+unknown id is counted (``gru4rec_serve_unknown_sessions_total``) and logged at WARNING, once per
+log interval.
 
 With an access token (:attr:`ServeSettings.token` / ``token_file``) the ``/v1`` routes need
 ``Authorization: Bearer TOKEN`` (:class:`~gru4rec.serve.middleware.BearerToken`).
@@ -32,10 +36,12 @@ import hashlib
 import logging
 import os
 import signal
+import weakref
 from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from gru4rec.errors import Gru4RecError
@@ -46,7 +52,7 @@ from gru4rec.serve.batcher import Job, JobResult, MicroBatcher, Overloaded, SeqM
 from gru4rec.serve.metrics import CONTENT_TYPE, ServeMetrics
 from gru4rec.serve.middleware import BearerToken, BodyLimit, RequestMetrics
 from gru4rec.serve.reload import ModelReloader, read_model_file
-from gru4rec.serve.schema import ApiError, check_session_id, parse_event, parse_json, parse_recommend
+from gru4rec.serve.schema import ApiError, IdKind, catalogue_ids, check_session_id, id_kind, parse_event, parse_json, parse_recommend
 from gru4rec.serve.settings import ServeSettings
 from gru4rec.serve.state import StoreUnavailable, open_store
 
@@ -84,6 +90,15 @@ def _answer(engine: Engine, answer: Answer, unknown: list[Any]) -> dict[str, Any
         "unknown": unknown,
         "fallback": answer.fallback,
     }
+
+
+_KIND_WORDS = {"int": "integers", "str": "strings", "mixed": "integers and strings"}
+
+
+def _catalogue_words(engine: Engine, kind: IdKind) -> str:
+    """What a model's item ids look like, for the warning about unknown ids."""
+    ids = engine.item_ids
+    return f"{_KIND_WORDS[kind]} such as {ids[0]!r:.40}" if ids else _KIND_WORDS[kind]
 
 
 def _repeat_boost(engine: Engine) -> dict[str, float] | None:
@@ -137,9 +152,24 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
         if settings.model is None:
             raise Gru4RecError("no model to serve: give create_app(model=...) or set GRU4REC_MODEL to a model file")
         model = settings.model
+    # Each engine's kind of ids (int, str), found once when it is built, not on a request.
+    kinds: weakref.WeakKeyDictionary[Engine, IdKind] = weakref.WeakKeyDictionary()
+
     def engine_for(loaded: GRU4Rec, checksum: str, file: str | None) -> Engine:
-        return Engine(loaded, scoring=settings.scoring, candidates=settings.candidates, int8_max_batch=settings.int8_max_batch,
-                      checksum=checksum, file=file)
+        built = Engine(loaded, scoring=settings.scoring, candidates=settings.candidates, int8_max_batch=settings.int8_max_batch,
+                       checksum=checksum, file=file)
+        kinds[built] = id_kind(built.item_map.ids)
+        return built
+
+    def index_of(engine: Engine, ids: list[Any]) -> tuple[np.ndarray, list[Any]]:
+        """The known item indices of ``ids`` read as the catalogue's ids, and the unknown ids as sent."""
+        kind = kinds.get(engine) or kinds.setdefault(engine, id_kind(engine.item_map.ids))
+        read = catalogue_ids(ids, kind)
+        known, unknown = engine.index_of(read)
+        if unknown and read != ids:  # name the unknown ones as the client sent them
+            missing = set(unknown)
+            unknown = [sent for sent, as_read in zip(ids, read) if as_read in missing]
+        return known, unknown
 
     if isinstance(model, GRU4Rec):
         loaded, model_file, checksum = model, None, _weights_digest(model)
@@ -176,6 +206,10 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
             while True:
                 await asyncio.sleep(settings.log_interval_s)
                 log.info("%s", metrics.activity_line(settings.log_interval_s))
+                engine = batcher.engine
+                unknown_line = metrics.unknown_line(settings.log_interval_s, _catalogue_words(engine, kinds.get(engine, "mixed")))
+                if unknown_line is not None:
+                    log.warning("%s", unknown_line)
                 if reloader is not None and reloader.stale is not None:
                     log.warning("Stale model file: %s. The server keeps serving sha256 %s from memory, but a restart "
                                 "would load the file on disk: put a good model file in its place (docs/serving.md)",
@@ -215,22 +249,25 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
     async def recommend(request: Request) -> JSONResponse:
         engine = batcher.engine  # the model now; the batch may run on a newer one (Job.engine)
         body = parse_recommend(parse_json(await request.body()), n_items=engine.n_items, max_items=settings.max_items)
-        known, unknown = engine.index_of(body.items)
+        known, unknown = index_of(engine, body.items)
         result = await run(Job("recommend", None, known, body.k, body.exclude_seen, engine=engine))
         assert result.answer is not None and result.engine is not None
         if result.answer.fallback:
             metrics.fallbacks.inc()
+            if body.items:  # clicks, none of them known: not an empty session
+                metrics.unknown_session("recommend", unknown)
         return JSONResponse(_answer(result.engine, result.answer, unknown))
 
     async def event(request: Request) -> JSONResponse:
         session_id = check_session_id(request.path_params["session_id"])
         engine = batcher.engine
         body = parse_event(parse_json(await request.body()), n_items=engine.n_items)
-        known, unknown = engine.index_of([body.item])
+        known, unknown = index_of(engine, [body.item])
         result = await run(Job("event", session_id, known, body.k, body.exclude_seen, engine=engine, seq=body.seq))
         assert result.answer is not None and result.engine is not None
-        if result.answer.fallback and not result.replayed:
+        if result.answer.fallback and not result.replayed:  # an event's session has a click: all of them unknown
             metrics.fallbacks.inc()
+            metrics.unknown_session("event", unknown)
         payload = _answer(result.engine, result.answer, unknown)
         payload.update(session_id=session_id, new_session=result.new_session)
         if body.seq is not None:

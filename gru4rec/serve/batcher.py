@@ -13,15 +13,15 @@ applied in arrival order. Torch releases the GIL in its kernels, so the event lo
 while the worker computes. A failing batch fails its own requests and nothing else: the worker
 lives on.
 
-**Each click once.** The new states are written with a compare-and-set
+**Each click once.** What a click does to its session — its ``seq`` applied, answered again
+from the stored answer, or refused; a compare-and-set refusal run again or given up — is decided
+by :mod:`gru4rec.serve.protocol`, without side effects; the batcher acts on the decision and
+answers the job. The new states are written with a compare-and-set
 (:meth:`SessionStore.compare_and_set`): a session that another replica changed since this batch
 read it is not overwritten — its click goes back to the front of the queue and runs again, on the
 state read afresh, in the next batch (the rest of the batch is answered at once); after
-:data:`MAX_ATTEMPTS` refusals it fails with :class:`StateConflict` (a 503). A click that names
-its position in the session (``Job.seq``) is idempotent: the position the session already holds
-is answered again from the stored last answer without a step, any other than the next one fails
-with :class:`SeqMismatch` (a 409 naming the position expected). Without ``seq`` a click is
-applied as it comes.
+:data:`MAX_ATTEMPTS` runs it fails with :class:`StateConflict` (a 503). A click that names its
+position in the session (``Job.seq``) is idempotent (see :mod:`~gru4rec.serve.protocol`).
 
 A new model (:meth:`MicroBatcher.swap`, from :mod:`gru4rec.serve.reload`) takes over between
 two batches, on the worker thread: no batch sees two models. A request indexed its items with
@@ -43,15 +43,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gru4rec.errors import Gru4RecError
 from gru4rec.inference import Answer, Engine, Work
 from gru4rec.machine.threads import ThreadChoice
-from gru4rec.serve.state import LastClick, SessionStore, StoredSession, StoreUnavailable, cas_prefix, decode_session, encode_session
+from gru4rec.serve.protocol import MAX_ATTEMPTS, Replay, SeqMismatch, StateConflict, after_refusal, place, read_session, written_value
+from gru4rec.serve.state import SessionStore, StoreUnavailable, cas_prefix
 
 __all__ = ["Job", "JobResult", "MAX_ATTEMPTS", "MicroBatcher", "Overloaded", "SeqMismatch", "ShuttingDown", "StateConflict"]
-
-#: Runs of one click whose compare-and-set another writer beat, before it fails with a 503.
-MAX_ATTEMPTS = 8
 
 log = logging.getLogger(__name__)
 
@@ -62,18 +59,6 @@ class Overloaded(RuntimeError):
 
 class ShuttingDown(RuntimeError):
     """The server is stopping; the request was not run."""
-
-
-class StateConflict(Gru4RecError):
-    """A click's session kept changing under it (other replicas writing it): not applied."""
-
-
-class SeqMismatch(Gru4RecError):
-    """A click's ``seq`` is neither the session's position (a retry) nor the next one."""
-
-    def __init__(self, message: str, expected: int) -> None:
-        super().__init__(message)
-        self.expected = expected
 
 
 @dataclass
@@ -172,7 +157,7 @@ class MicroBatcher:
             if isinstance(job, _Swap):
                 job.done.set_exception(ShuttingDown("the server is shutting down"))
             elif job is not None and not job.future.done():
-                job.future.set_exception(ShuttingDown("the server is shutting down"))
+                _settle(job, ShuttingDown("the server is shutting down"))
         self._deferred.clear()
 
     def submit(self, job: Job) -> concurrent.futures.Future:
@@ -234,7 +219,7 @@ class MicroBatcher:
                         log.exception("a batch of %d request(s) failed", len(batch))
                     for job in batch:
                         if not job.future.done():
-                            job.future.set_exception(exc)
+                            _settle(job, exc)
                 if self._on_batch is not None:
                     self._on_batch(len(batch))
             if change is not None:  # between two batches: the one taken before it ran on the old model
@@ -297,7 +282,7 @@ class MicroBatcher:
         deletes = [job for job in batch if job.kind == "delete"]
         engine = self.engine
         for job in deletes:
-            job.future.set_result(JobResult(None, existed=self.store.delete(job.session or ""), engine=engine))
+            _settle(job, JobResult(None, existed=self.store.delete(job.session or ""), engine=engine))
         jobs = [job for job in batch if job.kind != "delete"]
         if not jobs:
             return
@@ -312,19 +297,20 @@ class MicroBatcher:
             if job.kind == "recommend":
                 runs.append((job, Work(None, items, job.k, job.exclude_seen), None, 0))
                 continue
-            raw = stored.get(job.session or "")
-            session = None if raw is None else decode_session(raw, engine.hidden_size)
-            if raw is not None and session is None:
-                log.warning("session %r: its stored state is not one of this model's; it starts afresh", job.session)
+            session_id = job.session or ""
+            raw = stored.get(session_id)
+            session = read_session(raw, engine.hidden_size, session_id)
             try:
-                position = self._position(job, items, session, engine)
+                step = place(session_id, job.seq, _last_item(items), session)
             except SeqMismatch as exc:
-                job.future.set_exception(exc)
+                _settle(job, exc)
                 continue
-            if position is None:  # a retry of the last click
+            if isinstance(step, Replay):  # the session's last click sent again: its stored answer, no step
+                self.counts["replayed"] += 1
+                _settle(job, JobResult(step.answer, new_session=step.started, engine=engine, replayed=True))
                 continue
             state = None if session is None else session.state
-            runs.append((job, Work(state, items, job.k, job.exclude_seen), None if raw is None else cas_prefix(raw), position))
+            runs.append((job, Work(state, items, job.k, job.exclude_seen), None if raw is None else cas_prefix(raw), step.position))
         if not runs:
             return
         started = time.perf_counter()
@@ -334,9 +320,8 @@ class MicroBatcher:
         writes, written = [], []
         for (job, work, read, position), answer in zip(runs, answers):
             if job.kind == "event":
-                item = int(work.items[-1]) if len(work.items) else -1
-                last = LastClick(item, answer.items, answer.scores, answer.fallback, work.state is None)
-                writes.append((job.session or "", read, encode_session(answer.state, position, last)))
+                value = written_value(position, _last_item(work.items), answer, started=work.state is None)
+                writes.append((job.session or "", read, value))
                 written.append(job)
         refused = set(self.store.compare_and_set(writes)) if writes else set()
         again = [written[i] for i in sorted(refused)]
@@ -345,47 +330,33 @@ class MicroBatcher:
             self.counts["retried"] += 1
         retried = {id(job) for job in again}  # by identity: a Job's == compares its arrays
         for (job, work, _, _), answer in zip(runs, answers):
-            if job.future.done() or id(job) in retried:
-                continue
-            job.future.set_result(JobResult(answer, new_session=job.kind == "event" and work.state is None, engine=engine))
+            if id(job) not in retried:
+                _settle(job, JobResult(answer, new_session=job.kind == "event" and work.state is None, engine=engine))
         for job in reversed(again):  # first in the next batch, before the session's later clicks
-            if job.attempts >= MAX_ATTEMPTS:
-                self.counts["gave_up"] += 1
-                job.future.set_exception(StateConflict(
-                    f"session {job.session!r} changed under this click {job.attempts} times in a row (other replicas "
-                    "writing it); the click was not applied: send it again"))
-            else:
+            error = after_refusal(job.session or "", job.attempts)
+            if error is None:
                 self._deferred.appendleft(job)
+            else:
+                self.counts["gave_up"] += 1
+                _settle(job, error)
 
-    def _position(self, job: Job, items: np.ndarray, session: StoredSession | None, engine: Engine) -> int | None:
-        """The session's position after ``job``'s click, or None when the click is the session's
-        last one sent again: then its future is answered here from the stored answer. Raises
-        :class:`SeqMismatch` for a ``seq`` out of line."""
-        held = 0 if session is None else session.position
-        if job.seq is None:
-            return held + 1 if session is None or held else 0  # a layout-1 state's position stays unknown
-        if session is not None and session.position == 0:  # a layout-1 state: its position starts here
-            return job.seq
-        if job.seq == held + 1:
-            return job.seq
-        if job.seq == held and session is not None and session.last is not None:
-            last = session.last
-            item = int(items[-1]) if len(items) else -1
-            if item != last.item:
-                raise SeqMismatch(f"click seq {job.seq} of session {job.session!r} was applied with another item; "
-                                  f"the next click is seq {held + 1}", held + 1)
-            answer = Answer(last.items.astype(np.int64), last.scores, last.fallback, session.state)
-            self.counts["replayed"] += 1
-            job.future.set_result(JobResult(answer, new_session=last.started, engine=engine, replayed=True))
-            return None
-        if session is None:
-            raise SeqMismatch(f"session {job.session!r} is not held (new, ended, expired or evicted): "
-                              f"its first click is seq 1, got seq {job.seq}", 1)
-        if job.seq > held:
-            raise SeqMismatch(f"session {job.session!r} has applied {held} click(s): the next is seq {held + 1}, "
-                              f"got seq {job.seq} (a click is missing)", held + 1)
-        raise SeqMismatch(f"session {job.session!r} has applied {held} click(s): seq {job.seq} is older than its last "
-                          f"click, whose answer is the only one kept; the next is seq {held + 1}", held + 1)
+
+def _settle(job: Job, outcome: JobResult | Exception) -> None:
+    """Answer ``job`` with ``outcome`` (a result or the error it fails with) — unless its future
+    was cancelled meanwhile (its request went away): answering that would raise, and fail the
+    rest of the batch with it."""
+    try:
+        if isinstance(outcome, Exception):
+            job.future.set_exception(outcome)
+        else:
+            job.future.set_result(outcome)
+    except concurrent.futures.InvalidStateError:
+        log.debug("a request of session %r went away before its answer", job.session)
+
+
+def _last_item(items: np.ndarray) -> int:
+    """A click's item index (-1: an unknown item, which adds nothing to the session)."""
+    return int(items[-1]) if len(items) else -1
 
 
 def _drain(q: queue.Queue[Job | _Swap | None]) -> list[Job | _Swap | None]:

@@ -10,18 +10,23 @@ tests, do not share counters):
 * ``gru4rec_serve_session_evictions_total{reason}`` — sessions dropped for the cap or the TTL;
 * ``gru4rec_serve_scored_rows_total{path}`` — rows scored with a certified int8 top-k or in float32;
 * ``gru4rec_serve_popularity_fallbacks_total`` — answers for sessions without a known item;
+* ``gru4rec_serve_unknown_sessions_total{route}`` — of those, the answers to sessions that have
+  clicks, every one an unknown item id (a client sending ids the model does not know gets
+  popularity for everyone; :meth:`ServeMetrics.unknown_line` says so in the log);
 * ``gru4rec_serve_clicks_total{outcome}`` — clicks answered again from the stored answer
   (``replayed``: a retry with the ``seq`` already applied), runs refused by the state's
   compare-and-set and run again (``retried``: another replica wrote the session meanwhile), and
   clicks given up after too many refusals (``gave_up``: a 503).
 
 :meth:`ServeMetrics.activity_line` gives the line logged once a minute: requests, p50/p99 of the
-period's latencies and the sessions held.
+period's latencies and the sessions held; :meth:`ServeMetrics.unknown_line` the warning logged
+with it when a session of only unknown ids was answered in the period.
 """
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -76,10 +81,15 @@ class ServeMetrics:
                                     registry=self.registry)
         self.fallbacks = Counter("gru4rec_serve_popularity_fallbacks", "Answers from the popularity fallback",
                                  registry=self.registry)
+        self.unknown_sessions = Counter("gru4rec_serve_unknown_sessions",
+                                        "Answers (popularity) to sessions whose every click is an unknown item id",
+                                        ["route"], registry=self.registry)
         # prometheus_client types register() for its own Collector class; it only calls collect().
         self.registry.register(_StateCollector(sessions, evictions, scored, clicks))  # type: ignore[arg-type]  # duck-typed collector
         self._sessions = sessions
         self._period: list[float] = []
+        self._unknown_period = 0
+        self._unknown_example: Any = None
         self._lock = threading.Lock()
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
@@ -88,6 +98,29 @@ class ServeMetrics:
         self.latency.labels(route).observe(seconds)
         with self._lock:
             self._period.append(seconds)
+
+    def unknown_session(self, route: str, unknown: list[Any]) -> None:
+        """An answer to a session whose every click is an unknown item id (``unknown``: this
+        request's ids, the last of which is kept as the period's example)."""
+        self.unknown_sessions.labels(route).inc()
+        with self._lock:
+            self._unknown_period += 1
+            if unknown:
+                self._unknown_example = unknown[-1]
+
+    def unknown_line(self, period_s: float, catalogue: str) -> str | None:
+        """The warning for the period since the last call (and start a new period), None when
+        no session of only unknown ids was answered in it; ``catalogue`` says what the model's
+        ids look like."""
+        with self._lock:
+            n, example = self._unknown_period, self._unknown_example
+            self._unknown_period, self._unknown_example = 0, None
+        if not n:
+            return None
+        shown = "" if example is None else f", e.g. {example!r:.60}"
+        return (f"{n} answer(s) in the last {period_s:.0f} s went to sessions whose every item id is unknown to the model"
+                f"{shown}: they got the popular items (\"fallback\": true, the ids in \"unknown\"). The model's item ids "
+                f"are {catalogue}; check the ids the client sends (gru4rec_serve_unknown_sessions_total counts them)")
 
     def render(self) -> bytes:
         """The Prometheus text format of every metric."""

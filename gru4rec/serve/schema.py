@@ -1,18 +1,24 @@
 """Request bodies: parsed and checked by hand, so that every bad input gets one line saying
 what is wrong and where (``items[3] must be an item id ...``), as ``{"error": ...}`` with a 4xx.
 
-Item ids are JSON integers or strings, as the model's item map holds them (an id of the other
-type is simply unknown). JSON's ``true``/``false`` are not ids, and NaN/Infinity are not JSON.
+Item ids are JSON integers or strings, as the model's item map holds them. An id of the other
+type is read as the catalogue's (:func:`catalogue_ids`): ``"360077951"`` is item 360077951 of a
+catalogue of integer ids, ``12`` is item ``"12"`` of a catalogue of string ids — else a client
+that sends ids as strings would get the popularity fallback for every session. JSON's
+``true``/``false`` are not ids, and NaN/Infinity are not JSON.
 """
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+import numpy as np
 
 __all__ = ["ApiError", "EventBody", "RecommendBody", "parse_event", "parse_json", "parse_recommend", "check_session_id",
-           "MAX_SEQ", "MAX_SESSION_ID"]
+           "MAX_SEQ", "MAX_SESSION_ID", "IdKind", "catalogue_ids", "id_kind"]
 
 #: Longest session id accepted in a URL.
 MAX_SESSION_ID = 200
@@ -173,3 +179,41 @@ def check_session_id(session_id: str) -> str:
     if not session_id or len(session_id) > MAX_SESSION_ID:
         raise ApiError(422, f"the session id must have 1 to {MAX_SESSION_ID} characters, got {len(session_id)}")
     return session_id
+
+
+#: What a model's item ids are: all integers, all strings, or both (then ids are taken as sent).
+IdKind = Literal["int", "str", "mixed"]
+
+#: A decimal integer as a numeric id's text, as a CSV's ItemId column of digits is read (its
+#: leading zeros dropped, as the training data's reader drops them); at most 19 digits: an int64,
+#: and never a string that Python's int() refuses for its length.
+_INTEGER = re.compile(r"(-?)0*([0-9]{1,19})")
+
+
+def _as_int(text: str) -> int | str:
+    """``text`` as an integer id, or ``text`` when it is not a decimal integer."""
+    match = _INTEGER.fullmatch(text)
+    return text if match is None else int(match[1] + match[2])
+
+
+def id_kind(ids: np.ndarray | Sequence[Any]) -> IdKind:
+    """The kind of a catalogue's ``ids`` (:attr:`gru4rec.data.ItemMap.ids`: an integer array is
+    "int" at once; an object array is looked through once per model)."""
+    if isinstance(ids, np.ndarray) and ids.dtype.kind in "iu":
+        return "int"
+    if all(isinstance(i, str) for i in ids):
+        return "str"
+    if all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in ids):
+        return "int"
+    return "mixed"
+
+
+def catalogue_ids(ids: list[Any], kind: IdKind) -> list[Any]:
+    """``ids`` as a catalogue of ``kind`` holds them: a string of decimal digits is an integer id
+    of an "int" catalogue, an integer is its decimal string in a "str" catalogue; everything
+    else stays as sent (and is unknown unless the catalogue holds it)."""
+    if kind == "int":
+        return [_as_int(i) if isinstance(i, str) else i for i in ids]
+    if kind == "str":
+        return [str(i) if isinstance(i, int) and not isinstance(i, bool) else i for i in ids]
+    return ids

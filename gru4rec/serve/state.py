@@ -31,6 +31,7 @@ Layout 1 (before versions and positions) is still read: such a state has positio
 from __future__ import annotations
 
 import os
+import re
 import struct
 import threading
 import time
@@ -148,9 +149,18 @@ def cas_prefix(data: bytes) -> bytes:
     return data[:_PREFIX] if len(data) >= _V2.size and data[4:6] == b"\x02\x00" and data[:4] == _MAGIC else data
 
 
+#: Query parameters of a Redis URL that hold a secret (redis-py takes ``password`` there too, and
+#: ``ssl_password`` unlocks the client's TLS key).
+_SECRET_PARAMETER = re.compile(r"(^|&)((?:ssl_)?password)=[^&]*")
+
+
 def redacted_url(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``: for messages and logs."""
+    """``url`` with its password (if any) replaced by ``***``, and the values of its
+    ``password`` and ``ssl_password`` query parameters: for messages and logs."""
     parts = urlsplit(url)
+    if parts.query and _SECRET_PARAMETER.search(parts.query):
+        parts = parts._replace(query=_SECRET_PARAMETER.sub(r"\1\2=***", parts.query))
+        url = urlunsplit(parts)
     if parts.password is None:
         return url
     user = parts.username or ""
@@ -291,11 +301,12 @@ return refused
 
 class RedisStore:
     """Sessions in Redis at ``url`` (``redis://[:password@]host:port/db``, ``rediss://`` for
-    TLS, ``unix://``), one key per session, ``{prefix}{namespace}:{session id}``, expiring
-    ``ttl_s`` after the last click. Redis's own eviction (``maxmemory-policy``) applies;
-    ``evictions`` stays zero here because Redis does not tell its clients. One Redis server (or
-    a primary): a batch's keys go to one script, which Redis Cluster would refuse across slots.
-    Messages name the URL without its password."""
+    TLS — its settings as URL parameters, ``ssl_ca_certs``, ``ssl_certfile``/``ssl_keyfile``,
+    ``ssl_check_hostname``, passed to redis-py as they are — ``unix://``), one key per session,
+    ``{prefix}{namespace}:{session id}``, expiring ``ttl_s`` after the last click. Redis's own
+    eviction (``maxmemory-policy``) applies; ``evictions`` stays zero here because Redis does
+    not tell its clients. One Redis server (or a primary): a batch's keys go to one script,
+    which Redis Cluster would refuse across slots. Messages name the URL without its password."""
 
     kind = "redis"
 
