@@ -28,8 +28,8 @@ DG="loss=bpr-max,final_act=elu-1,constrained_embedding=True,embedding=0,layers=5
   $PY -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } > "$OUT/gpu.txt" 2>&1
 
 # 1. Kernels and device time per step, and graph-replayed microseconds per step, both backends.
-timeout 60 $PY benchmarks/gpu_profile.py --config retailrocket --n-items 50000 > "$OUT/profile_retailrocket.jsonl" 2>>"$OUT/errors.txt"
-timeout 60 $PY benchmarks/gpu_profile.py --config diginetica --n-items 43097 > "$OUT/profile_diginetica.jsonl" 2>>"$OUT/errors.txt"
+timeout 60 $PY -m benchmarks.gpu.gpu_profile --config retailrocket --n-items 50000 > "$OUT/profile_retailrocket.jsonl" 2>>"$OUT/errors.txt"
+timeout 60 $PY -m benchmarks.gpu.gpu_profile --config diginetica --n-items 43097 > "$OUT/profile_diginetica.jsonl" 2>>"$OUT/errors.txt"
 
 # 2. run.py on DIGINETICA's train_full, 3 epochs: unfused, then fused (epoch lines: loss and mb/s).
 if [ -f "$TRAIN" ]; then
@@ -42,7 +42,7 @@ if [ -f "$TRAIN" ]; then
       > "$OUT/run_tuned_triton.txt" 2>&1
 fi
 # 4. mini-batches/s of whole epochs, both backends interleaved (synthetic data, retailrocket configuration).
-timeout 60 $PY benchmarks/train_speed.py --config retailrocket --device cuda --n-items 50000 --steps 3000 --repeats 3 --compare-fused \
+timeout 60 $PY -m benchmarks.train.train_speed --config retailrocket --device cuda --n-items 50000 --steps 3000 --repeats 3 --compare-fused \
     > "$OUT/train_speed_fused.jsonl" 2>>"$OUT/errors.txt"
 # 5. The kernels and the backend on CUDA (each test file picks CUDA tensors when a GPU is there);
 #    last, since compiling every tested variant takes minutes: what it reaches is in the file.

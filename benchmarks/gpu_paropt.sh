@@ -2,7 +2,7 @@
 # One prepared GPU window of tuning (issue 29): paropt on a wide space for at most MINUTES (default
 # 8) of wall-clock time, continuing the study in results/studies/<study>.journal; results in $OUT.
 #
-#   bash benchmarks/gpu_paropt.sh DATASET [LOSS] [more benchmarks/gpu_paropt.py options]
+#   bash benchmarks/gpu_paropt.sh DATASET [LOSS] [more benchmarks/gpu/gpu_paropt.py options]
 #   DATASET: diginetica | tmall | rsc15;  LOSS: bprmax (default) | xe
 #
 # Before (on the development machine, from the project root):
@@ -52,5 +52,5 @@ fi
 # are queued again and the reports written; killed 20 s later if that hangs, the next window
 # queues it); paropt itself starts no trial in the last --reserve minutes.
 timeout --signal=INT --kill-after=20 "$(awk "BEGIN{print int($MINUTES*60)}")" \
-  $PY benchmarks/gpu_paropt.py "$DATASET" --loss "$LOSS" --minutes "$MINUTES" "$@" 2>&1 | tee "$LOG"
+  $PY -m benchmarks.gpu.gpu_paropt "$DATASET" --loss "$LOSS" --minutes "$MINUTES" "$@" 2>&1 | tee "$LOG"
 exit "${PIPESTATUS[0]}"

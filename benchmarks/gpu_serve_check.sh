@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One prepared GPU session for serving (issue 14): the serving tests with their CUDA cases, then
-# benchmarks/serve_load.py with the model on the GPU. Installs nothing from a registry: the serve
+# benchmarks/serve/serve_load.py with the model on the GPU. Installs nothing from a registry: the serve
 # extra's wheels come in .whl/ (see benchmarks/README.md "Serving on a GPU"); results land in $OUT.
 #
 #   OUT=/tmp/out bash benchmarks/gpu_serve_check.sh       # ~5 minutes on an H200 (+2 with CUDA_TESTS=1)
@@ -20,12 +20,12 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 
 # 1. The serving tests, CUDA cases included (the Redis ones skip: no redis-server there).
 timeout 150 $PY -m pytest -q -p no:cacheprovider -rs tests/test_serve_batcher.py tests/test_serve_http.py \
-    tests/test_serve_scoring.py tests/test_serving.py > "$OUT/serve_tests.txt" 2>&1
+    tests/test_serve_consistency.py > "$OUT/serve_tests.txt" 2>&1
 echo "serve tests exit $?" >> "$OUT/serve_tests.txt"
 
 # 2. Load on the GPU: the DIGINETICA-size synthetic model (built here on the CPU), stateful and
 #    stateless, concurrency 1-128, batching on and off back to back.
-timeout 300 $PY benchmarks/serve_load.py --device cuda --requests 2000 --seconds 10 --repeats 3 \
+timeout 300 $PY -m benchmarks.serve.serve_load --device cuda --requests 2000 --seconds 10 --repeats 3 \
     --concurrency 1 8 32 128 > "$OUT/serve_load_cuda.jsonl" 2> "$OUT/serve_load_cuda.err"
 echo "serve_load exit $?" >> "$OUT/serve_load_cuda.err"
 

@@ -1,12 +1,25 @@
-"""The repository's scripts (benchmarks/, tools/) imported as modules by the tests that check them."""
+"""The repository's modules outside the package, as the tests that check them import them: the
+benchmarks (``benchmarks.train.train_speed``, ...) as modules of their package, the tools
+(``tools/docs_check.py``) from their files."""
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def import_module(name: str) -> ModuleType:
+    """The module ``name`` of a package at the repository root (``benchmarks.serve.serve_load``),
+    imported as ``python -m`` from the root imports it. The root goes last on ``sys.path`` where
+    it is missing (pytest's console script does not put it there): a ``gru4rec`` found earlier
+    is this tree's, installed in development mode."""
+    if str(ROOT) not in sys.path:
+        sys.path.append(str(ROOT))
+    return importlib.import_module(name)
 
 
 def load_script(relative: str, name: str | None = None) -> ModuleType:

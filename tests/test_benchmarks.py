@@ -9,17 +9,13 @@ import torch
 
 from gru4rec.config import Config
 from gru4rec.training.loop import EpochStats
-from script_modules import load_script
+from script_modules import import_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load(name: str):
-    return load_script(f"benchmarks/{name}.py", f"bench_{name}")
-
-
-train_speed = load("train_speed")
-port_compare = load("port_compare")
+workloads = import_module("benchmarks.workloads")
+port_compare = import_module("benchmarks.train.port_compare")
 
 
 def hand_count_gflop(batch: int, layers: list[int], n_sample: int, n_distinct: int) -> float:
@@ -38,15 +34,15 @@ def hand_count_gflop(batch: int, layers: list[int], n_sample: int, n_distinct: i
 @pytest.mark.parametrize("layers", [[512], [100], [64, 32]])
 def test_step_products_count_the_steps_flops(layers: list[int]) -> None:
     config = Config(batch_size=16, layers=tuple(layers), n_sample=40)
-    products, gflop = train_speed.step_products(config, 37.4, torch.device("cpu"), torch.float32)
+    products, gflop = workloads.step_products(config, 37.4, torch.device("cpu"), torch.float32)
     assert gflop == pytest.approx(hand_count_gflop(16, layers, 40, 37))
     assert len(products) == 8 * len(layers) + 3
 
 
 @pytest.mark.parametrize("rows,want", [(2113, 1.9046), (2176, 1.9294)])  # distinct items (CPU); all columns (GPU)
 def test_diginetica_step_is_1_9_gflop(rows: int, want: float) -> None:
-    config = Config.from_file(ROOT / train_speed.CONFIGS["diginetica"])
-    _, gflop = train_speed.step_products(config, rows, torch.device("cpu"), torch.float32)
+    config = Config.from_file(ROOT / workloads.CONFIGS["diginetica"])
+    _, gflop = workloads.step_products(config, rows, torch.device("cpu"), torch.float32)
     assert gflop == pytest.approx(want, abs=1e-4)
 
 
@@ -82,7 +78,7 @@ def test_export_benchmarks_format_1_file_is_what_the_reader_reads(tmp_path: Path
     from gru4rec.formats.checkpoint import file_info
     from gru4rec.network.gru import GRU4RecNet
 
-    export_speed = load("export_speed")
+    export_speed = import_module("benchmarks.pipeline.export_speed")
     model = GRU4Rec("layers=4", device="cpu")
     model.item_map = ItemMap.from_ids([5, 7, 9])
     model.item_support = np.array([3, 2, 1], np.int64)
@@ -98,7 +94,7 @@ def test_paropt_scale_counts_trials_per_hour_from_the_storage_timestamps(tmp_pat
     optuna = pytest.importorskip("optuna")
     import datetime
 
-    paropt_scale = load("paropt_scale")
+    paropt_scale = import_module("benchmarks.pipeline.paropt_scale")
     url = f"sqlite:///{tmp_path / 's.db'}"
     study = optuna.create_study(storage=url, study_name="s")
     t0 = datetime.datetime(2026, 1, 1, 12, 0, 0)
@@ -117,7 +113,7 @@ def test_the_cpu_estimate_of_kernels_counts_computing_operators_once() -> None:
     """gpu_profile's estimate: an operator that computes counts once (not with the operators it
     calls), a view or an allocation counts nothing, a Triton launch counts one."""
     pytest.importorskip("triton")
-    gpu_profile = load("gpu_profile")
+    gpu_profile = import_module("benchmarks.gpu.gpu_profile")
     from gru4rec.kernels.triton_step import dropout_threshold
 
     if torch.cuda.is_available():
@@ -139,11 +135,11 @@ def test_the_cpu_estimate_of_kernels_counts_computing_operators_once() -> None:
 
 
 def test_retrain_days_keep_sessions_whole_and_in_time_order() -> None:
-    """benchmarks/retrain.py's rolling split: a session belongs to the day (or block) it starts
+    """benchmarks/train/retrain.py's rolling split: a session belongs to the day (or block) it starts
     in, even when it crosses midnight; blocks are consecutive sessions of near-equal count."""
     import pandas as pd
 
-    retrain = load("retrain")
+    retrain = import_module("benchmarks.train.retrain")
     day = 86_400.0
     events = pd.DataFrame({"SessionId": [1, 1, 2, 2, 3, 4, 4, 5], "ItemId": [1, 2, 3, 4, 5, 6, 7, 8],
                            "Time": [10.0, 20.0, day - 5, day + 5, day + 100, 2 * day + 1, 2 * day + 2, 2 * day + 50]})
@@ -155,13 +151,13 @@ def test_retrain_days_keep_sessions_whole_and_in_time_order() -> None:
     assert sum(len(d) for d in blocks) == len(events)
 
 
-# ------------------------------------------------------------------------------- scale.py
+# ---------------------------------------------------------------------- pipeline/scale.py
 
 
 def test_scale_child_peak_rss_is_each_process_own(tmp_path: Path) -> None:
     """The per-stage figure comes from os.wait4: a child that touches 300 MB shows about that,
     and a smaller child after it shows its own smaller peak (RUSAGE_CHILDREN would not)."""
-    scale = load("scale")
+    scale = import_module("benchmarks.pipeline.scale")
     env = dict(__import__("os").environ)
 
     def peak_mb(mb: int) -> float:
@@ -177,7 +173,7 @@ def test_scale_child_peak_rss_is_each_process_own(tmp_path: Path) -> None:
 
 
 def test_scale_child_over_the_rss_limit_is_killed(tmp_path: Path) -> None:
-    scale = load("scale")
+    scale = import_module("benchmarks.pipeline.scale")
     code = "import time\nb = b'x' * (400 * 2**20)\ntime.sleep(30)"
     child = scale.Child("greedy", [sys.executable, "-c", code], env=dict(__import__("os").environ), logs=tmp_path,
                         rss_limit_kb=200 * 1024, timeout_s=60)
@@ -186,7 +182,7 @@ def test_scale_child_over_the_rss_limit_is_killed(tmp_path: Path) -> None:
 
 
 def test_synth_plan_leaves_room_for_the_test_sessions() -> None:
-    scale = load("scale")
+    scale = import_module("benchmarks.pipeline.scale")
     n, days = scale.synth_plan(120_000, 10_000)
     share = days / scale.SYNTH_DAYS
     assert n * (1 - share) >= 120_000 * 1.04  # train_full: sessions before the test window
@@ -194,7 +190,7 @@ def test_synth_plan_leaves_room_for_the_test_sessions() -> None:
 
 
 def test_scale_run_at_a_tiny_size_is_consistent(tmp_path: Path) -> None:
-    """benchmarks/scale.py end to end at a tiny size (≈30 s): the table's figures against the
+    """benchmarks/pipeline/scale.py end to end at a tiny size (≈30 s): the table's figures against the
     files the commands wrote and facts computed here from the data."""
     import importlib.util as iu
     import subprocess
@@ -207,10 +203,10 @@ def test_scale_run_at_a_tiny_size_is_consistent(tmp_path: Path) -> None:
         stages.append("serve")
     work, out_json, k = tmp_path / "work", tmp_path / "scale.json", 5
     started = __import__("time").perf_counter()
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale.py"), "--n-items", "2000", "--sessions", "300",
+    run = subprocess.run([sys.executable, "-m", "benchmarks.pipeline.scale", "--n-items", "2000", "--sessions", "300",
                           "--eval-sessions", "50", "--recommend-sessions", "100,200", "--serve-sessions", "20", "-k", str(k),
                           "--stages", ",".join(stages), "--work", str(work), "--json", str(out_json), "--threads", "1"],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
     elapsed = __import__("time").perf_counter() - started
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     report = __import__("json").loads(out_json.read_text())

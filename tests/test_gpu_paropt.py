@@ -1,4 +1,4 @@
-"""benchmarks/gpu_paropt.py, the core of the GPU tuning window (issue 29), on a tiny synthetic data
+"""benchmarks/gpu/gpu_paropt.py, the core of the GPU tuning window (issue 29), on a tiny synthetic data
 set: a 2-trial study in a journal file, continued by a second call in a copy under OUT, the
 trials cut by the end of a window queued again, and no trial started without time left."""
 from __future__ import annotations
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from script_modules import load_script
+from script_modules import import_module
 
 optuna = pytest.importorskip("optuna")
 
 from gru4rec.tune import open_storage  # noqa: E402
 from tune_helpers import ROOT, TrialState, data_fixture  # noqa: E402,F401 - data is a fixture
 
-gpu_paropt = load_script("benchmarks/gpu_paropt.py")
+gpu_paropt = import_module("benchmarks.gpu.gpu_paropt")
 
 TINY = "n_sample=16,n_epochs=2,layers=16,batch_size=16,embedding=0,constrained_embedding=True"
 NAME = "rsc15_100k_bprmax_wide_fixed"

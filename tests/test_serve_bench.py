@@ -1,4 +1,4 @@
-"""benchmarks/serve_load.py's arithmetic and its load generator on a tiny real server (a bounded
+"""benchmarks/serve/serve_load.py's arithmetic and its load generator on a tiny real server (a bounded
 run: the counts it reports are checked, its timings are not)."""
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from gru4rec.serve import ServeSettings, create_app  # noqa: E402
-from script_modules import load_script
+from script_modules import import_module
 from serve_helpers import running, train_small  # noqa: E402 - skips without the serve extra
 
 ROOT = Path(__file__).resolve().parents[1]
-serve_load = load_script("benchmarks/serve_load.py", "bench_serve_load")
+serve_load = import_module("benchmarks.serve.serve_load")
 
 
 def test_summarize_is_numpy_percentiles_and_the_rate() -> None:

@@ -98,7 +98,7 @@ def test_pruning(data: dict[str, Path], tmp_path: Path) -> None:
 
 
 def test_pruning_with_early_stopping_reports_the_validation_fit_computed(data: dict[str, Path], tmp_path: Path) -> None:
-    # With --early-stop (benchmarks/gpu_paropt.py) the per-epoch value comes from fit's own
+    # With --early-stop (benchmarks/gpu/gpu_paropt.py) the per-epoch value comes from fit's own
     # validation (EpochInfo.valid), not from a second evaluation: it must be the same number.
     run_study(settings(data, tmp_path, n_trials=2, study_name="pruned_es", early_stop=2, eval_mode="conservative"),
               pruner=AlwaysPrune())

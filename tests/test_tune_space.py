@@ -229,10 +229,10 @@ def test_wide_spaces_have_the_ranges_of_issue_29() -> None:
         for name in ("momentum", "dropout_p_embed", "dropout_p_hidden", "sample_alpha"):
             assert name in space
     assert bpr["logq"].values == (0.0, 1.0) and "linear" in bpr["final_act"].values
-    # Valid on top of the GPU script's fixed parameters (benchmarks/gpu_paropt.py).
-    from script_modules import load_script
+    # Valid on top of the GPU script's fixed parameters (benchmarks/gpu/gpu_paropt.py).
+    from script_modules import import_module
 
-    gpu_paropt = load_script("benchmarks/gpu_paropt.py")
+    gpu_paropt = import_module("benchmarks.gpu.gpu_paropt")
     for key, space in (("bprmax", bpr), ("xe", xe)):
         path, fixed = gpu_paropt.LOSSES[key]
         assert (ROOT / path).name == f"srgnn_{key}_wide.json"

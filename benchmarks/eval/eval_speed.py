@@ -3,9 +3,9 @@ matrix-product FLOP/s at the evaluation's shape (batch × L × N, float32).
 
 Usage (from the repository root; the data set lives beside the project in ../shared/data):
 
-    OMP_NUM_THREADS=2 python benchmarks/eval_speed.py                      # diginetica, L=512
-    python benchmarks/eval_speed.py --batch-size 128 256 512 --runs 3
-    python benchmarks/eval_speed.py --device cuda --batch-size 512 2048 4096
+    OMP_NUM_THREADS=2 python -m benchmarks.eval.eval_speed                      # diginetica, L=512
+    python -m benchmarks.eval.eval_speed --batch-size 128 256 512 --runs 3
+    python -m benchmarks.eval.eval_speed --device cuda --batch-size 512 2048 4096
 
 The model is a randomly initialised GRU4Rec network of the requested size over the training
 file's items (accuracy is irrelevant here; the work per prediction is the same). Prints one JSON
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "diginetica_srgnn"
 
 

@@ -1,7 +1,7 @@
 """Where one CPU training step's time goes, and the step's GEMM limit.
 
-    python benchmarks/step_profile.py --config rsc15 --data ../shared/data/rsc15_100k/train_full.tsv
-    python benchmarks/step_profile.py --config diginetica --data ../shared/data/diginetica_srgnn/train_tr.tsv --steps 150
+    python -m benchmarks.train.step_profile --config rsc15 --data ../shared/data/rsc15_100k/train_full.tsv
+    python -m benchmarks.train.step_profile --config diginetica --data ../shared/data/diginetica_srgnn/train_tr.tsv --steps 150
 
 Runs ``--steps`` training steps of the configuration (after ``--warmup`` untimed ones) on a fixed
 ``--threads`` count, twice: plain (the step's real time: ms/step and mini-batches/s) and with
@@ -26,7 +26,7 @@ plain one. The parts are FastStep's (gru4rec/training/step.py): where the one-ca
 the configuration (gru4rec/training/cpu_step.py) its parts are not Python calls to time — run with
 ``GRU4REC_CPU_STEP=0`` for the breakdown; the plain step and the limits hold for whichever runs.
 The GEMM limit is the step's products alone, back to back on random operands of the same shapes
-and layouts (``benchmarks/train_speed.py``'s ``step_products``, with the measured
+and layouts (``benchmarks/train/train_speed.py``'s ``step_products``, with the measured
 mean number of distinct scored items), torch's ``mm`` on its threads: the issue's measure. The
 plain step and the limit are timed in alternating rounds (``--steps``/10 steps, then the products
 three times), and the fraction of the limit is the median of the rounds' ratios: this host's
@@ -46,7 +46,6 @@ import argparse
 import collections
 import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,17 +54,14 @@ from typing import Any
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks.workloads import CONFIGS, load_sessions, prefix_for_steps, products_ms, step_products
+from gru4rec.config import Config
+from gru4rec.machine.threads import set_threads
+from gru4rec.network.gru import GRU4RecNet
+from gru4rec.training.batching import build_schedule
+from gru4rec.training.trainer import Trainer
 
-from train_speed import CONFIGS, load_sessions, prefix_for_steps, products_ms, step_products  # noqa: E402
-
-from gru4rec.config import Config  # noqa: E402
-from gru4rec.machine.threads import set_threads  # noqa: E402
-from gru4rec.network.gru import GRU4RecNet  # noqa: E402
-from gru4rec.training.batching import build_schedule  # noqa: E402
-from gru4rec.training.trainer import Trainer  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class PartTimer:

@@ -1,8 +1,8 @@
 """Training and evaluation speed by thread setting, on a quiet machine and beside busy processes.
 
-    python benchmarks/thread_contention.py --busy 0            # one load per command: each fits in minutes
-    python benchmarks/thread_contention.py --busy 1 --epochs 3 --repeats 2 --cap 60
-    python benchmarks/thread_contention.py --busy 2 --variants default passive threads=1
+    python -m benchmarks.train.thread_contention --busy 0            # one load per command: each fits in minutes
+    python -m benchmarks.train.thread_contention --busy 1 --epochs 3 --repeats 2 --cap 60
+    python -m benchmarks.train.thread_contention --busy 2 --variants default passive threads=1
 
 Every measurement is a fresh process (the OpenMP runtime reads its wait policy when it loads) that
 trains ``--epochs`` epochs of the rsc15 configuration (``--paramfile``, default
@@ -56,10 +56,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from gru4rec.machine.cpus import available_cpus
 
-from gru4rec.machine.cpus import available_cpus  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 DATA = ROOT.parent / "shared" / "data" / "rsc15_100k"
 
@@ -91,7 +90,6 @@ print(json.dumps({"eval_per_s": speeds, "recall@20": result.recall[20],
 #: Turns in one process (``--turns``): one JSON line per round of epochs (events/s by variant).
 _TURNS_CHILD = """
 import json, sys
-sys.path.insert(0, sys.argv[1])
 from gru4rec import GRU4Rec, evaluate
 from gru4rec.config import Config
 from gru4rec.network.gru import GRU4RecNet
@@ -99,8 +97,8 @@ from gru4rec.machine.threads import last_decision, using_threads
 from gru4rec.training.loop import train_epochs
 from gru4rec.training.trainer import Trainer
 import torch
-from train_speed import load_sessions, prefix_for_steps
-paramfile, train, test, turns, turn_steps, cpus = sys.argv[2:5] + [int(a) for a in sys.argv[5:8]]
+from benchmarks.workloads import load_sessions, prefix_for_steps
+paramfile, train, test, turns, turn_steps, cpus = sys.argv[1:4] + [int(a) for a in sys.argv[4:7]]
 config = Config.from_file(paramfile)
 model = GRU4Rec(config.replace_from_string("n_epochs=1"), device="cpu", threads=cpus).fit(train, progress=False)
 sessions, support = load_sessions(train, 0, 0)
@@ -144,7 +142,7 @@ def _spin() -> None:
 
 
 def _child_env(policy: str | None = None) -> dict[str, str]:
-    """A measured process's environment: this tree first on the path, no thread count or OpenMP
+    """A measured process's environment: this tree first on the path (its gru4rec and benchmarks), no thread count or OpenMP
     wait setting inherited, and ``OMP_WAIT_POLICY=policy`` where given (None: the runtime's own)."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env["PYTHONPATH"] = str(ROOT)
@@ -180,7 +178,7 @@ def _turns(args: argparse.Namespace, busy: int) -> None:
     """``--turns``: default, spin and threads=1 in turns inside one process; prints each round
     and the summary."""
     env = _child_env()
-    command = [sys.executable, "-c", _TURNS_CHILD, str(ROOT / "benchmarks"), args.paramfile, args.train, args.test,
+    command = [sys.executable, "-c", _TURNS_CHILD, args.paramfile, args.train, args.test,
                str(args.turns), str(args.turn_steps), str(available_cpus())]
     rounds = []
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) as proc:

@@ -3,8 +3,8 @@ ONNX Runtime against PyTorch on the CPU.
 
 Usage (from the repository root; the data set lives beside the project in ../shared/data):
 
-    OMP_NUM_THREADS=1 python benchmarks/export_speed.py                       # diginetica, 1 thread
-    python benchmarks/export_speed.py --threads 2 --clicks 2000 --repeats 7
+    OMP_NUM_THREADS=1 python -m benchmarks.pipeline.export_speed                       # diginetica, 1 thread
+    python -m benchmarks.pipeline.export_speed --threads 2 --clicks 2000 --repeats 7
 
 The model is a randomly initialised network of the DIGINETICA configuration (512 units, shared
 embedding) over the training file's items — the work per click, the file sizes and the export
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 import zlib
@@ -37,8 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "diginetica_srgnn"
 CONFIG = ROOT / "paramfiles" / "diginetica_bprmax_shared_512_best.json"
 DIGINETICA_ITEMS = 43_097

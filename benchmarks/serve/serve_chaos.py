@@ -24,8 +24,8 @@ Everything is bounded (a few hundred sessions, seconds of load, a 300 s guard) a
 is stopped at the end, also on errors. ``--code DIR`` runs the replicas from another checkout
 (e.g. the code before issue 36, ``git archive``d to a folder): only the ``race`` phase runs there.
 
-    python benchmarks/serve_chaos.py                        # both phases, a synthetic model built once
-    python benchmarks/serve_chaos.py --code /tmp/before --phases race
+    python -m benchmarks.serve.serve_chaos                        # both phases, a synthetic model built once
+    python -m benchmarks.serve.serve_chaos --code /tmp/before --phases race
 """
 from __future__ import annotations
 
@@ -45,8 +45,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 #: The README's serving model: synthetic data of 5,000 sessions, seed 1.
 MODEL_PARAMS = "layers=64,n_sample=256,n_epochs=2"

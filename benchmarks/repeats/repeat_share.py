@@ -1,7 +1,7 @@
 """The share of prediction targets whose item is already in the session, per data set and split
 of ../shared/data (docs/results.md, "Repeated targets").
 
-    python benchmarks/repeat_share.py [--data ../shared/data]
+    python -m benchmarks.repeats.repeat_share [--data ../shared/data]
 
 Each evaluation split is read with the items of its training split (train_valid with train_tr,
 test with train_full), unknown items dropped as the evaluator drops them
@@ -13,12 +13,11 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from gru4rec.data import ItemMap, sessions_from_events
+from gru4rec.data.events import read_events
+from gru4rec.evaluation.repeats import repeat_shares
 
-from gru4rec.data import ItemMap, sessions_from_events  # noqa: E402
-from gru4rec.data.events import read_events  # noqa: E402
-from gru4rec.evaluation.repeats import repeat_shares  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 DATASETS = ("rsc15_100k", "diginetica_srgnn", "tmall_srgnn")
 #: Evaluation split -> the training split whose items the evaluator knows.

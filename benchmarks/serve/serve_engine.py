@@ -2,7 +2,7 @@
 rescoring against the float32 product, at several batch sizes (alternating, medians), and the
 time of one read of the float32 item matrix (the floor of any float32 scoring of one click).
 
-    python benchmarks/serve_engine.py --model model.pt [--batches 1 8 32 64] [--rounds 5]
+    python -m benchmarks.serve.serve_engine --model model.pt [--batches 1 8 32 64] [--rounds 5]
 """
 from __future__ import annotations
 
@@ -15,10 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from gru4rec import GRU4Rec  # noqa: E402
-from gru4rec.inference import Engine, Work  # noqa: E402
+from gru4rec import GRU4Rec
+from gru4rec.inference import Engine, Work
 
 
 def main(argv: list[str] | None = None) -> int:

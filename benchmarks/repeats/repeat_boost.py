@@ -1,7 +1,7 @@
 """Plain GRU4Rec against GRU4Rec with repeat-aware scoring (issue 29), on one data set.
 
-    python benchmarks/repeat_boost.py --data ../shared/data/tmall_srgnn -pf paramfiles/tmall_srgnn_xe_best.py
-    python benchmarks/repeat_boost.py --data ../shared/data/diginetica_srgnn -pf paramfiles/diginetica_srgnn_xe_best.py --test
+    python -m benchmarks.repeats.repeat_boost --data ../shared/data/tmall_srgnn -pf paramfiles/tmall_srgnn_xe_best.py
+    python -m benchmarks.repeats.repeat_boost --data ../shared/data/diginetica_srgnn -pf paramfiles/diginetica_srgnn_xe_best.py --test
 
 1. trains the parameter file on ``train_tr`` (or loads ``--work``'s model from an earlier run);
 2. chooses the boost's weight and decay on ``train_valid`` (a grid: ``--weights`` × ``--decays``,
@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from gru4rec import Config, GRU4Rec, evaluate  # noqa: E402
-from gru4rec.fitting.repeat_fit import fit_repeat_boost  # noqa: E402
+from gru4rec import Config, GRU4Rec, evaluate
+from gru4rec.fitting.repeat_fit import fit_repeat_boost
 
 
 def trained(config: Config, data: Path, path: Path, threads: int) -> GRU4Rec:

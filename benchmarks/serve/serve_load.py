@@ -28,10 +28,10 @@ Threads under contention: ``--threads 0`` leaves the thread count to the server 
 gru4rec/machine/threads.py), ``--wait-policy PASSIVE`` sets the servers' ``OMP_WAIT_POLICY``, and
 ``--busy N`` runs N processes that spin on a core each beside them while the load runs.
 
-    python benchmarks/serve_load.py --repeats 3
-    python benchmarks/serve_load.py --replicas 2 --state redis --modes stateful --batching on --concurrency 32
-    python benchmarks/serve_load.py --model digi.pt --sessions ../shared/data/diginetica_srgnn/test.tsv
-    python benchmarks/serve_load.py --modes stateful --batching on --concurrency 32 --threads 0 --busy 1
+    python -m benchmarks.serve.serve_load --repeats 3
+    python -m benchmarks.serve.serve_load --replicas 2 --state redis --modes stateful --batching on --concurrency 32
+    python -m benchmarks.serve.serve_load --model digi.pt --sessions ../shared/data/diginetica_srgnn/test.tsv
+    python -m benchmarks.serve.serve_load --modes stateful --batching on --concurrency 32 --threads 0 --busy 1
 """
 from __future__ import annotations
 
@@ -53,8 +53,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 DIGINETICA_ITEMS = 43_097
 PARAMS = ROOT / "paramfiles" / "diginetica_bprmax_shared_512_best.py"

@@ -4,7 +4,7 @@ The port is not part of this project (its licence is non-commercial and its code
 ours): fetch it yourself and pass its folder, e.g.
 
     git clone https://github.com/hidasib/GRU4Rec_PyTorch_Official .port     # .port/ is git-ignored
-    python benchmarks/port_compare.py --port .port --config rsc15 \\
+    python -m benchmarks.train.port_compare --port .port --config rsc15 \\
         --data ../shared/data/rsc15_100k/train_full.tsv --epochs 3 --rounds 2
 
 Each round trains ``--epochs`` epochs with this package (``run.py``) and then with the port, each
@@ -15,7 +15,7 @@ for both, their medians and the ratio. Run it alone: two torch processes on 2 co
 other.
 
 Both children inherit this process's environment but for the thread counts, so an OpenMP setting
-applies to both: ``OMP_WAIT_POLICY=PASSIVE python benchmarks/port_compare.py --threads 2 …`` runs
+applies to both: ``OMP_WAIT_POLICY=PASSIVE python -m benchmarks.train.port_compare --threads 2 …`` runs
 both with sleeping idle threads — the conditions of issue 39's figures, taken when importing
 ``gru4rec`` set that variable (benchmarks/README.md, round 9).
 
@@ -38,13 +38,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks.workloads import CONFIGS  # the named configurations of both benchmarks
+from gru4rec.config import Config
 
-from train_speed import CONFIGS  # noqa: E402  (the named configurations of both benchmarks)
-
-from gru4rec.config import Config  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 EPOCH_LINE = re.compile(r"Epoch(\d+) --> loss: (\S+)\s+\(([\d.]+)s\)\s+\[([\d.]+) mb/s \| (\d+) e/s\]")
 

@@ -7,11 +7,11 @@ model MB), a few checks, and writes every figure to ``--json``. The full size of
 (1M-item catalogue, ≥ 120k training sessions, recommend on 10k and 100k sessions, serve 1,000
 live sessions):
 
-    OMP_NUM_THREADS=1 python benchmarks/scale.py --json results/scale.json
+    OMP_NUM_THREADS=1 python -m benchmarks.pipeline.scale --json results/scale.json
 
 and a quick look at small sizes (seconds):
 
-    python benchmarks/scale.py --n-items 2000 --sessions 300 --eval-sessions 50 \\
+    python -m benchmarks.pipeline.scale --n-items 2000 --sessions 300 --eval-sessions 50 \\
         --recommend-sessions 100,200 --serve-sessions 20 --work /tmp/scale-small --force
 
 **Peak RSS, per stage.** Every command is its own process, reaped with ``os.wait4``: the
@@ -95,7 +95,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_WORK = ROOT / ".bench" / "scale"
 STAGES = ("synth", "train", "evaluate", "recommend", "export", "serve")
 EXPORT_FORMATS = ("onnx", "item-embeddings", "session-embeddings")
@@ -718,7 +718,7 @@ def name_list(choices: tuple[str, ...]):
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="See the module docstring (benchmarks/scale.py) for what is measured and how.")
+                                epilog="See the module docstring (benchmarks/pipeline/scale.py) for what is measured and how.")
     p.add_argument("--stages", type=name_list(STAGES), default=list(STAGES), help=f"comma-separated, of {','.join(STAGES)} (default: all)")
     p.add_argument("--n-items", type=int, default=1_000_000, help="synthetic catalogue size (default 1,000,000)")
     p.add_argument("--sessions", type=int, default=120_000, help="training sessions at least (default 120,000)")

@@ -1,10 +1,10 @@
 """A learned repeat/explore mixture on top of a fitted GRU4Rec (issue 38's experiment), against
 plain GRU4Rec, the repeat boost and the Pop / SPop / ItemKNN baselines, on ``train_valid``.
 
-    python benchmarks/repeat_explore.py --data ../shared/data/tmall_srgnn -pf paramfiles/tmall_srgnn_xe_best.py
-    python benchmarks/repeat_explore.py --data ../shared/data/diginetica_srgnn -pf paramfiles/diginetica_srgnn_xe_best.py
-    python benchmarks/repeat_explore.py --data ../shared/data/rsc15_100k -pf paramfiles/rsc15_xe_shared_100_best.py
-    python benchmarks/repeat_explore.py ... --bench      # the second stage's cost per evaluated position
+    python -m experiments.repeat_explore.repeat_explore --data ../shared/data/tmall_srgnn -pf paramfiles/tmall_srgnn_xe_best.py
+    python -m experiments.repeat_explore.repeat_explore --data ../shared/data/diginetica_srgnn -pf paramfiles/diginetica_srgnn_xe_best.py
+    python -m experiments.repeat_explore.repeat_explore --data ../shared/data/rsc15_100k -pf paramfiles/rsc15_xe_shared_100_best.py
+    python -m experiments.repeat_explore.repeat_explore ... --bench      # the second stage's cost per evaluated position
 
 The mixture (RepeatNet-style in form, a second stage: the network is not changed). For the next
 click of a session whose distinct items so far are the *candidates* c,
@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,12 +58,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from gru4rec import Config, GRU4Rec, evaluate  # noqa: E402
-from gru4rec.baselines import ItemKNN, Pop, SessionPop  # noqa: E402
-from gru4rec.data import read_events, sessions_from_events  # noqa: E402
-from gru4rec.evaluation.schedule import schedule_sessions  # noqa: E402
+from gru4rec import Config, GRU4Rec, evaluate
+from gru4rec.baselines import ItemKNN, Pop, SessionPop
+from gru4rec.data import read_events, sessions_from_events
+from gru4rec.evaluation.schedule import schedule_sessions
 
 CUTOFFS = (10, 20)
 #: The decays whose decayed click counts are kept for the boost's grid.

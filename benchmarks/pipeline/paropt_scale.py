@@ -2,8 +2,8 @@
 """paropt at scale: trials per hour with 1, 2 and 4 worker processes on PostgreSQL, and the
 storage's overhead per trial for SQLite, PostgreSQL and the journal file.
 
-    python benchmarks/paropt_scale.py throughput --data ../shared/data/rsc15_100k --workers 1 2 4 --trials 8
-    python benchmarks/paropt_scale.py overhead --trials 200 --repeats 3
+    python -m benchmarks.pipeline.paropt_scale throughput --data ../shared/data/rsc15_100k --workers 1 2 4 --trials 8
+    python -m benchmarks.pipeline.paropt_scale overhead --trials 200 --repeats 3
 
 ``throughput`` runs ``paropt.py`` on TRAIN_TR / TRAIN_VALID with the original's cross-entropy space
 (``paramspaces/gru4rec_xe_shared_parspace.json``) and the published fixed parameters, without
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import statistics
@@ -40,8 +41,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 SPACE = ROOT / "paramspaces" / "gru4rec_xe_shared_parspace.json"
 FIXED = "loss=cross-entropy,constrained_embedding=True,n_sample=2048,logq=1.0,n_epochs={epochs}"
 
@@ -53,10 +53,14 @@ def postgres_databases(url: str | None) -> Iterator[Any]:
     if url is not None:
         yield lambda: url
         return
-    sys.path.insert(0, str(ROOT / "tests"))
-    from postgres_server import temporary_postgres
+    # The tests' throwaway server (tests/ is no package): its module loaded from its file.
+    spec = importlib.util.spec_from_file_location("postgres_server", ROOT / "tests" / "postgres_server.py")
+    assert spec is not None and spec.loader is not None
+    postgres_server = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = postgres_server  # its dataclasses resolve their module
+    spec.loader.exec_module(postgres_server)
 
-    with temporary_postgres(fsync=True) as server:  # commits flushed to disk, as on a real server
+    with postgres_server.temporary_postgres(fsync=True) as server:  # commits flushed to disk, as on a real server
         yield lambda: server.url(server.new_database())
 
 

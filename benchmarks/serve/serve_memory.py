@@ -12,7 +12,7 @@ script fills
 
 and prints bytes per session and what 1M live sessions need, as one JSON line per store.
 
-    python benchmarks/serve_memory.py --sessions 200000 --hidden 512 --clicks 5
+    python -m benchmarks.serve.serve_memory --sessions 200000 --hidden 512 --clicks 5
 """
 from __future__ import annotations
 
@@ -22,16 +22,12 @@ import json
 import os
 import shutil
 import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from serve_load import redis_binary, start_redis  # noqa: E402  (benchmarks/ is this script's folder)
-
-from gru4rec.inference import SessionState  # noqa: E402
-from gru4rec.serve.state import LastClick, MemoryStore, RedisStore, encode_session  # noqa: E402
+from benchmarks.serve.serve_load import redis_binary, start_redis
+from gru4rec.inference import SessionState
+from gru4rec.serve.state import LastClick, MemoryStore, RedisStore, encode_session
 
 
 def rss_bytes() -> int:

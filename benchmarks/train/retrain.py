@@ -2,9 +2,9 @@
 
 Examples (run alone; --threads 1 on a shared host):
 
-    python benchmarks/retrain.py --data ../shared/data/rsc15_100k/train_full.tsv ../shared/data/rsc15_100k/test.tsv \\
+    python -m benchmarks.train.retrain --data ../shared/data/rsc15_100k/train_full.tsv ../shared/data/rsc15_100k/test.tsv \\
         --config paramfiles/rsc15_xe_shared_100_best.py --days calendar --window 3 --threads 1
-    python benchmarks/retrain.py --data ../shared/data/diginetica_srgnn/train_full.tsv ../shared/data/diginetica_srgnn/test.tsv \\
+    python -m benchmarks.train.retrain --data ../shared/data/diginetica_srgnn/train_full.tsv ../shared/data/diginetica_srgnn/test.tsv \\
         --config paramfiles/diginetica_srgnn_xe_best.py --days 12 --window 3 --fresh-epochs 3 --threads 1
 
 The events (all files together) are cut into days: ``--days calendar`` by the UTC date of each
@@ -30,7 +30,6 @@ import argparse
 import json
 import logging
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -39,13 +38,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from gru4rec import GRU4Rec
+from gru4rec.config import Config
+from gru4rec.data import read_events
+from gru4rec.evaluation import evaluate
 
-from gru4rec import GRU4Rec  # noqa: E402
-from gru4rec.config import Config  # noqa: E402
-from gru4rec.data import read_events  # noqa: E402
-from gru4rec.evaluation import evaluate  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def split_days(events: pd.DataFrame, days: str) -> tuple[list[pd.DataFrame], str]:

@@ -1,24 +1,13 @@
-"""The repeat/explore mixture experiment (benchmarks/repeat_explore.py, issue 38): its candidates,
+"""The repeat/explore mixture experiment (experiments/repeat_explore/repeat_explore.py, issue 38): its candidates,
 its scores against a NumPy reference of p·P_rep + (1 − p)·P_exp, and its full-catalogue ranks
 against a brute-force conservative rank."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from script_modules import load_script
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load(name: str):
-    return load_script(f"benchmarks/{name}.py", f"bench_{name}")
-
-
-rx = load("repeat_explore")
+from experiments.repeat_explore import repeat_explore as rx
 
 
 def random_sessions(rng: np.random.Generator, n_items: int, n_sessions: int, longest: int) -> tuple[np.ndarray, np.ndarray]:

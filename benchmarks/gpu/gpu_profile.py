@@ -1,7 +1,7 @@
 """Kernels per training step and device microseconds per step, by backend, as JSON lines.
 
-    python benchmarks/gpu_profile.py --config retailrocket --device cuda              # PyTorch ops and Triton
-    python benchmarks/gpu_profile.py --config diginetica --device cuda --backends torch
+    python -m benchmarks.gpu.gpu_profile --config retailrocket --device cuda              # PyTorch ops and Triton
+    python -m benchmarks.gpu.gpu_profile --config diginetica --device cuda --backends torch
 
 For each backend (``torch``: the PyTorch ops; ``triton``: the fused GPU kernels) it builds a
 trainer, warms it up, then
@@ -15,34 +15,25 @@ trainer, warms it up, then
 On a machine without CUDA it counts what a GPU would launch, without device times
 (``kernels_per_step_estimate``): the step's PyTorch operators that compute (views, reshapes and
 allocations, which launch nothing, left out) plus its Triton launches, which run in Triton's
-interpreter there (``TRITON_INTERPRET=1``, set by this script when no CUDA device is present).
+interpreter there (``TRITON_INTERPRET=1``, set by ``benchmarks/gpu/__init__.py`` when no CUDA device is present).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before any Triton kernel is defined
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.train_speed import add_config_arguments, config_of, load_sessions  # noqa: E402
-from gru4rec.config import Config  # noqa: E402
-from gru4rec.kernels.gpu import counter_driven_step  # noqa: E402
-from gru4rec.network.gru import GRU4RecNet  # noqa: E402
-from gru4rec.training.backend import select_backend  # noqa: E402
-from gru4rec.training.batching import build_schedule  # noqa: E402
-from gru4rec.training.trainer import Trainer  # noqa: E402
+from benchmarks.workloads import add_config_arguments, config_of, load_sessions
+from gru4rec.config import Config
+from gru4rec.kernels.gpu import counter_driven_step
+from gru4rec.network.gru import GRU4RecNet
+from gru4rec.training.backend import select_backend
+from gru4rec.training.batching import build_schedule
+from gru4rec.training.trainer import Trainer
 
 #: Profiler event names that are copies or fills, not kernels of the step's arithmetic.
 _MEMORY = ("memcpy", "memset", "Memcpy", "Memset")

@@ -1,7 +1,7 @@
 """A/B of the CPU training step: this tree against another git revision, in one process.
 
-    python benchmarks/step_ab.py --base main --config rsc15 --data ../shared/data/rsc15_100k/train_full.tsv
-    python benchmarks/step_ab.py --base main --config diginetica --data ../shared/data/diginetica_srgnn/train_tr.tsv --steps 60
+    python -m benchmarks.train.step_ab --base main --config rsc15 --data ../shared/data/rsc15_100k/train_full.tsv
+    python -m benchmarks.train.step_ab --base main --config diginetica --data ../shared/data/diginetica_srgnn/train_tr.tsv --steps 60
 
 The base revision's ``gru4rec`` is extracted (``git archive``) into a temporary folder and
 imported beside this tree's under its own module names, so both steps run in the same process
@@ -25,7 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _first_module(paths: tuple[str, ...], root: Path) -> ModuleType:
@@ -78,7 +78,7 @@ def main() -> None:
     """Measure and print."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", default="main", help="the git revision to compare against")
-    parser.add_argument("--config", default="rsc15", help="rsc15, diginetica or retailrocket (benchmarks/train_speed.py)")
+    parser.add_argument("--config", default="rsc15", help="rsc15, diginetica or retailrocket (benchmarks/train/train_speed.py)")
     parser.add_argument("--params", default="", help="parameter string applied on top")
     parser.add_argument("--data", required=True, help="a training event file")
     parser.add_argument("--steps", type=int, default=400)
@@ -86,9 +86,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     import torch
-    from train_speed import CONFIGS
+
+    from benchmarks.workloads import CONFIGS
 
     config_path = ROOT / CONFIGS[args.config]
     total = args.warmup + args.steps * args.rounds + 10

@@ -7,8 +7,8 @@ Zipf-like item popularity over ~53k items, ~10 % consecutive repeats, a quarter 
 in the test file — then runs the pipeline in a fresh child process and reports, as JSON, its
 wall time and peak resident memory (the child's ru_maxrss; the generator is not counted).
 
-    python benchmarks/preprocess_scale.py --rows 30000000 --workdir /tmp/pp_scale
-    python benchmarks/preprocess_scale.py --rows 3000000 --dataset rsc15
+    python -m benchmarks.pipeline.preprocess_scale --rows 30000000 --workdir /tmp/pp_scale
+    python -m benchmarks.pipeline.preprocess_scale --rows 3000000 --dataset rsc15
 
 The raw files are kept in --workdir and reused when they already have the requested size.
 """

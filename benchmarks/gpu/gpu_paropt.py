@@ -2,7 +2,7 @@
 continuing a study kept in a journal file under ``results/studies/``, so that the study grows
 from one GPU window to the next wherever that GPU is.
 
-    python benchmarks/gpu_paropt.py diginetica [--loss bprmax|xe] [--minutes 8]
+    python -m benchmarks.gpu.gpu_paropt diginetica [--loss bprmax|xe] [--minutes 8]
 
 What it runs: ``gru4rec paropt`` on ``DATA/<dataset>_train_tr.tsv.gz`` -> ``..._train_valid.tsv.gz``
 (the gzipped copies in the ignored ``.gpu_data/``; see :data:`PREPARE`), the space
@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Data set argument -> folder of ../shared/data (the gzipped copies are named <argument>_<split>.tsv.gz).
 DATASETS = {"diginetica": "diginetica_srgnn", "tmall": "tmall_srgnn", "rsc15": "rsc15_100k"}
@@ -209,5 +209,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     sys.exit(main())

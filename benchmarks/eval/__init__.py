@@ -1,0 +1,1 @@
+"""Evaluation speed: predictions per second by batch size and device."""

@@ -1,0 +1,1 @@
+"""The whole pipeline at scale: preprocessing, train/evaluate/recommend/export/serve, model files, paropt."""
