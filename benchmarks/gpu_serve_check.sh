@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One prepared GPU session for serving (issue 14): the serving tests with their CUDA cases, then
 # benchmarks/serve/serve_load.py with the model on the GPU. Installs nothing from a registry: the serve
-# extra's wheels come in .whl/ (see benchmarks/README.md "Serving on a GPU"); results land in $OUT.
+# extra's wheels come in .whl/ (downloaded as gpu_paropt.sh's header shows for optuna's); results land in $OUT.
 #
 #   OUT=/tmp/out bash benchmarks/gpu_serve_check.sh       # ~5 minutes on an H200 (+2 with CUDA_TESTS=1)
 set -uo pipefail

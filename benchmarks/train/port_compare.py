@@ -17,7 +17,7 @@ other.
 Both children inherit this process's environment but for the thread counts, so an OpenMP setting
 applies to both: ``OMP_WAIT_POLICY=PASSIVE python -m benchmarks.train.port_compare --threads 2 …`` runs
 both with sleeping idle threads — the conditions of issue 39's figures, taken when importing
-``gru4rec`` set that variable (benchmarks/README.md, round 9).
+``gru4rec`` set that variable (docs/speed-history.md, "Against the official port").
 
 The port's epochs include its sample-store redraws (every 4,882 steps), ours include ours; its
 one-off initial draw is outside its epoch timer, as our store's is.

@@ -19,7 +19,7 @@ epoch's events/s and every evaluation's predictions/s. Variants (``--variants``)
 * ``threads=1``: one thread;
 * ``oversubscribed``: one thread more than the CPUs, no wait policy set — GNU OpenMP then spins
   only 100 rounds before it sleeps (tried as a candidate of the online choice and dropped:
-  benchmarks/README.md).
+  docs/speed-history.md, "Threads under contention").
 
 Each runs beside ``--busy`` processes that spin on a core each (``while True: pass``; 0 = a
 quiet machine). The variants' repeats are interleaved so that a drifting load disturbs all
