@@ -6,7 +6,7 @@ PostgreSQL refuses to run as root, and CI runs the tests as root: then the serve
 the unprivileged user ``gru4rec_pg`` (``runuser -u gru4rec_pg --``), created here if it does not
 exist and creating it works. Where no server can be had (no binaries, no psycopg, no such user)
 the fixture skips with the reason. :func:`temporary_postgres` is the same server for scripts
-(``benchmarks/paropt_scale.py``).
+(``benchmarks/pipeline/paropt_scale.py``).
 """
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ from gru4rec.machine.threads import RowWorkers, online_choice
 
 __all__ = ["DEFAULT_BATCH_SIZE", "TIE_MODES", "EvalResult", "evaluate", "evaluate_boosts", "evaluate_sessions"]
 
-#: Default number of sessions evaluated in parallel (chosen with benchmarks/eval_speed.py: on the
+#: Default number of sessions evaluated in parallel (chosen with benchmarks/eval/eval_speed.py: on the
 #: 2-core CPU, diginetica L=512 N=43,097, 256/512/1024 all take ≈21–22 s for 60,858 predictions,
 #: ≈97 % of the matrix product's FLOP/s at the same shape; 128 is 35 % slower; on a GPU larger
 #: batches only help).

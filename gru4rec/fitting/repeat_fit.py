@@ -2,7 +2,7 @@
 
 It evaluates, so it sits above both the inference layer and the evaluator (as ``validation.py``
 does): nothing in the library imports it; ``gru4rec evaluate --fit-repeat`` and
-``benchmarks/repeat_boost.py`` do. The network runs once over the validation sessions: every
+``benchmarks/repeats/repeat_boost.py`` do. The network runs once over the validation sessions: every
 step's scores are ranked under every grid point (:func:`gru4rec.evaluation.evaluate_boosts`).
 """
 from __future__ import annotations

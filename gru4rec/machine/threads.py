@@ -8,7 +8,7 @@ here is the number of CPUs this process may actually use — the affinity mask, 
 cgroup quota (:func:`gru4rec.machine.cpus.available_cpus`) — or ``OMP_NUM_THREADS`` when the user set it.
 
 That default cannot know about *other* processes, and no fixed setting is the fastest
-everywhere (benchmarks/README.md, "Threads under contention"): the OpenMP runtime's own wait
+everywhere (docs/speed-history.md, "Threads under contention"): the OpenMP runtime's own wait
 policy — an idle thread spins a while before it sleeps — is the fastest on a quiet machine, but
 beside one busy process the spinning threads take the cores the working ones need and an epoch
 runs 3-20 times slower; making idle threads sleep at once (``OMP_WAIT_POLICY=PASSIVE``) protects a
@@ -400,7 +400,7 @@ class RowWorkers:
     OpenMP thread on a busy machine (:attr:`ThreadChoice.row_parts`): beside 2 busy processes on
     2 cores, a B×N score product and its rank counts ran at 52-53k rows/s on one thread, 75-81k
     on two row ranges and 76-82k on two passive OpenMP threads; quiet, at 146k against 153-157k
-    for two spinning OpenMP threads (benchmarks/README.md, "Threads under contention")."""
+    for two spinning OpenMP threads (docs/speed-history.md, "Threads under contention")."""
 
     def __init__(self, parts: int) -> None:
         if isinstance(parts, bool) or not isinstance(parts, int) or parts < 2:

@@ -2,7 +2,7 @@
 
 :class:`~gru4rec.training.step.FastStep` runs a step as ~40 PyTorch operators and fused-kernel
 calls with Python between them; on small configurations (rsc15's: 100 units, batch 32) the Python
-is about a quarter of the step (``perf``: benchmarks/README.md, "Round 3"). ``g4r_train_step`` of
+is about a quarter of the step (``perf``: docs/speed-history.md, "Round 3"). ``g4r_train_step`` of
 ``gru4rec/kernels/cpu_step.c`` is the same step — the same kernels, in the same order, and
 MKL's ``sgemm_`` (the one torch links) for the products — in one call. What it covers:
 
