@@ -17,6 +17,23 @@ ROOT = Path(__file__).resolve().parents[1]
 workloads = import_module("benchmarks.workloads")
 port_compare = import_module("benchmarks.train.port_compare")
 
+#: Every module of the benchmarks package, as ``python -m`` names it.
+BENCHMARK_MODULES = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts)
+                           for p in (ROOT / "benchmarks").rglob("*.py") if p.name != "__init__.py")
+
+
+def test_benchmarks_import_as_modules_without_touching_sys_path() -> None:
+    """Each benchmark is a module of the package, run as ``python -m benchmarks.<subject>.<name>``
+    from the root: importing it must not put folders on ``sys.path`` (the scripts used to, to find
+    gru4rec and each other), and each script has the ``main`` its ``-m`` entry calls."""
+    assert len(BENCHMARK_MODULES) >= 20 and "benchmarks.workloads" in BENCHMARK_MODULES
+    for name in BENCHMARK_MODULES:
+        before = list(sys.path)
+        sys.modules.pop(name, None)  # imported afresh, so that its module-level code runs here
+        module = import_module(name)
+        assert sys.path == before, f"importing {name} changed sys.path: {len(before)} entries, now {len(sys.path)}, first {sys.path[:2]}"
+        assert name == "benchmarks.workloads" or callable(getattr(module, "main", None)), name
+
 
 def hand_count_gflop(batch: int, layers: list[int], n_sample: int, n_distinct: int) -> float:
     """The fast step's multiply-adds, counted by hand: per layer 3 forward and 5 backward products
