@@ -42,5 +42,11 @@ test-all: venv
 docs-check: venv
 	$(PY) tools/docs_check.py README.md docs/*.md
 
+# One speed figure without real data: the rsc15 configuration's training on synthetic sessions, as
+# JSON (mini-batches/s, events/s, the products' share of the step). Every other measurement and its
+# command: benchmarks/README.md; the scripts run from the root as python -m benchmarks.<subject>.<name>.
+bench: venv
+	$(PY) -m benchmarks.train.train_speed --config rsc15
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
