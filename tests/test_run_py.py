@@ -237,6 +237,48 @@ def test_missing_files(data: dict[str, Path], tmp_path: Path, capsys: pytest.Cap
     assert_one_line_error(err, "t.tsv")
 
 
+def test_a_bad_test_file_fails_before_the_first_epoch(
+    data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 50 item 1: the original's everyday command (no -s) with a test file that lacks a
+    column fails before training, naming the file and the column, not after the last epoch."""
+    test = tmp_path / "test.tsv"
+    pd.read_csv(data["test"], sep="\t").drop(columns="Time").to_csv(test, sep="\t", index=False)
+    code, out, err = run_py([data["train_tr"], "-ps", TINY, "-t", data["test"], test], capsys, monkeypatch)
+    assert code == 1
+    assert_one_line_error(err, str(test), "'Time'")
+    assert "Epoch" not in out and "Training GRU4Rec" not in out  # not one epoch ran
+    # gru4rec train checks its test files the same way.
+    from cli_helpers import assert_one_line_error as assert_cli_error
+    from cli_helpers import run as run_cli
+
+    code, out, err = run_cli(["train", data["train_tr"], "-ps", TINY, "-t", test, "-d", "cpu"], capsys)
+    assert code == 1
+    assert_cli_error(err, str(test), "'Time'")
+    assert "Epoch" not in out and "Epoch" not in err
+
+
+def test_a_failure_after_training_keeps_the_model(
+    data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What no check can see before training (here: a test file none of whose items the model
+    learnt) still fails after it, but the trained model is saved where the error says."""
+    from gru4rec.recommender import GRU4Rec
+
+    test = tmp_path / "test.tsv"
+    frame = pd.read_csv(data["test"], sep="\t")
+    frame.assign(ItemId=frame["ItemId"] + 10**6).to_csv(test, sep="\t", index=False)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_py([data["train_tr"], "-ps", TINY, "-t", test, "-d", "cpu"], capsys, monkeypatch)
+    assert code == 1
+    assert sum(1 for line in out.splitlines() if line.startswith("Epoch")) == 2  # it did train
+    assert_one_line_error(err, str(test), "training had finished")
+    (kept,) = tmp_path.glob("gru4rec-unsaved-*.safetensors")
+    assert str(kept) in err
+    model = GRU4Rec.load(kept, device="cpu")
+    assert model.epochs_trained == 2 and tuple(model.config.layers) == (8,)
+
+
 def test_unknown_column_key(data: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     code, _, err = run_py([data["train_tr"], "-ps", TINY, "-sk", "Session"], capsys, monkeypatch)
     assert code == 1

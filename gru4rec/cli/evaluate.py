@@ -38,7 +38,7 @@ from gru4rec.tracking.runs import METRICS_FILE, RUN_CUTOFFS, metrics_entry, run_
 if TYPE_CHECKING:
     from gru4rec.evaluation.metrics import TieMode
 
-__all__ = ["EvaluateSettings", "add_arguments", "evaluate_files", "metric_lines", "run"]
+__all__ = ["EvaluateSettings", "add_arguments", "check_test_files", "evaluate_files", "metric_lines", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +145,9 @@ def run(args: EvaluateSettings) -> int:
     check_readable(None if args.fit_repeat is None else [args.fit_repeat], "validation file")
     metric = _fit_metric(args)
     model = load_model(args.model, args.device)
+    keys = {"session_key": args.session_key, "item_key": args.item_key, "time_key": args.time_key}
+    if args.fit_repeat is not None:  # the grid search comes first: a bad test file should not wait for it
+        check_test_files(args.test, model.config, keys)
     model, boosted = _repeat_boost(model, args, metric)
     if args.save:
         model.save(args.save, overwrite=args.force)
@@ -161,9 +164,7 @@ def run(args: EvaluateSettings) -> int:
     changed = args.fit_repeat is not None or args.repeat_weight is not None or args.repeat_decay is not None
     report = evaluate_files(
         model, args.test, cutoffs=args.measure, mode=args.eval_mode, batch_size=args.eval_batch_size,
-        extended=True,
-        keys={"session_key": args.session_key, "item_key": args.item_key, "time_key": args.time_key},
-        json_cutoffs=RUN_CUTOFFS if folder is not None else (),
+        extended=True, keys=keys, json_cutoffs=RUN_CUTOFFS if folder is not None else (),
     )
     if args.metrics_json:
         write_json(args.metrics_json, report, force=args.force)
@@ -179,6 +180,20 @@ def run(args: EvaluateSettings) -> int:
                 log.warning("%s: the %s-ties figures of %s were replaced by %s-ties ones (-e %s records them again)",
                             folder.path / METRICS_FILE, old_mode, name, report[name]["mode"], old_mode)
     return EXIT_OK
+
+
+def check_test_files(tests: Sequence[str] | None, columns: Any, keys: dict[str, str | None] | None = None) -> None:
+    """Read every test file as :func:`evaluate_files` will (its columns, ids and times), so that
+    a command that trains first fails on a bad test file before the first epoch, not after the
+    last: a DataError naming the file (and the column or line). ``columns``: the model's config
+    (or anything with its three column names); ``keys``: the test files' own names where they
+    differ (``-sk/-ik/-tk``). The frames are dropped: training should not hold them in memory,
+    and reading a test file again costs little beside the training it protects."""
+    from gru4rec.data import ColumnKeys, read_events
+
+    key_args = ColumnKeys.resolve(columns, **(keys or {})).as_dict()
+    for test in tests or ():
+        read_events(test, **key_args)
 
 
 def metric_lines(outcome: Any, cutoffs: Sequence[int], *, extended: bool) -> list[str]:

@@ -26,8 +26,8 @@ from gru4rec.cli.common import (
     positive_int,
     uses_threads,
 )
-from gru4rec.cli.evaluate import evaluate_files
-from gru4rec.cli.train import build_config, interruption, train_model
+from gru4rec.cli.evaluate import check_test_files, evaluate_files
+from gru4rec.cli.train import build_config, interruption, kept_after_failure, train_model
 
 if TYPE_CHECKING:
     from gru4rec.evaluation.metrics import TieMode
@@ -150,6 +150,9 @@ def run(args: RunPySettings) -> int:
                                     cutoffs=measure, mode=args.eval_type, force=args.force)
         config = build_config(args.parameter_file, args.parameter_string, seed=args.seed,
                               sample_store_size=args.sample_store_size, **keys)
+        # Every test file is read now: the original's everyday command (no -s) would otherwise
+        # train for hours, then fail on a test file's missing column and keep nothing.
+        check_test_files(args.test, config)
         try:
             fit_options = watch.start(config, device=args.device, precision=args.precision, data=args.path, tests=args.test)
             model = train_model(args.path, config, device=args.device, precision=args.precision, threads=args.threads,
@@ -158,16 +161,29 @@ def run(args: RunPySettings) -> int:
             raise interruption(exc, checkpoint_dir=None, argv=None) from exc
         finally:
             watch.close()
-        watch.trained(model)
         keys = {}  # the model's config carries them now
-    if args.save_model:
-        model.save(args.save_model, overwrite=args.force)
-        log.info("Saved model to %s", args.save_model)
-    if args.test:
-        report = evaluate_files(model, args.test, cutoffs=measure, mode=args.eval_type, batch_size=512,
-                                extended=False,
-                                primary_metric=args.primary_metric if args.log_primary_metric else None,
-                                keys=keys, json_cutoffs=watch.eval_cutoffs if watch is not None else ())
+    saved = None
+    try:
         if watch is not None:
-            watch.evaluated(report)
+            watch.trained(model)
+            if watch.run_folder is not None:
+                saved = str(watch.run_folder.model_path)
+        if args.save_model:
+            model.save(args.save_model, overwrite=args.force)
+            saved = args.save_model
+            log.info("Saved model to %s", args.save_model)
+        if args.test:
+            report = evaluate_files(model, args.test, cutoffs=measure, mode=args.eval_type, batch_size=512,
+                                    extended=False,
+                                    primary_metric=args.primary_metric if args.log_primary_metric else None,
+                                    keys=keys, json_cutoffs=watch.eval_cutoffs if watch is not None else ())
+            if watch is not None:
+                watch.evaluated(report)
+    except Exception as exc:
+        if watch is None:  # a loaded model (-l): its file is where it is kept
+            raise
+        kept = kept_after_failure(exc, model, saved)
+        if kept is exc:
+            raise
+        raise kept from exc
     return EXIT_OK

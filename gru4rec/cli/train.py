@@ -40,13 +40,14 @@ from gru4rec.cli.common import (
     uses_threads,
     write_json,
 )
-from gru4rec.cli.evaluate import evaluate_files
+from gru4rec.cli.evaluate import check_test_files, evaluate_files
+from gru4rec.errors import Gru4RecError
 
 if TYPE_CHECKING:  # the heavy imports (torch, pandas) happen inside the functions
     from gru4rec.config import Config
     from gru4rec.recommender import GRU4Rec
 
-__all__ = ["TrainSettings", "add_arguments", "build_config", "interruption", "run", "train_model"]
+__all__ = ["TrainSettings", "add_arguments", "build_config", "interruption", "kept_after_failure", "run", "train_model"]
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +170,7 @@ def run(args: TrainSettings) -> int:
         from gru4rec.training.warm_start import inherit_config
 
         config = inherit_config(read_model_config(args.init_from), config, args.init_from)
+    check_test_files(args.test, config)  # the model will have config's column names
     saved = None
     try:
         try:
@@ -178,19 +180,27 @@ def run(args: TrainSettings) -> int:
                                 checkpoint_every=args.checkpoint_every, fit_options=fit_options, init_from=args.init_from)
         finally:
             watch.close()
-        watch.trained(model)
-        if args.save:
-            model.save(args.save, overwrite=args.force, optimizer=args.save_optimizer)
-            saved = args.save
-            log.info("Saved model to %s", args.save)
-        if args.checkpoint_dir and not args.keep_checkpoint:
-            _remove_checkpoint(args.checkpoint_dir)  # only now: the saved model replaces it
-        if args.test:
-            report = evaluate_files(model, args.test, cutoffs=args.measure, mode=args.eval_mode,
-                                    batch_size=args.eval_batch_size, extended=True, json_cutoffs=watch.eval_cutoffs)
-            watch.evaluated(report)
-            if args.metrics_json:
-                write_json(args.metrics_json, report, force=args.force)
+        try:
+            watch.trained(model)
+            if watch.run_folder is not None:
+                saved = str(watch.run_folder.model_path)
+            if args.save:
+                model.save(args.save, overwrite=args.force, optimizer=args.save_optimizer)
+                saved = args.save
+                log.info("Saved model to %s", args.save)
+            if args.checkpoint_dir and not args.keep_checkpoint:
+                _remove_checkpoint(args.checkpoint_dir)  # only now: the saved model replaces it
+            if args.test:
+                report = evaluate_files(model, args.test, cutoffs=args.measure, mode=args.eval_mode,
+                                        batch_size=args.eval_batch_size, extended=True, json_cutoffs=watch.eval_cutoffs)
+                watch.evaluated(report)
+                if args.metrics_json:
+                    write_json(args.metrics_json, report, force=args.force)
+        except Exception as exc:
+            kept = kept_after_failure(exc, model, saved)
+            if kept is exc:
+                raise
+            raise kept from exc
     except KeyboardInterrupt as exc:
         command = args.command_line
         raise interruption(exc, checkpoint_dir=args.checkpoint_dir, argv=command[1:] if command else None,
@@ -221,6 +231,47 @@ def interruption(exc: KeyboardInterrupt, *, checkpoint_dir: str | None, argv: Se
     if checkpoint_dir:
         return Interrupted("nothing was kept: no checkpoint had been written yet", code)
     return Interrupted("nothing was kept (gru4rec train --checkpoint-dir DIR makes a run resumable)", code)
+
+
+class TrainedModelKept(Gru4RecError):
+    """What followed training failed; the message names the file that holds the trained model."""
+
+
+def kept_after_failure(exc: Exception, model: GRU4Rec, saved: str | None) -> Exception:
+    """What to raise when what follows training (saving, evaluating) fails with ``exc``: the
+    trained model is never lost with it. ``saved``: where it was already saved (``-s``, the run
+    folder), else it is saved now to a new file in the working folder (the temporary folder if
+    that cannot be written). A user error comes back as one :class:`TrainedModelKept` naming
+    both the problem and the file; any other exception (a bug, which keeps its traceback) is
+    returned as it is, after a log line naming the file."""
+    from gru4rec.cli import _error_message
+
+    where = saved if saved is not None else _save_elsewhere(model)
+    kept = (f"the trained model was saved to {where} (evaluate it with: {PROG} evaluate {shlex.quote(where)} -t TEST)"
+            if where is not None else "the trained model could not be saved anywhere")
+    if isinstance(exc, (Gru4RecError, OSError, MemoryError)):
+        return TrainedModelKept(f"{_error_message(exc)}; training had finished: {kept}")
+    log.error("Training had finished: %s", kept)
+    return exc
+
+
+def _save_elsewhere(model: GRU4Rec) -> str | None:
+    """Save ``model`` to a new ``gru4rec-unsaved-<time>.safetensors`` in the working folder, else
+    in the temporary folder; returns the path (None if neither could be written)."""
+    import tempfile
+
+    name = f"gru4rec-unsaved-{time.strftime('%Y%m%d-%H%M%S')}"
+    for folder in (Path.cwd(), Path(tempfile.gettempdir())):
+        n = 0
+        while (path := folder / f"{name}{f'-{n}' if n else ''}.safetensors").exists():
+            n += 1
+        try:
+            model.save(path)
+        except (Gru4RecError, OSError) as exc:
+            log.warning("Could not save the trained model to %s: %s", path, exc)
+            continue
+        return str(path)
+    return None
 
 
 def build_config(
