@@ -149,10 +149,18 @@ def test_the_html_report_is_self_contained_and_its_numbers_are_the_runs(two_runs
     (slow,) = two_runs[1]["metrics"].values()
     assert [int(r[3]["value"]) for r in rows] == [g["n_predictions"] for g in slow["breakdown"]["popularity"]]
 
-    # Written again only with --force; a missing run folder is named.
-    assert main(["report", two_runs[0]["path"], "-o", str(out)]) == 1
-    assert "already exist" in capsys.readouterr().err
-    assert main(["report", two_runs[0]["path"], "-o", str(out), "--force"]) == 0
+    # Made again over its own files without --force (issue 50 item 6: the hint after evaluate
+    # sends the user to the same command); a user's own page or figure of those names needs --force.
+    assert main(["report", two_runs[0]["path"], "-o", str(out)]) == 0, capsys.readouterr().err
+    assert "<title>gru4rec report: fast</title>" in out.read_text(encoding="utf-8")
+    for mine in (out, expected[1]):
+        saved = mine.read_bytes()
+        mine.write_bytes(b"\x89PNG\r\n\x1a\n my own" if mine.suffix == ".png" else b"<html>my notes</html>")
+        capsys.readouterr()
+        assert main(["report", two_runs[0]["path"], "-o", str(out)]) == 1
+        assert f"{mine} already exists; pass --force" in capsys.readouterr().err
+        assert main(["report", two_runs[0]["path"], "-o", str(out), "--force"]) == 0
+        assert mine.read_bytes() == saved  # the same report again
     capsys.readouterr()
     assert main(["report", str(tmp_path / "nope"), "-o", str(tmp_path / "other.html")]) == 1
     assert "run folder" in capsys.readouterr().err and not (tmp_path / "other.html").exists()
@@ -347,3 +355,75 @@ def test_evaluate_on_a_run_folders_model_fills_its_test_panels(tmp_path: Path, c
     assert main(["evaluate", str(model), "-t", str(data["test"]), "--repeat-weight", "1", "-d", "cpu"]) == 0
     assert "Not recorded in the run folder" in capsys.readouterr().err
     assert read_run(run)["metrics"][str(data["test"])]["mode"] == "standard"
+
+
+def _contrast_with_white(rgba: Any) -> float:
+    """WCAG contrast ratio of a colour against white (1: invisible, 21: black)."""
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(float(c)) for c in rgba[:3])
+    return 1.05 / (0.2126 * r + 0.7152 * g + 0.0722 * b + 0.05)
+
+
+@pytest.fixture(scope="module")
+def paropt_study(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A real 2-trial study of gru4rec paropt with a final test, its storage and its summary."""
+    pytest.importorskip("optuna")
+    from gru4rec.datasets.synthetic import write_synthetic
+
+    data = write_synthetic(tmp_path_factory.mktemp("paropt_data"), n_sessions=200, n_items=40, seed=3, test_days=6)
+    space = tmp_path_factory.mktemp("space") / "space.json"
+    space.write_text('{"name": "learning_rate", "dtype": "float", "values": [0.05, 0.2], "step": 0.05}\n'
+                     '{"name": "layers", "dtype": "int", "values": [8, 16], "step": 8}\n')
+    out = tmp_path_factory.mktemp("paropt")
+    torch.set_num_threads(1)
+    assert main(["-q", "paropt", str(data["train_tr"]), str(data["train_valid"]), "-opf", str(space),
+                 "-fp", "n_sample=16,n_epochs=1,batch_size=8,sample_store_size=1600", "-nt", "2", "-pm", "mrr", "-m", "10",
+                 "-e", "conservative", "--threads", "1", "-d", "cpu", "--out", str(out), "--study-name", "tiny",
+                 "--final-test", str(data["test"]), "-fm", "5", "10"]) == 0
+    return {"url": f"sqlite:///{out / 'paropt.db'}", "out": out,
+            "summary": json.loads((out / "tiny.summary.json").read_text(encoding="utf-8"))}
+
+
+def test_the_study_report_names_its_objective_best_parameters_and_final_test(
+    paropt_study: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 50 item 6: what the study maximised, the best parameter string and the final test
+    (as paropt's STUDY.summary.json holds them), and a caveat on the importances of 2 trials."""
+    out = paropt_study["out"] / "study.html"
+    assert main(["report", "--study", paropt_study["url"], "-o", str(out)]) == 0, capsys.readouterr().err
+    page = out.read_text(encoding="utf-8")
+    summary = paropt_study["summary"]
+    objective = summary["objective"]
+    assert (objective["metric"], objective["cutoff"], objective["eval_mode"]) == ("mrr", 10, "conservative")
+    (said,) = re.findall(r'<p class="objective">(.*?)</p>', page)
+    assert "<b>MRR@10</b>" in said and "conservative ties" in said and f"<code>{objective['valid']}</code>" in said
+    (best,) = re.findall(r'<code class="best-params">(.*?)</code>', page)
+    assert best == summary["best_param_string"] and "learning_rate=" in best and "n_sample=16" in best
+    parsed = Tables()
+    parsed.feed(page)
+    (final,) = [t["rows"] for t in parsed.tables if t["attrs"].get("class") == "final-test"]
+    assert {int(r[0]["value"]): (float(r[1]["value"]), float(r[2]["value"])) for r in final[1:]} == {
+        int(k): (summary["final_test"]["recall"][k], summary["final_test"]["mrr"][k]) for k in ("5", "10")}
+    assert re.search(r'<p class="caveat">Caveat: only 2 completed trials\.', page)
+    # Made again over its own files, as after any change of the study.
+    assert main(["report", "--study", paropt_study["url"], "-o", str(out)]) == 0
+
+
+def test_the_best_trial_stands_out_in_the_slice_figure(paropt_study: dict[str, Any], study: tuple[str, Any]) -> None:
+    """The best trial was drawn in the lightest blue of the trial-number scale when it came first:
+    white on white. It is now a star of its own colour, and no trial's point is near-white."""
+    from gru4rec.report.study import best_trials, load_study, study_figures
+
+    for s in (load_study(paropt_study["url"]), study[1]):
+        (slice_fig,) = [f.figure for f in study_figures(s) if f.name == "slice"]
+        best = best_trials(s, n=1)[0]
+        for ax in slice_fig.axes[:len(best["params"])]:
+            stars = [c for c in ax.collections if c.get_label() == f"best: trial {best['number']}"]
+            assert len(stars) == 1, [c.get_label() for c in ax.collections]
+            assert _contrast_with_white(stars[0].get_facecolors()[0]) >= 4.5
+            assert float(stars[0].get_offsets()[0][1]) == pytest.approx(best["value"])
+            points = ax.collections[0]
+            colours = points.cmap(points.norm(points.get_array()))
+            assert min(_contrast_with_white(c) for c in colours) >= 1.5  # the old scale started at 1.04

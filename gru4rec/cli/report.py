@@ -20,8 +20,10 @@ every figure also written as a PNG beside it (REPORT.<figure>.png).
 For run folders (gru4rec train ... --run-dir DIR; several are overlaid): training curves (loss,
 validation metric, events/s per epoch), Recall@k and MRR@k against k on the test set, and the
 test evaluation broken down by session length and by target-item popularity decile, with the
-numbers in tables. For a study (gru4rec paropt): Optuna's optimisation history, parameter
-importances, parallel coordinates and slices, and the best trials.
+numbers in tables. For a study (gru4rec paropt): its objective (metric, cutoff, ties, validation
+file), the best parameter string and the final test (from STUDY.summary.json beside the storage),
+Optuna's optimisation history, parameter importances, parallel coordinates and slices, and the
+best trials. A report made again replaces its own files; any other file needs --force.
 
   gru4rec report runs/a runs/b -o report.html
   gru4rec report --study sqlite:///runs/paropt/paropt.db -o study.html   # --study-name NAME: one of several

@@ -8,8 +8,11 @@ What the report holds, for the runs (one or several, overlaid):
 3. Recall@k and MRR@k against k on the test set, and their table;
 4. the test evaluation by session length and by target-item popularity decile, and their tables;
 
-and for a study: the trial counts, Optuna's optimisation history, parameter importances,
-parallel coordinates and slices, and the table of the best trials.
+and for a study: the trial counts, the objective (metric, cutoff, ties, validation file), the
+best parameter string and the final test of paropt's ``STUDY.summary.json``, Optuna's
+optimisation history, parameter importances (with a caveat below
+:data:`~gru4rec.report.study.IMPORTANCE_MIN_TRIALS` completed trials), parallel coordinates and
+slices, and the table of the best trials.
 """
 from __future__ import annotations
 
@@ -22,8 +25,8 @@ from typing import Any
 from gru4rec.errors import Gru4RecError
 from gru4rec.files import atomic_write, check_output_path
 from gru4rec.report import runs as run_figures
-from gru4rec.report.html import document, figure_html, table_html
-from gru4rec.report.mpl import png_bytes, require_matplotlib
+from gru4rec.report.html import document, figure_html, is_report_page, table_html
+from gru4rec.report.mpl import is_report_png, png_bytes, require_matplotlib
 
 __all__ = ["RUN_FIGURES", "planned_files", "write_report"]
 
@@ -45,11 +48,27 @@ def planned_files(out: str | os.PathLike[str], *, runs: bool, study: bool) -> li
     return [out] + [out.with_name(f"{out.stem}.{n}.png") for n in names]
 
 
+def _head(path: Path, n: int = 4096) -> bytes:
+    """The first ``n`` bytes of ``path`` (empty when it is not a readable file)."""
+    try:
+        with path.open("rb") as f:
+            return f.read(n)
+    except OSError:
+        return b""
+
+
 def _check_outputs(files: Sequence[Path], force: bool) -> None:
+    """The report's files can be written: each is free, or ``force``, or a file an earlier
+    ``gru4rec report`` wrote there (the report in a run folder is made again after ``evaluate``
+    records new test figures: refusing its own files sent the user to ``--force`` for nothing).
+    Each file is judged by its own mark (:func:`is_report_page`, :func:`is_report_png`), so
+    that a user's file of the same name is still refused."""
     if files[0].suffix.lower() not in (".html", ".htm"):
         raise Gru4RecError(f"report file {files[0]} should end in .html")
+    own_page = is_report_page(_head(files[0]).decode("utf-8", errors="replace"))
     for f in files:
-        check_output_path(f, "report file" if f == files[0] else "report figure", force, argument="force")
+        ours = own_page if f == files[0] else is_report_png(_head(f), beside_report=own_page)
+        check_output_path(f, "report file" if f == files[0] else "report figure", force or ours, argument="force")
 
 
 def _num(value: Any) -> Any:
@@ -117,19 +136,68 @@ def _run_sections(runs: Sequence[dict[str, Any]], pngs: dict[str, bytes], dpi: i
     return body
 
 
-def _study_sections(study: Any, pngs: dict[str, bytes], dpi: int) -> list[str]:
-    from gru4rec.report.study import best_trials, study_figures
+def _objective_html(study: Any) -> str:
+    """What the study maximises: metric, cutoff, ties and validation file (paropt records them)."""
+    from gru4rec.report.study import paropt_objective
+
+    objective = paropt_objective(study)
+    direction = "maximises" if study.direction.name == "MAXIMIZE" else "minimises"
+    if objective is None:
+        return f'<p class="objective">Objective: the study {direction} its value (not a gru4rec paropt study: no metric recorded).</p>'
+    metric = f"{'MRR' if objective['metric'] == 'mrr' else 'Recall'}@{objective['cutoff']}"
+    return (f'<p class="objective">Objective: the study {direction} <b>{html.escape(metric)}</b> with '
+            f"{html.escape(str(objective.get('eval_mode')))} ties on the validation file "
+            f"<code>{html.escape(str(objective.get('valid')))}</code>, each trial trained on "
+            f"<code>{html.escape(str(objective.get('train')))}</code>.</p>")
+
+
+def _summary_html(study: Any, storage: str) -> list[str]:
+    """The best parameter string and the final test of ``STUDY.summary.json`` (paropt's), or why
+    they are not shown."""
+    from gru4rec.report.study import find_summary
+
+    found = find_summary(storage, study)
+    if found is None:
+        return ['<p class="note">No STUDY.summary.json of this study beside its storage (paropt writes it into '
+                "--out): the best parameter string and the final test are not shown.</p>"]
+    path, summary = found
+    body = [f'<h3>Best parameters and final test</h3><p class="note">From <code>{html.escape(str(path))}</code>.</p>']
+    if summary.get("best_param_string"):
+        body.append(f"<p>Best trial {html.escape(str(summary.get('best_trial')))}: "
+                    f'<code class="best-params">{html.escape(str(summary["best_param_string"]))}</code> '
+                    "(train with <code>-ps</code>, or <code>-pf</code> the STUDY.best.py beside it)</p>")
+    final = summary.get("final_test")
+    if isinstance(final, dict) and isinstance(final.get("recall"), dict):
+        cutoffs = sorted(final["recall"], key=int)
+        body.append(f"<p>Final test (the best trial's parameters trained on TRAIN+VALID, evaluated on "
+                    f"<code>{html.escape(str(final.get('test', '')))}</code>, {html.escape(str(final.get('eval_mode', '')))} ties):</p>")
+        body.append(table_html(["k", "Recall@k", "MRR@k"],
+                               [[int(k), final["recall"][k], (final.get("mrr") or {}).get(k)] for k in cutoffs],
+                               css_class="final-test"))
+    else:
+        body.append('<p class="note">No final test was run (paropt --final-test TEST).</p>')
+    return body
+
+
+def _study_sections(study: Any, storage: str, pngs: dict[str, bytes], dpi: int) -> list[str]:
+    from gru4rec.report.study import IMPORTANCE_MIN_TRIALS, best_trials, study_figures
 
     counts: dict[str, int] = {}
     for t in study.trials:
         counts[t.state.name] = counts.get(t.state.name, 0) + 1
     counts_text = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"
-    body = [f"<h2>Study {html.escape(study.study_name)}</h2>", f"<p>{len(study.trials)} trials: {html.escape(counts_text)}.</p>"]
+    body = [f"<h2>Study {html.escape(study.study_name)}</h2>", f"<p>{len(study.trials)} trials: {html.escape(counts_text)}.</p>",
+            _objective_html(study), *_summary_html(study, storage)]
+    complete = counts.get("COMPLETE", 0)
     for fig in study_figures(study):
         body.append(f"<h3>{html.escape(fig.title)}</h3>")
         if fig.figure is None:
             body.append(f'<p class="note">Not drawn: {html.escape(str(fig.reason))}</p>')
             continue
+        if fig.name == "importances" and complete < IMPORTANCE_MIN_TRIALS:
+            body.append(f'<p class="caveat">Caveat: only {complete} completed trial{"s" if complete != 1 else ""}. '
+                        f"Importances are estimated from the trials themselves; below about {IMPORTANCE_MIN_TRIALS} "
+                        "they say little about the parameters.</p>")
         pngs[f"study_{fig.name}"] = png_bytes(fig.figure, dpi)
         body.append(figure_html(pngs[f"study_{fig.name}"], fig.title))
     best = best_trials(study)
@@ -160,7 +228,7 @@ def write_report(
     ``study_name`` may be None when the storage holds one study.
 
     Everything is checked first (the run folders and the study are read, the output files are
-    free or ``force``), so that nothing is written when one input is wrong."""
+    free, an earlier report's own, or ``force``), so that nothing is written when one input is wrong."""
     require_matplotlib()
     if not run_dirs and study_storage is None:
         raise Gru4RecError("nothing to report: give run folders and/or --study URL")
@@ -187,7 +255,8 @@ def write_report(
     if runs:
         body += _run_sections(runs, pngs, dpi)
     if study is not None:
-        body += _study_sections(study, pngs, dpi)
+        assert study_storage is not None
+        body += _study_sections(study, study_storage, pngs, dpi)
     title = "gru4rec report: " + ", ".join([r["name"] for r in runs] + ([f"study {study_name}"] if study is not None else []))
     page = document(title, body)
 

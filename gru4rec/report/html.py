@@ -13,7 +13,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["document", "figure_html", "table_html"]
+__all__ = ["GENERATOR", "document", "figure_html", "is_report_page", "table_html"]
+
+#: The page's ``<meta name="generator">`` (and its PNGs' ``Software``): how ``gru4rec report``
+#: knows the files it may replace without ``--force``.
+GENERATOR = "gru4rec report"
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1300px; color: #222; }
@@ -56,9 +60,16 @@ def figure_html(png: bytes, alt: str) -> str:
 
 
 def document(title: str, body: Sequence[str]) -> str:
-    """The whole HTML page."""
+    """The whole HTML page (titled ``gru4rec report: ...`` by :func:`~gru4rec.report.build.write_report`)."""
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"generator\" content=\"{GENERATOR}\">"
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
         f"<h1>{html.escape(title)}</h1>\n" + "\n".join(body) + "\n</body></html>\n"
     )
+
+
+def is_report_page(head: str) -> bool:
+    """Whether ``head``, the start of an HTML file, is a page that ``gru4rec report`` wrote: its
+    generator mark, or (a report of an earlier version, which had none) its title."""
+    return f'<meta name="generator" content="{GENERATOR}">' in head or (
+        head.startswith("<!DOCTYPE html>") and f"<title>{GENERATOR}: " in head)

@@ -25,8 +25,24 @@ def new_figure(width: float, height: float) -> Any:
     return Figure(figsize=(width, height), layout="constrained")
 
 
+#: The ``Software`` of every PNG :func:`png_bytes` makes (a report may replace its own figures).
+PNG_SOFTWARE = "gru4rec report"
+
+
 def png_bytes(figure: Any, dpi: int = 100) -> bytes:
-    """The figure as PNG (matplotlib renders PNGs with Agg, whatever the backend)."""
+    """The figure as PNG (matplotlib renders PNGs with Agg, whatever the backend), marked with
+    :data:`PNG_SOFTWARE`."""
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")  # no label cut off at the edges
+    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight",  # no label cut off at the edges
+                   metadata={"Software": PNG_SOFTWARE})
     return buffer.getvalue()
+
+
+def is_report_png(data: bytes, *, beside_report: bool = False) -> bool:
+    """Whether ``data``, the start of a PNG file, is one :func:`png_bytes` made: its ``Software``
+    text chunk (which Agg writes before the image data) is :data:`PNG_SOFTWARE` or, for a figure
+    ``beside_report`` (the page of the same report is ours) made before PNGs were marked,
+    matplotlib's own."""
+    if not data.startswith(b"\x89PNG"):
+        return False
+    return b"tEXtSoftware\x00" + PNG_SOFTWARE.encode() in data or (beside_report and b"tEXtSoftware\x00Matplotlib" in data)

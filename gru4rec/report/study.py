@@ -21,7 +21,18 @@ from gru4rec.errors import Gru4RecError
 from gru4rec.report.mpl import require_matplotlib
 from gru4rec.tune._optuna import import_optuna
 
-__all__ = ["FIGURE_SIZE", "STUDY_FIGURES", "StudyFigure", "best_trials", "load_study", "study_figures"]
+__all__ = [
+    "BEST_COLOUR",
+    "FIGURE_SIZE",
+    "IMPORTANCE_MIN_TRIALS",
+    "STUDY_FIGURES",
+    "StudyFigure",
+    "best_trials",
+    "find_summary",
+    "load_study",
+    "paropt_objective",
+    "study_figures",
+]
 
 #: The study figures: name -> (title, the optuna.visualization.matplotlib function).
 STUDY_FIGURES = {
@@ -35,6 +46,16 @@ STUDY_FIGURES = {
 #: Inches of the figures Optuna draws (pyplot's default is 6.4 × 4.8: too tight for the
 #: parallel coordinates of seven parameters).
 FIGURE_SIZE = (12.0, 5.0)
+
+
+#: Completed trials below which the importances carry a caveat: Optuna's evaluator fits a random
+#: forest of the value on the parameters, and on a handful of points its ranking is mostly noise
+#: (a rule of thumb, not a measured threshold).
+IMPORTANCE_MIN_TRIALS = 20
+
+#: The best trial's mark in the slice figure: a red that stands out against white (contrast
+#: 4.5:1) and against the blues of the other trials.
+BEST_COLOUR = "#c0392b"
 
 
 class StudyFigure:
@@ -74,14 +95,54 @@ def load_study(storage: str, study_name: str | None = None) -> Any:
         ) from None
 
 
+def paropt_objective(study: Any) -> dict[str, Any] | None:
+    """What a study made by ``gru4rec paropt`` maximises, as it recorded it: ``metric``,
+    ``cutoff``, ``eval_mode`` (ties), ``valid`` and ``train`` (the files); None for another study."""
+    from gru4rec.tune.study import _STUDY_ATTR  # the user attribute paropt records its objective in
+
+    recorded = study.user_attrs.get(_STUDY_ATTR)
+    return recorded if isinstance(recorded, dict) and "metric" in recorded else None
+
+
+def find_summary(storage: str, study: Any) -> tuple[Path, dict[str, Any]] | None:
+    """``STUDY.summary.json`` of ``study`` (the best parameter string, the final test) where
+    ``paropt`` leaves it by default: beside a storage file (``--out`` holds both); only one
+    whose recorded owner is this very study (its id) counts. None when there is none (a
+    database storage, reports written to another ``--out``)."""
+    import json
+
+    from gru4rec.tune.report_files import output_paths
+    from gru4rec.tune.storage import resolve_storage_url
+    from gru4rec.tune.study import study_uid
+
+    resolved = resolve_storage_url(storage, Path("."))
+    folder = next((Path(resolved[len(prefix):].removeprefix("//")).parent
+                   for prefix in ("sqlite:///", "journal:") if resolved.startswith(prefix)), None)
+    if folder is None:
+        return None
+    path = output_paths(folder, study.study_name)["summary"]
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    owner = summary.get("owner") if isinstance(summary, dict) else None
+    uid = study_uid(study)
+    if not isinstance(owner, dict) or uid is None or owner.get("study_uid") != uid:
+        return None
+    return path, summary
+
+
 #: Panels per row of the slice figure, and each panel's size in inches.
 SLICE_COLUMNS, SLICE_PANEL = 3, (4.2, 3.2)
 
 
 def slice_grid(study: Any, complete: list[Any]) -> Any:
     """The objective against each parameter, one panel per parameter, :data:`SLICE_COLUMNS` to a
-    row; a point per completed trial, darker for later trials; log axes for log-scale parameters."""
+    row; a point per completed trial, darker for later trials, the best one a star in
+    :data:`BEST_COLOUR`; log axes for log-scale parameters."""
     import math
+
+    import numpy as np
 
     from gru4rec.report.mpl import new_figure
 
@@ -90,14 +151,27 @@ def slice_grid(study: Any, complete: list[Any]) -> Any:
     rows = max(1, math.ceil(len(names) / columns))
     fig = new_figure(SLICE_PANEL[0] * columns, SLICE_PANEL[1] * rows)
     axes = list(fig.subplots(rows, columns, squeeze=False).flat)
+    from matplotlib.colors import ListedColormap
+
     target = study.metric_names[0] if getattr(study, "metric_names", None) else "objective value"
+    # Blues without its lightest third: the first trials (and a 2-trial study's best) were drawn
+    # white on white.
+    blues = ListedColormap(require_matplotlib().colormaps["Blues"](np.linspace(0.35, 1.0, 256)))
+    best = best_trials(study, n=1)
+    best_number = best[0]["number"] if best else None
     for ax, name in zip(axes, names):
         trials = [t for t in complete if name in t.params]
         values = [t.params[name] for t in trials]
         if any(isinstance(v, (str, bool)) or v is None for v in values):
             values = [str(v) for v in values]  # categorical: one column per choice
-        points = ax.scatter(values, [t.value for t in trials], c=[t.number for t in trials], cmap="Blues",
+        points = ax.scatter(values, [t.value for t in trials], c=[t.number for t in trials], cmap=blues,
+                            vmin=min(t.number for t in complete), vmax=max(t.number for t in complete),
                             edgecolors="#555", linewidths=0.5, s=30)
+        chosen = [(v, t.value) for v, t in zip(values, trials) if t.number == best_number]
+        if chosen:
+            ax.scatter([chosen[0][0]], [chosen[0][1]], marker="*", s=160, color=BEST_COLOUR, edgecolors="#222",
+                       linewidths=0.6, zorder=3, label=f"best: trial {best_number}")
+            ax.legend(fontsize="x-small", loc="lower right")
         distribution = trials[0].distributions.get(name) if trials else None
         if getattr(distribution, "log", False):
             ax.set_xscale("log")
