@@ -4,6 +4,7 @@ honours (and reports) skip markers."""
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,41 @@ def test_every_block_of_the_docs_runs_as_shown(page: str) -> None:
         pytest.skip("the docs' commands run from the checkout's .venv (make venv)")
     out = io.StringIO()
     assert docs_check.check_page(ROOT / "docs" / page, timeout=600, out=out) == 0, out.getvalue()
+
+
+# The README's data set; a page that makes it again must make the very same files.
+README_DATA = "gru4rec synth data --n-sessions 5000 --seed 1"
+SYNTH = re.compile(r"gru4rec\s+synth\s+(?P<folder>\S+)(?P<rest>[^#\n]*)")
+
+
+def _synth_commands(page: Path) -> list[tuple[str, str]]:
+    """``(folder, the command)`` of every ``gru4rec synth`` a page's runnable blocks run (``$R``
+    and the like resolved from the block's own ``NAME=value`` lines)."""
+    found = []
+    for block in docs_check.blocks(page):
+        if block.skip is not None or block.lang != "bash":
+            continue
+        names = dict(re.findall(r"^(\w+)=(\S+)$", block.text, flags=re.M))
+        for match in SYNTH.finditer(block.text):
+            folder = match["folder"]
+            for name, value in names.items():
+                folder = folder.replace(f"${name}", value)
+            found.append((folder, " ".join(f"gru4rec synth {folder}{match['rest']}".split())))
+    return found
+
+
+def test_every_docs_page_works_in_its_own_folder_or_remakes_the_readmes_data() -> None:
+    """Issue 50 item 4: a reader who followed the README, then a page of docs/, in one folder —
+    the page's first command failed (`synth data` without --force), and with --force it replaced
+    the README's data. A page makes its data in a folder of its own, or makes the README's data
+    set again, the same files (the same seed and size, --force)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    owners: dict[str, set[str]] = {}
+    for page in pages:
+        for folder, command in _synth_commands(page):
+            owners.setdefault(folder.rstrip("/"), set()).add(page.name)
+            if page.name != "README.md" and folder.rstrip("/") == "data":
+                assert command.startswith(README_DATA) and "--force" in command.split(), (page.name, command)
+    assert owners["data"] >= {"README.md"}
+    shared = {folder: names for folder, names in owners.items() if folder != "data" and len(names) > 1}
+    assert not shared, f"pages that write into one folder: {shared}"
