@@ -17,6 +17,11 @@ Rules, for the writer of a page:
 * a block that cannot run here (it needs a GPU, real data, a long run, a database server) has
   the line ``<!-- docs-check: skip REASON -->`` right before it; the reason is printed;
 * a block that fails (exit code not 0) or prints something else fails the check (exit code 1).
+
+A figure in the prose (a duration, a speed, a speed-up, a count of tests) is not checked by
+running anything, so its sentence carries the date it was measured on (``2026-12-05``) and names
+the command or the page of commands that produced it: ``--figures`` lists the sentences with a
+figure and no date (exit code 1 when there is one). Tables are left to the sentence under them.
 """
 from __future__ import annotations
 
@@ -79,6 +84,46 @@ def blocks(path: Path) -> list[Block]:
         else:
             previous = None
         i = end + 1
+    return found
+
+
+#: What a measured figure looks like in prose: a duration, a speed, a speed-up, a count of tests.
+FIGURE = re.compile(
+    r"\b\d[\d,.]*\s?(?:s|ms|µs|min|seconds?|minutes?|hours?)\b(?!/)"  # 28 s, 3 min 41 s, 5 seconds
+    r"|\b(?:about|under|over|in) (?:a|one|half a) (?:second|minute|hour)\b"  # about a minute
+    r"|\b\d[\d,.]*k?\s?(?:mb/s|e/s|events/s|clicks/s|mini-batches/s|pred/s)"  # speeds
+    r"|\b\d+(?:\.\d+)?\s?×(?!\d)"  # speed-ups: 1.25×
+    r"|\b\d[\d,]* tests\b"  # a count of tests
+)
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+def undated_figures(path: Path) -> list[tuple[int, str]]:
+    """``(line, sentence)`` of every sentence of the page's prose that holds a :data:`FIGURE`
+    and no :data:`DATE` (fenced blocks, tables and headings are not prose; the comments of a
+    command block are: running the command does not check them)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    paragraphs: list[tuple[int, str]] = []
+    fenced, start, text = False, 0, []
+    for number, line in enumerate(lines + [""], 1):
+        if FENCE.match(line):
+            fenced = not fenced
+        elif fenced and "  # " in line:
+            paragraphs.append((number, line.split("  # ", 1)[1].strip()))
+        prose = not fenced and not FENCE.match(line) and line.strip() and not line.lstrip().startswith(("|", "#", "<!--"))
+        if prose:
+            if not text:
+                start = number
+            text.append(line.strip())
+        elif text:
+            paragraphs.append((start, " ".join(text)))
+            text = []
+    found = []
+    for number, paragraph in paragraphs:
+        # Sentences end at '. ' before a capital or a backquote; numbers like 0.5 and 'e.g. x' stay whole.
+        for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z`(\[*])", paragraph):
+            if FIGURE.search(sentence) and not DATE.search(sentence):
+                found.append((number, sentence))
     return found
 
 
@@ -153,7 +198,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pages", nargs="+", type=Path)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per block (default 600)")
     parser.add_argument("--list", action="store_true", help="list the blocks and skip reasons; run nothing")
+    parser.add_argument("--figures", action="store_true",
+                        help="list the prose's figures without a date (exit code 1 when there is one); run nothing")
     args = parser.parse_args(argv)
+    if args.figures:
+        undated = [(page, number, sentence) for page in args.pages for number, sentence in undated_figures(page)]
+        for page, number, sentence in undated:
+            print(f"{page}:{number}: {sentence}")
+        print(f"docs-check: {len(undated)} figure(s) without a date" if undated else "docs-check: every figure is dated")
+        return 1 if undated else 0
     if args.list:
         for page in args.pages:
             for block in blocks(page):
