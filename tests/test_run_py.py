@@ -279,6 +279,31 @@ def test_a_failure_after_training_keeps_the_model(
     assert model.epochs_trained == 2 and tuple(model.config.layers) == (8,)
 
 
+def test_ctrl_c_during_the_evaluation_keeps_the_trained_model(
+    data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped after training (in the test evaluation): run.py and gru4rec train keep the model."""
+    import gru4rec.cli.run_py
+    import gru4rec.cli.train
+    from cli_helpers import run as run_cli
+
+    def stopped(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(gru4rec.cli.run_py, "evaluate_files", stopped)
+    monkeypatch.setattr(gru4rec.cli.train, "evaluate_files", stopped)
+    code, out, err = run_py([data["train_tr"], "-ps", TINY, "-t", data["test"], "-d", "cpu"], capsys, monkeypatch)
+    assert code == 130 and "Epoch2" in out
+    (kept,) = tmp_path.glob("gru4rec-unsaved-*.safetensors")
+    assert f"interrupted; training had finished: the model was saved to {kept}" in err
+    kept.unlink()
+    code, _, err = run_cli(["train", data["train_tr"], "-ps", TINY, "-t", data["test"], "-d", "cpu"], capsys)
+    assert code == 130
+    (kept,) = tmp_path.glob("gru4rec-unsaved-*.safetensors")
+    assert f"training had finished: the model was saved to {kept}" in err
+
+
 def test_unknown_column_key(data: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     code, _, err = run_py([data["train_tr"], "-ps", TINY, "-sk", "Session"], capsys, monkeypatch)
     assert code == 1

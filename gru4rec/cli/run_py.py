@@ -27,7 +27,7 @@ from gru4rec.cli.common import (
     uses_threads,
 )
 from gru4rec.cli.evaluate import check_test_files, evaluate_files
-from gru4rec.cli.train import build_config, interruption, kept_after_failure, train_model
+from gru4rec.cli.train import build_config, interruption, kept_after_failure, save_elsewhere, train_model
 
 if TYPE_CHECKING:
     from gru4rec.evaluation.metrics import TieMode
@@ -179,6 +179,11 @@ def run(args: RunPySettings) -> int:
                                     keys=keys, json_cutoffs=watch.eval_cutoffs if watch is not None else ())
             if watch is not None:
                 watch.evaluated(report)
+    except KeyboardInterrupt as exc:
+        if watch is None:
+            raise
+        where = saved if saved is not None else save_elsewhere(model)
+        raise interruption(exc, checkpoint_dir=None, argv=None, saved=where) from exc
     except Exception as exc:
         if watch is None:  # a loaded model (-l): its file is where it is kept
             raise

@@ -47,7 +47,16 @@ if TYPE_CHECKING:  # the heavy imports (torch, pandas) happen inside the functio
     from gru4rec.config import Config
     from gru4rec.recommender import GRU4Rec
 
-__all__ = ["TrainSettings", "add_arguments", "build_config", "interruption", "kept_after_failure", "run", "train_model"]
+__all__ = [
+    "TrainSettings",
+    "add_arguments",
+    "build_config",
+    "interruption",
+    "kept_after_failure",
+    "run",
+    "save_elsewhere",
+    "train_model",
+]
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +205,9 @@ def run(args: TrainSettings) -> int:
                 watch.evaluated(report)
                 if args.metrics_json:
                     write_json(args.metrics_json, report, force=args.force)
+        except KeyboardInterrupt:  # during the evaluation: the trained model is kept all the same
+            saved = saved if saved is not None else save_elsewhere(model)
+            raise
         except Exception as exc:
             kept = kept_after_failure(exc, model, saved)
             if kept is exc:
@@ -246,7 +258,7 @@ def kept_after_failure(exc: Exception, model: GRU4Rec, saved: str | None) -> Exc
     returned as it is, after a log line naming the file."""
     from gru4rec.cli import _error_message
 
-    where = saved if saved is not None else _save_elsewhere(model)
+    where = saved if saved is not None else save_elsewhere(model)
     kept = (f"the trained model was saved to {where} (evaluate it with: {PROG} evaluate {shlex.quote(where)} -t TEST)"
             if where is not None else "the trained model could not be saved anywhere")
     if isinstance(exc, (Gru4RecError, OSError, MemoryError)):
@@ -255,7 +267,7 @@ def kept_after_failure(exc: Exception, model: GRU4Rec, saved: str | None) -> Exc
     return exc
 
 
-def _save_elsewhere(model: GRU4Rec) -> str | None:
+def save_elsewhere(model: GRU4Rec) -> str | None:
     """Save ``model`` to a new ``gru4rec-unsaved-<time>.safetensors`` in the working folder, else
     in the temporary folder; returns the path (None if neither could be written)."""
     import tempfile
