@@ -258,6 +258,21 @@ def test_a_bad_test_file_fails_before_the_first_epoch(
     assert "Epoch" not in out and "Epoch" not in err
 
 
+def test_evaluate_checks_the_test_files_before_its_repeat_grid(
+    trained: dict[str, Any], data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """gru4rec evaluate --fit-repeat searches a grid first: a bad test file fails before it."""
+    from cli_helpers import assert_one_line_error as assert_cli_error
+    from cli_helpers import run as run_cli
+
+    test = tmp_path / "test.tsv"
+    pd.read_csv(data["test"], sep="\t").drop(columns="ItemId").to_csv(test, sep="\t", index=False)
+    code, _, err = run_cli(["evaluate", trained["model"], "-t", test, "--fit-repeat", data["train_valid"], "-d", "cpu"], capsys)
+    assert code == 1
+    assert_cli_error(err, str(test), "'ItemId'")
+    assert "Choosing the repeat boost" not in err
+
+
 def test_a_failure_after_training_keeps_the_model(
     data: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
