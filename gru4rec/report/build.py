@@ -154,8 +154,10 @@ def _objective_html(study: Any) -> str:
 def _summary_html(study: Any, storage: str) -> list[str]:
     """The best parameter string and the final test of ``STUDY.summary.json`` (paropt's), or why
     they are not shown."""
-    from gru4rec.report.study import find_summary
+    from gru4rec.report.study import find_summary, paropt_objective
 
+    if paropt_objective(study) is None:  # only paropt writes a summary
+        return []
     found = find_summary(storage, study)
     if found is None:
         return ['<p class="note">No STUDY.summary.json of this study beside its storage (paropt writes it into '
