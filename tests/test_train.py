@@ -314,9 +314,10 @@ def _anon_huge_kb(address: int) -> int:
 
 
 def test_the_training_tables_are_backed_by_huge_pages(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The trainer asks for huge pages for the optimiser's tables (item table, state, dense
-    buffer): their whole 2 MiB pages are collapsed, no value changes; GRU4REC_HUGE_PAGES=0 asks
-    nothing."""
+    """The trainer of a process that asked for the allocator tuning asks for huge pages for the
+    optimiser's tables (item table, state, dense buffer): their whole 2 MiB pages are collapsed, no
+    value changes; GRU4REC_HUGE_PAGES=0 asks nothing."""
+    from gru4rec.kernels import memory
     from gru4rec.kernels.memory import use_huge_pages
 
     mode = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -334,6 +335,7 @@ def test_the_training_tables_are_backed_by_huge_pages(monkeypatch: pytest.Monkey
     assert _anon_huge_kb(table.data_ptr() + (4 << 20)) >= 2048
     assert torch.equal(table, before)
     config = Config.from_string("layers=16,n_sample=8,batch_size=4")
+    monkeypatch.setattr(memory, "_done", False)  # as in a process that asked for the tuning (the command lines)
     net = GRU4RecNet(300_000, config)  # Wy: 300,000 × 16 floats = 18 MB
     trainer = Trainer(net, config, np.ones(300_000))
     assert any(t is net.Wy for t in trainer.optimizer.tables())

@@ -51,6 +51,7 @@ from gru4rec.cli import baseline, evaluate, export, info, preprocess, recommend,
 from gru4rec.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError, settings_from, typed_command
 from gru4rec.cli.console import VERBOSITY_DESTS, add_verbosity_flags, command_console, verbosity
 from gru4rec.errors import ConfigError, Gru4RecError, OutputExistsError
+from gru4rec.kernels.memory import keep_freed_memory
 
 __all__ = ["main", "run_py_main", "Command", "COMMANDS", "dispatch", "register", "build_parser", "build_run_py_parser"]
 
@@ -347,7 +348,11 @@ dispatch = _dispatch
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``gru4rec`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    """Run ``gru4rec`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code. Without
+    ``argv`` this is the process's own command line (the console script, ``python -m gru4rec``),
+    which asks for the allocator tuning (:func:`gru4rec.kernels.memory.keep_freed_memory`)."""
+    if argv is None:
+        keep_freed_memory()
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _selected_command(argv)
     if command is not None:
@@ -376,7 +381,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_py_main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the repository's ``run.py``; returns the exit code."""
+    """Entry point of the repository's ``run.py``; returns the exit code (without ``argv``, the
+    process's own command line: it asks for the allocator tuning, as :func:`main`)."""
+    if argv is None:
+        keep_freed_memory()
     argv = list(sys.argv[1:] if argv is None else argv)
 
     def run(args: argparse.Namespace) -> int | None:

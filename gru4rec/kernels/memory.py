@@ -12,6 +12,12 @@ jemalloc/tcmalloc for PyTorch on CPUs achieves, without preloading anything. It 
 but the allocator's thresholds (the process keeps up to ~1 GiB of freed memory for reuse), applies
 only to glibc on Linux, and is skipped with ``GRU4REC_MALLOPT=0``.
 
+Both change the whole process's allocator, so only a process that asks gets them: the package's
+own command lines (``gru4rec``, ``run.py``, ``paropt.py`` and paropt's worker processes) call
+:func:`keep_freed_memory` when they start; a program that imports gru4rec calls it itself where it
+wants the speed (CPU training). Until it is called, :func:`training_tables_on_huge_pages` is False
+and ``GRU4Rec(...).fit()`` leaves the allocator as it found it (tests/test_process_state.py).
+
 :func:`use_huge_pages` backs the tables a training step reads and writes — the item tables and
 their optimiser state, of which a step gathers and updates ~2,000 scattered rows, and the dense
 weights with theirs — by 2 MiB pages (Linux's transparent huge pages, asked for with
@@ -24,23 +30,27 @@ from __future__ import annotations
 import ctypes
 import sys
 from collections.abc import Iterable
-
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gru4rec.kernels.switches import huge_pages_allowed, mallopt_allowed
 
-__all__ = ["keep_freed_memory", "use_huge_pages"]
+if TYPE_CHECKING:  # not imported at run time: the command line calls keep_freed_memory before it needs torch
+    from torch import Tensor
+
+__all__ = ["keep_freed_memory", "training_tables_on_huge_pages", "use_huge_pages"]
 
 _M_TRIM_THRESHOLD = -1
 _M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
 _MMAP_THRESHOLD_MAX = 32 << 20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit systems
 
-_done: bool | None = None
+_done: bool | None = None  # None: not asked for in this process
 
 
 def keep_freed_memory() -> bool:
-    """Raise glibc's mmap/trim thresholds (once per process). Returns whether they are set."""
+    """Raise glibc's mmap/trim thresholds (once per process), and let trainers built from now on
+    back their tables by huge pages (:func:`training_tables_on_huge_pages`): this process asks for
+    the allocator tuning. Returns whether the thresholds are set."""
     global _done
     if _done is not None:
         return _done
@@ -60,6 +70,13 @@ def keep_freed_memory() -> bool:
         and mallopt(_M_TOP_PAD, 64 << 20)
     )
     return _done
+
+
+def training_tables_on_huge_pages() -> bool:
+    """Whether a trainer asks for huge pages for its tables (:func:`use_huge_pages`): only in a
+    process that asked for the allocator tuning (:func:`keep_freed_memory`), as a table freed into
+    the heap keeps its pages' advice for whatever the process allocates there next."""
+    return _done is not None
 
 
 _MADV_HUGEPAGE = 14  # mark the range for transparent huge pages (Linux 2.6.38)

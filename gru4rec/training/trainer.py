@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from gru4rec.config import Config
-from gru4rec.kernels.memory import keep_freed_memory, use_huge_pages
+from gru4rec.kernels.memory import training_tables_on_huge_pages, use_huge_pages
 from gru4rec.kernels.switches import fused_cpu_step_allowed
 from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.backend import Backend, select_backend
@@ -69,8 +69,6 @@ class Trainer:
         seed = config.seed if seed is None else seed
         p = net.Wy
         self.device, self.dtype = p.device, p.dtype
-        if self.device.type == "cpu":
-            keep_freed_memory()  # per-step temporaries of megabytes must not page-fault (gru4rec.kernels.memory)
         self.batch_size = B = config.batch_size
         self.n_sample = config.n_sample
         #: True: the plain autograd step (the reference the fast step is tested against).
@@ -78,7 +76,7 @@ class Trainer:
         #: How the step runs, chosen once: handed to the optimiser, the fast step and the loop.
         self.backend = backend if backend is not None else select_backend(self.device, self.dtype)
         self.optimizer = Optimizer(net.dense_parameters(), net.sparse_parameters(), config, self.backend)
-        if self.device.type == "cpu":
+        if self.device.type == "cpu" and training_tables_on_huge_pages():  # the process asked (gru4rec.kernels.memory)
             use_huge_pages(self.optimizer.tables())  # the step's scattered rows: fewer TLB misses (gru4rec.kernels.memory)
         self.hidden = net.init_hidden(B)
         self.sampler = (

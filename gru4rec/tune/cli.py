@@ -176,9 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """``paropt.py`` / ``python -m gru4rec.tune``: parse ``argv`` and :func:`run` through the
     command line's dispatcher (the exit codes and one-line errors of every ``gru4rec`` command),
-    with the original's messages on standard output (``-q``: warnings and errors only)."""
+    with the original's messages on standard output (``-q``: warnings and errors only). Without
+    ``argv``, the process's own command line: it asks for the allocator tuning
+    (:func:`gru4rec.kernels.memory.keep_freed_memory`; its spawned workers do too)."""
     from gru4rec.cli import dispatch
     from gru4rec.cli.console import command_console
+    from gru4rec.kernels.memory import keep_freed_memory
+
+    if argv is None:
+        keep_freed_memory()
 
     def run_with_console(args: argparse.Namespace) -> int:
         with command_console(PROG, level=logging.WARNING if args.quiet else logging.INFO, messages_on_stdout=True):

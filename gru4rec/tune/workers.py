@@ -179,7 +179,11 @@ def _work(
 
 
 def _worker_process(settings: ParoptSettings, job: _Worker, worker: int, n_trials: int | None) -> None:
-    """Entry point of a spawned local worker process."""
+    """Entry point of a spawned local worker process (the package's own: it asks for the
+    allocator tuning, as the command lines do)."""
+    from gru4rec.kernels.memory import keep_freed_memory
+
+    keep_freed_memory()
     try:
         job.prepared = prepare(settings)
         gave_up = _work(settings, job, worker, n_trials)
