@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from gru4rec import GRU4Rec
 from gru4rec.datasets.synthetic import generate
 from gru4rec.evaluation import evaluate
-from gru4rec.machine import threads
+from gru4rec.machine import cpus, threads
 from gru4rec.machine.threads import RowWorkers
 
 
@@ -84,16 +85,22 @@ def test_a_busy_evaluation_ranks_in_row_ranges_with_the_same_results(mode: str, 
 
     monkeypatch.setattr(RowWorkers, "run", counting)
 
+    monkeypatch.setattr(cpus.LoadMeter, "others_load", lambda self, min_window_s=0.2: 0.0)
+    chosen: list[int] = []
+
     def result(busy: bool):  # type: ignore[no-untyped-def]
-        monkeypatch.setattr(threads, "_busy_until", 1e18 if busy else 0.0)  # a collapse just seen: one OpenMP thread
-        monkeypatch.setattr(threads, "others_load", lambda: 0.0)
         with threads.using_threads(None):
-            return evaluate(model, test, cutoffs=(1, 5, 20), mode=mode, batch_size=128, return_ranks=True)
+            run = threads.current_memory()
+            assert run is not None
+            run.busy_until = 1e18 if busy else 0.0  # a collapse just seen by the run: one OpenMP thread
+            evaluated = evaluate(model, test, cutoffs=(1, 5, 20), mode=mode, batch_size=128, return_ranks=True)
+            chosen.append(run.decisions["evaluation"].threads)
+            return evaluated
 
     quiet = result(busy=False)
-    assert split == [] and threads.last_decision("evaluation").threads == 2
+    assert split == [] and chosen == [2]
     busy = result(busy=True)
-    assert threads.last_decision("evaluation").threads == 1
+    assert chosen == [2, 1]
     assert len(split) >= 6 and min(split) >= 64  # the step, the scores and the ranks of every step with 64 rows or more
     assert np.array_equal(busy.ranks, quiet.ranks)
     assert busy.recall == quiet.recall and busy.mrr == quiet.mrr and busy.coverage == quiet.coverage
@@ -110,7 +117,13 @@ def test_a_fixed_thread_count_never_splits(monkeypatch: pytest.MonkeyPatch) -> N
         real_init(self, parts)
 
     monkeypatch.setattr(RowWorkers, "__init__", init)
-    monkeypatch.setattr(threads, "_busy_until", 1e18)  # a collapse just seen: an online choice holds one thread
+    real_memory = threads.ThreadMemory.__init__
+
+    def busy_memory(self: threads.ThreadMemory, **options: Any) -> None:
+        real_memory(self, **options)
+        self.busy_until = 1e18  # a collapse just seen by every run: an online choice holds one thread
+
+    monkeypatch.setattr(threads.ThreadMemory, "__init__", busy_memory)
     events = generate(n_sessions=300, n_items=100, seed=5)
     sessions = events["SessionId"].unique()
     model = GRU4Rec("layers=8,n_sample=16,n_epochs=1,batch_size=16,sample_store_size=160", device="cpu", threads=1)

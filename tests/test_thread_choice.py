@@ -21,11 +21,10 @@ TINY = "layers=8,n_sample=16,n_epochs=2,batch_size=8,sample_store_size=160"
 
 
 @pytest.fixture(autouse=True)
-def no_remembered_collapse(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts without a collapse remembered from another (threads._busy_until), on a
-    machine that is not busy (no other process's load seen)."""
-    monkeypatch.setattr(threads, "_busy_until", 0.0)
-    monkeypatch.setattr(threads, "others_load", lambda: 0.0)
+def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test runs on a machine that is not busy (no other process's load seen). (Nothing is
+    remembered from one test to the next: a run's choices share its own ThreadMemory.)"""
+    monkeypatch.setattr(cpus.LoadMeter, "others_load", lambda self, min_window_s=0.2: 0.0)
 
 
 class FakeMachine:
@@ -44,6 +43,7 @@ class FakeMachine:
         return self.threads
 
     def choice(self, candidates: list[int], **options: Any) -> threads.ThreadChoice:
+        options.setdefault("load", lambda: 0.0)
         return threads.ThreadChoice(candidates, workload="test", apply=self.apply, current=self.current, **options)
 
     def run(self, choice: threads.ThreadChoice, steps: int) -> None:
@@ -63,8 +63,8 @@ def test_the_faster_of_two_counts_is_kept(ms: dict[int, float], want: int) -> No
         machine.run(choice, 40)  # holding: no new comparison while the times stay
         assert choice.comparisons == 1 and machine.threads == want
     assert machine.threads == 2  # the count from before the ``with``
-    decision = threads.last_decision("test")
-    assert decision is not None and decision.threads == want and decision.online
+    decision = choice.memory.decisions["test"]
+    assert decision == choice.decision() and decision.threads == want and decision.online
     assert decision.seconds == pytest.approx({n: t / 1024 for n, t in ms.items()})
     assert decision.as_dict()["chosen"] == "online"
     assert decision.as_dict()["ms"] == pytest.approx({"1": ms[1] * 1e3 / 1024, "2": ms[2] * 1e3 / 1024}, abs=1e-4)
@@ -120,33 +120,36 @@ def test_rechecks_of_a_steady_machine_grow_rarer() -> None:
 def test_a_collapse_seen_by_one_choice_starts_the_next_at_one_thread() -> None:
     now = [100.0]
     machine = FakeMachine({1: 1.0, 2: 4.0})
-    first = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0])
+    run = threads.ThreadMemory(load=lambda: 0.0)  # one run's choices share what they saw
+    first = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0], memory=run)
     with first:
         machine.run(first, 30)
     assert first.chosen == 1 and machine.steps_at[2] == 3  # 2 threads spent 1 thread's 10 steps' time
-    second = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0])
+    second = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0], memory=run)
     with second:
         machine.run(second, 15)  # an evaluation right after: holds one thread, no comparison
     assert second.chosen == 1 and second.comparisons == 0 and machine.steps_at[2] == 3
-    short = machine.choice([1, 2], trial_steps=10, warmup_steps=0, compare_first=False, clock=lambda: now[0])
+    short = machine.choice([1, 2], trial_steps=10, warmup_steps=0, compare_first=False, clock=lambda: now[0], memory=run)
     with short:  # too short to compare, but a collapse was just seen: one thread
         machine.run(short, 5)
     assert short.chosen == 1 and machine.steps_at[2] == 3
     now[0] += threads.BUSY_MEMORY_S + 1  # long after: compare again
     machine.ms = {1: 1.0, 2: 1.25}  # slower, not collapsed: nothing is remembered
-    third = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0])
+    third = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0], memory=run)
     with third:
         machine.run(third, 25)
     assert third.comparisons == 1 and machine.steps_at[2] > 3
-    fourth = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0])
+    fourth = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0], memory=run)
     with fourth:
         machine.run(fourth, 25)
     assert fourth.comparisons == 1
-    short = machine.choice([1, 2], trial_steps=10, warmup_steps=0, compare_first=False, clock=lambda: now[0])
+    short = machine.choice([1, 2], trial_steps=10, warmup_steps=0, compare_first=False, clock=lambda: now[0], memory=run)
     with short:  # too short to compare on a machine that is not busy: the most threads
         assert machine.threads == 2
         machine.run(short, 5)
     assert short.chosen == 2 and short.comparisons == 0
+    elsewhere = machine.choice([1, 2], trial_steps=10, warmup_steps=0, clock=lambda: now[0])
+    assert elsewhere.memory is not run and elsewhere.memory.decisions == {"test": elsewhere.decision()}
 
 
 def test_a_comparison_of_slow_steps_is_bounded_by_time_not_by_steps() -> None:
@@ -164,22 +167,23 @@ def test_a_comparison_of_slow_steps_is_bounded_by_time_not_by_steps() -> None:
                                                           (0.5, False, 1), (1.7, False, 1), (0.0, True, 1)])
 def test_a_short_workload_holds_one_thread_on_a_busy_machine_and_never_compares(
         load: float | None, remembered: bool, want: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = threads.ThreadMemory(load=lambda: load)
     if remembered:
-        monkeypatch.setattr(threads, "_busy_until", 1e9)
+        run.busy_until = 1e9
     machine = FakeMachine({1: 1.0, 2: 1.0}, threads=1)
-    short = machine.choice([1, 2], trial_steps=3, warmup_steps=0, compare_first=False, load=lambda: load)
+    short = machine.choice([1, 2], trial_steps=3, warmup_steps=0, compare_first=False, load=lambda: load, memory=run)
     with short:
         assert machine.threads == want and short.chosen == want
         machine.ms = {1: 50.0, 2: 50.0}  # much slower windows: still no comparison (a short workload holds)
         machine.run(short, 30)
     assert short.comparisons == 0 and machine.steps_at == {want: 30}
     # a long workload after a collapse holds one thread, and compares later; without one it compares first
-    long = machine.choice([1, 2], load=lambda: load)
+    long = machine.choice([1, 2], load=lambda: load, memory=run)
     assert long.chosen == (1 if remembered else None)
 
 
-#: others_load as gru4rec.machine.cpus defines it (the autouse fixture stubs the name threads uses).
-REAL_OTHERS_LOAD = cpus.others_load
+#: LoadMeter.others_load as gru4rec.machine.cpus defines it (the autouse fixture stubs it).
+REAL_OTHERS_LOAD = cpus.LoadMeter.others_load
 
 
 def test_others_load_is_the_cpus_busy_time_less_this_processs_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -208,33 +212,35 @@ def test_others_load_is_the_cpus_busy_time_less_this_processs_own(tmp_path: Path
     monkeypatch.setattr(cpus, "time", types.SimpleNamespace(monotonic=lambda: clock[0], sleep=sleep))
     monkeypatch.setattr(os, "times", lambda: types.SimpleNamespace(user=own[0], system=0.5))
     write(100, 0)
-    monkeypatch.setattr(cpus, "_load_mark", cpus._cpu_seconds())
-    monkeypatch.setattr(cpus, "_load_last", None)
-    # 0.05 s after loading, with no window measured yet: it waits for the rest of one (this process alone ran)
+    meter = cpus.LoadMeter()
+    assert REAL_OTHERS_LOAD(cpus.LoadMeter(), 0.2) is not None  # another meter's look moves nothing of this one's
+    slept.clear()
+    clock[0] = 10.0
+    # 0.05 s after the meter was made, with no window measured yet: it waits for the rest of one (this process alone ran)
     clock[0] += 0.05
     own[0] += 0.05 * len(mask)
     write(100 + round(0.05 * tick), 10 ** 6)
-    assert REAL_OTHERS_LOAD(0.2) == pytest.approx(0.0, abs=1e-9)
+    assert REAL_OTHERS_LOAD(meter, 0.2) == pytest.approx(0.0, abs=1e-9)
     assert slept == [pytest.approx(0.15)]
     # 2 s later every CPU of the mask has been busy 1.5 s more, 1 s of it this process's: others used 1.5n - 1 CPU-s
     clock[0] += 2.0
     own[0] += 1.0
     write(100 + round(0.05 * tick) + round(1.5 * tick), 10 ** 6)
     busy = (1.5 * len(mask) - 1.0) / 2.0
-    assert REAL_OTHERS_LOAD(0.2) == pytest.approx(busy)
+    assert REAL_OTHERS_LOAD(meter, 0.2) == pytest.approx(busy)
     # 0.05 s later (only this process ran): too short a window, so the last figure, without waiting ...
     clock[0] += 0.05
     own[0] += 0.05 * len(mask)
     write(100 + round(0.05 * tick) + round(1.55 * tick), 10 ** 6)
-    assert REAL_OTHERS_LOAD(0.2) == pytest.approx(busy)
+    assert REAL_OTHERS_LOAD(meter, 0.2) == pytest.approx(busy)
     assert len(slept) == 1
     # ... and the window grows on: 1 s later the 1.05 s since the last figure, this process's own work only
     clock[0] += 1.0
-    assert REAL_OTHERS_LOAD(0.2) == pytest.approx(0.0, abs=1e-9)
+    assert REAL_OTHERS_LOAD(meter, 0.2) == pytest.approx(0.0, abs=1e-9)
     assert len(slept) == 1
     monkeypatch.setattr(cpus, "_PROC_STAT", tmp_path / "missing")
     clock[0] += 1.0
-    assert REAL_OTHERS_LOAD(0.2) is None
+    assert REAL_OTHERS_LOAD(meter, 0.2) is None
 
 
 def test_one_candidate_is_a_fixed_count() -> None:
@@ -244,7 +250,7 @@ def test_one_candidate_is_a_fixed_count() -> None:
         machine.ms = {3: 50.0}
         machine.run(choice, 1000)
     assert machine.steps_at == {3: 1000} and choice.comparisons == 0
-    assert threads.last_decision("test") == threads.ThreadDecision("test", 3, online=False)
+    assert choice.memory.decisions["test"] == threads.ThreadDecision("test", 3, online=False)
     with pytest.raises(ValueError, match="positive integers"):
         threads.ThreadChoice([])
     with pytest.raises(ValueError, match="positive integers"):
@@ -290,7 +296,8 @@ def test_training_chooses_its_threads_unless_they_are_fixed(monkeypatch: pytest.
     (choice,) = made
     assert choice.candidates == [1, 2] and choice.comparisons >= 1  # told every step: it compared both
     assert seen[:4] == [1, 1, 1, 2]  # one thread first, then two
-    assert records[-1]["threads"] == threads.last_decision("training").as_dict()  # type: ignore[union-attr]
+    assert records[-1]["threads"] == choice.decision().as_dict()
+    assert threads.last_decision("training") is None  # the run's memory went with the run
     assert records[-1]["threads"]["chosen"] == "online" and set(records[-1]["threads"]["ms"]) == {"1", "2"}
     made.clear()
     seen.clear()

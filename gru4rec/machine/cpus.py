@@ -2,8 +2,8 @@
 
 :func:`available_cpus` is the number of CPUs a process here can run on at once: its affinity mask,
 capped by a container's CPU quota (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``;
-:func:`cgroup_cpu_limit`). :func:`others_load` is how many of those CPUs other processes kept busy
-since the last look, from ``/proc/stat`` less this process's own CPU time. Both are Linux
+:func:`cgroup_cpu_limit`). :class:`LoadMeter` tells how many of those CPUs other processes kept busy
+since its last look, from ``/proc/stat`` less this process's own CPU time. Both are Linux
 readings; elsewhere the first falls back to ``os.cpu_count()`` and the second says None. The
 thread count that torch uses is decided from them in :mod:`gru4rec.machine.threads`.
 """
@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["available_cpus", "cgroup_cpu_limit", "others_load"]
+__all__ = ["LoadMeter", "available_cpus", "cgroup_cpu_limit"]
 
 _MOUNTINFO = Path("/proc/self/mountinfo")
 _PROC_CGROUP = Path("/proc/self/cgroup")
@@ -156,34 +156,42 @@ def _cpu_seconds() -> tuple[float, float, float] | None:
 
 
 _PROC_STAT = Path("/proc/stat")
-#: The last look at the CPUs' busy time (:func:`others_load`), first taken when this module loads.
-_load_mark = _cpu_seconds()
-#: What :func:`others_load` measured over its latest window of at least ``min_window_s`` (None: none yet).
-_load_last: float | None = None
 
 
-def others_load(min_window_s: float = 0.2) -> float | None:
-    """How many CPUs of this process's affinity mask other processes kept busy, on average, since
-    the last call (or since gru4rec loaded): the CPUs' busy time from ``/proc/stat`` less this
-    process's own CPU time, per second. A window shorter than ``min_window_s`` (the counters tick
-    every 10 ms) says nothing: the previous window's figure is returned instead, and this window
-    grows on until the next call. Only when there is none yet does it wait for the rest: an
-    evaluation right after loading would else go by no measurement (measured: spinning threads
-    beside 2 busy processes, 8x slower); waiting at every call cost evaluations of 0.15 s each,
-    run back to back, a quarter of their time. None where the counters cannot be read (not
-    Linux)."""
-    global _load_mark, _load_last
-    now = _cpu_seconds()
-    if now is None or _load_mark is None:
-        return None
-    short = min_window_s - (now[0] - _load_mark[0])
-    if short > 0:
-        if _load_last is not None:
-            return _load_last
-        time.sleep(short)
+class LoadMeter:
+    """How busy other processes keep this process's CPUs, measured from one look to the next.
+
+    Each meter keeps its own last look (taken when it is made), so that two workloads of one
+    process that each ask — a training run's validations, a server worker — measure their own
+    windows and share nothing: gru4rec keeps no such reading process-wide. A run's
+    :class:`gru4rec.threads.ThreadMemory` holds one.
+    """
+
+    def __init__(self) -> None:
+        self._mark = _cpu_seconds()
+        self._last: float | None = None
+
+    def others_load(self, min_window_s: float = 0.2) -> float | None:
+        """How many CPUs of this process's affinity mask other processes kept busy, on average,
+        since the last call (or since the meter was made): the CPUs' busy time from
+        ``/proc/stat`` less this process's own CPU time, per second. A window shorter than
+        ``min_window_s`` (the counters tick every 10 ms) says nothing: the previous window's
+        figure is returned instead, and this window grows on until the next call. Only when there
+        is none yet does it wait for the rest: an evaluation right after the meter was made would
+        else go by no measurement (measured: spinning threads beside 2 busy processes, 8x slower);
+        waiting at every call cost evaluations of 0.15 s each, run back to back, a quarter of
+        their time. None where the counters cannot be read (not Linux)."""
         now = _cpu_seconds()
-        if now is None:
+        if now is None or self._mark is None:
             return None
-    then, _load_mark = _load_mark, now
-    _load_last = max(0.0, ((now[1] - then[1]) - (now[2] - then[2])) / (now[0] - then[0]))
-    return _load_last
+        short = min_window_s - (now[0] - self._mark[0])
+        if short > 0:
+            if self._last is not None:
+                return self._last
+            time.sleep(short)
+            now = _cpu_seconds()
+            if now is None:
+                return None
+        then, self._mark = self._mark, now
+        self._last = max(0.0, ((now[1] - then[1]) - (now[2] - then[2])) / (now[0] - then[0]))
+        return self._last

@@ -22,8 +22,16 @@ not), so a machine that becomes busy ends at one thread and one that becomes qui
 all of them. Training (:mod:`gru4rec.training.loop`), evaluation and the server's batcher each run
 their own choice; :func:`online_choice` hands one out where the count is not fixed. A workload
 too short to compare (an evaluation of a few seconds) asks whether the machine is busy instead:
-a collapse seen by another choice of this process in the last minute, or other processes using
-half a CPU or more since the last look (:func:`others_load`, from ``/proc/stat``). While an
+a collapse seen by another choice of the same run in the last minute, or other processes using
+half a CPU or more since the last look (:class:`gru4rec.cpus.LoadMeter`, from ``/proc/stat``).
+
+What the choices remember — the decisions, a collapse just seen, the last look at the load,
+whether the count is fixed — lives in a :class:`ThreadMemory` owned by one run, never in this
+module: :func:`using_threads` (``fit``, each command of the command line) makes one for its
+``with`` block, current in that thread's context only (a :class:`contextvars.ContextVar`), and
+the choices made inside (training, its validations) share it; an evaluation or a server worker
+made outside any run gets its own. A program that trains in one thread and serves in another
+shares nothing between the two, and ``fit`` leaves nothing behind. While an
 evaluation runs one thread with more CPUs available (:attr:`ThreadChoice.row_parts`), it splits
 its rows into ranges run side by side on Python threads (:class:`RowWorkers`): they wait for each
 other asleep, which is what the passive policy's OpenMP threads do — a busy machine's scheduler
@@ -32,6 +40,7 @@ gives such threads their share of the CPUs, where one thread gets less and spinn
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import math
 import os
@@ -42,15 +51,15 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from gru4rec.machine.cpus import available_cpus, others_load
+from gru4rec.machine.cpus import LoadMeter, available_cpus
 
-__all__ = ["RowWorkers", "ThreadChoice", "ThreadDecision", "default_threads", "last_decision", "online_choice", "set_threads",
-           "threads_fixed", "using_threads"]
+__all__ = ["RowWorkers", "ThreadChoice", "ThreadDecision", "ThreadMemory", "current_memory", "default_threads", "last_decision",
+           "online_choice", "set_threads", "threads_fixed", "using_threads"]
 
 log = logging.getLogger(__name__)
 
-#: The thread count fixed by the caller (:func:`set_threads` with a number, ``OMP_NUM_THREADS``),
-#: or None: chosen online. Process-wide, as torch's thread count is.
+#: The thread count fixed by :func:`set_threads` called outside any run (the caller asked for it:
+#: process-wide, as torch's thread count is), or None. Inside a run its :class:`ThreadMemory` holds it.
 _fixed: int | None = None
 
 
@@ -72,40 +81,68 @@ def default_threads() -> int:
 
 
 def threads_fixed() -> int | None:
-    """The thread count the caller fixed (:func:`set_threads` with a number, or
-    ``OMP_NUM_THREADS``), or None: :func:`online_choice` chooses it."""
-    return _fixed if _fixed is not None else _env_threads()
+    """The thread count the caller fixed (:func:`set_threads` or :func:`using_threads` with a
+    number — the current run's, else the process's — or ``OMP_NUM_THREADS``), or None:
+    :func:`online_choice` chooses it."""
+    memory = _memory.get()
+    fixed = memory.fixed if memory is not None else _fixed
+    return fixed if fixed is not None else _env_threads()
 
 
-def set_threads(threads: int | None = None) -> int:
-    """Make torch use ``threads`` threads and fix the count there; None: :func:`default_threads`,
-    from which :func:`online_choice` may go down to one thread (unless ``OMP_NUM_THREADS`` fixes
-    it). Returns the number set."""
-    import torch
-
-    global _fixed
+def _check_threads(threads: int | None) -> int:
+    """``threads`` checked (a positive integer or None), and the count it stands for."""
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
-    n = default_threads() if threads is None else threads
-    _fixed = threads
+    return default_threads() if threads is None else threads
+
+
+def _set_torch_threads(n: int) -> None:
+    import torch
+
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     log.debug("torch uses %d thread(s) (%d CPU(s) available to this process)", n, available_cpus())
+
+
+def set_threads(threads: int | None = None) -> int:
+    """Make torch use ``threads`` threads and fix the count there — in the current run (inside
+    :func:`using_threads`), else in the process; None: :func:`default_threads`, from which
+    :func:`online_choice` may go down to one thread (unless ``OMP_NUM_THREADS`` fixes it).
+    Returns the number set."""
+    global _fixed
+    n = _check_threads(threads)
+    memory = _memory.get()
+    if memory is not None:
+        memory.fixed = threads
+    else:
+        _fixed = threads
+    _set_torch_threads(n)
     return n
 
 
 @contextlib.contextmanager
 def using_threads(threads: int | None = None) -> Iterator[int]:
-    """:func:`set_threads` for the duration of a ``with`` block, then torch's previous setting
-    (and whether it was fixed)."""
+    """Run the ``with`` block as one run on ``threads`` threads (None: :func:`default_threads`,
+    chosen online), then put torch's previous count back.
+
+    The block's thread choices share a :class:`ThreadMemory`: the enclosing run's where there is
+    one (its fixed count is ``threads`` for the block, then as it was), else a fresh one, current
+    in this context only and forgotten when the block ends."""
     import torch
 
-    global _fixed
-    before, fixed_before = torch.get_num_threads(), _fixed
+    n = _check_threads(threads)
+    outer = _memory.get()
+    memory = outer if outer is not None else ThreadMemory()
+    fixed_before = memory.fixed
+    before = torch.get_num_threads()
+    token = _memory.set(memory)
     try:
-        yield set_threads(threads)
+        memory.fixed = threads
+        _set_torch_threads(n)
+        yield n
     finally:
-        _fixed = fixed_before
+        memory.fixed = fixed_before
+        _memory.reset(token)
         if torch.get_num_threads() != before:
             torch.set_num_threads(before)
 
@@ -127,8 +164,6 @@ class ThreadDecision:
                 "ms": {str(n): round(s * 1e3, 4) for n, s in sorted(self.seconds.items())}}
 
 
-_decisions: dict[str, ThreadDecision] = {}
-
 #: A count this many times slower per unit than one thread has collapsed: the machine is busy (on the
 #: 2-core host, rsc15 steps at 2 threads measured 0.8-1.45x the time of 1 thread on a quiet machine
 #: and 1.56-4x beside one busy process).
@@ -142,14 +177,42 @@ TRIAL_SECONDS = 0.5
 MIN_TRIAL_UNITS = 5
 #: Windows in a row this much slower than the recent ones that make a held count compare again.
 SLOW_WINDOWS = 2
-#: Until when (``time.monotonic``) this process's latest comparison found the machine busy.
-_busy_until = 0.0
+
+
+class ThreadMemory:
+    """What the thread choices of one run share, and nothing outside it: a training run and the
+    validations inside it, one evaluation, one server worker.
+
+    ``fixed``: the count the run's caller fixed (None: chosen online); :attr:`decisions`: each
+    workload's latest :class:`ThreadDecision`; :attr:`busy_until`: until when
+    (``time.monotonic``) a comparison of the run found the machine busy; :meth:`others_load`:
+    the run's own :class:`~gru4rec.cpus.LoadMeter` (``load`` replaces it: tests)."""
+
+    def __init__(self, *, fixed: int | None = None, load: Callable[[], float | None] | None = None) -> None:
+        self.fixed = fixed
+        self.decisions: dict[str, ThreadDecision] = {}
+        self.busy_until = 0.0
+        self._load = load if load is not None else LoadMeter().others_load
+
+    def others_load(self) -> float | None:
+        """CPUs other processes kept busy since the run's last look (:class:`~gru4rec.cpus.LoadMeter`)."""
+        return self._load()
+
+
+#: The current run's memory, per context (thread, task): set by :func:`using_threads` for its block.
+_memory: contextvars.ContextVar[ThreadMemory | None] = contextvars.ContextVar("gru4rec_thread_memory", default=None)
+
+
+def current_memory() -> ThreadMemory | None:
+    """The :class:`ThreadMemory` of the run this code runs in (inside :func:`using_threads`), or None."""
+    return _memory.get()
 
 
 def last_decision(workload: str) -> ThreadDecision | None:
-    """The latest decision of this process's :class:`ThreadChoice` for ``workload`` ('training',
-    'evaluation', 'serving'), or None when none has run."""
-    return _decisions.get(workload)
+    """The latest decision of the current run's :class:`ThreadChoice` for ``workload``
+    ('training', 'evaluation', 'serving'), or None when none has run (or outside a run)."""
+    memory = _memory.get()
+    return memory.decisions.get(workload) if memory is not None else None
 
 
 class ThreadChoice:
@@ -177,18 +240,20 @@ class ThreadChoice:
        became quiet is noticed and a steady one is barely disturbed.
 
     A comparison that finds the most threads :data:`COLLAPSE` times slower than one (the machine
-    is busy: waiting threads spin on cores others need) is remembered for :data:`BUSY_MEMORY_S`
-    seconds: a choice made meanwhile starts holding one thread instead of comparing.
+    is busy: waiting threads spin on cores others need) is remembered in the run's
+    :class:`ThreadMemory` for :data:`BUSY_MEMORY_S` seconds: a choice made meanwhile starts
+    holding one thread instead of comparing.
 
     ``compare_first=False`` (a short workload: an evaluation of a few seconds) holds one count
     and never compares: the most threads on a quiet machine, one thread on a busy one — busy
-    after a remembered collapse, or when ``load()`` (default :func:`others_load`) says other
+    after a collapse the run remembers, or when its load reading (:meth:`ThreadMemory.others_load`) says other
     processes used :data:`BUSY_LOAD` CPUs or more since the last look.
 
+    ``memory``: the run's :class:`ThreadMemory` (default: a fresh one of this choice alone).
     ``apply(n)`` sets the thread count (default: ``torch.set_num_threads``), ``current()``
-    reads it (``torch.get_num_threads``) and ``clock()`` tells the time (``time.monotonic``);
-    tests pass their own, with made-up timings. With one candidate nothing is measured: the count
-    is fixed.
+    reads it (``torch.get_num_threads``), ``clock()`` tells the time (``time.monotonic``) and
+    ``load()`` replaces the memory's load reading; tests pass their own, with made-up timings.
+    With one candidate nothing is measured: the count is fixed.
     """
 
     def __init__(self, candidates: Sequence[int], *, workload: str = "training", trial_steps: int = 200,
@@ -196,7 +261,7 @@ class ThreadChoice:
                  recheck_windows: int = 8, max_recheck_windows: int = 256, compare_first: bool = True,
                  apply: Callable[[int], None] | None = None,
                  current: Callable[[], int] | None = None, clock: Callable[[], float] = time.monotonic,
-                 load: Callable[[], float | None] | None = None) -> None:
+                 load: Callable[[], float | None] | None = None, memory: ThreadMemory | None = None) -> None:
         counts = sorted(set(candidates))
         if not counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
             raise ValueError(f"candidates must be positive integers, got {list(candidates)!r}")
@@ -206,6 +271,8 @@ class ThreadChoice:
                              "and 1 <= recheck_windows <= max_recheck_windows")
         self.candidates = counts
         self.workload = workload
+        self.memory = memory if memory is not None else ThreadMemory(load=load)
+        """The run's memory, shared with its other choices."""
         self.trial_steps, self.trial_seconds, self.warmup_steps, self.slowdown = trial_steps, trial_seconds, warmup_steps, slowdown
         self.first_recheck, self.max_recheck = recheck_windows, max_recheck_windows
         self._apply = apply if apply is not None else _torch_set_threads
@@ -231,9 +298,9 @@ class ThreadChoice:
         self._warm_seconds, self._warm_units = 0.0, 0  # the current candidate's warm-up so far
         self._seconds = self._work = 0.0
         self._units = 0
-        busy = clock() < _busy_until
+        busy = clock() < self.memory.busy_until
         if len(counts) > 1 and not compare_first and not busy:
-            seen = (load if load is not None else others_load)()
+            seen = (load if load is not None else self.memory.others_load)()
             busy = seen is not None and seen >= BUSY_LOAD
         if len(counts) == 1:
             self.chosen = counts[0]
@@ -247,7 +314,7 @@ class ThreadChoice:
         else:  # the first comparison starts at one thread, set on entering ``with``
             self.threads = counts[0]
             self._skip = warmup_steps
-        _decisions[workload] = self.decision()
+        self.memory.decisions[workload] = self.decision()
 
     @property
     def row_parts(self) -> int:
@@ -328,11 +395,10 @@ class ThreadChoice:
             self._decide()
 
     def _decide(self) -> None:
-        global _busy_until
         best = min(self._results, key=lambda n: (self._results[n], -n))
         one, most = self._results.get(self.candidates[0]), self._results.get(self.candidates[-1])
         if one is not None and most is not None:
-            _busy_until = self._clock() + BUSY_MEMORY_S if most >= COLLAPSE * one else 0.0
+            self.memory.busy_until = self._clock() + BUSY_MEMORY_S if most >= COLLAPSE * one else 0.0
         before = self.chosen
         self.chosen = best
         self.comparisons += 1
@@ -342,7 +408,7 @@ class ThreadChoice:
         self._slow_windows = 0
         self._windows = 0
         self._recheck = self.first_recheck if before != best else min(2 * self._recheck, self.max_recheck)
-        _decisions[self.workload] = self.decision()
+        self.memory.decisions[self.workload] = self.decision()
         measured = ", ".join(f"{n}: {s * 1e3:.3g} ms" for n, s in sorted(self._results.items()))
         if before is None:
             log.info("%s runs on %d thread(s), the faster here (per unit of work %s)", self.workload, best, measured)
@@ -380,17 +446,19 @@ def _torch_get_threads() -> int:
     return torch.get_num_threads()
 
 
-def online_choice(workload: str, *, trial_steps: int = 200, warmup_steps: int = 5, compare_first: bool = True) -> ThreadChoice:
-    """The :class:`ThreadChoice` of one workload ('training', 'evaluation', 'serving') of this
-    process: between one thread and torch's count now (after :func:`set_threads`: the CPUs this
-    process may use), or that count alone where the caller fixed it (:func:`threads_fixed`)."""
+def online_choice(workload: str, *, trial_steps: int = 200, warmup_steps: int = 5, compare_first: bool = True,
+                  memory: ThreadMemory | None = None) -> ThreadChoice:
+    """The :class:`ThreadChoice` of one workload ('training', 'evaluation', 'serving'): between
+    one thread and torch's count now (after :func:`set_threads`: the CPUs this process may use),
+    or that count alone where the caller fixed it (:func:`threads_fixed`). ``memory``: the run's
+    (default: the current run's, :func:`current_memory`, else a fresh one of this choice alone)."""
     import torch
 
     fixed = threads_fixed()
     now = torch.get_num_threads()
     candidates = [now] if fixed is not None or now == 1 else [1, now]
     return ThreadChoice(candidates, workload=workload, trial_steps=trial_steps, warmup_steps=warmup_steps,
-                        compare_first=compare_first)
+                        compare_first=compare_first, memory=memory if memory is not None else _memory.get())
 
 
 class RowWorkers:
