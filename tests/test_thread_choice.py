@@ -296,7 +296,7 @@ def test_training_chooses_its_threads_unless_they_are_fixed(monkeypatch: pytest.
     (choice,) = made
     assert choice.candidates == [1, 2] and choice.comparisons >= 1  # told every step: it compared both
     assert seen[:4] == [1, 1, 1, 2]  # one thread first, then two
-    assert records[-1]["threads"] == choice.decision().as_dict()
+    assert records[-1]["threads"] == choice.memory.decisions["training"].as_dict()  # the latest comparison that ended
     assert threads.last_decision("training") is None  # the run's memory went with the run
     assert records[-1]["threads"]["chosen"] == "online" and set(records[-1]["threads"]["ms"]) == {"1", "2"}
     made.clear()
