@@ -177,6 +177,13 @@ TRIAL_SECONDS = 0.5
 MIN_TRIAL_UNITS = 5
 #: Windows in a row this much slower than the recent ones that make a held count compare again.
 SLOW_WINDOWS = 2
+#: ... at most this many, after comparisons that such windows started found the held count still the
+#: fastest (the host slowed every count alike: the comparison was wasted), until one switches.
+MAX_SLOW_WINDOWS = 8
+#: A window this many times slower than the recent ones counts towards SLOW_WINDOWS whatever the
+#: back-off: a collapse (beside a busy process, spinning threads run 3-20x slower) is answered at
+#: once; the quiet host's own swings (2.2x: benchmarks/README.md, "Round 8") wait.
+SEVERE = 3.0
 
 
 class ThreadMemory:
@@ -184,7 +191,8 @@ class ThreadMemory:
     validations inside it, one evaluation, one server worker.
 
     ``fixed``: the count the run's caller fixed (None: chosen online); :attr:`decisions`: each
-    workload's latest :class:`ThreadDecision`; :attr:`busy_until`: until when
+    workload's latest :class:`ThreadDecision` (a new choice of a workload the run has already
+    decided starts from that count and only verifies it later); :attr:`busy_until`: until when
     (``time.monotonic``) a comparison of the run found the machine busy; :meth:`others_load`:
     the run's own :class:`~gru4rec.cpus.LoadMeter` (``load`` replaces it: tests)."""
 
@@ -232,17 +240,28 @@ class ThreadChoice:
        machine a spinning thread count is many times slower, and a few steps show it. The count with the least time per unit of work is
        kept (logged once at INFO).
     2. *hold*: windows of ``trial_steps`` units at the kept count. Two windows in a row
-       ``slowdown`` times slower than the median of the last 8 at this count compare again (the
-       second stands for the kept count, so only the others are run) — one slow window is the
-       scheduler's noise beside busy processes, and comparing at every one cost a third of the
-       time there; so does every ``recheck_windows``-th window, the interval doubling (to
-       ``max_recheck_windows``) each time the comparison keeps the count, so that a machine that
-       became quiet is noticed and a steady one is barely disturbed.
+       ``slowdown`` times slower than the median of the last 8 at this count compare again — one
+       slow window is the scheduler's noise beside busy processes, and comparing at every one
+       cost a third of the time there; so does every ``recheck_windows``-th window, the interval
+       doubling (to ``max_recheck_windows``) each time the comparison keeps the count, so that a
+       machine that became quiet is noticed and a steady one is barely disturbed.
+
+    A comparison started by slow windows runs the other counts, and the second slow window stands
+    for the kept count — unless another count beat it: then the kept count is measured afresh
+    (it stops early, as any candidate, once it has spent the winner's time), since a slowdown of a
+    moment that has passed would else hand the run to a slower count until the next re-check (the
+    cost of the default in short runs, issue 50). Such a comparison that keeps the count was
+    wasted — the host slowed every count alike — and the next one then waits for twice as many
+    slow windows in a row (up to :data:`MAX_SLOW_WINDOWS`; a window :data:`SEVERE` times slower
+    still counts at once, a collapse is not kept waiting), until a comparison switches.
 
     A comparison that finds the most threads :data:`COLLAPSE` times slower than one (the machine
     is busy: waiting threads spin on cores others need) is remembered in the run's
     :class:`ThreadMemory` for :data:`BUSY_MEMORY_S` seconds: a choice made meanwhile starts
-    holding one thread instead of comparing.
+    holding one thread instead of comparing. A choice of a workload that the run has decided
+    before (each validation after the first, a second ``train_epochs`` of the run) starts holding
+    that count — the likely winner, whose window then bounds the others' time — and verifies it
+    after its first window, instead of a first comparison that starts at one thread.
 
     ``compare_first=False`` (a short workload: an evaluation of a few seconds) holds one count
     and never compares: the most threads on a quiet machine, one thread on a busy one — busy
@@ -289,7 +308,10 @@ class ThreadChoice:
         self._results: dict[int, float] = {}
         self._budget = math.inf  # seconds the fastest candidate so far took for its units
         self._recent: deque[float] = deque(maxlen=8)  # seconds per unit of the latest windows at the kept count
-        self._slow_windows = 0  # windows in a row slower than the recent ones
+        self._slow_windows = self._severe_windows = 0  # windows in a row slower (SEVERE times slower) than the recent ones
+        self._slow_needed = SLOW_WINDOWS  # slow windows in a row that start a comparison (grows after wasted ones)
+        self._held_rate: float | None = None  # a comparison started by slow windows: the kept count's last window
+        self._verify: int | None = None  # ... and the kept count, measured afresh if another count beat that window
         self._recheck = recheck_windows
         self._windows = 0
         self._outer: list[int] = []
@@ -302,8 +324,15 @@ class ThreadChoice:
         if len(counts) > 1 and not compare_first and not busy:
             seen = (load if load is not None else self.memory.others_load)()
             busy = seen is not None and seen >= BUSY_LOAD
+        known = self.memory.decisions.get(workload)
         if len(counts) == 1:
             self.chosen = counts[0]
+        elif compare_first and not busy and known is not None and known.online and known.threads in counts and known.seconds:
+            # The run decided this workload before: start from its count, verified after one window.
+            self.threads = self.chosen = known.threads
+            self._results = dict(known.seconds)
+            self._comparing = False
+            self._recheck = 1
         elif busy or not compare_first:
             # Another choice of this process just saw the larger counts collapse, or other processes
             # keep the CPUs busy: a short workload (an evaluation) would spend much of its time
@@ -389,6 +418,13 @@ class ThreadChoice:
         if full and rate <= min(self._results.values()):
             self._budget = self._seconds
         self._order.pop(0)
+        if not self._order and self._verify is not None:
+            kept, self._verify = self._verify, None
+            assert self._held_rate is not None
+            if min(self._results.values()) < self._held_rate:
+                self._order = [kept]  # another count beat the slow window: was it the moment, or the count?
+            else:
+                self._results[kept] = self._held_rate  # the slow window stands for the kept count
         if self._order:
             self._begin(self._order[0])
         else:
@@ -405,9 +441,16 @@ class ThreadChoice:
         self._comparing = False
         self._recent.clear()
         self._recent.append(self._results[best])
-        self._slow_windows = 0
+        if before != best:
+            self._slow_needed = SLOW_WINDOWS
+        elif self._held_rate is not None:  # started by slow windows, and the count stays: wasted
+            self._slow_needed = min(2 * self._slow_needed, MAX_SLOW_WINDOWS)
+        self._held_rate = None
+        self._slow_windows = self._severe_windows = 0
         self._windows = 0
-        self._recheck = self.first_recheck if before != best else min(2 * self._recheck, self.max_recheck)
+        # (a verified count of an earlier choice, re-checked after one window: the usual interval from here)
+        again = before != best or self._recheck < self.first_recheck
+        self._recheck = self.first_recheck if again else min(2 * self._recheck, self.max_recheck)
         self.memory.decisions[self.workload] = self.decision()
         measured = ", ".join(f"{n}: {s * 1e3:.3g} ms" for n, s in sorted(self._results.items()))
         if before is None:
@@ -420,15 +463,20 @@ class ThreadChoice:
         """A window at the kept count ended: compare again when it was slow or a re-check is due."""
         rate = self._seconds / self._work if self._work > 0 else math.inf
         self._windows += 1
-        slow = bool(self._recent) and rate > statistics.median(self._recent) * self.slowdown
-        self._slow_windows = self._slow_windows + 1 if slow else 0
+        median = statistics.median(self._recent) if self._recent else math.inf
+        self._slow_windows = self._slow_windows + 1 if rate > median * self.slowdown else 0
+        self._severe_windows = self._severe_windows + 1 if rate > median * SEVERE else 0
         self._recent.append(rate)
-        if self._slow_windows >= SLOW_WINDOWS or self._windows >= self._recheck:
+        slow = self._slow_windows >= self._slow_needed or self._severe_windows >= SLOW_WINDOWS
+        if slow or self._windows >= self._recheck:
             assert self.chosen is not None
             self._comparing = True
-            self._results = {self.chosen: rate}  # this window stands for the kept count
             self._budget = self._seconds
             self._order = [n for n in self.candidates if n != self.chosen]
+            if slow:  # the kept count is measured afresh if another count beats this window (_measured)
+                self._results, self._held_rate, self._verify = {}, rate, self.chosen
+            else:
+                self._results = {self.chosen: rate}  # this window stands for the kept count
             self._begin(self._order[0])
         else:
             self._begin(self.threads, warm=False)
