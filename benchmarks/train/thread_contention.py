@@ -43,6 +43,24 @@ of a few seconds each land in one state or the other. Printed: each variant's ev
 predictions/s over all its turns, the default's ratio to the best fixed setting, and its median
 ratio to the faster fixed setting of each round (a bound no fixed setting reaches: it switches
 with the host).
+
+``--short-runs N`` measures what a user of ``run.py`` sees (issue 50 item 8): N rounds; in each,
+every variant of ``--variants`` (default: ``default spin``) runs ``python run.py TRAIN -pf PARAMFILE
+-ps n_epochs=EPOCHS`` twice, the variants alternated (default, spin, default, spin), each a fresh
+command-line process (with the allocator tuning the command lines ask for); a run's speed is
+the median events/s of its epochs 2.., a variant's in the round the better of its two runs.
+Printed: every run, then per round each variant's speed and the default's ratio to the best
+fixed variant, and the median of those ratios. The issue's quiet target: ×0.95 or more in every
+round. On the quiet 2-core host, for the lead:
+
+    python benchmarks/thread_contention.py --short-runs 3 --epochs 3 --cap 300
+
+``--simulate`` times nothing: it drives this tree's ``ThreadChoice`` (default settings) with
+made-up step times of simulated hosts — steady; moments of 0.05-0.3 s every 1-5 s that slow every
+count 2x ("alike") or only 2 threads 2.2x; the 2-core host's slow states (2 threads 1.15 ms for
+5-15 s every 10-40 s); a host that becomes busy after 5 s — for 60,000 rsc15 steps (0.51 ms at 2
+threads, 0.73 ms at one: about 30 s), 5 seeds each, and prints the default's speed over the best
+fixed count's and its comparisons per run. Run it at two commits to compare two choices.
 """
 from __future__ import annotations
 
@@ -50,10 +68,13 @@ import argparse
 import json
 import multiprocessing
 import os
+import random
+import re
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from gru4rec.machine.cpus import available_cpus
@@ -174,6 +195,111 @@ def _run(args: argparse.Namespace, variant: str) -> dict[str, object]:
             "cut_off": cut, "seconds": round(time.perf_counter() - started, 1)}
 
 
+#: Seconds per rsc15 step by thread count on the quiet 2-core host in its fast state (benchmarks/README.md, "Round 8").
+_SIM_FAST = {1: 0.73e-3, 2: 0.51e-3}
+
+
+def _sim_host(kind: str, rng: random.Random) -> Callable[[float], dict[int, float]]:
+    """Seconds per step by thread count at simulated time t, on a host of ``kind`` (``--simulate``)."""
+    spans: list[tuple[float, float]] = []
+    t, fast = 0.0, _SIM_FAST
+    gaps, lengths = {"slow-states": ((10.0, 40.0), (5.0, 15.0))}.get(kind, ((1.0, 5.0), (0.05, 0.3)))
+    while t < 400:
+        t += rng.uniform(*gaps)
+        length = rng.uniform(*lengths)
+        spans.append((t, t + length))
+        t += length
+    slowed = {"moments-alike": {1: 2 * fast[1], 2: 2 * fast[2]}, "moments-2-threads": {1: fast[1], 2: 2.2 * fast[2]},
+              "slow-states": {1: fast[1], 2: 1.15e-3}}
+    if kind == "steady":
+        return lambda now: fast
+    if kind == "becomes-busy":
+        return lambda now: fast if now < 5.0 else {1: 1.2e-3, 2: 5e-3}
+    return lambda now: slowed[kind] if any(a <= now < b for a, b in spans) else fast
+
+
+def _simulate() -> None:
+    """``--simulate``: the default's speed over the best fixed count on simulated hosts."""
+    import logging
+
+    from gru4rec.threads import ThreadChoice
+
+    logging.disable(logging.INFO)
+
+    def run(kind: str, seed: int, fixed: int | None) -> tuple[float, int]:
+        rng = random.Random(seed)
+        speed, now, held = _sim_host(kind, rng), [0.0], [2]
+        choice = None
+        if fixed is None:
+            choice = ThreadChoice([1, 2], apply=lambda n: held.__setitem__(0, n), current=lambda: held[0],
+                                  clock=lambda: now[0], load=lambda: 0.0)
+            choice.__enter__()
+        for _ in range(60_000):
+            step = speed(now[0])[fixed or held[0]] * rng.uniform(0.97, 1.03)
+            now[0] += step
+            if choice is not None:
+                choice.observe(step)
+        return now[0], choice.comparisons if choice is not None else 0
+
+    for kind in ("steady", "moments-alike", "moments-2-threads", "slow-states", "becomes-busy"):
+        ratios, comparisons = [], []
+        for seed in range(5):
+            best = min(run(kind, seed, 1)[0], run(kind, seed, 2)[0])
+            seconds, compared = run(kind, seed, None)
+            ratios.append(best / seconds)
+            comparisons.append(compared)
+        print(f"  {kind:18s} default / best fixed count ×{statistics.mean(ratios):.3f}   comparisons per run "
+              f"{statistics.mean(comparisons):.1f}", flush=True)
+
+
+_EPOCH_LINE = re.compile(r"Epoch(\d+) --> .*\| *(\d+) e/s\]")
+
+
+def _short_run(args: argparse.Namespace, variant: str) -> list[float]:
+    """One ``run.py`` process of ``variant`` (``--short-runs``): the events/s of its epochs, from
+    the original's per-epoch lines (those finished before ``--cap`` seconds)."""
+    threads, policy = VARIANTS[variant]
+    threads = {"cpus": str(available_cpus()), "cpus+1": str(available_cpus() + 1)}.get(threads, threads)
+    command = [sys.executable, str(ROOT / "run.py"), args.train, "-pf", args.paramfile, "-ps", f"n_epochs={args.epochs}"]
+    if threads != "default":
+        command += ["--threads", threads]
+    try:
+        done = subprocess.run(command, env=_child_env(policy), capture_output=True, text=True, timeout=args.cap)
+        out = done.stdout + done.stderr
+    except subprocess.TimeoutExpired as cut:
+        out = (cut.stdout or b"").decode() if isinstance(cut.stdout, bytes) else (cut.stdout or "")
+    return [float(m.group(2)) for m in _EPOCH_LINE.finditer(out)]
+
+
+def _short_runs(args: argparse.Namespace, busy: int) -> None:
+    """``--short-runs``: rounds of two alternated ``run.py`` runs per variant; prints each run and
+    each round, then the summary."""
+    variants = args.variants if args.variants_given else ["default", "spin"]
+    ratios = []
+    for round_ in range(args.short_runs):
+        speeds: dict[str, list[float]] = {v: [] for v in variants}
+        for repeat in range(2):
+            for variant in variants:
+                epochs = _short_run(args, variant)
+                later = epochs[1:] or epochs
+                speed = statistics.median(later) if later else 0.0
+                speeds[variant].append(speed)
+                print(json.dumps({"busy": busy, "round": round_, "variant": variant, "repeat": repeat, "events_per_s": epochs,
+                                  "epochs_2_on": speed}), flush=True)
+        best = {v: max(s) for v, s in speeds.items()}
+        fixed = [v for v in variants if v != "default"]
+        text = "   ".join(f"{v} {best[v]:,.0f}" for v in variants)
+        if "default" in best and fixed and max(best[v] for v in fixed) > 0:
+            top = max(fixed, key=lambda v: best[v])
+            ratios.append(best["default"] / best[top])
+            text += f"   default / best fixed setting ×{ratios[-1]:.3f} ({top})"
+        print(f"round {round_}: {text} e/s (best of two runs, median of epochs 2..{args.epochs})", flush=True)
+    if ratios:
+        print(f"\n{available_cpus()} CPU(s), busy processes: {busy}; {Path(args.paramfile).name}, {args.epochs} epochs of "
+              f"{Path(args.train).name}: default / best fixed setting per round " + ", ".join(f"×{r:.3f}" for r in ratios)
+              + f" (median ×{statistics.median(ratios):.3f}; the quiet target: ×0.95 or more)")
+
+
 def _turns(args: argparse.Namespace, busy: int) -> None:
     """``--turns``: default, spin and threads=1 in turns inside one process; prints each round
     and the summary."""
@@ -227,10 +353,17 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=0,
                         help="instead of --variants: default, spin and threads=1 in this many turns each in one process (see above)")
     parser.add_argument("--turn-steps", type=int, default=1500, help="mini-batches per turn (--turns)")
+    parser.add_argument("--simulate", action="store_true", help="instead: the online choice on simulated hosts (see above)")
+    parser.add_argument("--short-runs", type=int, default=0,
+                        help="instead: this many rounds of two alternated run.py runs per variant (see above)")
     parser.add_argument("--paramfile", default=str(ROOT / "paramfiles" / "rsc15_xe_shared_100_best.py"))
     parser.add_argument("--train", default=str(DATA / "train_full.tsv"))
     parser.add_argument("--test", default=str(DATA / "test.tsv"))
     args = parser.parse_args()
+    args.variants_given = any(a == "--variants" or a.startswith("--variants=") for a in sys.argv[1:])
+    if args.simulate:
+        _simulate()
+        return
     for path in (args.train, args.test):
         if not Path(path).exists():
             raise SystemExit(f"{path} not found (see ../shared/data/README.md, or pass --train/--test)")
@@ -245,6 +378,9 @@ def main() -> None:
             if args.turns:
                 _turns(args, busy)
                 continue
+            if args.short_runs:
+                _short_runs(args, busy)
+                continue
             runs: dict[str, list[dict[str, object]]] = {v: [] for v in args.variants}
             for repeat in range(args.repeats):
                 for variant in args.variants:
@@ -257,7 +393,7 @@ def main() -> None:
                 p.terminate()
                 p.join()
 
-    if args.turns:
+    if args.turns or args.short_runs:
         return
     print(f"\n{available_cpus()} CPU(s); {Path(args.paramfile).name}, {args.epochs} epoch(s) of {Path(args.train).name}, "
           f"{args.repeats} repeat(s); a run stops after {args.cap:.0f} s")
