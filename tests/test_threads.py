@@ -117,6 +117,24 @@ def test_using_threads_sets_and_restores(monkeypatch: pytest.MonkeyPatch) -> Non
             threads.set_threads(bad)  # type: ignore[arg-type]
 
 
+def test_using_threads_is_one_run_with_its_own_memory() -> None:
+    """A block of using_threads is a run: its ThreadMemory is current inside only; a nested block is
+    a stage of the same run (its fixed count for the block only); ``memory=`` enters a run again."""
+    assert threads.current_memory() is None
+    with threads.using_threads(None):
+        run = threads.current_memory()
+        assert run is not None and run.fixed is None
+        with threads.using_threads(1):
+            assert threads.current_memory() is run and run.fixed == 1 and threads.threads_fixed() == 1
+        assert run.fixed is None
+    assert threads.current_memory() is None
+    with threads.using_threads(None):
+        assert threads.current_memory() is not run  # a new run: nothing carried over
+    with threads.using_threads(None, memory=run):
+        assert threads.current_memory() is run
+    assert threads.current_memory() is None
+
+
 def record_threads_in_training(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
     original = Trainer.train_step

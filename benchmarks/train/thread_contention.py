@@ -53,7 +53,7 @@ Printed: every run, then per round each variant's speed and the default's ratio 
 fixed variant, and the median of those ratios. The issue's quiet target: ×0.95 or more in every
 round. On the quiet 2-core host, for the lead:
 
-    python benchmarks/thread_contention.py --short-runs 3 --epochs 3 --cap 300
+    python -m benchmarks.train.thread_contention --short-runs 3 --epochs 3 --cap 300
 
 ``--simulate`` times nothing: it drives this tree's ``ThreadChoice`` (default settings) with
 made-up step times of simulated hosts — steady; moments of 0.05-0.3 s every 1-5 s that slow every
@@ -87,7 +87,9 @@ DATA = ROOT.parent / "shared" / "data" / "rsc15_100k"
 _CHILD = """
 import json, sys
 from gru4rec import Config, GRU4Rec, evaluate
+from gru4rec.kernels.memory import keep_freed_memory
 from gru4rec.machine.threads import last_decision, using_threads
+keep_freed_memory()  # as the command lines do: a library process asks for the allocator tuning
 paramfile, epochs, train, test, threads, eval_repeats = sys.argv[1:7]
 eval_repeats = int(eval_repeats)
 threads = None if threads == "default" else int(threads)
@@ -95,14 +97,14 @@ config = Config.from_file(paramfile).replace_from_string(f"n_epochs={epochs}")
 model = GRU4Rec(config, device="cpu", threads=threads)
 def epoch(info):
     print(json.dumps({"epoch": info.epoch, "events_per_s": info.events_per_s}), flush=True)
-model.fit(train, callback=epoch, progress=False)
-chosen = last_decision("training")
-speeds = []
-with using_threads(threads):
+with using_threads(threads):  # one run, as a command line's: the evaluations share what training saw
+    model.fit(train, callback=epoch, progress=False)
+    chosen = last_decision("training")
+    speeds = []
     for _ in range(eval_repeats):
         result = evaluate(model, test)
         speeds.append(result.n_predictions / result.seconds)
-evaluated = last_decision("evaluation")
+    evaluated = last_decision("evaluation")
 print(json.dumps({"eval_per_s": speeds, "recall@20": result.recall[20],
                   "training_threads": chosen.as_dict() if chosen else None,
                   "evaluation_threads": evaluated.as_dict() if evaluated else None}), flush=True)
@@ -113,22 +115,25 @@ _TURNS_CHILD = """
 import json, sys
 from gru4rec import GRU4Rec, evaluate
 from gru4rec.config import Config
+from gru4rec.kernels.memory import keep_freed_memory
 from gru4rec.network.gru import GRU4RecNet
-from gru4rec.machine.threads import last_decision, using_threads
+from gru4rec.machine.threads import current_memory, using_threads
 from gru4rec.training.loop import train_epochs
 from gru4rec.training.trainer import Trainer
 import torch
 from benchmarks.workloads import load_sessions, prefix_for_steps
 paramfile, train, test, turns, turn_steps, cpus = sys.argv[1:4] + [int(a) for a in sys.argv[4:7]]
+keep_freed_memory()  # as the command lines do
 config = Config.from_file(paramfile)
 model = GRU4Rec(config.replace_from_string("n_epochs=1"), device="cpu", threads=cpus).fit(train, progress=False)
 sessions, support = load_sessions(train, 0, 0)
 items, offsets = prefix_for_steps(sessions.items, sessions.offsets, config.batch_size, turn_steps)
 settings = {"default": None, "spin": cpus, "threads=1": 1}  # threads: None is the online choice
-epochs = {}
+epochs, runs = {}, {}
 for name, threads in settings.items():
     net = GRU4RecNet(len(support), config, generator=torch.Generator().manual_seed(config.seed))
     with using_threads(threads):  # the loop's choice is made at its first epoch: fixed, or online
+        runs[name] = current_memory()  # each setting's own run: its evaluations share what its training saw
         epochs[name] = train_epochs(Trainer(net, config, support), items, offsets, n_epochs=turns + 1, progress=False)
         next(epochs[name])  # warm-up (the default's first comparison starts here)
 names = list(epochs)
@@ -137,13 +142,12 @@ for turn in range(turns):
     speeds = {name: next(epochs[name]).events_per_s for name in order}
     evaluations = {}
     for name in order:  # then one evaluation of the test set per setting, as after training
-        with using_threads(settings[name]):
+        with using_threads(settings[name], memory=runs[name]):
             result = evaluate(model, test)
         evaluations[name] = result.n_predictions / result.seconds
-        if name == "default":
-            evaluated = last_decision("evaluation").threads
     print(json.dumps({"turn": turn, **speeds, "eval_per_s": evaluations,
-                      "default_threads": last_decision("training").as_dict(), "default_evaluation_threads": evaluated}), flush=True)
+                      "default_threads": runs["default"].decisions["training"].as_dict(),
+                      "default_evaluation_threads": runs["default"].decisions["evaluation"].threads}), flush=True)
 """
 
 #: name -> (threads argument, OMP_WAIT_POLICY or None for the runtime's own)
@@ -222,7 +226,7 @@ def _simulate() -> None:
     """``--simulate``: the default's speed over the best fixed count on simulated hosts."""
     import logging
 
-    from gru4rec.threads import ThreadChoice
+    from gru4rec.machine.threads import ThreadChoice
 
     logging.disable(logging.INFO)
 

@@ -121,18 +121,19 @@ def set_threads(threads: int | None = None) -> int:
 
 
 @contextlib.contextmanager
-def using_threads(threads: int | None = None) -> Iterator[int]:
+def using_threads(threads: int | None = None, *, memory: ThreadMemory | None = None) -> Iterator[int]:
     """Run the ``with`` block as one run on ``threads`` threads (None: :func:`default_threads`,
     chosen online), then put torch's previous count back.
 
-    The block's thread choices share a :class:`ThreadMemory`: the enclosing run's where there is
-    one (its fixed count is ``threads`` for the block, then as it was), else a fresh one, current
-    in this context only and forgotten when the block ends."""
+    The block's thread choices share a :class:`ThreadMemory`: ``memory`` where given (a later
+    stage of a run entered before), else the enclosing run's where there is one (its fixed count
+    is ``threads`` for the block, then as it was), else a fresh one, current in this context only
+    and forgotten when the block ends."""
     import torch
 
     n = _check_threads(threads)
     outer = _memory.get()
-    memory = outer if outer is not None else ThreadMemory()
+    memory = memory if memory is not None else outer if outer is not None else ThreadMemory()
     fixed_before = memory.fixed
     before = torch.get_num_threads()
     token = _memory.set(memory)
