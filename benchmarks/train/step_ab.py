@@ -47,7 +47,7 @@ def _import_tree(root: Path) -> dict[str, ModuleType]:
         # packages) in the old flat layout.
         roles = {"config": ("gru4rec.config",), "model": ("gru4rec.network.gru", "gru4rec.model"),
                  "threads": ("gru4rec.machine.threads", "gru4rec.threads"), "batching": ("gru4rec.training.batching",),
-                 "trainer": ("gru4rec.training.trainer",), "data": ("gru4rec.data",)}
+                 "trainer": ("gru4rec.training.trainer",), "data": ("gru4rec.data",), "memory": ("gru4rec.kernels.memory",)}
         return {role: _first_module(paths, root) for role, paths in roles.items()}
     finally:
         sys.path.remove(str(root))
@@ -98,9 +98,11 @@ def main() -> None:
         base_mods = _import_tree(Path(tmp))
         assert base_mods["trainer"].__file__.startswith(tmp), base_mods["trainer"].__file__
         base_mods["threads"].set_threads(args.threads)
+        base_mods["memory"].keep_freed_memory()  # as run.py's process asks (each tree's trainer reads its own flag)
         base = _variant(base_mods, config_path, args.params, args.data, total)
         this_mods = _import_tree(ROOT)
         this_mods["threads"].set_threads(args.threads)
+        this_mods["memory"].keep_freed_memory()
         this = _variant(this_mods, config_path, args.params, args.data, total)
     variants = {"base": base, "this": this}
     losses: dict[str, list[Any]] = {k: [] for k in variants}

@@ -56,6 +56,7 @@ import torch
 
 from benchmarks.workloads import CONFIGS, load_sessions, prefix_for_steps, products_ms, step_products
 from gru4rec.config import Config
+from gru4rec.kernels.memory import keep_freed_memory
 from gru4rec.machine.threads import set_threads
 from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.batching import build_schedule
@@ -205,6 +206,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="wrapped runs; the plain step and the limit: 10× as many rounds")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    keep_freed_memory()  # the allocator tuning run.py's process asks for (fit no longer does it)
     set_threads(args.threads)
     config = Config.from_file(ROOT / CONFIGS[args.config])
     device = torch.device("cpu")

@@ -37,6 +37,7 @@ import torch
 
 from benchmarks.workloads import add_config_arguments, config_of, load_sessions, matmul_floor_ms, prefix_for_steps
 from gru4rec.config import Config
+from gru4rec.kernels.memory import keep_freed_memory
 from gru4rec.machine.devices import resolve_device
 from gru4rec.machine.threads import set_threads
 from gru4rec.network.gru import GRU4RecNet
@@ -176,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="epoch: whole epochs as run.py trains them (graph replay on CUDA; default); steps: eager train_step calls")
     parser.add_argument("--sweep", action="store_true", help="batch 32..256 × layers 100..512 × {cross-entropy, bpr-max}")
     args = parser.parse_args(argv)
+    keep_freed_memory()  # the allocator tuning run.py's process asks for (fit no longer does it)
     if args.threads:
         set_threads(args.threads)  # fixed: no online choice (gru4rec/machine/threads.py)
     device = resolve_device(args.device)
