@@ -164,7 +164,7 @@ class LoadMeter:
     Each meter keeps its own last look (taken when it is made), so that two workloads of one
     process that each ask — a training run's validations, a server worker — measure their own
     windows and share nothing: gru4rec keeps no such reading process-wide. A run's
-    :class:`gru4rec.threads.ThreadMemory` holds one.
+    :class:`gru4rec.machine.threads.ThreadMemory` holds one.
     """
 
     def __init__(self) -> None:

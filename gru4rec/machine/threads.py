@@ -23,7 +23,7 @@ all of them. Training (:mod:`gru4rec.training.loop`), evaluation and the server'
 their own choice; :func:`online_choice` hands one out where the count is not fixed. A workload
 too short to compare (an evaluation of a few seconds) asks whether the machine is busy instead:
 a collapse seen by another choice of the same run in the last minute, or other processes using
-half a CPU or more since the last look (:class:`gru4rec.cpus.LoadMeter`, from ``/proc/stat``).
+half a CPU or more since the last look (:class:`gru4rec.machine.cpus.LoadMeter`, from ``/proc/stat``).
 
 What the choices remember — the decisions, a collapse just seen, the last look at the load,
 whether the count is fixed — lives in a :class:`ThreadMemory` owned by one run, never in this
@@ -195,7 +195,7 @@ class ThreadMemory:
     workload's latest :class:`ThreadDecision` (a new choice of a workload the run has already
     decided starts from that count and only verifies it later); :attr:`busy_until`: until when
     (``time.monotonic``) a comparison of the run found the machine busy; :meth:`others_load`:
-    the run's own :class:`~gru4rec.cpus.LoadMeter` (``load`` replaces it: tests)."""
+    the run's own :class:`~gru4rec.machine.cpus.LoadMeter` (``load`` replaces it: tests)."""
 
     def __init__(self, *, fixed: int | None = None, load: Callable[[], float | None] | None = None) -> None:
         self.fixed = fixed
@@ -204,7 +204,7 @@ class ThreadMemory:
         self._load = load if load is not None else LoadMeter().others_load
 
     def others_load(self) -> float | None:
-        """CPUs other processes kept busy since the run's last look (:class:`~gru4rec.cpus.LoadMeter`)."""
+        """CPUs other processes kept busy since the run's last look (:class:`~gru4rec.machine.cpus.LoadMeter`)."""
         return self._load()
 
 
