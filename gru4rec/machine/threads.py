@@ -335,7 +335,7 @@ class ThreadChoice:
             self._comparing = False
             self._recheck = 1
         elif busy or not compare_first:
-            # Another choice of this process just saw the larger counts collapse, or other processes
+            # Another choice of this run just saw the larger counts collapse, or other processes
             # keep the CPUs busy: a short workload (an evaluation) would spend much of its time
             # re-learning that. A workload too short to compare holds the most threads on a quiet
             # machine (the fastest there).
