@@ -85,7 +85,7 @@ def test_a_busy_evaluation_ranks_in_row_ranges_with_the_same_results(mode: str, 
 
     monkeypatch.setattr(RowWorkers, "run", counting)
 
-    monkeypatch.setattr(cpus.LoadMeter, "others_load", lambda self, min_window_s=0.2: 0.0)
+    monkeypatch.setattr(cpus.LoadMeter, "others_load", lambda self, *args, **kwargs: 0.0)
     chosen: list[int] = []
 
     def result(busy: bool):  # type: ignore[no-untyped-def]

@@ -24,7 +24,7 @@ TINY = "layers=8,n_sample=16,n_epochs=2,batch_size=8,sample_store_size=160"
 def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test runs on a machine that is not busy (no other process's load seen). (Nothing is
     remembered from one test to the next: a run's choices share its own ThreadMemory.)"""
-    monkeypatch.setattr(cpus.LoadMeter, "others_load", lambda self, min_window_s=0.2: 0.0)
+    monkeypatch.setattr(cpus.LoadMeter, "others_load", lambda self, *args, **kwargs: 0.0)
 
 
 class FakeMachine:
@@ -273,6 +273,27 @@ def test_a_short_workload_holds_one_thread_on_a_busy_machine_and_never_compares(
     assert long.chosen == (1 if remembered else None)
 
 
+@pytest.mark.parametrize(("later", "want"), [(1.7, 1), (0.0, 2), (None, 2)])
+def test_a_short_workload_of_a_new_run_does_not_wait_for_the_load_and_looks_once_later(later: float | None, want: int) -> None:
+    """A run with no load figure yet (its meter is younger than its window): the short workload starts
+    at the most threads at once — a standalone evaluation would else wait 0.2 s for one — and looks
+    once after LOOK_AGAIN_S seconds of its work, holding one thread from there if the machine is busy."""
+    looks: list[float | None] = [None, later, 3.0]
+    run = threads.ThreadMemory(load=lambda: looks.pop(0))
+    machine = FakeMachine({1: 10.0, 2: 10.0})  # 10/1024 s a unit: LOOK_AGAIN_S is the 21st unit
+    short = machine.choice([1, 2], trial_steps=3, warmup_steps=0, compare_first=False, memory=run, load=None)
+    with short:
+        assert machine.threads == 2 and len(looks) == 2
+        machine.run(short, 20)
+        assert len(looks) == 2 and machine.threads == 2
+        machine.run(short, 1)  # past LOOK_AGAIN_S: the one look
+        assert len(looks) == 1 and machine.threads == want and short.chosen == want
+        machine.run(short, 100)
+    assert len(looks) == 1 and short.comparisons == 0
+    assert machine.steps_at == ({2: 121} if want == 2 else {2: 21, 1: 100})
+    assert run.decisions["test"].threads == want
+
+
 #: LoadMeter.others_load as gru4rec.machine.cpus defines it (the autouse fixture stubs it).
 REAL_OTHERS_LOAD = cpus.LoadMeter.others_load
 
@@ -307,10 +328,12 @@ def test_others_load_is_the_cpus_busy_time_less_this_processs_own(tmp_path: Path
     assert REAL_OTHERS_LOAD(cpus.LoadMeter(), 0.2) is not None  # another meter's look moves nothing of this one's
     slept.clear()
     clock[0] = 10.0
-    # 0.05 s after the meter was made, with no window measured yet: it waits for the rest of one (this process alone ran)
+    # 0.05 s after the meter was made, with no window measured yet: asked not to wait, it says nothing
+    # yet; else it waits for the rest of one (this process alone ran)
     clock[0] += 0.05
     own[0] += 0.05 * len(mask)
     write(100 + round(0.05 * tick), 10 ** 6)
+    assert REAL_OTHERS_LOAD(meter, 0.2, wait=False) is None and slept == []
     assert REAL_OTHERS_LOAD(meter, 0.2) == pytest.approx(0.0, abs=1e-9)
     assert slept == [pytest.approx(0.15)]
     # 2 s later every CPU of the mask has been busy 1.5 s more, 1 s of it this process's: others used 1.5n - 1 CPU-s

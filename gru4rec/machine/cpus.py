@@ -171,16 +171,17 @@ class LoadMeter:
         self._mark = _cpu_seconds()
         self._last: float | None = None
 
-    def others_load(self, min_window_s: float = 0.2) -> float | None:
+    def others_load(self, min_window_s: float = 0.2, *, wait: bool = True) -> float | None:
         """How many CPUs of this process's affinity mask other processes kept busy, on average,
         since the last call (or since the meter was made): the CPUs' busy time from
         ``/proc/stat`` less this process's own CPU time, per second. A window shorter than
         ``min_window_s`` (the counters tick every 10 ms) says nothing: the previous window's
         figure is returned instead, and this window grows on until the next call. Only when there
-        is none yet does it wait for the rest: an evaluation right after the meter was made would
-        else go by no measurement (measured: spinning threads beside 2 busy processes, 8x slower);
-        waiting at every call cost evaluations of 0.15 s each, run back to back, a quarter of
-        their time. None where the counters cannot be read (not Linux)."""
+        is none yet does it wait for the rest (``wait``; else it returns None and the window
+        grows on): an evaluation right after the meter was made would else go by no measurement
+        (measured: spinning threads beside 2 busy processes, 8x slower); waiting at every call
+        cost evaluations of 0.15 s each, run back to back, a quarter of their time. None where
+        the counters cannot be read (not Linux)."""
         now = _cpu_seconds()
         if now is None or self._mark is None:
             return None
@@ -188,6 +189,8 @@ class LoadMeter:
         if short > 0:
             if self._last is not None:
                 return self._last
+            if not wait:
+                return None
             time.sleep(short)
             now = _cpu_seconds()
             if now is None:

@@ -66,6 +66,9 @@ _fixed: int | None = None
 #: Other processes using this many of this process's CPUs make the machine busy (a short
 #: workload then holds one thread).
 BUSY_LOAD = 0.5
+#: A short workload that began before its run had a load figure looks again after this many seconds
+#: of its work (the load meter's window).
+LOOK_AGAIN_S = 0.2
 
 
 def _env_threads() -> int | None:
@@ -201,11 +204,15 @@ class ThreadMemory:
         self.fixed = fixed
         self.decisions: dict[str, ThreadDecision] = {}
         self.busy_until = 0.0
-        self._load = load if load is not None else LoadMeter().others_load
+        self._load = load
+        self._meter = LoadMeter() if load is None else None
 
-    def others_load(self) -> float | None:
-        """CPUs other processes kept busy since the run's last look (:class:`~gru4rec.machine.cpus.LoadMeter`)."""
-        return self._load()
+    def others_load(self, *, wait: bool = True) -> float | None:
+        """CPUs other processes kept busy since the run's last look (:class:`~gru4rec.machine.cpus.LoadMeter`;
+        ``wait=False``: None instead of waiting when the run has no figure yet)."""
+        if self._meter is not None:
+            return self._meter.others_load(wait=wait)
+        return self._load() if self._load is not None else None
 
 
 #: The current run's memory, per context (thread, task): set by :func:`using_threads` for its block.
@@ -267,7 +274,9 @@ class ThreadChoice:
     ``compare_first=False`` (a short workload: an evaluation of a few seconds) holds one count
     and never compares: the most threads on a quiet machine, one thread on a busy one — busy
     after a collapse the run remembers, or when its load reading (:meth:`ThreadMemory.others_load`) says other
-    processes used :data:`BUSY_LOAD` CPUs or more since the last look.
+    processes used :data:`BUSY_LOAD` CPUs or more since the last look. A run too young to have a
+    load figure does not wait for one: the workload starts at the most threads and looks once after
+    :data:`LOOK_AGAIN_S` seconds of its work.
 
     ``memory``: the run's :class:`ThreadMemory` (default: a fresh one of this choice alone).
     ``apply(n)`` sets the thread count (default: ``torch.set_num_threads``), ``current()``
@@ -322,9 +331,14 @@ class ThreadChoice:
         self._seconds = self._work = 0.0
         self._units = 0
         busy = clock() < self.memory.busy_until
+        self._look_after = math.inf  # seconds of held work after which a short workload looks at the load again
         if len(counts) > 1 and not compare_first and not busy:
-            seen = (load if load is not None else self.memory.others_load)()
+            # No waiting for the run's first load figure (a fresh run's meter has none for 0.2 s: every
+            # evaluation on its own would wait that long): the most threads until one comes.
+            seen = load() if load is not None else self.memory.others_load(wait=False)
             busy = seen is not None and seen >= BUSY_LOAD
+            if seen is None and load is None:
+                self._look_after = LOOK_AGAIN_S
         known = self.memory.decisions.get(workload)
         if len(counts) == 1:
             self.chosen = counts[0]
@@ -371,7 +385,12 @@ class ThreadChoice:
     def observe(self, seconds: float, work: float = 1.0) -> None:
         """Count one unit of work that took ``seconds`` (``work``: its size, e.g. rows, when the
         units differ); may change the thread count for the next one."""
-        if len(self.candidates) == 1 or self._holds:
+        if len(self.candidates) == 1:
+            return
+        if self._holds:
+            self._look_after -= seconds
+            if self._look_after <= 0:
+                self._look_again()
             return
         if self._skip:
             self._skip -= 1
@@ -400,6 +419,16 @@ class ThreadChoice:
                               online=len(self.candidates) > 1, seconds=dict(self._results))
 
     # ------------------------------------------------------------------ the rounds
+
+    def _look_again(self) -> None:
+        """A short workload that had no load figure when it began has run a while: one look (no
+        waiting now), and one thread if other processes keep the CPUs busy."""
+        self._look_after = math.inf
+        seen = self.memory.others_load(wait=False)
+        if seen is not None and seen >= BUSY_LOAD and self.threads != self.candidates[0]:
+            self._begin(self.candidates[0], warm=False)
+            self.chosen = self.threads
+            self.memory.decisions[self.workload] = self.decision()
 
     def _begin(self, n: int, *, warm: bool = True) -> None:
         """Start measuring ``n`` threads (a fresh window)."""
