@@ -25,19 +25,37 @@ losses, weights, optimiser state and hidden states (``tests/test_cpu_step.py``).
 from __future__ import annotations
 
 import ctypes
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from gru4rec.config import Config
 from gru4rec.config.values import SOFTMAX_LOSSES
-from gru4rec.kernels.cpu import LAYER_FIELDS, MAX_LAYERS, CpuKernels, StepStruct, sgemm_binding
+from gru4rec.kernels.cpu import LAYER_FIELDS, MAX_LAYERS, CpuKernels, StepStruct, TablesUpdate, sgemm_binding
 from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.dropout import DropoutMasks
-from gru4rec.training.optim import Optimizer
 from gru4rec.training.sampling import LogQ
 
-__all__ = ["FusedCpuStep", "covers", "fused_cpu_step"]
+__all__ = ["FusedCpuStep", "StepOptimizer", "covers", "fused_cpu_step"]
+
+
+class StepOptimizer(Protocol):
+    """What the C step binds of the optimiser (:class:`gru4rec.training.optim.Optimizer`, not
+    imported here: it imports the backend, which builds this step): the flat dense buffer and its
+    gradient, each dense parameter's gradient view, the id scratch tables of its unique rows and
+    its fused update of every table."""
+
+    flat: Tensor
+    flat_grad: Tensor
+    grad_views: dict[str, Tensor]
+    _slot: Tensor
+    _mark: Tensor
+
+    @property
+    def fused_tables(self) -> TablesUpdate | None: ...
+
+    def begin_fused_step(self) -> None: ...
 
 def covers(config: Config, *, float32_products: bool) -> str | None:
     """None where the C step covers ``config`` (with float32 products or not), else why not: the
@@ -59,7 +77,7 @@ def covers(config: Config, *, float32_products: bool) -> str | None:
     return None
 
 
-def fused_cpu_step(net: GRU4RecNet, config: Config, optimizer: Optimizer, kernels: CpuKernels | None, dropout: DropoutMasks,
+def fused_cpu_step(net: GRU4RecNet, config: Config, optimizer: StepOptimizer, kernels: CpuKernels | None, dropout: DropoutMasks,
                    logq: LogQ | None, hidden: list[Tensor], *, float32_products: bool) -> tuple[FusedCpuStep | None, str]:
     """The one-call step for this configuration, or None and the reason it does not cover it.
     ``hidden``: the trainer's hidden states (advanced in place, step after step)."""
@@ -80,7 +98,7 @@ class FusedCpuStep:
     as one C call bound once to the network's tables, the optimiser's gradient buffers, the
     trainer's hidden states, the dropout masks and its own scratch buffers."""
 
-    def __init__(self, net: GRU4RecNet, config: Config, optimizer: Optimizer, kernels: CpuKernels, dropout: DropoutMasks,
+    def __init__(self, net: GRU4RecNet, config: Config, optimizer: StepOptimizer, kernels: CpuKernels, dropout: DropoutMasks,
                  logq: LogQ | None, hidden: list[Tensor]) -> None:
         self.optimizer, self.dropout = optimizer, dropout
         self._fn = kernels.train_step_fn
