@@ -5,8 +5,8 @@ sample store, the dropout masks and their generator; :meth:`Trainer.state_dict` 
 checkpoint needs to continue the same run. Everything that does not change during training is
 decided once, in the constructor: the step's implementation (hand-written or autograd), its
 :class:`~gru4rec.training.backend.Backend` (the operations behind it — PyTorch, fused CPU kernels
-or Triton —, how duplicate rows merge, graph replay), its GRU cell, the precision of its products
-and its loss gradient.
+or Triton —, whether the CPU step runs as one C call, how duplicate rows merge, graph replay), its
+GRU cell, the precision of its products and its loss gradient.
 """
 from __future__ import annotations
 
