@@ -26,7 +26,7 @@ and the epoch loop, which never ask again. It fixes:
 * **graph replay**: whether the epoch loop replays a captured CUDA graph of the step
   (:mod:`gru4rec.kernels.gpu`; CUDA only, ``GRU4REC_CUDA_GRAPHS=0`` turns it off).
 
-So a trainer's step takes one of four forms, all chosen here (:meth:`Backend.step_form`):
+So a trainer's step takes one of five forms, all chosen here (:meth:`Backend.step_form`):
 
 =================  ==================================================================================
 ``reference``      autograd (:mod:`gru4rec.training.reference`): the step the others are tested against
