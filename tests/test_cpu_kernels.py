@@ -667,3 +667,54 @@ def test_kernels_can_be_turned_off() -> None:
     with warnings.catch_warnings():
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "None" and "could not be built" not in out.stderr
+
+
+# ------------------------------------------------------------------ the C structures and their ctypes mirrors
+
+def _mirror(name: str, fields: list) -> type[ctypes.Structure]:
+    return type(name, (ctypes.Structure,), {"_fields_": fields})
+
+
+def test_each_c_structure_matches_its_ctypes_mirror_when_loaded(kernels: cpu_ops.CpuKernels) -> None:
+    """Loading the library checked rule_t and step_t field by field; C reports every field of each
+    (so a field added to C alone is reported too) at the offsets ctypes gives its mirror."""
+    assert set(kernels.layouts) == {"rule_t", "step_t"}
+    for c_name, (layout, mirror) in kernels.layouts.items():
+        table = ctypes.POINTER(cpu_ops._Field)()
+        size = ctypes.c_int64()
+        n = layout(ctypes.byref(table), ctypes.byref(size))
+        assert [table[i].name.decode() for i in range(n)] == [f[0] for f in mirror._fields_], c_name
+        assert size.value == ctypes.sizeof(mirror) > 0
+        cpu_ops.check_layout(layout, c_name, mirror)
+
+
+@pytest.mark.parametrize(("c_name", "change", "message"), [
+    # a field resized on one side: the first field that differs is named, with both layouts
+    ("rule_t", lambda f: [(n, ctypes.c_int32 if n == "width" else t) for n, t in f],
+     r"rule_t .* disagree at field 'width': offset 40, 8 bytes in C; offset 40, 4 bytes in the mirror"),
+    # two fields swapped
+    ("step_t", lambda f: [f[1], f[0], *f[2:]], r"step_t .* disagree at field 'sgemm'"),
+    # a field added to the mirror alone, at the end
+    ("step_t", lambda f: [*f, ("extra", ctypes.c_void_p)], r"step_t .* disagree at field 'extra': C has no such field"),
+    # a field that the mirror lacks (C has it)
+    ("rule_t", lambda f: [x for x in f if x[0] != "eps"], r"rule_t .* disagree at field 'eps': the mirror has no such field"),
+])
+def test_a_mirror_that_differs_from_c_is_one_error_naming_the_structure_and_field(
+        kernels: cpu_ops.CpuKernels, c_name: str, change, message: str) -> None:
+    layout, mirror = kernels.layouts[c_name]
+    wrong = _mirror("Wrong", change(list(mirror._fields_)))
+    with pytest.raises(cpu_ops.StructLayoutError, match=message):
+        cpu_ops.check_layout(layout, c_name, wrong)
+
+
+def test_a_structure_of_another_size_is_an_error(kernels: cpu_ops.CpuKernels) -> None:
+    """Every field in place, but C's structure larger (a field hidden from the table): still refused."""
+    layout, mirror = kernels.layouts["rule_t"]
+
+    def larger(table, size):  # C's table, with a sizeof 8 bytes more than the mirror's
+        n = layout(table, size)
+        ctypes.cast(size, ctypes.POINTER(ctypes.c_int64))[0] += 8
+        return n
+
+    with pytest.raises(cpu_ops.StructLayoutError, match=r"rule_t .* disagree in size: \d+ bytes in C, \d+ in the mirror"):
+        cpu_ops.check_layout(larger, "rule_t", mirror)

@@ -13,6 +13,10 @@ works, training warns once and runs the PyTorch path, which gives the same resul
 from __future__ import annotations
 
 import ctypes
+import functools
+import logging
+import os
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +28,11 @@ from torch import Tensor
 from gru4rec.kernels.build import KernelBuildError, build_library
 from gru4rec.kernels.switches import cpu_kernels_allowed
 
-__all__ = ["METHODS", "CpuKernels", "GuidedSearch", "KernelBuildError", "TableUpdate", "TablesUpdate", "cpu_kernels", "load_kernels"]
+__all__ = ["LAYER_FIELDS", "MAX_LAYERS", "METHODS", "CpuKernels", "GuidedSearch", "KernelBuildError", "StepStruct",
+           "StructLayoutError", "TableUpdate", "TablesUpdate", "check_layout", "cpu_kernels", "load_kernels", "lost_fast_path",
+           "sgemm_binding"]
+
+log = logging.getLogger(__name__)
 
 #: Optimiser methods as the kernels number them: cpu_kernels.c's ``method`` and the Triton
 #: kernels' compile-time ``METHOD`` (:mod:`gru4rec.kernels.triton_rule`), one numbering for both.
@@ -36,13 +44,75 @@ _f32 = ctypes.c_float
 
 
 class _Rule(ctypes.Structure):
-    """``rule_t`` of cpu_kernels.c."""
+    """``rule_t`` of cpu_kernels.c (checked against it when the library loads: :func:`check_layout`)."""
 
     _fields_ = (
         [(name, _p) for name in ("p", "acc", "dacc", "m", "vel")]
         + [(name, _i64) for name in ("width", "method")]
         + [(name, _f32) for name in ("lr", "momentum", "lmbd", "decay", "gain", "beta1_gain", "bias1", "bias2", "eps")]
     )
+
+
+#: The layers ``step_t`` has room for (cpu_step.c's ``MAX_LAYERS``).
+MAX_LAYERS = 8
+#: ``step_t``'s per-layer pointer arrays, in its order.
+LAYER_FIELDS = ("Wx", "Wrz", "Wh", "Bh", "gWx", "gWrz", "gWh", "gBh", "hidden", "mask", "v", "rz", "hr", "c", "out")
+
+
+class StepStruct(ctypes.Structure):
+    """``step_t`` of cpu_step.c: the one-call training step's bindings, filled by
+    :class:`gru4rec.training.cpu_step.FusedCpuStep` (checked against C when the library loads)."""
+
+    _fields_ = (
+        [("sgemm", _p)]
+        + [(name, _i64) for name in ("B", "S", "N", "d", "n_layers", "logit_form", "mask_in_bias", "bpr_max", "has_elu")]
+        + [(name, _f32) for name in ("bpreg", "elu_alpha")]
+        + [("n", _i64 * MAX_LAYERS)]
+        + [(name, _p * MAX_LAYERS) for name in LAYER_FIELDS]
+        + [(name, _p) for name in ("Wy", "By", "logq_in", "logq_sample", "embed_mask",
+                                   "rule_dense", "rule_wy", "rule_by", "g_dense")]
+        + [("n_dense", _i64)]
+        + [(name, _p) for name in ("cols", "rows_all", "uniq", "inverse", "slot", "mark",
+                                   "col_valid", "wy", "bias", "x0", "s", "scores", "g_rows", "g_out", "dv", "t", "w",
+                                   "g_wy", "g_by", "grad")]
+    )
+
+
+class _Field(ctypes.Structure):
+    """``g4r_field_t`` of cpu_kernels.h: one row of a structure's layout table."""
+
+    _fields_ = [("name", ctypes.c_char_p), ("offset", _i64), ("size", _i64)]
+
+
+class StructLayoutError(RuntimeError):
+    """A C structure and its ctypes mirror disagree: a field added, moved or resized on one side
+    only. Filling the mirror would write where C reads something else, so the kernels refuse to load."""
+
+
+def check_layout(layout: Callable[..., int], c_name: str, mirror: type[ctypes.Structure]) -> None:
+    """Compare the layout that C reports (``layout``: a ``g4r_layout_*`` function filling its
+    field table and size) with ``mirror``'s: every field's offset and size, and the structure's
+    size. Raises :class:`StructLayoutError` naming the structure and the first field (in C's
+    order) that differs."""
+    table = ctypes.POINTER(_Field)()
+    size = ctypes.c_int64()
+    n = layout(ctypes.byref(table), ctypes.byref(size))
+    in_c = {table[i].name.decode(): (table[i].offset, table[i].size) for i in range(n)}
+    in_py = {name: (getattr(mirror, name).offset, getattr(mirror, name).size) for name, *_ in mirror._fields_}
+    where = f"{c_name} (C) and its ctypes mirror {mirror.__name__} ({__name__})"
+    # C's order, then fields only the mirror has: the first difference is the field to fix
+    for name in [*in_c, *(name for name in in_py if name not in in_c)]:
+        c, py = in_c.get(name), in_py.get(name)
+        if c == py:
+            continue
+        if c is None:
+            raise StructLayoutError(f"{where} disagree at field {name!r}: C has no such field")
+        if py is None:
+            raise StructLayoutError(f"{where} disagree at field {name!r}: the mirror has no such field")
+        raise StructLayoutError(f"{where} disagree at field {name!r}: offset {c[0]}, {c[1]} bytes in C; "
+                                f"offset {py[0]}, {py[1]} bytes in the mirror")
+    if size.value != ctypes.sizeof(mirror):
+        raise StructLayoutError(f"{where} disagree in size: {size.value} bytes in C, {ctypes.sizeof(mirror)} in the mirror")
 
 
 class TableUpdate:
@@ -158,6 +228,33 @@ class GuidedSearch:
 _GENERATOR_STATE_BYTES = 5056
 
 
+@functools.cache
+def sgemm_binding() -> tuple[int | None, str]:
+    """The address of ``sgemm_`` in the BLAS that torch's CPU library links (MKL) — the one-call
+    step's products — or None and why it cannot be had (a torch-internals binding: found once)."""
+    if sys.byteorder != "little":  # cpu_step.c passes 64-bit sizes to either BLAS integer width
+        return None, f"a {sys.byteorder}-endian machine (the C step passes 64-bit sizes to sgemm_)"
+    path = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+    try:
+        return ctypes.cast(ctypes.CDLL(path).sgemm_, ctypes.c_void_p).value, ""
+    except OSError as exc:
+        return None, f"torch's CPU library cannot be opened ({exc})"
+    except AttributeError:
+        return None, f"torch's CPU library ({path}) exports no sgemm_"
+
+
+_lost: set[str] = set()
+
+
+def lost_fast_path(what: str, cause: str, cost: str) -> None:
+    """Say once per process, as a WARNING, that the fast path ``what`` is lost because of
+    ``cause`` and what the run pays for it (``cost``): a run that silently got slower would
+    otherwise be found only by timing it."""
+    if what not in _lost:
+        _lost.add(what)
+        log.warning("gru4rec: %s is unavailable: %s; %s", what, cause, cost)
+
+
 class TorchRand:
     """``torch.rand(out.shape, generator=g, out=out)`` for float32 CPU tensors — the same values
     and the same generator state after — by ``g4r_mt19937_uniform``: torch draws one scalar
@@ -168,6 +265,8 @@ class TorchRand:
     def __init__(self, fn: Callable[..., None]) -> None:
         self._fn = fn
         self._matches: bool | None = None
+        #: Why the kernel's draws are not torch's (after :meth:`matches_torch`), or "".
+        self.why_not = ""
 
     def __call__(self, out: Tensor, generator: torch.Generator) -> None:
         _check_float(out, "out", out.numel())
@@ -192,9 +291,12 @@ class TorchRand:
                     torch.rand(n, generator=theirs, out=b)
                     if not torch.equal(a, b) or not torch.equal(ours.get_state(), theirs.get_state()):
                         self._matches = False
+                        self.why_not = (f"this torch's CPU generator (torch {torch.__version__}) draws other numbers than the "
+                                        f"MT19937 state the kernel reads ({n} draws compared)")
                         break
-            except (ValueError, RuntimeError):
+            except (ValueError, RuntimeError) as exc:
                 self._matches = False
+                self.why_not = f"this torch's CPU generator state is not the one the kernel reads ({exc})"
         return self._matches
 
 
@@ -231,6 +333,11 @@ class CpuKernels:
         #: The whole training step of :mod:`gru4rec.training.cpu_step` (its ``step_t`` and arguments are
         #: bound there), in one call.
         self.train_step_fn = c("g4r_train_step", _p, _p, _p, _p, _p, _p, _f32, _p, _p)
+        # The structures Python fills for C, against their mirrors: now, before anything is bound.
+        self.layouts = {"rule_t": (c("g4r_layout_rule", _p, _p, restype=_i64), _Rule),
+                        "step_t": (c("g4r_layout_step", _p, _p, restype=_i64), StepStruct)}
+        for c_name, (layout, mirror) in self.layouts.items():
+            check_layout(layout, c_name, mirror)
 
     def table_update(self, p: Tensor, state: dict[str, Tensor | None], *, method: str, lr: float, momentum: float, lmbd: float,
                      decay: float = 0.0, beta1: float = 0.0, eps: float = 1e-6) -> TableUpdate:

@@ -40,6 +40,22 @@ struct rule {
     float eps;
 };
 
+/* rule_t's layout for the loader's check against its ctypes mirror (_Rule, gru4rec/kernels/cpu.py):
+ * the number of fields; *fields = the table, *size = sizeof(rule_t). */
+static const g4r_field_t rule_fields[] = {
+    G4R_FIELD(rule_t, p), G4R_FIELD(rule_t, acc), G4R_FIELD(rule_t, dacc), G4R_FIELD(rule_t, m),
+    G4R_FIELD(rule_t, vel), G4R_FIELD(rule_t, width), G4R_FIELD(rule_t, method), G4R_FIELD(rule_t, lr),
+    G4R_FIELD(rule_t, momentum), G4R_FIELD(rule_t, lmbd), G4R_FIELD(rule_t, decay), G4R_FIELD(rule_t, gain),
+    G4R_FIELD(rule_t, beta1_gain), G4R_FIELD(rule_t, bias1), G4R_FIELD(rule_t, bias2), G4R_FIELD(rule_t, eps),
+};
+
+int64_t g4r_layout_rule(const g4r_field_t **fields, int64_t *size)
+{
+    *fields = rule_fields;
+    *size = (int64_t)sizeof(rule_t);
+    return G4R_N_FIELDS(rule_fields);
+}
+
 /* One span of `len` elements: gradient g (overwritten), parameter p and the state that exists
  * for the method (NULL otherwise). Mirrors Optimizer._direction and Optimizer._delta. Always
  * inlined with a constant `method`, so that each method gets its own vectorised loop. */

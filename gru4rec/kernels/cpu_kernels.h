@@ -2,7 +2,19 @@
  * documented where it is defined). */
 #ifndef G4R_CPU_KERNELS_H
 #define G4R_CPU_KERNELS_H
+#include <stddef.h>
 #include <stdint.h>
+
+/* One field of a structure that Python fills through a ctypes mirror (rule_t here, step_t of
+ * cpu_step.c): its name, offset and size. Each structure exports a table of them, which the
+ * loader (gru4rec/kernels/cpu.py, check_layout) compares with the mirror's when the library
+ * loads: a field added, moved or resized on one side only is an error there, not a stray write. */
+typedef struct {
+    const char *name;
+    int64_t offset, size;
+} g4r_field_t;
+#define G4R_FIELD(type, field) {#field, (int64_t)offsetof(type, field), (int64_t)sizeof(((type *)0)->field)}
+#define G4R_N_FIELDS(table) ((int64_t)(sizeof(table) / sizeof((table)[0])))
 
 /* an optimiser's update of one table (cpu_kernels.c; the Python side fills it) */
 typedef struct rule rule_t;

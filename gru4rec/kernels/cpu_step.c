@@ -50,6 +50,26 @@ typedef struct {
     float *col_valid, *wy, *bias, *x0, *s, *scores, *g_rows, *g_out, *dv, *t, *w, *g_wy, *g_by, *grad;
 } step_t;
 
+/* step_t's layout for the loader's check against its ctypes mirror (StepStruct, gru4rec/kernels/cpu.py):
+ * the number of fields; *fields = the table, *size = sizeof(step_t). */
+#define F(field) G4R_FIELD(step_t, field)
+static const g4r_field_t step_fields[] = {
+    F(sgemm), F(B), F(S), F(N), F(d), F(n_layers), F(logit_form), F(mask_in_bias), F(bpr_max), F(has_elu),
+    F(bpreg), F(elu_alpha), F(n),
+    F(Wx), F(Wrz), F(Wh), F(Bh), F(gWx), F(gWrz), F(gWh), F(gBh), F(hidden), F(mask), F(v), F(rz), F(hr), F(c), F(out),
+    F(Wy), F(By), F(logq_in), F(logq_sample), F(embed_mask), F(rule_dense), F(rule_wy), F(rule_by), F(g_dense),
+    F(n_dense), F(cols), F(rows_all), F(uniq), F(inverse), F(slot), F(mark), F(col_valid), F(wy), F(bias), F(x0),
+    F(s), F(scores), F(g_rows), F(g_out), F(dv), F(t), F(w), F(g_wy), F(g_by), F(grad),
+};
+#undef F
+
+int64_t g4r_layout_step(const g4r_field_t **fields, int64_t *size)
+{
+    *fields = step_fields;
+    *size = (int64_t)sizeof(step_t);
+    return G4R_N_FIELDS(step_fields);
+}
+
 /* Row-major C (M×N, ldc) = op(A)·op(B) + beta·C with op(A) M×K (A stored K×M when ta) and
  * op(B) K×N (B stored N×K when tb): column-major Cᵀ = op(B)ᵀ·op(A)ᵀ. */
 static void sgemm_part(const step_t *st, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,

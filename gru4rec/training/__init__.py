@@ -11,9 +11,11 @@ Reading order, from the data to the loop:
 ``precision``          float32 or bfloat16 products (:data:`PRECISIONS`, :class:`Matmuls`)
 ``dropout``            the step's dropout masks
 ``cell``               the GRU cell's forward and backward pass, PyTorch or fused
-``ops``                the step's row and column operations, PyTorch or fused, chosen once
+``ops``                the step's row and column operations, PyTorch or fused
 ``step``               one step with the backward pass written out: the mathematics
+``cpu_step``           that step as one C call, where it covers the configuration
 ``reference``          the same step by autograd, which the fast one is tested against
+``backend``            the step's form (ops, the C step, graph replay), chosen once
 ``trainer``            the training state and one step over it (:class:`Trainer`)
 ``resume``             checkpoints at step boundaries and resuming from them (:class:`TrainingCheckpoint`)
 ``loop``               the epoch loop (:func:`train_epochs`, :class:`EpochStats`)

@@ -20,27 +20,65 @@ and the epoch loop, which never ask again. It fixes:
                   GPU run has shown equal losses at a higher speed
   ==============  =========================================================================
 
+* the **one-call step**: whether, with the ``cpu-kernels`` ops, the whole step runs as one C call
+  (:mod:`gru4rec.training.cpu_step`) where it covers the configuration
+  (``GRU4REC_CPU_STEP=0`` turns it off);
 * **graph replay**: whether the epoch loop replays a captured CUDA graph of the step
   (:mod:`gru4rec.kernels.gpu`; CUDA only, ``GRU4REC_CUDA_GRAPHS=0`` turns it off).
+
+So a trainer's step takes one of five forms, all chosen here (:meth:`Backend.step_form`):
+
+=================  ==================================================================================
+``reference``      autograd (:mod:`gru4rec.training.reference`): the step the others are tested against
+``c-step``         the one-call C step: the CPU's default wherever it covers the configuration
+``cpu-kernels``    :class:`~gru4rec.training.step.FastStep` over the fused CPU kernels: the CPU's step
+                   for what the C step declines (other embedding modes and losses, ``grad_cap``,
+                   bfloat16 products, another candidate activation), and where it is turned off
+``torch``          FastStep over PyTorch operations: CUDA's step (the one CUDA graphs replay), and the
+                   CPU's where the kernels cannot be built
+``triton``         FastStep over the Triton kernels: CUDA with ``GRU4REC_FUSED=1`` only
+=================  ==================================================================================
+
+A fast path that is lost says so once: a configuration that the C step does not cover is an
+INFO line naming why and what it costs; a torch-internals binding that fails (MKL's ``sgemm_``
+for the C step, torch's generator state for the dropout draws) a WARNING naming the cause.
+``tests/test_step_contract.py`` runs every form available on the machine against the reference.
 
 The environment switches are those of :mod:`gru4rec.kernels.switches`; they are read here, when
 the backend is chosen, and nowhere in the training code.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
+from gru4rec.config import Config
 from gru4rec.kernels.cpu import cpu_kernels as built_cpu_kernels
-from gru4rec.kernels.switches import cuda_graphs_allowed, fused_gpu_requested
+from gru4rec.kernels.cpu import lost_fast_path, sgemm_binding
+from gru4rec.kernels.switches import cuda_graphs_allowed, fused_cpu_step_allowed, fused_gpu_requested
 from gru4rec.kernels.triton_support import triton_unavailable
+from gru4rec.network.gru import GRU4RecNet
+from gru4rec.training.cpu_step import FusedCpuStep, StepOptimizer, covers, fused_cpu_step
+from gru4rec.training.dropout import DropoutMasks
 from gru4rec.training.ops import CpuKernelOps, TorchOps
+from gru4rec.training.sampling import LogQ
 
-__all__ = ["BACKENDS", "Backend", "select_backend"]
+__all__ = ["BACKENDS", "STEP_FORMS", "Backend", "select_backend"]
+
+log = logging.getLogger(__name__)
 
 #: The names of the ops implementations (:attr:`Backend.name`).
 BACKENDS = ("torch", "cpu-kernels", "triton")
+#: The forms of a trainer's step (:meth:`Backend.step_form`; see the module docstring).
+STEP_FORMS = ("reference", "c-step", *BACKENDS)
+
+#: What FastStep costs where the C step would have run (benchmarks/README.md, round 4).
+C_STEP_COST = "FastStep takes up to 1.25x the C step's time (rsc15's shapes)"
+
+_declined: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -55,6 +93,8 @@ class Backend:
     ops: TorchOps
     #: Whether the epoch loop replays a captured CUDA graph of the step.
     graph_replay: bool
+    #: Whether the step runs as one C call where it covers the configuration (``cpu-kernels`` ops only).
+    one_call_step: bool = False
 
     @property
     def name(self) -> str:
@@ -65,7 +105,32 @@ class Backend:
         """One line for logs and benchmarks, e.g. ``cuda:0 float32, triton ops, scratch rows, graph replay``."""
         rows = "unique rows" if self.unique_rows else "scratch rows"
         replay = ", graph replay" if self.graph_replay else ""
-        return f"{self.device} {str(self.dtype).removeprefix('torch.')}, {self.name} ops, {rows}{replay}"
+        one_call = ", one-call step" if self.one_call_step else ""
+        return f"{self.device} {str(self.dtype).removeprefix('torch.')}, {self.name} ops, {rows}{one_call}{replay}"
+
+    def cpu_step(self, net: GRU4RecNet, config: Config, optimizer: StepOptimizer, dropout: DropoutMasks, logq: LogQ | None,
+                 hidden: list[Tensor], *, float32_products: bool) -> FusedCpuStep | None:
+        """The whole step as one C call, bound to the trainer's state, where this backend runs it
+        and it covers ``config``; None: the trainer's FastStep runs. A configuration it does not
+        cover is said once per reason (INFO), with what FastStep costs instead."""
+        if not self.one_call_step:
+            return None
+        step, why_not = fused_cpu_step(net, config, optimizer, self.ops.kernels, dropout, logq, hidden,
+                                       float32_products=float32_products)
+        if step is None and why_not not in _declined:
+            _declined.add(why_not)
+            log.info("the CPU step runs as FastStep over the fused kernels, not as one C call: %s; %s", why_not, C_STEP_COST)
+        return step
+
+    def step_form(self, config: Config, *, reference: bool = False, float32_products: bool = True) -> str:
+        """Which of :data:`STEP_FORMS` a trainer of ``config`` on this backend runs (without
+        building it): for logs, benchmarks and the contract test."""
+        if reference:
+            return "reference"
+        if self.one_call_step:
+            if covers(config, float32_products=float32_products) is None:
+                return "c-step"
+        return self.name
 
 
 def select_backend(
@@ -76,6 +141,7 @@ def select_backend(
     cpu_kernels: bool | None = None,
     fused_gpu: bool | None = None,
     graph_replay: bool | None = None,
+    cpu_step: bool | None = None,
 ) -> Backend:
     """The backend for tables on ``device`` in ``dtype``.
 
@@ -89,6 +155,9 @@ def select_backend(
       float32 tables and scratch rows (``unique_rows`` False). On CPU tensors they run only under
       Triton's interpreter (``TRITON_INTERPRET=1``, the tests).
     * ``graph_replay``: default on CUDA unless ``GRU4REC_CUDA_GRAPHS=0``; never elsewhere.
+    * ``cpu_step``: the one-call C step (:mod:`gru4rec.training.cpu_step`) wherever it covers the
+      configuration; default with the fused CPU kernels unless ``GRU4REC_CPU_STEP=0``. Where
+      torch's ``sgemm_`` cannot be bound the default is off, with a WARNING once naming the cause.
     """
     device = torch.device(device)
     unique = device.type == "cpu" if unique_rows is None else unique_rows
@@ -117,9 +186,18 @@ def select_backend(
         return Backend(device, dtype, unique, TritonOps(), replay)
 
     applies = device.type == "cpu" and dtype == torch.float32 and unique
-    if cpu_kernels and not applies:
-        raise ValueError("the fused CPU kernels apply to float32 tables on the CPU with unique rows only")
-    found = built_cpu_kernels() if applies and cpu_kernels is not False else None
-    if cpu_kernels and found is None:
+    if (cpu_kernels or cpu_step) and not applies:
+        raise ValueError("the fused CPU kernels (and the C step) apply to float32 tables on the CPU with unique rows only")
+    found = built_cpu_kernels() if applies and (cpu_kernels is not False or cpu_step) else None
+    if (cpu_kernels or cpu_step) and found is None:
         raise ValueError("the fused CPU kernels are not available here (see the warning, or GRU4REC_CPU_KERNELS)")
-    return Backend(device, dtype, unique, TorchOps() if found is None else CpuKernelOps(found), replay)
+    if cpu_kernels is False and cpu_step:
+        raise ValueError("the C step runs the fused CPU kernels: it cannot be had with cpu_kernels=False")
+    one_call = found is not None and (fused_cpu_step_allowed() if cpu_step is None else cpu_step)
+    if one_call and sgemm_binding()[0] is None:
+        why = sgemm_binding()[1]
+        if cpu_step:
+            raise ValueError(f"the C step cannot run here: {why}")
+        lost_fast_path("the one-call CPU step", why, f"every CPU step runs as FastStep ({C_STEP_COST})")
+        one_call = False
+    return Backend(device, dtype, unique, TorchOps() if found is None else CpuKernelOps(found), replay, one_call)

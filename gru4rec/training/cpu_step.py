@@ -17,87 +17,79 @@ MKL's ``sgemm_`` (the one torch links) for the products — in one call. What it
   after the step's ~12 ms took 0.12 ms, its code out of the cache).
 
 Anything else — or a torch library that exports no ``sgemm_``, or a big-endian machine — runs
-FastStep (:func:`fused_cpu_step` says why in its ``reason``). The results are FastStep's bit for
-bit: losses, weights, optimiser state and hidden states (``tests/test_cpu_step.py``).
+FastStep (:func:`covers` and :func:`fused_cpu_step` say why). The backend chooses (its
+:meth:`~gru4rec.training.backend.Backend.cpu_step`): a configuration this step does not cover is an
+INFO line once, a missing ``sgemm_`` a WARNING once. The results are FastStep's bit for bit:
+losses, weights, optimiser state and hidden states (``tests/test_cpu_step.py``).
 """
 from __future__ import annotations
 
 import ctypes
-import functools
-import os
-import sys
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from gru4rec.config import Config
 from gru4rec.config.values import SOFTMAX_LOSSES
-from gru4rec.kernels.cpu import CpuKernels
+from gru4rec.kernels.cpu import LAYER_FIELDS, MAX_LAYERS, CpuKernels, StepStruct, TablesUpdate, sgemm_binding
 from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.dropout import DropoutMasks
-from gru4rec.training.optim import Optimizer
 from gru4rec.training.sampling import LogQ
 
-__all__ = ["FusedCpuStep", "fused_cpu_step", "sgemm_address"]
-
-MAX_LAYERS = 8
-_p = ctypes.c_void_p
-_i64 = ctypes.c_int64
-_LAYER_FIELDS = ("Wx", "Wrz", "Wh", "Bh", "gWx", "gWrz", "gWh", "gBh", "hidden", "mask", "v", "rz", "hr", "c", "out")
+__all__ = ["FusedCpuStep", "StepOptimizer", "covers", "fused_cpu_step"]
 
 
-class _Step(ctypes.Structure):
-    """``step_t`` of cpu_step.c."""
+class StepOptimizer(Protocol):
+    """What the C step binds of the optimiser (:class:`gru4rec.training.optim.Optimizer`, not
+    imported here: it imports the backend, which builds this step): the flat dense buffer and its
+    gradient, each dense parameter's gradient view, the id scratch tables of its unique rows and
+    its fused update of every table."""
 
-    _fields_ = (
-        [("sgemm", _p)]
-        + [(name, _i64) for name in ("B", "S", "N", "d", "n_layers", "logit_form", "mask_in_bias", "bpr_max", "has_elu")]
-        + [(name, ctypes.c_float) for name in ("bpreg", "elu_alpha")]
-        + [("n", _i64 * MAX_LAYERS)]
-        + [(name, _p * MAX_LAYERS) for name in _LAYER_FIELDS]
-        + [(name, _p) for name in ("Wy", "By", "logq_in", "logq_sample", "embed_mask",
-                                   "rule_dense", "rule_wy", "rule_by", "g_dense")]
-        + [("n_dense", _i64)]
-        + [(name, _p) for name in ("cols", "rows_all", "uniq", "inverse", "slot", "mark",
-                                   "col_valid", "wy", "bias", "x0", "s", "scores", "g_rows", "g_out", "dv", "t", "w",
-                                   "g_wy", "g_by", "grad")]
-    )
+    flat: Tensor
+    flat_grad: Tensor
+    grad_views: dict[str, Tensor]
+    _slot: Tensor
+    _mark: Tensor
+
+    @property
+    def fused_tables(self) -> TablesUpdate | None: ...
+
+    def begin_fused_step(self) -> None: ...
+
+def covers(config: Config, *, float32_products: bool) -> str | None:
+    """None where the C step covers ``config`` (with float32 products or not), else why not: the
+    configuration's side of :func:`fused_cpu_step`, which the backend names when it declines."""
+    if config.embedding_mode != "shared":
+        return f"embedding mode {config.embedding_mode!r} (the C step has the shared one)"
+    act = config.final_activation
+    if config.loss in SOFTMAX_LOSSES:
+        if config.smoothing > 0:
+            return f"loss {config.loss!r} with smoothing (the C step has it without)"
+    elif config.loss != "bpr-max" or act.name not in ("elu", "linear"):
+        return f"loss {config.loss!r} with final_act {act.name!r} (the C step has cross-entropy, and bpr-max after elu or linear)"
+    if config.hidden_activation.name != "tanh" or not float32_products:
+        return "a candidate activation other than tanh, or 16-bit products"
+    if config.grad_cap > 0:
+        return "grad_cap (clipping reads all gradients before the update)"
+    if len(config.layers) > MAX_LAYERS:
+        return f"more than {MAX_LAYERS} layers"
+    return None
 
 
-@functools.cache
-def sgemm_address() -> int | None:
-    """The address of ``sgemm_`` in the BLAS that torch's CPU library links (MKL), or None."""
-    if sys.byteorder != "little":  # the C side passes 64-bit sizes to either BLAS integer width
-        return None
-    path = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
-    try:
-        return ctypes.cast(ctypes.CDLL(path).sgemm_, ctypes.c_void_p).value
-    except (OSError, AttributeError):
-        return None
-
-
-def fused_cpu_step(net: GRU4RecNet, config: Config, optimizer: Optimizer, kernels: CpuKernels | None, dropout: DropoutMasks,
+def fused_cpu_step(net: GRU4RecNet, config: Config, optimizer: StepOptimizer, kernels: CpuKernels | None, dropout: DropoutMasks,
                    logq: LogQ | None, hidden: list[Tensor], *, float32_products: bool) -> tuple[FusedCpuStep | None, str]:
     """The one-call step for this configuration, or None and the reason it does not cover it.
     ``hidden``: the trainer's hidden states (advanced in place, step after step)."""
     if kernels is None or optimizer.fused_tables is None:
         return None, "no fused CPU kernels"
-    if net.mode != "shared":
-        return None, f"embedding mode {net.mode!r} (the C step has the shared one)"
-    act = config.final_activation
-    if config.loss in SOFTMAX_LOSSES:
-        if config.smoothing > 0:
-            return None, f"loss {config.loss!r} with smoothing (the C step has it without)"
-    elif config.loss != "bpr-max" or act.name not in ("elu", "linear"):
-        return None, f"loss {config.loss!r} with final_act {act.name!r} (the C step has cross-entropy, and bpr-max after elu or linear)"
-    if net.hidden_act.name != "tanh" or not float32_products:
-        return None, "a candidate activation other than tanh, or 16-bit products"
-    if config.grad_cap > 0:
-        return None, "grad_cap (clipping reads all gradients before the update)"
-    if len(net.layers) > MAX_LAYERS:
-        return None, f"more than {MAX_LAYERS} layers"
-    if sgemm_address() is None:
-        return None, "torch's CPU library exports no sgemm_"
+    why = covers(config, float32_products=float32_products)
+    if why is None and (net.mode != config.embedding_mode or net.hidden_act.name != config.hidden_activation.name):
+        why = "a network built for another configuration"
+    if why is None and sgemm_binding()[0] is None:
+        why = sgemm_binding()[1]
+    if why is not None:
+        return None, why
     return FusedCpuStep(net, config, optimizer, kernels, dropout, logq, hidden), ""
 
 
@@ -106,7 +98,7 @@ class FusedCpuStep:
     as one C call bound once to the network's tables, the optimiser's gradient buffers, the
     trainer's hidden states, the dropout masks and its own scratch buffers."""
 
-    def __init__(self, net: GRU4RecNet, config: Config, optimizer: Optimizer, kernels: CpuKernels, dropout: DropoutMasks,
+    def __init__(self, net: GRU4RecNet, config: Config, optimizer: StepOptimizer, kernels: CpuKernels, dropout: DropoutMasks,
                  logq: LogQ | None, hidden: list[Tensor]) -> None:
         self.optimizer, self.dropout = optimizer, dropout
         self._fn = kernels.train_step_fn
@@ -131,7 +123,7 @@ class FusedCpuStep:
         }
         views = optimizer.grad_views
         masks = dropout.hidden
-        layer_tensors: dict[str, list[Tensor | None]] = {name: [] for name in _LAYER_FIELDS}
+        layer_tensors: dict[str, list[Tensor | None]] = {name: [] for name in LAYER_FIELDS}
         for i, (layer, n) in enumerate(zip(net.layers, sizes)):
             for name, t in (("Wx", layer.Wx), ("Wrz", layer.Wrz), ("Wh", layer.Wh), ("Bh", layer.Bh), ("hidden", hidden[i]),
                             ("gWx", views[f"layers.{i}.Wx"]), ("gWrz", views[f"layers.{i}.Wrz"]), ("gWh", views[f"layers.{i}.Wh"]),
@@ -146,8 +138,8 @@ class FusedCpuStep:
         #: dropout masks) whose addresses the C side holds, with those addresses: checked before
         #: each call (the scratch is this step's own).
         self._bound: list[tuple[Tensor, int]] = []
-        st = _Step()
-        st.sgemm = sgemm_address()
+        st = StepStruct()
+        st.sgemm = sgemm_binding()[0]
         st.B, st.S, st.N, st.d, st.n_layers = B, S, N, d, len(sizes)
         st.logit_form = int(config.loss == "xe_logit")
         st.mask_in_bias = int(config.loss in SOFTMAX_LOSSES)  # the cross-entropy losses mask columns through the bias

@@ -5,12 +5,11 @@ sample store, the dropout masks and their generator; :meth:`Trainer.state_dict` 
 checkpoint needs to continue the same run. Everything that does not change during training is
 decided once, in the constructor: the step's implementation (hand-written or autograd), its
 :class:`~gru4rec.training.backend.Backend` (the operations behind it — PyTorch, fused CPU kernels
-or Triton —, how duplicate rows merge, graph replay), its GRU cell, the precision of its products
-and its loss gradient.
+or Triton —, whether the CPU step runs as one C call, how duplicate rows merge, graph replay), its
+GRU cell, the precision of its products and its loss gradient.
 """
 from __future__ import annotations
 
-import logging
 from typing import Any, TypedDict
 
 import numpy as np
@@ -19,11 +18,10 @@ from torch import Tensor
 
 from gru4rec.config import Config
 from gru4rec.kernels.memory import training_tables_on_huge_pages, use_huge_pages
-from gru4rec.kernels.switches import fused_cpu_step_allowed
 from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.backend import Backend, select_backend
 from gru4rec.training.batching import Schedule
-from gru4rec.training.cpu_step import FusedCpuStep, fused_cpu_step
+from gru4rec.training.cpu_step import FusedCpuStep
 from gru4rec.training.dropout import DropoutMasks
 from gru4rec.training.losses import make_loss, masks_through_bias
 from gru4rec.training.ops import StepInputs, TorchOps
@@ -34,8 +32,6 @@ from gru4rec.training.sampling import SampleStore, make_logq
 from gru4rec.training.step import FastStep
 
 __all__ = ["Trainer", "TrainerState"]
-
-log = logging.getLogger(__name__)
 
 
 class TrainerState(TypedDict):
@@ -102,13 +98,10 @@ class Trainer:
             self._fused_inputs = self.ops.step_inputs(net, B, config.n_sample, logq, masks_through_bias(config))
             self._step = FastStep(net, self.optimizer, self.backend, self.cell, self.matmuls, self.ops.loss_grad(config), self.dropout,
                                   logq, mask_in_bias=masks_through_bias(config))
-        #: The whole CPU step as one C call where it covers the configuration (None: the step above).
-        self._cpu_step: FusedCpuStep | None = None
-        if not reference and self.backend.unique_rows and fused_cpu_step_allowed():
-            self._cpu_step, why_not = fused_cpu_step(net, config, self.optimizer, self.ops.kernels, self.dropout, logq, self.hidden,
-                                                     float32_products=self.matmuls.low is None)
-            if self._cpu_step is None:
-                log.debug("the step runs as FastStep, not as one C call: %s", why_not)
+        #: The whole CPU step as one C call where the backend runs it and it covers the configuration
+        #: (None: the step above; the backend says once why not).
+        self._cpu_step: FusedCpuStep | None = None if reference else self.backend.cpu_step(
+            net, config, self.optimizer, self.dropout, logq, self.hidden, float32_products=self.matmuls.low is None)
 
     @property
     def ops(self) -> TorchOps:
