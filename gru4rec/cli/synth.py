@@ -43,7 +43,7 @@ DEMO_PARAMS = ("loss=cross-entropy,layers=64,batch_size=32,n_sample=256,n_epochs
 
 
 #: The generators of ``gru4rec synth --kind``.
-SYNTH_KINDS = ("sessions", "intents")
+SYNTH_KINDS = ("sessions", "intents", "intents-attributes")
 
 
 def _mix(text: str) -> tuple[float, float, float]:
@@ -65,7 +65,9 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kind", choices=SYNTH_KINDS, default="sessions",
                         help="'sessions' (default): topics + successors + popularity, shaped like the rsc15 "
                              "sample; 'intents': a generative model whose Bayes-optimal next-item predictor is "
-                             "known, with its Recall/MRR@k written to oracle.json (docs/datasets.md)")
+                             "known, with its Recall/MRR@k written to oracle.json (docs/datasets.md); 'intents-attributes': the "
+                             "same with items in categories and brands (items.tsv) and new items clicked only in "
+                             "test, the optimum on all, cold and warm targets in oracle.json (docs/attributes.md)")
     parser.add_argument("--seed", type=int, default=None, help="random seed of the generator")
     parser.add_argument("--n-sessions", type=positive_int, default=None,
                         help="number of sessions (default: the generator's)")
@@ -74,13 +76,16 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--test-days", type=float, default=None,
                         help="sessions starting in the last DAYS days form the test set (and, "
                              "the same way, train_valid) (default: the generator's)")
-    intents = parser.add_argument_group("--kind intents")
+    intents = parser.add_argument_group("--kind intents (and intents-attributes but --intent-size)")
     intents.add_argument("--n-intents", type=positive_int, default=None, help="latent intents (default 50)")
     intents.add_argument("--intent-size", type=positive_int, default=None, help="items of each intent (default 150)")
     intents.add_argument("--mix", type=_mix, default=None, metavar="A,B,C",
                          help="next-item mixture: weight of the previous item's successors, of the session's "
                               "intent, of global popularity (default 0.2,0.65,0.15)")
     intents.add_argument("--mean-length", type=float, default=None, help="mean session length (default 6)")
+    intents.add_argument("--cold-share", type=float, default=None,
+                         help="--kind intents-attributes: share of the items that are new, clicked only in test "
+                              "(default 0.1)")
     add_force(parser)
 
 
@@ -101,6 +106,7 @@ class SynthSettings:
     intent_size: int | None = None
     mix: tuple[float, float, float] | None = None
     mean_length: float | None = None
+    cold_share: float | None = None
     force: bool = False
 
 
@@ -109,10 +115,18 @@ def run_synth(args: SynthSettings) -> int:
     kwargs = {"seed": args.seed, "n_sessions": args.n_sessions, "n_items": args.n_items,
               "test_days": args.test_days}
     write: Callable[..., dict[str, Path]]
+    if args.kind != "intents-attributes" and args.cold_share is not None:
+        raise UsageError("--cold-share: only with --kind intents-attributes")
     if args.kind == "intents":
         from gru4rec.datasets.intents import write_intents as write
 
         kwargs.update({name: getattr(args, name) for name in _INTENT_FLAGS})
+    elif args.kind == "intents-attributes":
+        from gru4rec.datasets.intents_attributes import write_attribute_intents as write
+
+        if args.intent_size is not None:
+            raise UsageError("--intent-size: not with --kind intents-attributes (an intent is a few categories)")
+        kwargs.update({name: getattr(args, name) for name in (*_INTENT_FLAGS, "cold_share") if name != "intent_size"})
     else:
         from gru4rec.datasets.synthetic import write_synthetic as write
 

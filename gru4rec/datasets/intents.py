@@ -187,17 +187,23 @@ def generate_intents(params: IntentParams | None = None, /, **changes: Any) -> t
     extra = rng.geometric(1.0 / (mean_length - 1.0), size=n_sessions) - 1
     lengths = np.minimum(2 + extra, max_length).astype(np.int64)
     items, _ = model.sample(lengths, rng)
+    times = session_times(rng, lengths, n_days, start_time)
+    session_ids = np.repeat(np.arange(1, n_sessions + 1, dtype=np.int64), lengths)
+    return pd.DataFrame({"SessionId": session_ids, "ItemId": model.item_ids[items], "Time": times}), model
 
+
+def session_times(rng: np.random.Generator, lengths: np.ndarray, n_days: float, start_time: int) -> np.ndarray:
+    """The events' times (int64, session after session) of sessions of the given lengths: sorted
+    random integer start times over ``n_days`` days from ``start_time``, events 1 + Exp(60 s)
+    seconds apart (also used by :mod:`gru4rec.datasets.intents_attributes`)."""
     span = int(n_days * _SECONDS_PER_DAY)
-    starts = start_time + np.sort(rng.integers(0, span, size=n_sessions))
+    starts = start_time + np.sort(rng.integers(0, span, size=len(lengths)))
     first = np.r_[0, np.cumsum(lengths)[:-1]]
-    gaps = 1 + np.floor(rng.exponential(60.0, size=len(items))).astype(np.int64)
+    gaps = 1 + np.floor(rng.exponential(60.0, size=int(lengths.sum()))).astype(np.int64)
     gaps[first] = 0
     within = np.cumsum(gaps)
     within -= np.repeat(within[first], lengths)
-    times = np.repeat(starts, lengths) + within
-    session_ids = np.repeat(np.arange(1, n_sessions + 1, dtype=np.int64), lengths)
-    return pd.DataFrame({"SessionId": session_ids, "ItemId": model.item_ids[items], "Time": times}), model
+    return np.asarray(np.repeat(starts, lengths) + within, dtype=np.int64)
 
 
 # ---------------------------------------------------------------------- writing
