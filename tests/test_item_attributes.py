@@ -278,6 +278,12 @@ def test_a_frame_column_of_numbers_and_strings_is_mixed() -> None:
         item_table_from_frame(df)
 
 
+def test_a_frame_column_of_dates_is_refused() -> None:
+    df = pd.DataFrame({"ItemId": [1, 2], "added": pd.to_datetime(["2026-01-01", "2026-02-01"])})
+    with pytest.raises(DataError, match="<DataFrame>: column 'added' holds dates"):
+        item_table_from_frame(df)
+
+
 def test_mostly_text_with_some_numbers_is_categorical() -> None:
     table = item_table_from_frame(pd.DataFrame({"ItemId": [1, 2, 3], "size": ["S", "M", "42"]}))
     assert table.kinds == {"size": "categorical"}

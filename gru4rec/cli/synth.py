@@ -76,9 +76,9 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--test-days", type=float, default=None,
                         help="sessions starting in the last DAYS days form the test set (and, "
                              "the same way, train_valid) (default: the generator's)")
-    intents = parser.add_argument_group("--kind intents (and intents-attributes but --intent-size)")
+    intents = parser.add_argument_group("--kind intents and intents-attributes")
     intents.add_argument("--n-intents", type=positive_int, default=None, help="latent intents (default 50)")
-    intents.add_argument("--intent-size", type=positive_int, default=None, help="items of each intent (default 150)")
+    intents.add_argument("--intent-size", type=positive_int, default=None, help="items of each intent (default 150; --kind intents only)")
     intents.add_argument("--mix", type=_mix, default=None, metavar="A,B,C",
                          help="next-item mixture: weight of the previous item's successors, of the session's "
                               "intent, of global popularity (default 0.2,0.65,0.15)")

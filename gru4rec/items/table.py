@@ -205,6 +205,8 @@ def _column(s: pd.Series, name: str, kind: str | None, source: str, first_line: 
     where = f"{source}: column {name!r}"
     if isinstance(s.dtype, pd.CategoricalDtype):
         s = s.astype(s.dtype.categories.dtype)
+    if pd.api.types.is_datetime64_any_dtype(s.dtype) or isinstance(s.dtype, pd.PeriodDtype):
+        raise DataError(f"{where} holds dates; give them as numbers (e.g. unix seconds) or as text categories")
     numeric_dtype = pd.api.types.is_numeric_dtype(s.dtype) and not pd.api.types.is_bool_dtype(s.dtype)
     if not numeric_dtype:
         inferred = pd.api.types.infer_dtype(s, skipna=True)
