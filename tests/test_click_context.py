@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -84,3 +85,24 @@ def test_other_errors() -> None:
         context_of(10.0, 11.0)
     with pytest.raises(DataError, match="non-finite time"):
         context_of(float("nan"))
+
+
+RSC15 = Path(__file__).resolve().parents[2] / "shared" / "data" / "rsc15_100k" / "train_full.tsv"
+
+
+@pytest.mark.skipif(not RSC15.exists(), reason=f"real rsc15 sample not found at {RSC15}")
+def test_real_timestamps_of_rsc15() -> None:
+    """rsc15_100k's real unix-second times, in the file's order (sorted by session and time, as
+    click_context needs): the gaps against a pandas groupby, some rows against datetime."""
+    from gru4rec.data import read_events
+
+    df = read_events(RSC15)
+    got = click_context(df)
+    gap = df.groupby("SessionId", sort=False)["Time"].diff()
+    np.testing.assert_allclose(got[:, 4], np.log1p(gap.fillna(0.0).to_numpy()), rtol=1e-6, atol=1e-6)
+    assert int((got[:, 4] == 0).sum()) == df["SessionId"].nunique() + int((gap == 0).sum())
+    rng = np.random.default_rng(1)
+    for i in rng.choice(len(df), size=50, replace=False):
+        first = i == 0 or df["SessionId"].iat[i - 1] != df["SessionId"].iat[i]
+        want = by_hand(float(df["Time"].iat[i]), None if first else float(df["Time"].iat[i - 1]))
+        np.testing.assert_allclose(got[i], want, atol=2e-6)
