@@ -131,8 +131,9 @@ def test_every_figure_of_these_pages_is_dated(page: str) -> None:
 def test_a_table_row_a_section_and_a_marked_figure_are_dated_by_their_caption_heading_or_reason(tmp_path: Path) -> None:
     """Issue 50 item 5: README's results table had no dates of its own and tables were not
     checked. A row with a figure is dated by a date of its own, of the table's caption (the
-    paragraph right before it) or of its section's heading; a figure that is no measurement of
-    ours says why in ``<!-- figure: ... -->``."""
+    paragraph right before it) or of its section's heading; a paragraph by its heading or its
+    dated bold run-in heading (a date inside a sentence dates only that sentence); a figure that
+    is no measurement of ours says why in ``<!-- figure: ... -->``."""
     page = tmp_path / "page.md"
     page.write_text(
         "# Page\n\n"  # 1
@@ -141,10 +142,12 @@ def test_a_table_row_a_section_and_a_marked_figure_are_dated_by_their_caption_he
         "## Round 1 (2026-12-03)\n\nIt ran at 1,013 mb/s.\n\n### Details\n\nA step took 0.98 ms.\n\n"  # 14-20
         "## Round 2\n\nIt ran at 1,072 mb/s. The line shows `(12.34s)` <!-- figure: printed by the block above -->."
         " A pause of 50 ms <!-- figure: -->.\n\n"  # 22-24
-        "A paragraph between.\n\n| caption not right before | 3 s |\n",  # 26, 28
+        "A paragraph between.\n\n| caption not right before | 3 s |\n\n"  # 26, 28
+        "**Round 3 (2026-12-05).** It ran at 1,100 mb/s. Then 1,200 mb/s.\n\n"  # 30: a dated run-in heading
+        "**Round 4.** It ran at 1,300 mb/s (2026-12-05). Then 1,400 mb/s.\n",  # 32
         encoding="utf-8",
     )
     found = docs_check.undated_figures(page)
     assert [(line, sentence.split()[0]) for line, sentence in found] == [
-        (7, "|"), (24, "It"), (24, "A"), (28, "|")]
+        (7, "|"), (24, "It"), (24, "A"), (28, "|"), (32, "Then")]
     assert "47.1k" in found[0][1] and "50 ms" in found[2][1]  # an empty reason does not count

@@ -22,7 +22,8 @@ A figure in the prose (a duration, a speed, a speed-up, a count of tests) is not
 running anything, so its sentence carries the date it was measured on (``2026-12-05``) and names
 the command or the page of commands that produced it: ``--figures`` lists the sentences with a
 figure and no date (exit code 1 when there is one). A sentence is also dated by a date in its
-section's heading (or a heading above it), and a table's row by a date in the row, in its caption
+section's heading (or a heading above it) or in its paragraph's bold run-in heading
+(``**Round 2 (2026-12-05).** ...``), and a table's row by a date in the row, in its caption
 (the paragraph right before the table) or in its heading. A figure that is no measurement of ours
 — one a command block of the page prints (so the run checks it), a setting, a published figure —
 carries ``<!-- figure: REASON -->`` inside its sentence (before the next sentence starts).
@@ -103,6 +104,7 @@ DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 #: A figure that needs no date, and why: ``<!-- figure: printed by the block above -->``.
 NOT_MEASURED = re.compile(r"<!--\s*figure:\s*\S.*?-->")
 HEADING = re.compile(r"^(?P<level>#{1,6})\s")
+RUN_IN = re.compile(r"^\*\*[^*]+\*\*")
 
 
 def undated_figures(path: Path) -> list[tuple[int, str]]:
@@ -139,7 +141,8 @@ def undated_figures(path: Path) -> list[tuple[int, str]]:
             text.append(stripped)
         elif text:
             caption = " ".join(text)
-            paragraphs.append((start, caption, section_dated, False))
+            lead = RUN_IN.match(caption)  # a bold run-in heading dates its paragraph as a heading does
+            paragraphs.append((start, caption, section_dated or bool(lead and DATE.search(lead[0])), False))
             text = []
         elif stripped and not row:
             caption = ""
