@@ -1,7 +1,7 @@
 # Two commands do all set-up on a fresh machine (see README):
 #   make demo   - install into .venv, generate the synthetic data set, train, evaluate
 #   make test   - install into .venv with the test extras, run the static checks (make lint), then the test suite
-#   make docs-check - run the command blocks of README.md and docs/*.md
+#   make docs-check - every figure of README.md and docs/*.md dated, then run their command blocks
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -38,8 +38,10 @@ test: venv lint
 test-all: venv
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS)
 
-# Every command block of the README and docs/ run on small data, its output compared with the page.
+# Every figure of the README and docs/ dated (--figures), then every command block run on small data,
+# its output compared with the page.
 docs-check: venv
+	$(PY) tools/docs_check.py --figures README.md docs/*.md
 	$(PY) tools/docs_check.py README.md docs/*.md
 
 # One speed figure without real data: the rsc15 configuration's training on synthetic sessions, as

@@ -120,9 +120,46 @@ def test_a_figure_without_a_date_is_found(tmp_path: Path) -> None:
     assert docs_check.main(["--figures", str(page)]) == 1
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/install.md", "docs/cli.md", "docs/retraining.md"])
+DOCS_PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("page", DOCS_PAGES)
 def test_every_figure_of_these_pages_is_dated(page: str) -> None:
     """Issue 50 item 5: make demo's 28 s, 1,972 tests, cli.md's 'about a minute', ... had drifted
     from what runs today. A figure that make docs-check cannot check carries its date (and the
-    command or the page of commands that produced it)."""
+    command or the page of commands that produced it), in its sentence, its table's caption or its
+    heading; one that is no measurement says why (``<!-- figure: ... -->``). Every page."""
     assert docs_check.undated_figures(ROOT / page) == []
+
+
+def test_make_docs_check_lists_undated_figures_of_every_page() -> None:
+    """``make docs-check`` runs ``--figures`` over the pages whose blocks it runs."""
+    recipe = re.search(r"^docs-check:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(encoding="utf-8"), re.M)
+    assert recipe is not None
+    assert "tools/docs_check.py --figures README.md docs/*.md" in recipe[1]
+    assert len(DOCS_PAGES) > 10  # the glob found the pages
+
+
+def test_a_table_row_a_section_and_a_marked_figure_are_dated_by_their_caption_heading_or_reason(tmp_path: Path) -> None:
+    """Issue 50 item 5: README's results table had no dates of its own and tables were not
+    checked. A row with a figure is dated by a date of its own, of the table's caption (the
+    paragraph right before it) or of its section's heading; a paragraph by its heading or its
+    dated bold run-in heading (a date inside a sentence dates only that sentence); a figure that
+    is no measurement of ours says why in ``<!-- figure: ... -->``."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n\n"  # 1
+        "Speed:\n\n| what | figure |\n|---|---|\n| training | 47.1k e/s |\n| dated row | 2.1× (2026-12-05) |\n\n"  # 3-8
+        "Speed, 2026-12-04, `python -m benchmarks.x`:\n\n| training | 47.1k e/s |\n\n"  # 10, 12
+        "## Round 1 (2026-12-03)\n\nIt ran at 1,013 mb/s.\n\n### Details\n\nA step took 0.98 ms.\n\n"  # 14-20
+        "## Round 2\n\nIt ran at 1,072 mb/s. The line shows `(12.34s)` <!-- figure: printed by the block above -->."
+        " A pause of 50 ms <!-- figure: -->.\n\n"  # 22-24
+        "A paragraph between.\n\n| caption not right before | 3 s |\n\n"  # 26, 28
+        "**Round 3 (2026-12-05).** It ran at 1,100 mb/s. Then 1,200 mb/s.\n\n"  # 30: a dated run-in heading
+        "**Round 4.** It ran at 1,300 mb/s (2026-12-05). Then 1,400 mb/s.\n",  # 32
+        encoding="utf-8",
+    )
+    found = docs_check.undated_figures(page)
+    assert [(line, sentence.split()[0]) for line, sentence in found] == [
+        (7, "|"), (24, "It"), (24, "A"), (28, "|"), (32, "Then")]
+    assert "47.1k" in found[0][1] and "50 ms" in found[2][1]  # an empty reason does not count

@@ -21,7 +21,12 @@ Rules, for the writer of a page:
 A figure in the prose (a duration, a speed, a speed-up, a count of tests) is not checked by
 running anything, so its sentence carries the date it was measured on (``2026-12-05``) and names
 the command or the page of commands that produced it: ``--figures`` lists the sentences with a
-figure and no date (exit code 1 when there is one). Tables are left to the sentence under them.
+figure and no date (exit code 1 when there is one). A sentence is also dated by a date in its
+section's heading (or a heading above it) or in its paragraph's bold run-in heading
+(``**Round 2 (2026-12-05).** ...``), and a table's row by a date in the row, in its caption
+(the paragraph right before the table) or in its heading. A figure that is no measurement of ours
+— one a command block of the page prints (so the run checks it), a setting, a published figure —
+carries ``<!-- figure: REASON -->`` inside its sentence (before the next sentence starts).
 """
 from __future__ import annotations
 
@@ -96,33 +101,59 @@ FIGURE = re.compile(
     r"|\b\d[\d,]* tests\b"  # a count of tests
 )
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+#: A figure that needs no date, and why: ``<!-- figure: printed by the block above -->``.
+NOT_MEASURED = re.compile(r"<!--\s*figure:\s*\S.*?-->")
+HEADING = re.compile(r"^(?P<level>#{1,6})\s")
+RUN_IN = re.compile(r"^\*\*[^*]+\*\*")
 
 
 def undated_figures(path: Path) -> list[tuple[int, str]]:
-    """``(line, sentence)`` of every sentence of the page's prose that holds a :data:`FIGURE`
-    and no :data:`DATE` (fenced blocks, tables and headings are not prose; the comments of a
-    command block are: running the command does not check them)."""
+    """``(line, sentence)`` of every sentence of the page's prose and every table row that holds a
+    :data:`FIGURE` and is not dated (see the module: a :data:`DATE` in the sentence, its section's
+    headings or, for a row, the table's caption) nor marked :data:`NOT_MEASURED`. Fenced blocks
+    and headings are not prose; the comments of a command block are (running the command does not
+    check them)."""
     lines = path.read_text(encoding="utf-8").splitlines()
-    paragraphs: list[tuple[int, str]] = []
+    # (line, text, dated by its headings or caption, is a table row)
+    paragraphs: list[tuple[int, str, bool, bool]] = []
+    headings: list[tuple[int, bool]] = []  # (level, has a date) of the current section's headings
     fenced, start, text = False, 0, []
+    caption = ""  # the last paragraph, while only blank lines follow it
     for number, line in enumerate(lines + [""], 1):
+        section_dated = any(dated for _, dated in headings)
+        stripped = line.strip()
         if FENCE.match(line):
             fenced = not fenced
         elif fenced and "  # " in line:
-            paragraphs.append((number, line.split("  # ", 1)[1].strip()))
-        prose = not fenced and not FENCE.match(line) and line.strip() and not line.lstrip().startswith(("|", "#", "<!--"))
+            paragraphs.append((number, line.split("  # ", 1)[1].strip(), section_dated, False))
+        heading = HEADING.match(line) if not fenced else None
+        if heading:
+            level = len(heading["level"])
+            headings = [h for h in headings if h[0] < level] + [(level, bool(DATE.search(line)))]
+        row = not fenced and stripped.startswith("|")
+        if row:
+            dated = section_dated or bool(DATE.search(caption))
+            paragraphs.append((number, stripped, dated, True))
+        prose = not fenced and not FENCE.match(line) and stripped and not stripped.startswith(("|", "#", "<!--"))
         if prose:
             if not text:
                 start = number
-            text.append(line.strip())
+            text.append(stripped)
         elif text:
-            paragraphs.append((start, " ".join(text)))
+            caption = " ".join(text)
+            lead = RUN_IN.match(caption)  # a bold run-in heading dates its paragraph as a heading does
+            paragraphs.append((start, caption, section_dated or bool(lead and DATE.search(lead[0])), False))
             text = []
+        elif stripped and not row:
+            caption = ""
     found = []
-    for number, paragraph in paragraphs:
+    for number, paragraph, dated, is_row in paragraphs:
+        if dated:
+            continue
         # Sentences end at '. ' before a capital or a backquote; numbers like 0.5 and 'e.g. x' stay whole.
-        for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z`(\[*])", paragraph):
-            if FIGURE.search(sentence) and not DATE.search(sentence):
+        sentences = [paragraph] if is_row else re.split(r"(?<=[.!?])\s+(?=[A-Z`(\[*])", paragraph)
+        for sentence in sentences:
+            if FIGURE.search(sentence) and not DATE.search(sentence) and not NOT_MEASURED.search(sentence):
                 found.append((number, sentence))
     return found
 

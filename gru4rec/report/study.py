@@ -98,9 +98,9 @@ def load_study(storage: str, study_name: str | None = None) -> Any:
 def paropt_objective(study: Any) -> dict[str, Any] | None:
     """What a study made by ``gru4rec paropt`` maximises, as it recorded it: ``metric``,
     ``cutoff``, ``eval_mode`` (ties), ``valid`` and ``train`` (the files); None for another study."""
-    from gru4rec.tune.study import _STUDY_ATTR  # the user attribute paropt records its objective in
+    from gru4rec.tune.study import STUDY_OBJECTIVE_ATTR
 
-    recorded = study.user_attrs.get(_STUDY_ATTR)
+    recorded = study.user_attrs.get(STUDY_OBJECTIVE_ATTR)
     return recorded if isinstance(recorded, dict) and "metric" in recorded else None
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from gru4rec.config import Config
 
 __all__ = [
+    "STUDY_OBJECTIVE_ATTR",
     "Prepared",
     "default_study_name",
     "make_sampler_pruner",
@@ -34,8 +35,9 @@ __all__ = [
     "study_uid",
 ]
 
-# Study user attribute recording what the study optimises, checked when a study is resumed.
-_STUDY_ATTR = "gru4rec_paropt"
+#: The study's user attribute in which paropt records what the study optimises (metric, cutoff,
+#: ties, files): checked when a study is resumed, read by the study report.
+STUDY_OBJECTIVE_ATTR = "gru4rec_paropt"
 _STUDY_FORMAT = 1
 # Keys of the identity a resumed run must agree with (data paths may differ between machines).
 _IDENTITY_KEYS = ("space", "fixed", "metric", "cutoff", "eval_mode")
@@ -133,7 +135,7 @@ def open_study(
     study = optuna.create_study(
         storage=storage, study_name=name, sampler=sampler, pruner=pruner, direction="maximize", load_if_exists=True
     )
-    recorded = study.user_attrs.get(_STUDY_ATTR)
+    recorded = study.user_attrs.get(STUDY_OBJECTIVE_ATTR)
     n_trials = len(study.get_trials(deepcopy=False))
     if recorded is None:
         if n_trials:
@@ -143,7 +145,7 @@ def open_study(
             )
         if study.direction != optuna.study.StudyDirection.MAXIMIZE:
             raise ConfigError(f"study {name!r} exists and minimises; choose another --study-name")
-        study.set_user_attr(_STUDY_ATTR, {**identity, "uid": uuid.uuid4().hex})
+        study.set_user_attr(STUDY_OBJECTIVE_ATTR, {**identity, "uid": uuid.uuid4().hex})
         return study, False
     differences = [
         f"{key}: study has {recorded.get(key)!r}, this run has {identity[key]!r}"
@@ -156,7 +158,7 @@ def open_study(
             "(or the same settings) to resume it:\n" + "\n".join(f"  - {d}" for d in differences)
         )
     if not recorded.get("uid"):  # a study made before studies had ids
-        study.set_user_attr(_STUDY_ATTR, {**recorded, "uid": uuid.uuid4().hex})
+        study.set_user_attr(STUDY_OBJECTIVE_ATTR, {**recorded, "uid": uuid.uuid4().hex})
     return study, n_trials > 0
 
 
@@ -172,7 +174,7 @@ def find_study(storage: Any, name: str) -> optuna.Study | None:
 def study_uid(study: optuna.Study) -> str | None:
     """The id :func:`open_study` gave the study (None for a study not made by paropt): the owner
     its report files record, so that a rerun tells its own reports from another study's."""
-    recorded = study.user_attrs.get(_STUDY_ATTR)
+    recorded = study.user_attrs.get(STUDY_OBJECTIVE_ATTR)
     return recorded.get("uid") if isinstance(recorded, dict) else None
 
 
