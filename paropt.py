@@ -9,7 +9,7 @@ Same as ``gru4rec paropt``; ``python paropt.py --help`` explains every option.
 """
 import sys
 
-from gru4rec.tune.cli import main
+from gru4rec.cli.paropt import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -63,7 +63,7 @@ def test_info_takes_a_model_or_an_event_file_first() -> None:
 
 def test_paropt_py_keeps_the_original_spellings_and_takes_q() -> None:
     pytest.importorskip("optuna")
-    from gru4rec.tune.cli import build_parser
+    from gru4rec.cli.paropt import build_parser
 
     original = build_parser()
     args = original.parse_args(["T", "V", "-opf", "S", "--eval_type", "conservative", "--item_key", "P", "-q"])

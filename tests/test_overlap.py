@@ -173,7 +173,7 @@ def test_a_warm_start_remembers_the_first_days_sessions(leak_records: list[loggi
 
 def test_paropt_warns_once_per_study(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("optuna")
-    from gru4rec.tune import main
+    from gru4rec.cli.paropt import main
     from tune_helpers import FIXED
 
     train = random_events(300, seed=1)

@@ -1,4 +1,4 @@
-"""Tests of gru4rec.tune.cli: exit codes and one-line errors of paropt.py, `gru4rec paropt`
+"""Tests of gru4rec.cli.paropt: exit codes and one-line errors of paropt.py, `gru4rec paropt`
 running the same command, and what a rerun prints and refuses."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 optuna = pytest.importorskip("optuna")
 
-from gru4rec.tune import main  # noqa: E402
+from gru4rec.cli.paropt import main  # noqa: E402
 from tune_helpers import cli_args, data_fixture  # noqa: E402,F401 - data is a fixture
 
 

@@ -98,7 +98,7 @@ def test_early_stop_must_be_positive(data: dict[str, Path], tmp_path: Path) -> N
 def test_paropt_flags_reach_the_settings() -> None:
     import argparse
 
-    from gru4rec.tune.cli import add_arguments, settings_from_args
+    from gru4rec.cli.paropt import add_arguments, settings_from_args
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

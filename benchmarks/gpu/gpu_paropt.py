@@ -184,8 +184,8 @@ def paropt_argv(args: argparse.Namespace, start: float, scratch: Path) -> tuple[
 def main(argv: Sequence[str] | None = None) -> int:
     start = time.monotonic()
     args = build_parser().parse_args(argv)
-    from gru4rec.tune.cli import add_arguments
-    from gru4rec.tune.cli import run as run_paropt
+    from gru4rec.cli.paropt import add_arguments
+    from gru4rec.cli.paropt import run as run_paropt
 
     with tempfile.TemporaryDirectory(prefix="gpu_paropt_") as scratch:
         pargs, journal, out = paropt_argv(args, start, Path(scratch))

@@ -164,7 +164,7 @@ register(Command("split", "split your own event file by time into train/test fil
                  preprocess.add_split_arguments, typed_command(preprocess.SplitSettings, preprocess.run_split)))
 # paropt's command line lives with the search (optional dependency: optuna); like the original
 # paropt.py it prints its progress on stdout.
-register(_hook_command("paropt", "hyperparameter optimisation with Optuna", "gru4rec.tune.cli",
+register(_hook_command("paropt", "hyperparameter optimisation with Optuna", "gru4rec.cli.paropt",
                        messages_on_stdout=True))
 register(Command("report", "an HTML report (with PNGs) of run folders and/or an Optuna study",
                  report.add_arguments, typed_command(report.ReportSettings, report.run), description=report.DESCRIPTION))
@@ -340,7 +340,7 @@ def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str],
 
 
 #: The one error -> exit-code dispatcher, for the command lines outside this registry
-#: (``paropt.py``: :func:`gru4rec.tune.cli.main`).
+#: (``paropt.py``: :func:`gru4rec.cli.paropt.main`).
 dispatch = _dispatch
 
 

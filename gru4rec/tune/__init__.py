@@ -67,13 +67,13 @@ URLs, heartbeats), :mod:`~gru4rec.tune.study` (creating, checking and resuming a
 :mod:`~gru4rec.tune.objective` (one trial), :mod:`~gru4rec.tune.workers` (the
 worker processes, recovering killed ones), :mod:`~gru4rec.tune.runner` (:func:`run_study`),
 :mod:`~gru4rec.tune.reports` (the reports' contents), :mod:`~gru4rec.tune.report_files` (their
-files and owner), :mod:`~gru4rec.tune.final_test` and :mod:`~gru4rec.tune.cli` (the command
-line; ``python -m gru4rec.tune`` runs it too). None of them imports Optuna or torch before it is
-used, so importing this package is cheap.
+files and owner) and :mod:`~gru4rec.tune.final_test`. The command line is
+:mod:`gru4rec.cli.paropt` (``gru4rec paropt``, ``paropt.py``, ``python -m gru4rec.tune``): the
+package never imports it. None of the modules imports Optuna or torch before it is used, so
+importing this package is cheap.
 """
 from __future__ import annotations
 
-from gru4rec.tune.cli import add_arguments, main, run, settings_from_args
 from gru4rec.tune.report_files import ReportConflict, output_paths
 from gru4rec.tune.reports import StudyReport, best_param_dict
 from gru4rec.tune.runner import MAX_CONSECUTIVE_FAILURES, run_study
@@ -96,10 +96,6 @@ __all__ = [
     "run_study",
     "output_paths",
     "best_param_dict",
-    "add_arguments",
-    "settings_from_args",
-    "run",
-    "main",
     "STORAGE_ENV",
     "DEFAULT_OUT",
     "MAX_CONSECUTIVE_FAILURES",

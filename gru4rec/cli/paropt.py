@@ -1,5 +1,6 @@
-"""The command line of the search: ``python paropt.py`` and ``gru4rec paropt`` (the original's
-``paropt.py`` flags plus the storage, parallel and pruning options).
+"""The command line of the search: ``python paropt.py``, ``gru4rec paropt`` and ``python -m
+gru4rec.tune`` (the original's ``paropt.py`` flags plus the storage, parallel and pruning
+options). The search itself is :mod:`gru4rec.tune`, which never imports this module.
 
 Exit codes, as for every ``gru4rec`` command: 0 done; 1 a runtime error (a data file missing or
 bad, the storage unreachable, ``--out`` holding files that are not this study's reports) or a run
