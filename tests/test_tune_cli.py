@@ -85,3 +85,24 @@ def test_an_interrupted_run_says_what_to_rerun(data: dict[str, Path], tmp_path: 
     assert has_line(hint, "interrupted", "'-nt 70 --total'", "70 finished", "50 more")
     assert has_line(_resume_hint(settings(data, tmp_path, n_trials=70, total=True), finished_before=20),
                     "same command", "holds 70")
+
+
+def test_quiet_still_prints_the_result_lines(data: dict[str, Path], tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # docs/tuning.md's command ends with -q: the messages go, the results stay (as with
+    # `gru4rec -q train`), and they are the numbers the study's summary file holds.
+    import json
+
+    out = tmp_path / "quiet"
+    args = [*cli_args(data, out=str(out), study_name="quiet"), "-nt", "1", "-m", "5", "-fm", "5", "10",
+            "--final-test", str(data["test"]), "-q"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out.splitlines()
+    summary = json.loads((out / "quiet.summary.json").read_text())
+    final = summary["final_test"]
+    assert printed == [
+        f"Best trial 0: MRR@5={summary['best_value']:.6f} (standard ties)",
+        f"Best parameters: {summary['best_param_string']}",
+        f"Recall@5: {final['recall']['5']:.6f} MRR@5: {final['mrr']['5']:.6f}",
+        f"Recall@10: {final['recall']['10']:.6f} MRR@10: {final['mrr']['10']:.6f}",
+    ]

@@ -16,11 +16,13 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from gru4rec.cli.console import result
+from gru4rec.tune.reports import StudyReport
 from gru4rec.tune.runner import run_study
-from gru4rec.tune.settings import DEFAULT_OUT, EVAL_MODES, METRICS, ParoptSettings
+from gru4rec.tune.settings import DEFAULT_OUT, EVAL_MODES, METRICS, ParoptSettings, metric_label
 from gru4rec.tune.storage import HEARTBEAT_GRACE_S, HEARTBEAT_INTERVAL_S, STORAGE_ENV
 
-__all__ = ["add_arguments", "build_parser", "main", "run", "settings_from_args"]
+__all__ = ["add_arguments", "build_parser", "main", "result_lines", "run", "settings_from_args"]
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +160,27 @@ def run(args: argparse.Namespace) -> int:
     module). Errors and interruptions propagate to the command line's one dispatcher
     (:func:`gru4rec.cli.dispatch`: ``gru4rec paropt`` and :func:`main` alike), which turns them
     into one line and the exit code; an interrupted run has already said how to continue."""
-    report = run_study(settings_from_args(args))
+    settings = settings_from_args(args)
+    report = run_study(settings)
+    if not logging.getLogger(run_study.__module__).isEnabledFor(logging.INFO):
+        # -q: the search's messages were not shown, its result lines still are (as
+        # `gru4rec -q train` prints its metrics); without -q they were among the messages.
+        for line in result_lines(report, settings):
+            result(line)
     return 1 if report.problems else 0
+
+
+def result_lines(report: StudyReport, settings: ParoptSettings) -> list[str]:
+    """What a run found, as the search's messages say it: the best trial and its ``-ps``
+    string, then the final test's lines (``-fm`` cutoffs); the rest is in ``STUDY.summary.json``."""
+    if report.best_number is None or report.best_value is None:
+        return ["No trial completed: no best parameters."]
+    lines = [f"Best trial {report.best_number}: {metric_label(settings)}={report.best_value:.6f} ({settings.eval_mode} ties)",
+             f"Best parameters: {report.best_param_string}"]
+    final = report.final or {}
+    for cutoff in sorted(int(c) for c in final.get("recall", {})):
+        lines.append(f"Recall@{cutoff}: {final['recall'][str(cutoff)]:.6f} MRR@{cutoff}: {final['mrr'][str(cutoff)]:.6f}")
+    return lines
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -169,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Tune GRU4Rec hyperparameters with Optuna (resumable, parallel, distributed).",
     )
     add_arguments(parser, original=True)
-    parser.add_argument("-q", "--quiet", action="store_true", help="show only warnings and errors")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="only warnings, errors and the result lines (best parameters, final test)")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     return parser
 
@@ -177,8 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """``paropt.py`` / ``python -m gru4rec.tune``: parse ``argv`` and :func:`run` through the
     command line's dispatcher (the exit codes and one-line errors of every ``gru4rec`` command),
-    with the original's messages on standard output (``-q``: warnings and errors only). Without
-    ``argv``, the process's own command line: it asks for the allocator tuning
+    with the original's messages on standard output (``-q``: warnings, errors and the result lines).
+    Without ``argv``, the process's own command line: it asks for the allocator tuning
     (:func:`gru4rec.kernels.memory.keep_freed_memory`; its spawned workers do too)."""
     from gru4rec.cli import dispatch
     from gru4rec.cli.console import command_console
