@@ -67,10 +67,10 @@ def test_paropt_py_keeps_the_original_spellings_and_takes_q() -> None:
 
     original = build_parser()
     args = original.parse_args(["T", "V", "-opf", "S", "--eval_type", "conservative", "--item_key", "P", "-q"])
-    assert (args.eval_type, args.item_key, args.quiet) == ("conservative", "P", True)
+    assert (args.eval_mode, args.item_key, args.quiet) == ("conservative", "P", True)
     ours = subparser("paropt")
     args = ours.parse_args(["T", "V", "-opf", "S", "--eval-mode", "conservative", "--item-key", "P", "-q"])
-    assert (args.eval_type, args.item_key, args.quiet) == ("conservative", "P", True)
+    assert (args.eval_mode, args.item_key, args.quiet) == ("conservative", "P", True)
     with pytest.raises(SystemExit):
         ours.parse_args(["T", "V", "-opf", "S", "--eval_type", "conservative"])
 

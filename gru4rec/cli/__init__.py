@@ -45,15 +45,27 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from gru4rec.cli import baseline, evaluate, export, info, preprocess, recommend, report, run_py, serve, synth, train
-from gru4rec.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError, settings_from, typed_command
+from gru4rec.cli.common import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    PROG,
+    Flag,
+    S,
+    UsageError,
+    settings_from,
+    typed_command,
+)
 from gru4rec.cli.console import VERBOSITY_DESTS, add_verbosity_flags, command_console, verbosity
 from gru4rec.errors import ConfigError, Gru4RecError, OutputExistsError
 from gru4rec.kernels.memory import keep_freed_memory
 
-__all__ = ["main", "run_py_main", "Command", "COMMANDS", "dispatch", "register", "build_parser", "build_run_py_parser"]
+__all__ = ["main", "run_py_main", "Command", "COMMANDS", "Settings", "dispatch", "register", "typed", "build_parser", "build_run_py_parser"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +89,26 @@ class Command:
     #: Keep the package's default console for the command's messages (INFO on stdout), as the
     #: original scripts printed everything on stdout; otherwise every message goes to stderr.
     messages_on_stdout: bool = False
+    #: The command's settings dataclass and the flags declared for its fields outside it (see
+    #: :func:`~gru4rec.cli.common.settings_flags`), or None; a test holds its parser to them.
+    settings: Callable[[], Settings | None] = lambda: None
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """A command's settings dataclass (``cls``) and the :class:`~gru4rec.cli.common.Flag` of
+    those of its fields that do not declare their own (``flags``, by field name)."""
+
+    cls: type[Any]
+    flags: Mapping[str, Flag | None] | None = None
+
+
+def typed(name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], object], cls: type[S],
+          run: Callable[[S], int | None], *, flags: Mapping[str, Flag | None] | None = None,
+          description: str | None = None) -> Command:
+    """A command whose ``run`` takes its settings dataclass ``cls``, built from the parsed flags."""
+    settings = Settings(cls, flags)
+    return Command(name, help, add_arguments, typed_command(cls, run, flags), description, settings=lambda: settings)
 
 
 #: The one registry of subcommands, in the order ``gru4rec --help`` lists them.
@@ -100,7 +132,8 @@ def _hook_command(
     messages_on_stdout: bool = False,
 ) -> Command:
     """A subcommand implemented in another module by two hooks: ``<add>(parser)`` adds its
-    flags and ``<run>(args) -> int`` runs it (by default named ``add_arguments`` and ``run``).
+    flags and ``<run>(args) -> int`` runs it (by default named ``add_arguments`` and ``run``);
+    the module's ``SETTINGS`` and ``FLAGS`` are its :class:`Settings`.
 
     The module is imported only when this subcommand is used, so ``gru4rec --help`` and every
     other command keep working when the module (or its optional dependency) is missing.
@@ -134,40 +167,44 @@ def _hook_command(
         hooks = resolve()
         return hooks if isinstance(hooks, str) else None
 
-    return Command(name, help, add_arguments, run_command, description, unavailable, messages_on_stdout)
+    def settings() -> Settings | None:
+        if isinstance(resolve(), str):
+            return None
+        mod = importlib.import_module(module)
+        cls = getattr(mod, "SETTINGS", None)
+        return None if cls is None else Settings(cls, getattr(mod, "FLAGS", None))
+
+    return Command(name, help, add_arguments, run_command, description, unavailable, messages_on_stdout, settings)
 
 
-register(Command("train", "train a model on an event file (optionally save and evaluate it)",
-                 train.add_arguments, typed_command(train.TrainSettings, train.run)))
-register(Command("evaluate", "evaluate a saved model on test files (Recall, MRR, NDCG, ...)",
-                 evaluate.add_arguments, typed_command(evaluate.EvaluateSettings, evaluate.run)))
-register(Command("baseline", "fit pop, spop or itemknn and evaluate it like 'evaluate' (to compare with GRU4Rec)",
-                 baseline.add_arguments, typed_command(baseline.BaselineSettings, baseline.run),
-                 description=baseline.DESCRIPTION))
-register(Command("recommend", "top-k recommendations for the sessions in a file",
-                 recommend.add_arguments, typed_command(recommend.RecommendSettings, recommend.run),
-                 description=recommend.DESCRIPTION))
-register(Command("info", "describe a model file (format, items, configuration) or an event file (sessions, repeats)",
-                 info.add_arguments, typed_command(info.InfoSettings, info.run)))
-register(Command("export", "export a model: the one-click step as ONNX, item or session embeddings",
-                 export.add_arguments, typed_command(export.ExportSettings, export.run),
-                 description=export.DESCRIPTION))
-register(Command("serve", "serve live next-item recommendations over HTTP (needs gru4rec[serve])",
-                 serve.add_arguments, serve.run, description=serve.DESCRIPTION))
-register(Command("synth", "write the synthetic data set (train_full, test, train_tr, train_valid)",
-                 synth.add_synth_arguments, typed_command(synth.SynthSettings, synth.run_synth)))
-register(Command("demo", "one-command quick start: synthetic data -> train -> evaluate",
-                 synth.add_demo_arguments, typed_command(synth.DemoSettings, synth.run_demo)))
-register(Command("preprocess", "preprocess a public data set's raw files into train/test files",
-                 preprocess.add_preprocess_arguments, typed_command(preprocess.PreprocessSettings, preprocess.run_preprocess)))
-register(Command("split", "split your own event file by time into train/test files",
-                 preprocess.add_split_arguments, typed_command(preprocess.SplitSettings, preprocess.run_split)))
+register(typed("train", "train a model on an event file (optionally save and evaluate it)",
+                train.add_arguments, train.TrainSettings, train.run))
+register(typed("evaluate", "evaluate a saved model on test files (Recall, MRR, NDCG, ...)",
+               evaluate.add_arguments, evaluate.EvaluateSettings, evaluate.run))
+register(typed("baseline", "fit pop, spop or itemknn and evaluate it like 'evaluate' (to compare with GRU4Rec)",
+               baseline.add_arguments, baseline.BaselineSettings, baseline.run, description=baseline.DESCRIPTION))
+register(typed("recommend", "top-k recommendations for the sessions in a file",
+               recommend.add_arguments, recommend.RecommendSettings, recommend.run, description=recommend.DESCRIPTION))
+register(typed("info", "describe a model file (format, items, configuration) or an event file (sessions, repeats)",
+               info.add_arguments, info.InfoSettings, info.run))
+register(typed("export", "export a model: the one-click step as ONNX, item or session embeddings",
+               export.add_arguments, export.ExportSettings, export.run, description=export.DESCRIPTION))
+register(typed("serve", "serve live next-item recommendations over HTTP (needs gru4rec[serve])",
+               serve.add_arguments, serve.ServeCommand, serve.run, flags=serve.FLAGS, description=serve.DESCRIPTION))
+register(typed("synth", "write the synthetic data set (train_full, test, train_tr, train_valid)",
+               synth.add_synth_arguments, synth.SynthSettings, synth.run_synth))
+register(typed("demo", "one-command quick start: synthetic data -> train -> evaluate",
+               synth.add_demo_arguments, synth.DemoSettings, synth.run_demo))
+register(typed("preprocess", "preprocess a public data set's raw files into train/test files",
+               preprocess.add_preprocess_arguments, preprocess.PreprocessSettings, preprocess.run_preprocess))
+register(typed("split", "split your own event file by time into train/test files",
+               preprocess.add_split_arguments, preprocess.SplitSettings, preprocess.run_split))
 # paropt's command line lives with the search (optional dependency: optuna); like the original
 # paropt.py it prints its progress on stdout.
 register(_hook_command("paropt", "hyperparameter optimisation with Optuna", "gru4rec.cli.paropt",
                        messages_on_stdout=True))
-register(Command("report", "an HTML report (with PNGs) of run folders and/or an Optuna study",
-                 report.add_arguments, typed_command(report.ReportSettings, report.run), description=report.DESCRIPTION))
+register(typed("report", "an HTML report (with PNGs) of run folders and/or an Optuna study",
+               report.add_arguments, report.ReportSettings, report.run, description=report.DESCRIPTION))
 
 
 # ----------------------------------------------------------------------------------- the parser

@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import inspect
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # the heavy imports happen inside load_model
     from gru4rec.recommender import GRU4Rec
 
 __all__ = [
+    "DEVICE_FLAG",
     "EVAL_MODES",
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
@@ -38,8 +40,11 @@ __all__ = [
     "UsageError",
     "ColumnFlags",
     "EvalFlags",
+    "FLAG",
+    "Flag",
     "MachineFlags",
     "add_column_keys",
+    "add_flags",
     "add_device",
     "add_eval_flags",
     "add_force",
@@ -47,12 +52,16 @@ __all__ = [
     "add_threads",
     "check_readable",
     "check_writable_target",
+    "field_default",
+    "flag",
     "item_map_of",
     "load_model",
     "log_device_memory",
     "nonnegative_int",
+    "not_a_flag",
     "positive_int",
     "reset_device_memory_peak",
+    "settings_flags",
     "settings_from",
     "typed_command",
     "uses_threads",
@@ -132,21 +141,138 @@ class MachineFlags:
     force: bool = False
 
 
-def settings_from(cls: type[S], args: argparse.Namespace) -> S:
+#: The key of a settings field's metadata that holds its :class:`Flag` (None: not a flag).
+FLAG = "gru4rec.cli.flag"
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """How one settings field is given on the command line: the field is the one declaration of
+    the flag's destination (its name), default and value type; this says the rest. ``names``
+    empty: a positional argument. ``convert`` turns the parsed value into the field's (e.g. a
+    list into a tuple); ``group`` is the help section the flag is listed in."""
+
+    names: tuple[str, ...]
+    help: str
+    metavar: str | None = None
+    type: Callable[[str], Any] | None = None
+    choices: Sequence[Any] | None = None
+    nargs: str | int | None = None
+    action: str | None = None
+    const: Any = None
+    group: str | None = None
+    convert: Callable[[Any], Any] | None = None
+
+    def add_to(self, parser: argparse.ArgumentParser | argparse._ArgumentGroup, dest: str, default: Any) -> None:
+        """Add the flag to ``parser``: its value goes to ``dest``, ``default`` when not given (a
+        field's default; ``dataclasses.MISSING``: none, the flag is required)."""
+        kwargs: dict[str, Any] = {"help": self.help}
+        for key in ("metavar", "type", "choices", "nargs", "action", "const"):
+            if getattr(self, key) is not None:
+                kwargs[key] = getattr(self, key)
+        if default is dataclasses.MISSING:
+            if self.names:
+                kwargs["required"] = True
+        else:
+            # argparse appends to (and copies) a list default: a tuple field's default is given as one.
+            kwargs["default"] = list(default) if isinstance(default, tuple) else default
+        if self.names:
+            parser.add_argument(*self.names, dest=dest, **kwargs)
+        else:
+            parser.add_argument(dest, **kwargs)
+
+
+def flag(*names: str, help: str, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING,
+         **options: Any) -> Any:
+    """A settings field that is a command-line flag: ``verbose: bool = flag("-v", help=...)``
+    (the field's type annotation and ``default`` are the flag's; ``options`` are :class:`Flag`'s)."""
+    metadata = {FLAG: Flag(tuple(names), help, **options)}
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def not_a_flag(default: Any = None) -> Any:
+    """A settings field that no flag sets (``command_line``: set by the dispatcher)."""
+    return dataclasses.field(default=default, metadata={FLAG: None})
+
+
+def field_default(field: dataclasses.Field[Any]) -> Any:
+    """The field's default (its factory's value), or ``dataclasses.MISSING``."""
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
+def settings_flags(cls: type[Any], flags: Mapping[str, Flag | None] | None = None) -> dict[str, Flag | None]:
+    """Each field of the settings dataclass ``cls`` and its :class:`Flag`, in the order the help
+    lists them (the class's own fields, then those of each base in turn): the field's metadata,
+    else ``flags[name]`` — for a dataclass of the library (:class:`gru4rec.tune.ParoptSettings`,
+    :class:`gru4rec.serve.settings.ServeSettings`), whose flags the command declares beside it.
+    A field that is in neither is no flag (it keeps its default unless the dispatcher sets it)."""
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(flags or ()) - set(by_name))
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {', '.join(unknown)} (a flag declared for it)")
+    order: list[str] = []
+
+    def visit(klass: type[Any]) -> None:
+        own = [n for n in inspect.get_annotations(klass) if n in by_name and n not in order]
+        order.extend(own)
+        for base in klass.__bases__:
+            if dataclasses.is_dataclass(base):
+                visit(base)
+
+    visit(cls)
+    return {name: (flags or {}).get(name, by_name[name].metadata.get(FLAG)) for name in order}
+
+
+def add_flags(parser: argparse.ArgumentParser, cls: type[Any], flags: Mapping[str, Flag | None] | None = None,
+              groups: Mapping[str, str] | None = None) -> None:
+    """Add the flag of every field of ``cls`` (:func:`settings_flags`) to ``parser``: the parser
+    is derived from the settings, so that a flag and its field cannot disagree. ``groups``: the
+    description of a help section, by its title."""
+    sections: dict[str, argparse._ArgumentGroup] = {}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    declared = [(name, spec) for name, spec in settings_flags(cls, flags).items() if spec is not None]
+    # Positionals first, in field order (argparse reads them in the order they are added).
+    for name, spec in sorted(declared, key=lambda item: bool(item[1].names)):
+        target: argparse.ArgumentParser | argparse._ArgumentGroup = parser
+        if spec.group is not None:
+            if spec.group not in sections:
+                sections[spec.group] = parser.add_argument_group(spec.group, (groups or {}).get(spec.group))
+            target = sections[spec.group]
+        spec.add_to(target, name, field_default(fields[name]))
+
+
+def settings_from(cls: type[S], args: argparse.Namespace, flags: Mapping[str, Flag | None] | None = None) -> S:
     """A command's typed settings (a dataclass) from its parsed command line: each field is the
-    flag of its name; a field without a flag (``command_line``, ...) is the Namespace's value
-    where the dispatcher set one, else its default. The one place a Namespace becomes settings."""
+    flag of its name (converted by its :class:`Flag`, a list into a tuple for a tuple default); a
+    field without a flag (``command_line``, ...) is the Namespace's value where the dispatcher
+    set one, else its default. The one place a Namespace becomes settings."""
     given = vars(args)
-    return cls(**{f.name: given[f.name] for f in dataclasses.fields(cls) if f.name in given})
+    specs = settings_flags(cls, flags)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in given:
+            continue
+        value, spec = given[f.name], specs.get(f.name)
+        if spec is not None and spec.convert is not None:
+            value = spec.convert(value)
+        elif isinstance(value, list) and isinstance(field_default(f), tuple):
+            value = tuple(value)
+        values[f.name] = value
+    return cls(**values)
 
 
-def typed_command(cls: type[S], run: Callable[[S], int | None]) -> Callable[[argparse.Namespace], int | None]:
+def typed_command(cls: type[S], run: Callable[[S], int | None],
+                  flags: Mapping[str, Flag | None] | None = None) -> Callable[[argparse.Namespace], int | None]:
     """``run`` (which takes settings of type ``cls``) as a command of the registry (which hands
     it the parsed Namespace)."""
 
     @functools.wraps(run)
     def from_args(args: argparse.Namespace) -> int | None:
-        return run(settings_from(cls, args))
+        return run(settings_from(cls, args, flags))
 
     return from_args
 
@@ -209,11 +335,13 @@ def add_eval_flags(parser: argparse.ArgumentParser, *, test_required: bool) -> N
                        help="also write every metric of every test file to FILE as JSON")
 
 
+#: ``-d/--device`` of a ``device: str = "auto"`` field.
+DEVICE_FLAG = Flag(("-d", "--device"), "torch device: auto (CUDA if available, else CPU), cpu, cuda, cuda:1, ... (default: auto)")
+
+
 def add_device(parser: argparse.ArgumentParser) -> None:
     """``-d/--device``."""
-    parser.add_argument("-d", "--device", default="auto",
-                        help="torch device: auto (CUDA if available, else CPU), cpu, cuda, "
-                             "cuda:1, ... (default: auto)")
+    DEVICE_FLAG.add_to(parser, "device", "auto")
 
 
 def add_precision(parser: argparse.ArgumentParser) -> None:

@@ -16,13 +16,17 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from gru4rec.cli.common import Flag, add_flags, settings_from
 from gru4rec.cli.console import result
 from gru4rec.tune.reports import StudyReport
 from gru4rec.tune.runner import run_study
 from gru4rec.tune.settings import DEFAULT_OUT, EVAL_MODES, METRICS, ParoptSettings, metric_label
 from gru4rec.tune.storage import HEARTBEAT_GRACE_S, HEARTBEAT_INTERVAL_S, STORAGE_ENV
 
-__all__ = ["add_arguments", "build_parser", "main", "result_lines", "run", "settings_from_args"]
+__all__ = [
+    "FLAGS", "SETTINGS", "add_arguments", "build_parser", "flags", "main", "result_lines", "run", "run_settings",
+    "settings_from_args",
+]
 
 log = logging.getLogger(__name__)
 
@@ -30,129 +34,108 @@ log = logging.getLogger(__name__)
 PROG = "paropt.py"
 
 
-def add_arguments(parser: argparse.ArgumentParser, *, original: bool = False) -> None:
-    """Add paropt's options to ``parser`` (the original's flags plus storage/parallel options).
+def flags(*, original: bool = False) -> dict[str, Flag | None]:
+    """The flag of every field of :class:`~gru4rec.tune.settings.ParoptSettings` (a class of the
+    search, which never imports the command line), by field name: each field's name, type and
+    default are the flag's.
 
     ``original``: spell the original ``paropt.py``'s long options as it did (``--eval_type``,
     ``--item_key``, ...); otherwise they follow the ``gru4rec`` commands' convention
-    (``--eval-mode``, ``--item-key``, ...). The short flags and destinations are the same.
+    (``--eval-mode``, ``--item-key``, ...). The short flags are the same.
     """
 
     def long(name: str, gru4rec_name: str | None = None) -> str:
         return "--" + (name if original else (gru4rec_name or name.replace("_", "-")))
 
-    parser.add_argument("path", metavar="TRAIN", help="training events (TSV/CSV/Parquet)")
-    parser.add_argument("test", metavar="VALID", help="validation events the objective is measured on")
-    parser.add_argument("-opf", long("optuna_parameter_file"), dest="optuna_parameter_file", metavar="PATH", required=True,
-                        help="search space: JSON lines {name, dtype int|float|categorical, values, step, log}")
-    parser.add_argument("-fp", long("fixed_parameters"), dest="fixed_parameters", metavar="PARAM_STRING", default="",
-                        help="fixed parameters, e.g. 'loss=cross-entropy,constrained_embedding=True,n_epochs=10'")
-    parser.add_argument("-nt", "--ntrials", metavar="NT", type=int, default=50,
-                        help="trials THIS RUN adds to the study (failed and pruned ones included), not the study's "
-                             "total: a rerun of the same command extends the study by NT more; default 50")
-    parser.add_argument("--total", action="store_true",
-                        help="-nt is the study's total instead: run until the study holds NT finished "
-                             "(COMPLETE+PRUNED) trials, so a rerun after an interruption only runs the missing ones")
-    parser.add_argument("-m", "--measure", metavar="AT", type=int, default=20, help="cutoff of the objective metric (default 20)")
-    parser.add_argument("-fm", long("final_measure"), dest="final_measure", metavar="AT", type=int, nargs="*", default=[20],
-                        help="cutoffs of the final test (--final-test); default 20")
-    parser.add_argument("-pm", long("primary_metric"), dest="primary_metric", metavar="METRIC", choices=METRICS, default="recall",
-                        help="objective: recall or mrr (default recall)")
-    parser.add_argument("-e", long("eval_type", "eval-mode"), dest="eval_type", metavar="MODE", choices=EVAL_MODES, default="standard",
-                        help="tie handling: standard, conservative, median or tiebreaking (default standard)")
-    parser.add_argument("-ik", long("item_key"), dest="item_key", metavar="IK", default=None, help="item id column (default ItemId)")
-    parser.add_argument(
-        "-sk", long("session_key"), dest="session_key", metavar="SK", default=None, help="session id column (default SessionId)"
-    )
-    parser.add_argument("-tk", long("time_key"), dest="time_key", metavar="TK", default=None, help="time column (default Time)")
-    parser.add_argument("-d", "--device", default="auto", help="torch device: auto, cpu, cuda, cuda:1, ... (default auto)")
-    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
-                        help="training precision of the trials (default float32; see gru4rec train --help)")
-    parser.add_argument("--storage", metavar="URL", default=None,
+    return {
+        "train": Flag((), "training events (TSV/CSV/Parquet)", metavar="TRAIN"),
+        "valid": Flag((), "validation events the objective is measured on", metavar="VALID"),
+        "paramspace": Flag(("-opf", long("optuna_parameter_file")), metavar="PATH",
+                           help="search space: JSON lines {name, dtype int|float|categorical, values, step, log}"),
+        "fixed": Flag(("-fp", long("fixed_parameters")), metavar="PARAM_STRING",
+                      help="fixed parameters, e.g. 'loss=cross-entropy,constrained_embedding=True,n_epochs=10'"),
+        "n_trials": Flag(("-nt", "--ntrials"), metavar="NT", type=int,
+                         help="trials THIS RUN adds to the study (failed and pruned ones included), not the study's "
+                              "total: a rerun of the same command extends the study by NT more; default 50"),
+        "total": Flag(("--total",), action="store_true",
+                      help="-nt is the study's total instead: run until the study holds NT finished "
+                           "(COMPLETE+PRUNED) trials, so a rerun after an interruption only runs the missing ones"),
+        "measure": Flag(("-m", "--measure"), metavar="AT", type=int, help="cutoff of the objective metric (default 20)"),
+        # '-fm' without a value keeps the default, as in the original.
+        "final_measure": Flag(("-fm", long("final_measure")), metavar="AT", type=int, nargs="*",
+                              convert=lambda cutoffs: tuple(cutoffs or (20,)),
+                              help="cutoffs of the final test (--final-test); default 20"),
+        "primary_metric": Flag(("-pm", long("primary_metric")), metavar="METRIC", choices=METRICS,
+                               help="objective: recall or mrr (default recall)"),
+        "eval_mode": Flag(("-e", long("eval_type", "eval-mode")), metavar="MODE", choices=EVAL_MODES,
+                          help="tie handling: standard, conservative, median or tiebreaking (default standard)"),
+        "session_key": Flag(("-sk", long("session_key")), metavar="SK", help="session id column (default SessionId)"),
+        "item_key": Flag(("-ik", long("item_key")), metavar="IK", help="item id column (default ItemId)"),
+        "time_key": Flag(("-tk", long("time_key")), metavar="TK", help="time column (default Time)"),
+        "device": Flag(("-d", "--device"), "torch device: auto, cpu, cuda, cuda:1, ... (default auto)"),
+        "precision": Flag(("--precision",), choices=("float32", "bfloat16"),
+                          help="training precision of the trials (default float32; see gru4rec train --help)"),
+        "threads": Flag(("--threads",), metavar="T", type=int,
+                        help="torch threads per worker (default: 1 with several workers, else torch's default)"),
+        "workers": Flag(("--workers",), metavar="W", type=int, help="local worker processes sharing the study (default 1)"),
+        "storage": Flag(("--storage",), metavar="URL",
                         help=f"Optuna storage: SQLAlchemy URL, journal:PATH or a file path (default: ${STORAGE_ENV}, "
-                             "else sqlite:///OUT/paropt.db)")
-    parser.add_argument("--study-name", default=None,
-                        help="study to create or resume (default: <space>.<train folder>.<train file>)")
-    parser.add_argument("--no-pruning", action="store_true", help="no pruning (and no per-epoch validation)")
-    parser.add_argument("--prune-startup", type=int, default=5, metavar="N",
-                        help="median pruner: completed trials before pruning starts (default 5)")
-    parser.add_argument("--prune-warmup", type=int, default=1, metavar="E",
-                        help="median pruner: epochs exempt from pruning (default 1)")
-    parser.add_argument("--workers", type=int, default=1, metavar="W",
-                        help="local worker processes sharing the study (default 1)")
-    parser.add_argument("--threads", type=int, default=None, metavar="T",
-                        help="torch threads per worker (default: 1 with several workers, else torch's default)")
-    parser.add_argument("--seed", type=int, default=42, dest="sampler_seed",
-                        help="seed of the TPE sampler (default 42): trial n draws from (seed, n), so the same command "
-                             "on a new study proposes the same trials and no two trials draw alike")
-    parser.add_argument("--enqueue", action="append", default=[], metavar="PARAMFILE",
+                             "else sqlite:///OUT/paropt.db)"),
+        "study_name": Flag(("--study-name",), "study to create or resume (default: <space>.<train folder>.<train file>)"),
+        "pruning": Flag(("--no-pruning",), "no pruning (and no per-epoch validation)", action="store_false"),
+        "prune_startup": Flag(("--prune-startup",), metavar="N", type=int,
+                              help="median pruner: completed trials before pruning starts (default 5)"),
+        "prune_warmup": Flag(("--prune-warmup",), metavar="E", type=int,
+                             help="median pruner: epochs exempt from pruning (default 1)"),
+        "sampler_seed": Flag(("--seed",), type=int,
+                             help="seed of the TPE sampler (default 42): trial n draws from (seed, n), so the same "
+                                  "command on a new study proposes the same trials and no two trials draw alike"),
+        "timeout": Flag(("--timeout",), metavar="S", type=float, help="start no new trial after S seconds"),
+        "out": Flag(("--out",), metavar="DIR",
+                    help=f"folder for the best parameters, trial exports and the default storage (default {DEFAULT_OUT})"),
+        "final_test": Flag(("--final-test",), metavar="TEST",
+                           help="train the best configuration on TRAIN+VALID and evaluate it on TEST at the -fm cutoffs"),
+        "early_stop": Flag(("--early-stop",), metavar="PATIENCE", type=int,
+                           help="stop a trial when the objective on VALID has not improved for PATIENCE epochs; the "
+                                "trial keeps (and scores) its best epoch (faster trials; default: every epoch)"),
+        "run_dirs": Flag(("--run-dirs",), metavar="DIR",
+                         help="a run folder per trial in DIR/<study>/trial-NNNNN (config.json, epochs.jsonl, "
+                              "metrics.json on VALID with breakdowns, command.txt to retrain it; no model file), "
+                              "for 'gru4rec report'"),
+        "enqueue": Flag(("--enqueue",), action="append", metavar="PARAMFILE",
                         help="queue the searched values of a parameter file (e.g. paramfiles/*_best.py) as one of the "
-                             "first trials; repeatable; its fixed (-fp) values must agree")
-    parser.add_argument("--add-trials", action="append", default=[], metavar="TRIALS_JSON",
-                        help="continue a study from its export (STUDY.trials.json, e.g. from another machine): its "
-                             "finished trials are added as they were, its unfinished ones queued again; repeatable")
-    parser.add_argument("--heartbeat-interval", type=int, default=HEARTBEAT_INTERVAL_S, metavar="S",
-                        help=f"seconds between a running trial's heartbeats in an RDB storage (default {HEARTBEAT_INTERVAL_S})")
-    parser.add_argument("--grace-period", type=int, default=HEARTBEAT_GRACE_S, metavar="S",
-                        help="seconds without a heartbeat after which a trial (its worker killed) is marked FAIL and "
-                             f"queued again (default {HEARTBEAT_GRACE_S})")
-    parser.add_argument("--timeout", type=float, default=None, metavar="S",
-                        help="start no new trial after S seconds")
-    parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
-                        help=f"folder for the best parameters, trial exports and the default storage (default {DEFAULT_OUT})")
-    parser.add_argument("--final-test", default=None, metavar="TEST",
-                        help="train the best configuration on TRAIN+VALID and evaluate it on TEST at the -fm cutoffs")
-    parser.add_argument("--early-stop", type=int, default=None, metavar="PATIENCE",
-                        help="stop a trial when the objective on VALID has not improved for PATIENCE epochs; the "
-                             "trial keeps (and scores) its best epoch (faster trials; default: every epoch)")
-    parser.add_argument("--run-dirs", default=None, metavar="DIR",
-                        help="a run folder per trial in DIR/<study>/trial-NNNNN (config.json, epochs.jsonl, "
-                             "metrics.json on VALID with breakdowns, command.txt to retrain it; no model file), "
-                             "for 'gru4rec report'")
-    parser.add_argument("-f", "--force", action="store_true",
-                        help="replace files in --out that are not this study's reports (a rerun of the same study "
-                             "replaces its own reports without it)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show Optuna's own log messages")
+                             "first trials; repeatable; its fixed (-fp) values must agree"),
+        "add_trials": Flag(("--add-trials",), action="append", metavar="TRIALS_JSON",
+                           help="continue a study from its export (STUDY.trials.json, e.g. from another machine): its "
+                                "finished trials are added as they were, its unfinished ones queued again; repeatable"),
+        "heartbeat_interval": Flag(("--heartbeat-interval",), metavar="S", type=int,
+                                   help="seconds between a running trial's heartbeats in an RDB storage "
+                                        f"(default {HEARTBEAT_INTERVAL_S})"),
+        "grace_period": Flag(("--grace-period",), metavar="S", type=int,
+                             help="seconds without a heartbeat after which a trial (its worker killed) is marked FAIL "
+                                  f"and queued again (default {HEARTBEAT_GRACE_S})"),
+        "force": Flag(("-f", "--force"), action="store_true",
+                      help="replace files in --out that are not this study's reports (a rerun of the same study "
+                           "replaces its own reports without it)"),
+        "verbose": Flag(("-v", "--verbose"), "show Optuna's own log messages", action="store_true"),
+    }
+
+
+#: The settings of ``gru4rec paropt`` and the flags of their fields (``gru4rec`` spellings).
+SETTINGS = ParoptSettings
+FLAGS = flags()
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, original: bool = False) -> None:
+    """Add paropt's options to ``parser``: a flag per field of :class:`ParoptSettings`
+    (:func:`flags`; ``original``: the original ``paropt.py``'s spellings)."""
+    add_flags(parser, ParoptSettings, flags(original=original))
 
 
 def settings_from_args(args: argparse.Namespace) -> ParoptSettings:
-    """The :class:`ParoptSettings` of parsed command-line arguments."""
-    return ParoptSettings(
-        train=args.path,
-        valid=args.test,
-        paramspace=args.optuna_parameter_file,
-        fixed=args.fixed_parameters or "",
-        n_trials=args.ntrials,
-        total=args.total,
-        measure=args.measure,
-        final_measure=tuple(args.final_measure or (20,)),
-        primary_metric=args.primary_metric,
-        eval_mode=args.eval_type,
-        session_key=args.session_key,
-        item_key=args.item_key,
-        time_key=args.time_key,
-        device=args.device,
-        precision=args.precision,
-        threads=args.threads,
-        workers=args.workers,
-        storage=args.storage,
-        study_name=args.study_name,
-        pruning=not args.no_pruning,
-        prune_startup=args.prune_startup,
-        prune_warmup=args.prune_warmup,
-        sampler_seed=args.sampler_seed,
-        timeout=args.timeout,
-        out=args.out,
-        final_test=args.final_test,
-        early_stop=args.early_stop,
-        run_dirs=args.run_dirs,
-        enqueue=tuple(args.enqueue or ()),
-        add_trials=tuple(args.add_trials or ()),
-        heartbeat_interval=args.heartbeat_interval,
-        grace_period=args.grace_period,
-        force=args.force,
-        verbose=args.verbose,
-    )
+    """The :class:`ParoptSettings` of parsed command-line arguments (either spelling: the
+    destinations are the field names)."""
+    return settings_from(ParoptSettings, args, FLAGS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -160,7 +143,11 @@ def run(args: argparse.Namespace) -> int:
     module). Errors and interruptions propagate to the command line's one dispatcher
     (:func:`gru4rec.cli.dispatch`: ``gru4rec paropt`` and :func:`main` alike), which turns them
     into one line and the exit code; an interrupted run has already said how to continue."""
-    settings = settings_from_args(args)
+    return run_settings(settings_from_args(args))
+
+
+def run_settings(settings: ParoptSettings) -> int:
+    """Run the search of ``settings`` (see :func:`run`)."""
     report = run_study(settings)
     if not logging.getLogger(run_study.__module__).isEnabledFor(logging.INFO):
         # -q: the search's messages were not shown, its result lines still are (as

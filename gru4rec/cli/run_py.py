@@ -23,6 +23,7 @@ from gru4rec.cli.common import (
     check_writable_target,
     load_model,
     nonnegative_int,
+    not_a_flag,
     positive_int,
     uses_threads,
 )
@@ -63,7 +64,7 @@ class RunPySettings(observe.ObserveFlags):
     log_primary_metric: bool = False
     seed: int | None = None
     force: bool = False
-    command_line: list[str] | None = None
+    command_line: list[str] | None = not_a_flag()  # set by the dispatcher: the command as run
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,13 +11,15 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, fields
 from typing import Any
 
-from gru4rec.cli.common import EXIT_OK, add_device, positive_int
+from gru4rec.cli.common import DEVICE_FLAG, EXIT_OK, Flag, add_flags, flag, positive_int
 from gru4rec.cli.console import result
 from gru4rec.errors import Gru4RecError
+from gru4rec.serve.settings import ServeSettings
 
-__all__ = ["DESCRIPTION", "add_arguments", "run"]
+__all__ = ["DESCRIPTION", "FLAGS", "ServeCommand", "add_arguments", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,12 @@ DESCRIPTION = (
 )
 
 
+_SCORING = "scoring (every choice gives the same answers)"
+_LIMITS = "limits and resources"
+
+
 def _nonnegative_float(text: str) -> float:
+    """argparse type: a number >= 0."""
     try:
         value = float(text)
     except ValueError:
@@ -49,6 +56,7 @@ def _nonnegative_float(text: str) -> float:
 
 
 def _port(text: str) -> int:
+    """argparse type: a TCP port, 0 to 65535."""
     try:
         value = int(text)
     except ValueError:
@@ -58,57 +66,62 @@ def _port(text: str) -> int:
     return value
 
 
+#: The flags of the server's settings (:class:`~gru4rec.serve.settings.ServeSettings`, a class of
+#: the library, which never imports the command line), by field name: each field's name, type and
+#: default are the flag's; ``token`` is no flag (GRU4REC_TOKEN only: a command line is public).
+FLAGS: dict[str, Flag | None] = {
+    "model": Flag((), "a model file saved by train --save", metavar="MODEL"),
+    "watch_s": Flag(("--watch",), "reload MODEL when the file is replaced (checked every SECONDS, default 1); "
+                    "without it, reload on SIGHUP only", type=_nonnegative_float, nargs="?", const=1.0, metavar="SECONDS"),
+    "device": DEVICE_FLAG,
+    "state": Flag(("--state",), "where sessions live: in this process (default) or in Redis, shared by replicas "
+                  "(redis://:PASSWORD@HOST:PORT/DB, rediss:// for TLS); also GRU4REC_STATE, which keeps a "
+                  "password out of the process list", metavar="memory|redis://HOST:PORT/DB"),
+    "token": None,
+    "token_file": Flag(("--token-file",), "a file whose first line is the access token the /v1 routes require as "
+                       "'Authorization: Bearer TOKEN' (or set GRU4REC_TOKEN; never the token itself on the command line)",
+                       metavar="PATH", group="access"),
+    "max_sessions": Flag(("--max-sessions",), "memory store: sessions held at most, least recently used out first "
+                         "(default: 1000000)", type=positive_int, group="sessions"),
+    "session_ttl_s": Flag(("--session-ttl",), "a session is dropped this long after its last click (default: 1800)",
+                          type=_nonnegative_float, metavar="SECONDS", group="sessions"),
+    "max_batch": Flag(("--max-batch",), "most requests in one batch; 1 turns batching off (default: 64)",
+                      type=positive_int, group="micro-batching"),
+    "batch_window_ms": Flag(("--batch-window-ms",), "how long a batch waits for more requests after its first "
+                            "(default: 0, it takes what arrived while the previous batch ran)",
+                            type=_nonnegative_float, group="micro-batching"),
+    "max_queue": Flag(("--max-queue",), "requests waiting beyond this get 503 (default: 4096)", type=positive_int,
+                      group="micro-batching"),
+    "scoring": Flag(("--scoring",), "auto: int8 candidates with a certified exact top-k on the CPU, float32 on a GPU "
+                    "(default: auto)", choices=("auto", "float32", "int8"), group=_SCORING),
+    "candidates": Flag(("--candidates",), "int8 candidates per row (default: 128)", type=positive_int, group=_SCORING),
+    "int8_max_batch": Flag(("--int8-max-batch",), "batches larger than this are scored in float32 (default: 64)",
+                           type=positive_int, group=_SCORING),
+    "max_body_bytes": Flag(("--max-body-bytes",), "larger request bodies get 413 (default: 65536)", type=positive_int,
+                           group=_LIMITS),
+    "max_items": Flag(("--max-items",), "most items in one stateless request (default: 1000)", type=positive_int,
+                      group=_LIMITS),
+    "threads": Flag(("--threads",), "torch threads, exactly (default: chosen while serving between 1 and torch's count, "
+                    "from the batches' times)", type=positive_int, group=_LIMITS),
+    "log_interval_s": Flag(("--log-interval",), "seconds between activity lines (default: 60)", type=float,
+                           metavar="SECONDS", group=_LIMITS),
+}
+
+
+@dataclass(frozen=True)
+class ServeCommand(ServeSettings):
+    """The settings of ``gru4rec serve``: the server's (:data:`FLAGS`) and where it listens."""
+
+    host: str = flag("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1; 0.0.0.0 for all)")
+    port: int = flag("--port", default=8000, type=_port, help="port (default: 8000; 0 picks a free one)")
+    insecure: bool = flag("--insecure", default=False, action="store_true", group="access",
+                          help="listen on an address other than loopback without an access token (anyone who reaches "
+                               "the port can read, change and delete every session)")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``gru4rec serve``."""
-    parser.add_argument("model", metavar="MODEL", help="a model file saved by train --save")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1; 0.0.0.0 for all)")
-    parser.add_argument("--port", type=_port, default=8000, help="port (default: 8000; 0 picks a free one)")
-    parser.add_argument("--watch", type=_nonnegative_float, nargs="?", const=1.0, default=0.0, metavar="SECONDS",
-                        help="reload MODEL when the file is replaced (checked every SECONDS, default 1); "
-                             "without it, reload on SIGHUP only")
-    add_device(parser)
-    parser.add_argument("--state", default="memory", metavar="memory|redis://HOST:PORT/DB",
-                        help="where sessions live: in this process (default) or in Redis, shared by replicas "
-                             "(redis://:PASSWORD@HOST:PORT/DB, rediss:// for TLS); also GRU4REC_STATE, which keeps a "
-                             "password out of the process list")
-    access = parser.add_argument_group("access")
-    access.add_argument("--token-file", metavar="PATH", default=None,
-                        help="a file whose first line is the access token the /v1 routes require as "
-                             "'Authorization: Bearer TOKEN' (or set GRU4REC_TOKEN; never the token itself on the command line)")
-    access.add_argument("--insecure", action="store_true",
-                        help="listen on an address other than loopback without an access token (anyone who reaches "
-                             "the port can read, change and delete every session)")
-    sessions = parser.add_argument_group("sessions")
-    sessions.add_argument("--max-sessions", type=positive_int, default=1_000_000,
-                          help="memory store: sessions held at most, least recently used out first (default: 1000000)")
-    sessions.add_argument("--session-ttl", type=_nonnegative_float, default=1800.0, metavar="SECONDS",
-                          help="a session is dropped this long after its last click (default: 1800)")
-    batching = parser.add_argument_group("micro-batching")
-    batching.add_argument("--max-batch", type=positive_int, default=64,
-                          help="most requests in one batch; 1 turns batching off (default: 64)")
-    batching.add_argument("--batch-window-ms", type=_nonnegative_float, default=0.0,
-                          help="how long a batch waits for more requests after its first (default: 0, "
-                               "it takes what arrived while the previous batch ran)")
-    batching.add_argument("--max-queue", type=positive_int, default=4096,
-                          help="requests waiting beyond this get 503 (default: 4096)")
-    scoring = parser.add_argument_group("scoring (every choice gives the same answers)")
-    scoring.add_argument("--scoring", choices=("auto", "float32", "int8"), default="auto",
-                         help="auto: int8 candidates with a certified exact top-k on the CPU, float32 on a GPU "
-                              "(default: auto)")
-    scoring.add_argument("--candidates", type=positive_int, default=128,
-                         help="int8 candidates per row (default: 128)")
-    scoring.add_argument("--int8-max-batch", type=positive_int, default=64,
-                         help="batches larger than this are scored in float32 (default: 64)")
-    limits = parser.add_argument_group("limits and resources")
-    limits.add_argument("--max-body-bytes", type=positive_int, default=65_536,
-                        help="larger request bodies get 413 (default: 65536)")
-    limits.add_argument("--max-items", type=positive_int, default=1000,
-                        help="most items in one stateless request (default: 1000)")
-    limits.add_argument("--threads", type=positive_int, default=None,
-                        help="torch threads, exactly (default: chosen while serving between 1 and torch's count, "
-                        "from the batches' times)")
-    limits.add_argument("--log-interval", type=float, default=60.0, metavar="SECONDS",
-                        help="seconds between activity lines (default: 60)")
+    """The flags of ``gru4rec serve`` (:class:`ServeCommand`)."""
+    add_flags(parser, ServeCommand, FLAGS)
 
 
 def _is_loopback(address: str) -> bool:
@@ -143,7 +156,7 @@ def _listen(host: str, port: int, *, open_to_all: bool) -> socket.socket:
     return sock
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ServeCommand) -> int:
     """Run ``gru4rec serve``: load the model, listen, serve until a signal."""
     try:
         import uvicorn
@@ -151,18 +164,12 @@ def run(args: argparse.Namespace) -> int:
         from gru4rec.serve.app import create_app
     except ImportError as exc:
         raise ImportError(f"gru4rec serve needs fastapi and uvicorn ({exc}): pip install 'gru4rec[serve]'") from exc
-    from gru4rec.serve.settings import ServeSettings
 
-    if not os.path.exists(args.model):
+    if args.model is None or not os.path.exists(args.model):
         raise FileNotFoundError(2, "model file not found", args.model)
-    settings = ServeSettings(
-        model=args.model, device=args.device, state=_state(args.state), max_sessions=args.max_sessions,
-        session_ttl_s=args.session_ttl, max_batch=args.max_batch, batch_window_ms=args.batch_window_ms,
-        max_queue=args.max_queue, max_body_bytes=args.max_body_bytes, max_items=args.max_items, scoring=args.scoring,
-        candidates=args.candidates, int8_max_batch=args.int8_max_batch, threads=args.threads,
-        log_interval_s=args.log_interval, watch_s=args.watch,
-        token=os.environ.get("GRU4REC_TOKEN") or None, token_file=args.token_file,
-    )
+    # The server's own settings (not where it listens), with what the environment adds.
+    settings = ServeSettings(**{f.name: getattr(args, f.name) for f in fields(ServeSettings)}).replace(
+        state=_state(args.state), token=os.environ.get("GRU4REC_TOKEN") or None)
     token = settings.access_token()  # a bad token file fails before the port is taken
     sock = _listen(args.host, args.port, open_to_all=bool(token) or args.insecure)  # a taken port fails before the model loads
     try:

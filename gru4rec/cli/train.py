@@ -36,6 +36,7 @@ from gru4rec.cli.common import (
     item_map_of,
     log_device_memory,
     nonnegative_int,
+    not_a_flag,
     reset_device_memory_peak,
     uses_threads,
     write_json,
@@ -90,7 +91,7 @@ class TrainSettings(observe.ObserveFlags, EvalFlags, ColumnFlags, MachineFlags):
     resume: bool = False
     keep_checkpoint: bool = False
     precision: str = "float32"
-    command_line: list[str] | None = None
+    command_line: list[str] | None = not_a_flag()  # set by the dispatcher: the command as run
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
