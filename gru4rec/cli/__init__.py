@@ -178,17 +178,19 @@ def _hook_command(
 
 
 register(typed("train", "train a model on an event file (optionally save and evaluate it)",
-                train.add_arguments, train.TrainSettings, train.run))
+                train.add_arguments, train.TrainSettings, train.run, flags=train.FLAGS))
 register(typed("evaluate", "evaluate a saved model on test files (Recall, MRR, NDCG, ...)",
-               evaluate.add_arguments, evaluate.EvaluateSettings, evaluate.run))
+               evaluate.add_arguments, evaluate.EvaluateSettings, evaluate.run, flags=evaluate.FLAGS))
 register(typed("baseline", "fit pop, spop or itemknn and evaluate it like 'evaluate' (to compare with GRU4Rec)",
                baseline.add_arguments, baseline.BaselineSettings, baseline.run, description=baseline.DESCRIPTION))
 register(typed("recommend", "top-k recommendations for the sessions in a file",
-               recommend.add_arguments, recommend.RecommendSettings, recommend.run, description=recommend.DESCRIPTION))
+               recommend.add_arguments, recommend.RecommendSettings, recommend.run, flags=recommend.FLAGS,
+               description=recommend.DESCRIPTION))
 register(typed("info", "describe a model file (format, items, configuration) or an event file (sessions, repeats)",
                info.add_arguments, info.InfoSettings, info.run))
 register(typed("export", "export a model: the one-click step as ONNX, item or session embeddings",
-               export.add_arguments, export.ExportSettings, export.run, description=export.DESCRIPTION))
+               export.add_arguments, export.ExportSettings, export.run, flags=export.FLAGS,
+               description=export.DESCRIPTION))
 register(typed("serve", "serve live next-item recommendations over HTTP (needs gru4rec[serve])",
                serve.add_arguments, serve.ServeCommand, serve.run, flags=serve.FLAGS, description=serve.DESCRIPTION))
 register(typed("synth", "write the synthetic data set (train_full, test, train_tr, train_valid)",

@@ -16,14 +16,14 @@ from gru4rec.cli.common import (
     EvalFlags,
     MachineFlags,
     UsageError,
-    add_column_keys,
-    add_device,
-    add_eval_flags,
-    add_force,
-    add_threads,
+    add_flags,
     check_readable,
     check_writable_target,
+    eval_test_flag,
+    flag,
+    flag_field,
     positive_int,
+    settings_flags,
     uses_threads,
     write_json,
 )
@@ -42,25 +42,12 @@ BASELINES = {
     "spop": ("SessionPop", "the session's own items, most visited first, then the most popular ones"),
     "itemknn": ("ItemKNN", "the items most often in the same training sessions as the last item (cosine)"),
 }
-_KNN_FLAGS = {"neighbors": "--neighbors", "knn_lambda": "--lambda", "knn_alpha": "--alpha"}
 
 DESCRIPTION = (
     "Fit a baseline on TRAIN and evaluate it on the test files with the same metrics as\n"
     "'gru4rec evaluate' (cutoffs, tie modes, --metrics-json), to compare with GRU4Rec:\n\n"
     + "\n".join(f"  {name:<8} {what}" for name, (_, what) in BASELINES.items())
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class BaselineSettings(EvalFlags, ColumnFlags, MachineFlags):
-    """The settings of ``gru4rec baseline`` (one field per flag)."""
-
-    baseline: str
-    data: str
-    test: list[str]  # required here
-    neighbors: int | None = None
-    knn_lambda: float | None = None
-    knn_alpha: float | None = None
 
 
 def _unit_interval(text: str) -> float:
@@ -83,23 +70,35 @@ def _nonnegative_float(text: str) -> float:
     return value
 
 
+_KNN = "itemknn"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaselineSettings(EvalFlags, ColumnFlags, MachineFlags):
+    """The settings of ``gru4rec baseline``: a field per flag, declared with it."""
+
+    baseline: str = flag(choices=tuple(BASELINES), help="which baseline (see above)")
+    data: str = flag(metavar="TRAIN",
+                     help="training events: TSV/CSV/Parquet (optionally .gz) with session, item and time columns")
+    test: list[str] = flag_field(eval_test_flag(required=True))
+    neighbors: int | None = flag("--neighbors", metavar="K", type=positive_int, group=_KNN, default=None,
+                                 help="neighbours kept per item (default: 100)")
+    knn_lambda: float | None = flag("--lambda", metavar="L", type=_nonnegative_float, group=_KNN, default=None,
+                                    help="added to the items' session counts in the normalisation: damps rare items "
+                                         "(default: 20)")
+    knn_alpha: float | None = flag("--alpha", metavar="A", type=_unit_interval, group=_KNN, default=None,
+                                   help="weight of the source item's count in the normalisation, 0.5 = cosine "
+                                        "(default: 0.5)")
+
+
+#: The itemknn flags by field, as the messages name them.
+_KNN_FLAGS = {name: spec.names[0] for name in ("neighbors", "knn_lambda", "knn_alpha")
+              if (spec := settings_flags(BaselineSettings)[name]) is not None}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``gru4rec baseline``."""
-    parser.add_argument("baseline", choices=tuple(BASELINES), help="which baseline (see above)")
-    parser.add_argument("data", metavar="TRAIN",
-                        help="training events: TSV/CSV/Parquet (optionally .gz) with session, item and time columns")
-    add_eval_flags(parser, test_required=True)
-    knn = parser.add_argument_group("itemknn")
-    knn.add_argument("--neighbors", metavar="K", type=positive_int, default=None,
-                     help="neighbours kept per item (default: 100)")
-    knn.add_argument("--lambda", dest="knn_lambda", metavar="L", type=_nonnegative_float, default=None,
-                     help="added to the items' session counts in the normalisation: damps rare items (default: 20)")
-    knn.add_argument("--alpha", dest="knn_alpha", metavar="A", type=_unit_interval, default=None,
-                     help="weight of the source item's count in the normalisation, 0.5 = cosine (default: 0.5)")
-    add_column_keys(parser, default_from=None)
-    add_device(parser)
-    add_threads(parser)
-    add_force(parser)
+    """The flags of ``gru4rec baseline`` (:class:`BaselineSettings`)."""
+    add_flags(parser, BaselineSettings)
 
 
 def _fit(args: BaselineSettings) -> Any:

@@ -43,15 +43,16 @@ __all__ = [
     "FLAG",
     "Flag",
     "MachineFlags",
-    "add_column_keys",
+    "column_flags",
+    "flag_field",
+    "eval_test_flag",
+    "FORCE_FLAG",
+    "PRECISION_FLAG",
+    "THREADS_FLAG",
     "add_flags",
-    "add_device",
-    "add_eval_flags",
-    "add_force",
-    "add_precision",
-    "add_threads",
     "check_readable",
     "check_writable_target",
+    "declared_flag",
     "field_default",
     "flag",
     "item_map_of",
@@ -106,40 +107,9 @@ S = TypeVar("S", bound="DataclassInstance")
 T = TypeVar("T", bound=HasThreads)
 
 
-# The settings of the flag groups below (add_column_keys, add_eval_flags, add_device + add_threads
-# + add_force): a command's settings dataclass extends the groups it adds, so each field is
-# declared once beside the flags that set it. Keyword-only, so that a command's own required
-# fields (MODEL, DATA, ...) may come after them.
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ColumnFlags:
-    """``--session-key``, ``--item-key``, ``--time-key`` (:func:`add_column_keys`)."""
-
-    session_key: str | None = None
-    item_key: str | None = None
-    time_key: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class EvalFlags:
-    """``-t``, ``-m``, ``-e``, ``--eval-batch-size``, ``--metrics-json`` (:func:`add_eval_flags`)."""
-
-    test: list[str] | None = None
-    measure: list[int] = dataclasses.field(default_factory=lambda: [20])
-    eval_mode: TieMode = "standard"
-    eval_batch_size: int = 512
-    metrics_json: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class MachineFlags:
-    """``-d/--device``, ``--threads``, ``--force`` (:func:`add_device`, :func:`add_threads`, :func:`add_force`)."""
-
-    device: str = "auto"
-    threads: int | None = None
-    force: bool = False
-
+#: A :class:`Flag` without a default of its own (``dataclasses.MISSING`` would mean "required" to
+#: the dataclass that Flag is).
+_NO_DEFAULT: Any = object()
 
 #: The key of a settings field's metadata that holds its :class:`Flag` (None: not a flag).
 FLAG = "gru4rec.cli.flag"
@@ -162,14 +132,19 @@ class Flag:
     const: Any = None
     group: str | None = None
     convert: Callable[[Any], Any] | None = None
+    #: The default of a field that has none because its value lives in the library (imported
+    #: only when the command runs, so given here by the command's ``add_arguments``).
+    default: Any = _NO_DEFAULT
 
     def add_to(self, parser: argparse.ArgumentParser | argparse._ArgumentGroup, dest: str, default: Any) -> None:
         """Add the flag to ``parser``: its value goes to ``dest``, ``default`` when not given (a
-        field's default; ``dataclasses.MISSING``: none, the flag is required)."""
+        field's default; ``dataclasses.MISSING``: the flag's own, else none: the flag is required)."""
         kwargs: dict[str, Any] = {"help": self.help}
         for key in ("metavar", "type", "choices", "nargs", "action", "const"):
             if getattr(self, key) is not None:
                 kwargs[key] = getattr(self, key)
+        if default is dataclasses.MISSING and self.default is not _NO_DEFAULT:
+            default = self.default
         if default is dataclasses.MISSING:
             if self.names:
                 kwargs["required"] = True
@@ -185,11 +160,23 @@ class Flag:
 def flag(*names: str, help: str, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING,
          **options: Any) -> Any:
     """A settings field that is a command-line flag: ``verbose: bool = flag("-v", help=...)``
-    (the field's type annotation and ``default`` are the flag's; ``options`` are :class:`Flag`'s)."""
-    metadata = {FLAG: Flag(tuple(names), help, **options)}
+    (the field's type annotation and ``default`` are the flag's; no ``names``: a positional
+    argument; ``options`` are :class:`Flag`'s)."""
+    return flag_field(Flag(tuple(names), help, **options), default, default_factory)
+
+
+def flag_field(spec: Flag, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING) -> Any:
+    """A settings field set by the flag ``spec`` (one that several settings share)."""
     if default_factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=default_factory, metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
+        return dataclasses.field(default_factory=default_factory, metadata={FLAG: spec})
+    return dataclasses.field(default=default, metadata={FLAG: spec})
+
+
+def declared_flag(cls: type[Any], name: str, **changes: Any) -> Flag:
+    """The :class:`Flag` declared with field ``name`` of ``cls``, with ``changes`` — what only the
+    library knows, imported when the command runs (choices, a default, the help that names it)."""
+    spec = next(f for f in dataclasses.fields(cls) if f.name == name).metadata[FLAG]
+    return dataclasses.replace(spec, **changes)
 
 
 def not_a_flag(default: Any = None) -> Any:
@@ -303,61 +290,86 @@ def nonnegative_int(text: str) -> int:
 
 
 # -------------------------------------------------------------------------------- shared flags
+# The flag groups several commands share, as settings a command's settings dataclass extends
+# (each field declared once, with its flag). Keyword-only, so that a command's own required
+# fields (MODEL, DATA, ...) may come after them.
 
 
-def add_column_keys(parser: argparse.ArgumentParser, *, default_from: str | None) -> None:
-    """``-sk/-ik/-tk``: the session, item and time column names; by default ``default_from``'s
-    (e.g. "the model's"), else — ``default_from`` None — SessionId, ItemId and Time."""
-    group = parser.add_argument_group("column names")
-    for short, flag, what, name in (("-sk", "--session-key", "session id", "SessionId"),
-                                    ("-ik", "--item-key", "item id", "ItemId"),
-                                    ("-tk", "--time-key", "timestamp", "Time")):
-        default = name if default_from is None else f"{default_from}, normally {name}"
-        group.add_argument(short, flag, metavar="COLUMN", default=None, help=f"{what} column (default: {default})")
+def column_flags(default_from: str | None) -> dict[str, Flag]:
+    """``-sk/-ik/-tk`` (the fields of :class:`ColumnFlags`): the session, item and time column
+    names; by default ``default_from``'s (e.g. "the model's"), else — ``default_from`` None —
+    SessionId, ItemId and Time. A command whose default is another's passes these to
+    :func:`add_flags` (its help says where the default comes from)."""
+    flags: dict[str, Flag] = {}
+    for name, short, long, what, column in (("session_key", "-sk", "--session-key", "session id", "SessionId"),
+                                            ("item_key", "-ik", "--item-key", "item id", "ItemId"),
+                                            ("time_key", "-tk", "--time-key", "timestamp", "Time")):
+        default = column if default_from is None else f"{default_from}, normally {column}"
+        flags[name] = Flag((short, long), f"{what} column (default: {default})", metavar="COLUMN", group="column names")
+    return flags
 
 
-def add_eval_flags(parser: argparse.ArgumentParser, *, test_required: bool) -> None:
-    """The evaluation flags: test files, cutoffs, tie mode, batch size, metrics JSON."""
-    group = parser.add_argument_group("evaluation")
-    group.add_argument("-t", "--test", metavar="TEST", nargs="+", required=test_required, default=None,
-                       help="test event files; events with items unknown to the model are dropped"
-                            + ("" if test_required else " (default: no evaluation)"))
-    group.add_argument("-m", "--measure", metavar="K", type=positive_int, nargs="+", default=[20],
-                       help="cutoffs of the ranked lists for Recall@K, MRR@K, ... (default: 20)")
-    group.add_argument("-e", "--eval-mode", choices=EVAL_MODES, default="standard",
-                       help="how ties with the target's score count in its rank: standard "
-                            "(optimistic, the original's default), conservative (pessimistic, "
-                            "used for published comparisons), median, or tiebreaking (random "
-                            "noise) (default: standard)")
-    group.add_argument("--eval-batch-size", metavar="N", type=positive_int, default=512,
-                       help="test sessions evaluated in parallel (memory vs speed; default: 512)")
-    group.add_argument("--metrics-json", metavar="FILE", default=None,
-                       help="also write every metric of every test file to FILE as JSON")
+_COLUMNS = column_flags(None)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ColumnFlags:
+    """``--session-key``, ``--item-key``, ``--time-key`` (see :func:`column_flags`)."""
+
+    session_key: str | None = flag_field(_COLUMNS["session_key"], None)
+    item_key: str | None = flag_field(_COLUMNS["item_key"], None)
+    time_key: str | None = flag_field(_COLUMNS["time_key"], None)
+
+
+_EVALUATION = "evaluation"
+
+
+def eval_test_flag(*, required: bool) -> Flag:
+    """``-t/--test``: the test files of an evaluation (``required``: the command's purpose)."""
+    return Flag(("-t", "--test"), "test event files; events with items unknown to the model are dropped"
+                + ("" if required else " (default: no evaluation)"), metavar="TEST", nargs="+", group=_EVALUATION)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvalFlags:
+    """``-t``, ``-m``, ``-e``, ``--eval-batch-size``, ``--metrics-json``: an evaluation's settings."""
+
+    test: list[str] | None = flag_field(eval_test_flag(required=False), None)
+    measure: list[int] = flag("-m", "--measure", metavar="K", type=positive_int, nargs="+", group=_EVALUATION,
+                              default_factory=lambda: [20],
+                              help="cutoffs of the ranked lists for Recall@K, MRR@K, ... (default: 20)")
+    eval_mode: TieMode = flag("-e", "--eval-mode", choices=EVAL_MODES, group=_EVALUATION, default="standard",
+                              help="how ties with the target's score count in its rank: standard "
+                                   "(optimistic, the original's default), conservative (pessimistic, "
+                                   "used for published comparisons), median, or tiebreaking (random "
+                                   "noise) (default: standard)")
+    eval_batch_size: int = flag("--eval-batch-size", metavar="N", type=positive_int, group=_EVALUATION, default=512,
+                                help="test sessions evaluated in parallel (memory vs speed; default: 512)")
+    metrics_json: str | None = flag("--metrics-json", metavar="FILE", group=_EVALUATION, default=None,
+                                    help="also write every metric of every test file to FILE as JSON")
 
 
 #: ``-d/--device`` of a ``device: str = "auto"`` field.
 DEVICE_FLAG = Flag(("-d", "--device"), "torch device: auto (CUDA if available, else CPU), cpu, cuda, cuda:1, ... (default: auto)")
+#: ``--precision`` of training, of a ``precision: str = "float32"`` field.
+PRECISION_FLAG = Flag(("--precision",), "training precision: float32 (default), or bfloat16 for 16-bit operands "
+                      "in the matrix products (mixed precision; the loss, the gates and the optimiser stay float32)",
+                      choices=("float32", "bfloat16"))
+#: ``--threads``: torch's threads for the command (see :mod:`gru4rec.machine.threads`), of a ``threads: int | None`` field.
+THREADS_FLAG = Flag(("--threads",), "CPU threads, exactly (default: chosen while running between 1 and the CPUs "
+                    "this process may use — its affinity and cgroup quota — from the measured step "
+                    "times; OMP_NUM_THREADS fixes it when set)", metavar="N", type=positive_int)
+#: ``-f/--force``: allow replacing existing output files, of a ``force: bool = False`` field.
+FORCE_FLAG = Flag(("-f", "--force"), "overwrite output files that already exist", action="store_true")
 
 
-def add_device(parser: argparse.ArgumentParser) -> None:
-    """``-d/--device``."""
-    DEVICE_FLAG.add_to(parser, "device", "auto")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MachineFlags:
+    """``-d/--device``, ``--threads``, ``-f/--force``."""
 
-
-def add_precision(parser: argparse.ArgumentParser) -> None:
-    """``--precision`` of training."""
-    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
-                        help="training precision: float32 (default), or bfloat16 for 16-bit operands "
-                             "in the matrix products (mixed precision; the loss, "
-                             "the gates and the optimiser stay float32)")
-
-
-def add_threads(parser: argparse.ArgumentParser) -> None:
-    """``--threads``: torch's threads for the command (see :mod:`gru4rec.machine.threads`)."""
-    parser.add_argument("--threads", metavar="N", type=positive_int, default=None,
-                        help="CPU threads, exactly (default: chosen while running between 1 and the CPUs "
-                             "this process may use — its affinity and cgroup quota — from the measured step "
-                             "times; OMP_NUM_THREADS fixes it when set)")
+    device: str = flag_field(DEVICE_FLAG, "auto")
+    threads: int | None = flag_field(THREADS_FLAG, None)
+    force: bool = flag_field(FORCE_FLAG, False)
 
 
 def uses_threads(run: Callable[[T], int]) -> Callable[[T], int]:
@@ -372,12 +384,6 @@ def uses_threads(run: Callable[[T], int]) -> Callable[[T], int]:
             return run(args)
 
     return wrapped
-
-
-def add_force(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``-f/--force``: allow replacing existing output files."""
-    parser.add_argument("-f", "--force", action="store_true",
-                        help="overwrite output files that already exist")
 
 
 # ------------------------------------------------------------------------------ checks up front

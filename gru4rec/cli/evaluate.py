@@ -18,13 +18,13 @@ from gru4rec.cli.common import (
     EvalFlags,
     MachineFlags,
     UsageError,
-    add_column_keys,
-    add_device,
-    add_eval_flags,
-    add_force,
-    add_threads,
+    add_flags,
     check_readable,
     check_writable_target,
+    column_flags,
+    eval_test_flag,
+    flag,
+    flag_field,
     load_model,
     log_device_memory,
     reset_device_memory_peak,
@@ -38,47 +38,43 @@ from gru4rec.tracking.runs import METRICS_FILE, RUN_CUTOFFS, metrics_entry, run_
 if TYPE_CHECKING:
     from gru4rec.evaluation.metrics import TieMode
 
-__all__ = ["EvaluateSettings", "add_arguments", "check_test_files", "evaluate_files", "metric_lines", "run"]
+__all__ = ["FLAGS", "EvaluateSettings", "add_arguments", "check_test_files", "evaluate_files", "metric_lines", "run"]
 
 log = logging.getLogger(__name__)
 
 
 
+_REPEAT = "repeat-aware scoring"
+#: The help sections' descriptions.
+_GROUPS = {_REPEAT: "boost the items a session already holds (off by default: faithful GRU4Rec); "
+                    "see docs/python.md#repeat-aware-scoring"}
+#: The column flags' help: their default is the model's.
+FLAGS = column_flags("the model's")
+
+
 @dataclass(frozen=True, kw_only=True)
 class EvaluateSettings(EvalFlags, ColumnFlags, MachineFlags):
-    """The settings of ``gru4rec evaluate`` (one field per flag)."""
+    """The settings of ``gru4rec evaluate``: a field per flag, declared with it."""
 
-    model: str
-    test: list[str]  # required here
-    repeat_weight: float | None = None
-    repeat_decay: float | None = None
-    fit_repeat: str | None = None
-    fit_metric: str | None = None
-    save: str | None = None
+    model: str = flag(metavar="MODEL", help="a model file saved by train --save")
+    test: list[str] = flag_field(eval_test_flag(required=True))
+    repeat_weight: float | None = flag("--repeat-weight", metavar="W", type=float, group=_REPEAT, default=None,
+                                       help="the boost's weight, in units of the row's score spread (default: the model's, 0)")
+    repeat_decay: float | None = flag("--repeat-decay", metavar="D", type=float, group=_REPEAT, default=None,
+                                      help="weight of a click relative to the click after it, in [0, 1] (default: the model's, 1)")
+    fit_repeat: str | None = flag("--fit-repeat", metavar="VALID", group=_REPEAT, default=None,
+                                  help="choose weight and decay on the validation events VALID (a grid, by --fit-metric, "
+                                       "the tie mode of -e), print the grid, then evaluate TEST with the winner")
+    fit_metric: str | None = flag("--fit-metric", metavar="METRIC@K", group=_REPEAT, default=None,
+                                  help="what --fit-repeat maximises: recall@K, mrr@K or ndcg@K (default: mrr at the first "
+                                       "-m cutoff)")
+    save: str | None = flag("--save", metavar="MODEL_OUT", group=_REPEAT, default=None,
+                            help="write the model with the chosen repeat boost to MODEL_OUT (for gru4rec serve)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``gru4rec evaluate``."""
-    parser.add_argument("model", metavar="MODEL", help="a model file saved by train --save")
-    add_eval_flags(parser, test_required=True)
-    repeat = parser.add_argument_group(
-        "repeat-aware scoring", "boost the items a session already holds (off by default: faithful GRU4Rec); "
-        "see docs/python.md#repeat-aware-scoring")
-    repeat.add_argument("--repeat-weight", metavar="W", type=float, default=None,
-                        help="the boost's weight, in units of the row's score spread (default: the model's, 0)")
-    repeat.add_argument("--repeat-decay", metavar="D", type=float, default=None,
-                        help="weight of a click relative to the click after it, in [0, 1] (default: the model's, 1)")
-    repeat.add_argument("--fit-repeat", metavar="VALID", default=None,
-                        help="choose weight and decay on the validation events VALID (a grid, by --fit-metric, "
-                             "the tie mode of -e), print the grid, then evaluate TEST with the winner")
-    repeat.add_argument("--fit-metric", metavar="METRIC@K", default=None,
-                        help="what --fit-repeat maximises: recall@K, mrr@K or ndcg@K (default: mrr at the first -m cutoff)")
-    repeat.add_argument("--save", metavar="MODEL_OUT", default=None,
-                        help="write the model with the chosen repeat boost to MODEL_OUT (for gru4rec serve)")
-    add_column_keys(parser, default_from="the model's")
-    add_device(parser)
-    add_threads(parser)
-    add_force(parser)
+    """The flags of ``gru4rec evaluate`` (:class:`EvaluateSettings`)."""
+    add_flags(parser, EvaluateSettings, FLAGS, _GROUPS)
 
 
 def _fit_metric(args: EvaluateSettings) -> str:

@@ -7,18 +7,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gru4rec.cli.common import (
+    DEVICE_FLAG,
     EXIT_OK,
+    FORCE_FLAG,
+    ColumnFlags,
     UsageError,
-    add_column_keys,
-    add_device,
-    add_force,
+    add_flags,
     check_readable,
+    column_flags,
+    declared_flag,
+    flag,
+    flag_field,
     load_model,
     positive_int,
 )
 from gru4rec.errors import Gru4RecError
 
-__all__ = ["DESCRIPTION", "ExportSettings", "add_arguments", "run"]
+__all__ = ["DESCRIPTION", "FLAGS", "ExportSettings", "add_arguments", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -38,44 +43,41 @@ DESCRIPTION = (
 )
 
 
-@dataclass(frozen=True)
-class ExportSettings:
-    """The settings of ``gru4rec export`` (one field per flag)."""
+_ONNX = "ONNX"
+_EMBEDDINGS = "embeddings"
+#: The column flags' help: their default is the model's.
+FLAGS = column_flags("the model's")
 
-    model: str
-    opset: int  # its default lives with the exporter (imported only when a command runs)
-    onnx: str | None = None
-    top_k: int | None = None
-    item_embeddings: str | None = None
+
+@dataclass(frozen=True, kw_only=True)
+class ExportSettings(ColumnFlags):
+    """The settings of ``gru4rec export``: a field per flag, declared with it."""
+
+    model: str = flag(metavar="MODEL", help="a model file saved by train --save")
+    onnx: str | None = flag("--onnx", metavar="STEP.onnx", group=_ONNX, default=None,
+                            help="write the one-click step as ONNX (and STEP.onnx.json beside it)")
+    top_k: int | None = flag("--top-k", metavar="K", type=positive_int, group=_ONNX, default=None,
+                             help="the graph returns the top K item indices and scores instead of all scores")
+    # Its default lives with the exporter (imported only when the command runs): see add_arguments.
+    opset: int = flag("--opset", metavar="N", type=positive_int, group=_ONNX, help="ONNX opset")
+    item_embeddings: str | None = flag("--item-embeddings", metavar="FILE", group=_EMBEDDINGS, default=None,
+                                       help="write every item's vectors to FILE (.parquet or .npy)")
     #: (TEST_FILE, FILE)
-    session_embeddings: list[str] | None = None
-    session_key: str | None = None
-    item_key: str | None = None
-    time_key: str | None = None
-    device: str = "auto"
-    force: bool = False
+    session_embeddings: list[str] | None = flag("--session-embeddings", metavar=("TEST_FILE", "FILE"), nargs=2,
+                                                group=_EMBEDDINGS, default=None,
+                                                help="write the final hidden state of every session of TEST_FILE to "
+                                                     "FILE (.parquet or .npy)")
+    device: str = flag_field(DEVICE_FLAG, "auto")
+    force: bool = flag_field(FORCE_FLAG, False)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``gru4rec export``."""
+    """The flags of ``gru4rec export`` (:class:`ExportSettings`; ``--opset``'s default is the exporter's)."""
     from gru4rec.export.onnx import DEFAULT_OPSET, MIN_OPSET
 
-    parser.add_argument("model", metavar="MODEL", help="a model file saved by train --save")
-    group = parser.add_argument_group("ONNX")
-    group.add_argument("--onnx", metavar="STEP.onnx", default=None,
-                       help="write the one-click step as ONNX (and STEP.onnx.json beside it)")
-    group.add_argument("--top-k", metavar="K", type=positive_int, default=None,
-                       help="the graph returns the top K item indices and scores instead of all scores")
-    group.add_argument("--opset", metavar="N", type=positive_int, default=DEFAULT_OPSET,
-                       help=f"ONNX opset, at least {MIN_OPSET} (default: {DEFAULT_OPSET})")
-    group = parser.add_argument_group("embeddings")
-    group.add_argument("--item-embeddings", metavar="FILE", default=None,
-                       help="write every item's vectors to FILE (.parquet or .npy)")
-    group.add_argument("--session-embeddings", metavar=("TEST_FILE", "FILE"), nargs=2, default=None,
-                       help="write the final hidden state of every session of TEST_FILE to FILE (.parquet or .npy)")
-    add_column_keys(parser, default_from="the model's")
-    add_device(parser)
-    add_force(parser)
+    opset = declared_flag(ExportSettings, "opset", default=DEFAULT_OPSET,
+                          help=f"ONNX opset, at least {MIN_OPSET} (default: {DEFAULT_OPSET})")
+    add_flags(parser, ExportSettings, {**FLAGS, "opset": opset})
 
 
 def _targets(args: ExportSettings) -> list[tuple[Path, str]]:

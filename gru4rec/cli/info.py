@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from gru4rec.cli.common import EXIT_OK, add_column_keys, check_readable
+from gru4rec.cli.common import EXIT_OK, ColumnFlags, add_flags, check_readable, flag
 from gru4rec.cli.console import result
 
 __all__ = ["InfoSettings", "REPEAT_HEAVY", "REPEAT_SOME", "add_arguments", "count_items", "repeat_advice", "run"]
@@ -22,28 +22,22 @@ _NOT_SHOWN = ("config", "item_ids", "item_map", "item_support", "numpy_rng", "tr
 REPEAT_HEAVY, REPEAT_SOME = 0.30, 0.10
 
 
-@dataclass(frozen=True)
-class InfoSettings:
-    """The settings of ``gru4rec info`` (one field per flag)."""
+@dataclass(frozen=True, kw_only=True)
+class InfoSettings(ColumnFlags):
+    """The settings of ``gru4rec info``: a field per flag, declared with it."""
 
-    file: str
-    json: bool = False
-    train: str | None = None
-    session_key: str | None = None
-    item_key: str | None = None
-    time_key: str | None = None
+    file: str = flag(metavar="FILE",
+                     help="a model file saved by train --save: its format, items and configuration; or an "
+                          "event file (TSV/CSV/Parquet): its sessions and repeated targets")
+    json: bool = flag("--json", action="store_true", default=False, help="print the description as JSON")
+    train: str | None = flag("--train", metavar="TRAIN", default=None,
+                             help="event files only: count as the evaluator does with a model trained on TRAIN "
+                                  "(items unknown to TRAIN dropped), and how much of FILE is in TRAIN")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``gru4rec info``."""
-    parser.add_argument("file", metavar="FILE",
-                        help="a model file saved by train --save: its format, items and configuration; or an "
-                             "event file (TSV/CSV/Parquet): its sessions and repeated targets")
-    parser.add_argument("--json", action="store_true", help="print the description as JSON")
-    parser.add_argument("--train", metavar="TRAIN", default=None,
-                        help="event files only: count as the evaluator does with a model trained on TRAIN "
-                             "(items unknown to TRAIN dropped), and how much of FILE is in TRAIN")
-    add_column_keys(parser, default_from=None)
+    """The flags of ``gru4rec info`` (:class:`InfoSettings`)."""
+    add_flags(parser, InfoSettings)
 
 
 def repeat_advice(share: float) -> str:

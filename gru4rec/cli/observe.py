@@ -8,7 +8,6 @@ at the end writes the run folder's metrics and model.
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from collections.abc import Sequence
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gru4rec.cli.common import UsageError, check_readable, positive_int
+from gru4rec.cli.common import UsageError, check_readable, flag, positive_int
 from gru4rec.errors import Gru4RecError
 from gru4rec.tracking.runs import RUN_CUTOFFS
 
@@ -24,43 +23,38 @@ if TYPE_CHECKING:  # the heavy imports happen inside the methods
     from gru4rec.config import Config
     from gru4rec.recommender import GRU4Rec
 
-__all__ = ["ObserveFlags", "Observation", "add_arguments"]
+__all__ = ["ObserveFlags", "Observation"]
 
 log = logging.getLogger(__name__)
 
 
 
+_GROUP = "validation and tracking"
+
+
 @dataclass(frozen=True, kw_only=True)
 class ObserveFlags:
-    """The flags of :func:`add_arguments` (a command's settings extend it)."""
+    """``--valid``, ``--early-stop``, ``--valid-metric``, ``--run-dir``, ``--tensorboard``: a field
+    per flag, declared with it (a command's settings extend this class)."""
 
-    valid: str | None = None
-    early_stop: int | None = None
-    valid_metric: str = "recall@20"
-    run_dir: str | None = None
-    tensorboard: str | None = None
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--valid``, ``--early-stop``, ``--valid-metric``, ``--run-dir``, ``--tensorboard``."""
-    group = parser.add_argument_group("validation and tracking")
-    group.add_argument("--valid", metavar="FILE", default=None,
-                       help="validation events, evaluated after every epoch at the -m cutoffs with the -e ties "
-                            "(batched; items unknown to the model are dropped)")
-    group.add_argument("--early-stop", metavar="PATIENCE", type=positive_int, default=None,
-                       help="with --valid: stop when --valid-metric has not improved for PATIENCE epochs, "
-                            "and keep the best epoch's weights")
-    group.add_argument("--valid-metric", metavar="METRIC", default="recall@20",
-                       help="the validation metric that chooses the best epoch: recall@K, mrr@K or ndcg@K "
-                            "(default: recall@20)")
-    group.add_argument("--run-dir", metavar="DIR", default=None,
-                       help="write the run to DIR: command.txt, config.json, epochs.jsonl (per epoch: loss, "
-                            "time, speed, peak memory, validation metrics), metrics.json (the test evaluation "
-                            "with breakdowns) and model.safetensors; a folder with files in it needs --force. "
-                            "Look at it with 'gru4rec report DIR'")
-    group.add_argument("--tensorboard", metavar="DIR", default=None,
-                       help="write per-epoch scalars (loss, speed, memory, validation metrics; on CUDA GPU "
-                            "utilisation and memory) for TensorBoard to DIR (needs: pip install 'gru4rec[tensorboard]')")
+    valid: str | None = flag("--valid", metavar="FILE", group=_GROUP, default=None,
+                             help="validation events, evaluated after every epoch at the -m cutoffs with the -e ties "
+                                  "(batched; items unknown to the model are dropped)")
+    early_stop: int | None = flag("--early-stop", metavar="PATIENCE", type=positive_int, group=_GROUP, default=None,
+                                  help="with --valid: stop when --valid-metric has not improved for PATIENCE epochs, "
+                                       "and keep the best epoch's weights")
+    valid_metric: str = flag("--valid-metric", metavar="METRIC", group=_GROUP, default="recall@20",
+                             help="the validation metric that chooses the best epoch: recall@K, mrr@K or ndcg@K "
+                                  "(default: recall@20)")
+    run_dir: str | None = flag("--run-dir", metavar="DIR", group=_GROUP, default=None,
+                               help="write the run to DIR: command.txt, config.json, epochs.jsonl (per epoch: loss, "
+                                    "time, speed, peak memory, validation metrics), metrics.json (the test evaluation "
+                                    "with breakdowns) and model.safetensors; a folder with files in it needs --force. "
+                                    "Look at it with 'gru4rec report DIR'")
+    tensorboard: str | None = flag("--tensorboard", metavar="DIR", group=_GROUP, default=None,
+                                   help="write per-epoch scalars (loss, speed, memory, validation metrics; on CUDA GPU "
+                                        "utilisation and memory) for TensorBoard to DIR (needs: pip install "
+                                        "'gru4rec[tensorboard]')")
 
 
 class Observation:

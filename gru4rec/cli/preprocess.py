@@ -11,7 +11,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Literal
 
-from gru4rec.cli.common import EXIT_OK
+from gru4rec.cli.common import EXIT_OK, add_flags, declared_flag, flag
 from gru4rec.cli.console import result
 
 __all__ = ["PreprocessSettings", "SplitSettings", "add_preprocess_arguments", "add_split_arguments", "run_preprocess",
@@ -30,40 +30,49 @@ def _describe(parser: argparse.ArgumentParser, description: str, epilog: str | N
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
+_OUT_HELP = "output folder (created if missing)"
+_FORMAT_HELP = "output format (default: tsv)"
+_FORCE_HELP = "replace existing output files"
+
+
 @dataclass(frozen=True)
 class PreprocessSettings:
-    """The settings of ``gru4rec preprocess`` (one field per flag)."""
+    """The settings of ``gru4rec preprocess``: a field per flag, declared with it (the data sets,
+    the formats and the chunk size's default live with the pipelines: see the ``add_`` function)."""
 
-    dataset: str
-    raw_paths: list[str]
-    out: str
-    chunksize: int  # its default lives with the pipelines (imported only when the command runs)
-    fmt: str = "tsv"
-    force: bool = False
-    min_item_support: int | None = None
-    min_session_length: int | None = None
-    quiet: bool = False
+    dataset: str = flag(metavar="DATASET", help="one of the data sets")
+    raw_paths: list[str] = flag(metavar="RAW_PATH", nargs="+", help="raw file(s), or one folder holding them")
+    out: str = flag("--out", metavar="DIR", help=_OUT_HELP)
+    chunksize: int = flag("--chunksize", type=int, metavar="ROWS", help="rows read at a time")
+    fmt: str = flag("--format", default="tsv", help=_FORMAT_HELP)
+    force: bool = flag("-f", "--force", action="store_true", default=False, help=_FORCE_HELP)
+    min_item_support: int | None = flag("--min-item-support", type=int, metavar="N", default=None,
+                                        help="drop items with fewer events (default: the published 5)")
+    min_session_length: int | None = flag("--min-session-length", type=int, metavar="N", default=None,
+                                          help="drop sessions with fewer events (default: the published 2)")
+    quiet: bool = False  # -q, the flag every command has
 
 
 @dataclass(frozen=True)
 class SplitSettings:
-    """The settings of ``gru4rec split`` (one field per flag)."""
+    """The settings of ``gru4rec split``: a field per flag, declared with it."""
 
-    input: str
-    out: str
-    days: float = 1.0
-    valid_days: float | None = None
-    time_unit: Literal["s", "ms"] = "s"
-    boundary: float | None = None
-    min_item_support: int = 5
-    min_session_length: int = 2
-    dedup: bool = False
-    session_key: str = "SessionId"
-    item_key: str = "ItemId"
-    time_key: str = "Time"
-    fmt: str = "tsv"
-    force: bool = False
-    quiet: bool = False
+    input: str = flag(metavar="INPUT", help="event file: TSV/CSV with a header, or Parquet")
+    out: str = flag("--out", metavar="DIR", help=_OUT_HELP)
+    days: float = flag("--days", type=float, default=1.0, help="test window in days (default: 1)")
+    valid_days: float | None = flag("--valid-days", type=float, default=None, help="validation window in days (default: --days)")
+    time_unit: Literal["s", "ms"] = flag("--time-unit", default="s", help="unit of the time column (default: s)")
+    boundary: float | None = flag("--boundary", type=float, metavar="T", default=None,
+                                  help="fixed end time T in the time unit (default: the latest event)")
+    min_item_support: int = flag("--min-item-support", type=int, metavar="N", default=5, help="default: 5 (1 disables)")
+    min_session_length: int = flag("--min-session-length", type=int, metavar="N", default=2, help="default: 2 (1 disables)")
+    dedup: bool = flag("--dedup", action="store_true", default=False, help="drop consecutive repeats of an item in a session")
+    session_key: str = flag("-sk", "--session-key", default="SessionId", help="session id column (default: SessionId)")
+    item_key: str = flag("-ik", "--item-key", default="ItemId", help="item id column (default: ItemId)")
+    time_key: str = flag("-tk", "--time-key", default="Time", help="time column (default: Time)")
+    fmt: str = flag("--format", default="tsv", help=_FORMAT_HELP)
+    force: bool = flag("-f", "--force", action="store_true", default=False, help=_FORCE_HELP)
+    quiet: bool = False  # -q, the flag every command has
 
 
 def _progress(args: PreprocessSettings | SplitSettings) -> bool:
@@ -86,17 +95,13 @@ def add_preprocess_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
         "data sets and their raw files (see docs/datasets.md for the downloads and the "
         "protocols):\n" + "\n".join(lines),
     )
-    parser.add_argument("dataset", metavar="DATASET", choices=list(PIPELINES), help="one of: " + ", ".join(PIPELINES))
-    parser.add_argument("raw_paths", metavar="RAW_PATH", nargs="+", help="raw file(s), or one folder holding them")
-    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
-    parser.add_argument("--format", dest="fmt", choices=list(FORMATS), default="tsv", help="output format (default: tsv)")
-    parser.add_argument("-f", "--force", action="store_true", help="replace existing output files")
-    parser.add_argument("--min-item-support", type=int, default=None, metavar="N",
-                        help="drop items with fewer events (default: the published 5)")
-    parser.add_argument("--min-session-length", type=int, default=None, metavar="N",
-                        help="drop sessions with fewer events (default: the published 2)")
-    parser.add_argument("--chunksize", type=int, default=DEFAULT_CHUNKSIZE, metavar="ROWS",
-                        help=f"rows read at a time (default: {DEFAULT_CHUNKSIZE:,})")
+    formats = list(FORMATS)
+    add_flags(parser, PreprocessSettings, {
+        "dataset": declared_flag(PreprocessSettings, "dataset", choices=list(PIPELINES), help="one of: " + ", ".join(PIPELINES)),
+        "chunksize": declared_flag(PreprocessSettings, "chunksize", default=DEFAULT_CHUNKSIZE,
+                                   help=f"rows read at a time (default: {DEFAULT_CHUNKSIZE:,})"),
+        "fmt": declared_flag(PreprocessSettings, "fmt", choices=formats),
+    })
     return parser
 
 
@@ -135,21 +140,8 @@ def add_split_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         "Split your own event log by time: sessions starting in the last D days are the test "
         "set, earlier events train_full; the same on train_full gives train_tr / train_valid.",
     )
-    parser.add_argument("input", metavar="INPUT", help="event file: TSV/CSV with a header, or Parquet")
-    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
-    parser.add_argument("--days", type=float, default=1.0, help="test window in days (default: 1)")
-    parser.add_argument("--valid-days", type=float, default=None, help="validation window in days (default: --days)")
-    parser.add_argument("--time-unit", choices=list(TIME_UNITS), default="s", help="unit of the time column (default: s)")
-    parser.add_argument("--boundary", type=float, default=None, metavar="T",
-                        help="fixed end time T in the time unit (default: the latest event)")
-    parser.add_argument("--min-item-support", type=int, default=5, metavar="N", help="default: 5 (1 disables)")
-    parser.add_argument("--min-session-length", type=int, default=2, metavar="N", help="default: 2 (1 disables)")
-    parser.add_argument("--dedup", action="store_true", help="drop consecutive repeats of an item in a session")
-    parser.add_argument("-sk", "--session-key", default="SessionId", help="session id column (default: SessionId)")
-    parser.add_argument("-ik", "--item-key", default="ItemId", help="item id column (default: ItemId)")
-    parser.add_argument("-tk", "--time-key", default="Time", help="time column (default: Time)")
-    parser.add_argument("--format", dest="fmt", choices=list(FORMATS), default="tsv", help="output format (default: tsv)")
-    parser.add_argument("-f", "--force", action="store_true", help="replace existing output files")
+    add_flags(parser, SplitSettings, {"fmt": declared_flag(SplitSettings, "fmt", choices=list(FORMATS)),
+                                      "time_unit": declared_flag(SplitSettings, "time_unit", choices=list(TIME_UNITS))})
     return parser
 
 

@@ -11,19 +11,18 @@ from gru4rec.cli.common import (
     EXIT_OK,
     ColumnFlags,
     MachineFlags,
-    add_column_keys,
-    add_device,
-    add_force,
-    add_threads,
+    add_flags,
     check_readable,
     check_writable_target,
+    column_flags,
+    flag,
     item_map_of,
     load_model,
     positive_int,
     uses_threads,
 )
 
-__all__ = ["DESCRIPTION", "RecommendSettings", "add_arguments", "run"]
+__all__ = ["DESCRIPTION", "FLAGS", "RecommendSettings", "add_arguments", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -38,33 +37,29 @@ DESCRIPTION = (
 )
 
 
+#: The column flags' help: their default is the model's.
+FLAGS = column_flags("the model's")
+
+
 @dataclass(frozen=True, kw_only=True)
 class RecommendSettings(ColumnFlags, MachineFlags):
-    """The settings of ``gru4rec recommend`` (one field per flag)."""
+    """The settings of ``gru4rec recommend``: a field per flag, declared with it."""
 
-    model: str
-    input: str
-    output: str
-    k: int = 20
-    exclude_seen: bool = False
+    model: str = flag(metavar="MODEL", help="a model file saved by train --save")
+    input: str = flag("-i", "--input", metavar="SESSIONS",
+                      help="events of the sessions to recommend for (session, item, time "
+                           "columns; each session's items in time order)")
+    output: str = flag("-o", "--output", metavar="RECS",
+                       help="where to write the recommendations: .tsv/.csv (optionally .gz) or "
+                            ".parquet, or - for TSV on standard output; one row per session and rank")
+    k: int = flag("-k", "--k", type=positive_int, default=20, help="items per session (default: 20)")
+    exclude_seen: bool = flag("--exclude-seen", action="store_true", default=False,
+                              help="never recommend an item the session already contains")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``gru4rec recommend``."""
-    parser.add_argument("model", metavar="MODEL", help="a model file saved by train --save")
-    parser.add_argument("-i", "--input", metavar="SESSIONS", required=True,
-                        help="events of the sessions to recommend for (session, item, time "
-                             "columns; each session's items in time order)")
-    parser.add_argument("-o", "--output", metavar="RECS", required=True,
-                        help="where to write the recommendations: .tsv/.csv (optionally .gz) or "
-                             ".parquet, or - for TSV on standard output; one row per session and rank")
-    parser.add_argument("-k", "--k", type=positive_int, default=20, help="items per session (default: 20)")
-    parser.add_argument("--exclude-seen", action="store_true",
-                        help="never recommend an item the session already contains")
-    add_column_keys(parser, default_from="the model's")
-    add_device(parser)
-    add_threads(parser)
-    add_force(parser)
+    """The flags of ``gru4rec recommend`` (:class:`RecommendSettings`)."""
+    add_flags(parser, RecommendSettings, FLAGS)
 
 
 @uses_threads

@@ -6,7 +6,7 @@ import argparse
 import logging
 from dataclasses import dataclass
 
-from gru4rec.cli.common import EXIT_OK, UsageError, add_force
+from gru4rec.cli.common import EXIT_OK, FORCE_FLAG, UsageError, add_flags, flag, flag_field
 from gru4rec.cli.console import result
 
 __all__ = ["DESCRIPTION", "ReportSettings", "add_arguments", "run"]
@@ -33,28 +33,24 @@ Needs matplotlib (pip install 'gru4rec[report]'); a study also needs optuna ('gr
 
 @dataclass(frozen=True)
 class ReportSettings:
-    """The settings of ``gru4rec report`` (one field per flag)."""
+    """The settings of ``gru4rec report``: a field per flag, declared with it."""
 
-    run_dirs: list[str]
-    output: str = "report.html"
-    study: str | None = None
-    study_name: str | None = None
-    dpi: int = 100
-    force: bool = False
+    run_dirs: list[str] = flag(metavar="RUN_DIR", nargs="*", default_factory=list,
+                               help="run folders written by train/run.py --run-dir (several are overlaid)")
+    output: str = flag("-o", "--output", metavar="REPORT.html", default="report.html",
+                       help="the HTML file to write; the PNGs go beside it (default: report.html)")
+    study: str | None = flag("--study", metavar="URL", default=None,
+                             help="an Optuna storage as paropt --storage takes it (sqlite:///PATH, postgresql://..., "
+                                  "journal:PATH or a file path)")
+    study_name: str | None = flag("--study-name", metavar="NAME", default=None,
+                                  help="the study in --study to report on (default: its only study)")
+    dpi: int = flag("--dpi", type=int, default=100, help="resolution of the PNGs (default: 100)")
+    force: bool = flag_field(FORCE_FLAG, False)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``gru4rec report``."""
-    parser.add_argument("run_dirs", metavar="RUN_DIR", nargs="*",
-                        help="run folders written by train/run.py --run-dir (several are overlaid)")
-    parser.add_argument("-o", "--output", metavar="REPORT.html", default="report.html",
-                        help="the HTML file to write; the PNGs go beside it (default: report.html)")
-    parser.add_argument("--study", metavar="URL", default=None,
-                        help="an Optuna storage as paropt --storage takes it (sqlite:///PATH, postgresql://..., "
-                             "journal:PATH or a file path)")
-    parser.add_argument("--study-name", metavar="NAME", default=None, help="the study in --study to report on (default: its only study)")
-    parser.add_argument("--dpi", type=int, default=100, help="resolution of the PNGs (default: 100)")
-    add_force(parser)
+    """The flags of ``gru4rec report`` (:class:`ReportSettings`)."""
+    add_flags(parser, ReportSettings)
 
 
 def run(args: ReportSettings) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gru4rec.cli import observe
@@ -16,11 +16,14 @@ from gru4rec.cli.common import (
     EVAL_MODES,
     EXIT_OK,
     MODEL_FILE_EXAMPLE,
+    PRECISION_FLAG,
+    THREADS_FLAG,
     UsageError,
-    add_precision,
-    add_threads,
+    add_flags,
     check_readable,
     check_writable_target,
+    flag,
+    flag_field,
     load_model,
     nonnegative_int,
     not_a_flag,
@@ -42,83 +45,61 @@ PROG = "run.py"
 
 @dataclass(frozen=True, kw_only=True)
 class RunPySettings(observe.ObserveFlags):
-    """The settings of ``run.py`` (one field per flag, the original's names; ``command_line`` as run)."""
+    """The settings of ``run.py``: a field per flag, declared with it, the original's names
+    (``command_line`` as run)."""
 
-    path: str
-    parameter_string: str | None = None
-    parameter_file: str | None = None
-    load_model: bool = False
-    save_model: str | None = None
-    test: list[str] | None = None
-    measure: list[int] = field(default_factory=lambda: [20])
-    eval_type: TieMode = "standard"
-    sample_store_size: int | None = None
-    gru4rec_model: str | None = None
-    device: str = "auto"
-    precision: str = "float32"
-    threads: int | None = None
-    item_key: str | None = None
-    session_key: str | None = None
-    time_key: str | None = None
-    primary_metric: str = "recall"
-    log_primary_metric: bool = False
-    seed: int | None = None
-    force: bool = False
+    path: str = flag(metavar="PATH", help="training data (TSV/CSV/Parquet) or, with -l, a saved model file")
+    # One of -ps, -pf, -l is required, -l goes with neither (checked by run: argparse's groups
+    # cannot say "-ps and -pf together, -l alone"). -ps and -pf together is this package's
+    # addition: the original refuses it.
+    parameter_string: str | None = flag("-ps", "--parameter_string", metavar="PARAM_STRING", default=None,
+                                        help="parameters as 'name=value,name=value' (lists with '/'), e.g. "
+                                             "'loss=bpr-max,layers=100,n_sample=2048'; with -pf, overrides of the "
+                                             "file's values (e.g. -ps n_epochs=2)")
+    parameter_file: str | None = flag("-pf", "--parameter_file", metavar="PARAM_PATH", default=None,
+                                      help="parameter file (the original's OrderedDict .py, or .json/.toml/.yaml)")
+    load_model: bool = flag("-l", "--load_model", action="store_true", default=False,
+                            help="PATH is a saved model: load it instead of training (not with -ps/-pf)")
+    save_model: str | None = flag("-s", "--save_model", metavar="MODEL_PATH", default=None,
+                                  help=f"save the trained model to MODEL_PATH, e.g. {MODEL_FILE_EXAMPLE} (refuses to "
+                                       "overwrite an existing file unless --force)")
+    test: list[str] | None = flag("-t", "--test", metavar="TEST_PATH", nargs="+", default=None,
+                                  help="evaluate on these test files (one result block per file)")
+    measure: list[int] = flag("-m", "--measure", metavar="AT", type=positive_int, nargs="*", default_factory=lambda: [20],
+                              help="list lengths for Recall and MRR (default: 20)")
+    eval_type: TieMode = flag("-e", "--eval_type", choices=EVAL_MODES, default="standard",
+                              help="tie handling in ranks: standard, conservative, median, tiebreaking (default: standard)")
+    sample_store_size: int | None = flag("-ss", "--sample_store_size", metavar="SS", type=nonnegative_int, default=None,
+                                         help="negative-sample ids pre-drawn at once (default: 10,000,000)")
+    gru4rec_model: str | None = flag("-g", "--gru4rec_model", metavar="GRFILE", default=None,
+                                     help="accepted for compatibility and ignored (the original chose a "
+                                          "gru4rec implementation module with it)")
+    device: str = flag("-d", "--device", default="auto", help="torch device: auto, cpu, cuda, cuda:0, ... (default: auto)")
+    precision: str = flag_field(PRECISION_FLAG, "float32")
+    threads: int | None = flag_field(THREADS_FLAG, None)
+    item_key: str | None = flag("-ik", "--item_key", metavar="IK", default=None,
+                                help="item id column (default: ItemId, or the loaded model's)")
+    session_key: str | None = flag("-sk", "--session_key", metavar="SK", default=None,
+                                   help="session id column (default: SessionId, or the loaded model's)")
+    time_key: str | None = flag("-tk", "--time_key", metavar="TK", default=None,
+                                help="timestamp column (default: Time, or the loaded model's)")
+    primary_metric: str = flag("-pm", "--primary_metric", choices=("recall", "mrr"), default="recall",
+                               help="metric reported by -lpm (default: recall)")
+    log_primary_metric: bool = flag("-lpm", "--log_primary_metric", action="store_true", default=False,
+                                    help="print 'PRIMARY METRIC: x', the primary metric at the first -m cutoff")
+    seed: int | None = flag("--seed", type=int, default=None, help="random seed (overrides the params)")
+    force: bool = flag("--force", action="store_true", default=False, help="allow -s to overwrite an existing file")
     command_line: list[str] | None = not_a_flag()  # set by the dispatcher: the command as run
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The original GRU4Rec ``run.py`` command line, flag for flag."""
+    """The original GRU4Rec ``run.py`` command line, flag for flag (:class:`RunPySettings`)."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Train or load a GRU4Rec model, then evaluate it (the original run.py's flags; "
                     "see also the 'gru4rec' command).",
     )
-    parser.add_argument("path", metavar="PATH",
-                        help="training data (TSV/CSV/Parquet) or, with -l, a saved model file")
-    # One of -ps, -pf, -l is required, -l goes with neither (checked by run: argparse's groups
-    # cannot say "-ps and -pf together, -l alone"). -ps and -pf together is this package's
-    # addition: the original refuses it.
-    parser.add_argument("-ps", "--parameter_string", metavar="PARAM_STRING",
-                        help="parameters as 'name=value,name=value' (lists with '/'), e.g. "
-                             "'loss=bpr-max,layers=100,n_sample=2048'; with -pf, overrides of the file's values "
-                             "(e.g. -ps n_epochs=2)")
-    parser.add_argument("-pf", "--parameter_file", metavar="PARAM_PATH",
-                        help="parameter file (the original's OrderedDict .py, or .json/.toml/.yaml)")
-    parser.add_argument("-l", "--load_model", action="store_true",
-                        help="PATH is a saved model: load it instead of training (not with -ps/-pf)")
-    parser.add_argument("-s", "--save_model", metavar="MODEL_PATH",
-                        help=f"save the trained model to MODEL_PATH, e.g. {MODEL_FILE_EXAMPLE} (refuses to "
-                             "overwrite an existing file unless --force)")
-    parser.add_argument("-t", "--test", metavar="TEST_PATH", nargs="+",
-                        help="evaluate on these test files (one result block per file)")
-    parser.add_argument("-m", "--measure", metavar="AT", type=positive_int, nargs="*", default=[20],
-                        help="list lengths for Recall and MRR (default: 20)")
-    parser.add_argument("-e", "--eval_type", choices=EVAL_MODES, default="standard",
-                        help="tie handling in ranks: standard, conservative, median, tiebreaking "
-                             "(default: standard)")
-    parser.add_argument("-ss", "--sample_store_size", metavar="SS", type=nonnegative_int, default=None,
-                        help="negative-sample ids pre-drawn at once (default: 10,000,000)")
-    parser.add_argument("-g", "--gru4rec_model", metavar="GRFILE", default=None,
-                        help="accepted for compatibility and ignored (the original chose a "
-                             "gru4rec implementation module with it)")
-    parser.add_argument("-d", "--device", default="auto",
-                        help="torch device: auto, cpu, cuda, cuda:0, ... (default: auto)")
-    add_precision(parser)
-    add_threads(parser)
-    parser.add_argument("-ik", "--item_key", metavar="IK", default=None,
-                        help="item id column (default: ItemId, or the loaded model's)")
-    parser.add_argument("-sk", "--session_key", metavar="SK", default=None,
-                        help="session id column (default: SessionId, or the loaded model's)")
-    parser.add_argument("-tk", "--time_key", metavar="TK", default=None,
-                        help="timestamp column (default: Time, or the loaded model's)")
-    parser.add_argument("-pm", "--primary_metric", choices=("recall", "mrr"), default="recall",
-                        help="metric reported by -lpm (default: recall)")
-    parser.add_argument("-lpm", "--log_primary_metric", action="store_true",
-                        help="print 'PRIMARY METRIC: x', the primary metric at the first -m cutoff")
-    parser.add_argument("--seed", type=int, default=None, help="random seed (overrides the params)")
-    parser.add_argument("--force", action="store_true", help="allow -s to overwrite an existing file")
-    observe.add_arguments(parser)
+    add_flags(parser, RunPySettings)
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     return parser
 

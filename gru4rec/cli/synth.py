@@ -8,18 +8,21 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gru4rec.cli.common import (
+    DEVICE_FLAG,
     EXIT_OK,
+    FORCE_FLAG,
     MODEL_FILE_EXAMPLE,
+    PRECISION_FLAG,
+    THREADS_FLAG,
     UsageError,
-    add_device,
-    add_force,
-    add_precision,
-    add_threads,
+    add_flags,
+    flag,
+    flag_field,
     positive_int,
     uses_threads,
 )
@@ -58,56 +61,48 @@ def _mix(text: str) -> tuple[float, float, float]:
     return values
 
 
-def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``gru4rec synth``."""
-    parser.add_argument("out_dir", metavar="OUT_DIR",
-                        help="folder for the files (created if missing)")
-    parser.add_argument("--kind", choices=SYNTH_KINDS, default="sessions",
-                        help="'sessions' (default): topics + successors + popularity, shaped like the rsc15 "
-                             "sample; 'intents': a generative model whose Bayes-optimal next-item predictor is "
-                             "known, with its Recall/MRR@k written to oracle.json (docs/datasets.md); 'intents-attributes': the "
-                             "same with items in categories and brands (items.tsv) and new items clicked only in "
-                             "test, the optimum on all, cold and warm targets in oracle.json (docs/attributes.md)")
-    parser.add_argument("--seed", type=int, default=None, help="random seed of the generator")
-    parser.add_argument("--n-sessions", type=positive_int, default=None,
-                        help="number of sessions (default: the generator's)")
-    parser.add_argument("--n-items", type=positive_int, default=None,
-                        help="number of items (default: the generator's)")
-    parser.add_argument("--test-days", type=float, default=None,
-                        help="sessions starting in the last DAYS days form the test set (and, "
-                             "the same way, train_valid) (default: the generator's)")
-    intents = parser.add_argument_group("--kind intents and intents-attributes")
-    intents.add_argument("--n-intents", type=positive_int, default=None, help="latent intents (default 50)")
-    intents.add_argument("--intent-size", type=positive_int, default=None, help="items of each intent (default 150; --kind intents only)")
-    intents.add_argument("--mix", type=_mix, default=None, metavar="A,B,C",
-                         help="next-item mixture: weight of the previous item's successors, of the session's "
-                              "intent, of global popularity (default 0.2,0.65,0.15)")
-    intents.add_argument("--mean-length", type=float, default=None, help="mean session length (default 6)")
-    intents.add_argument("--cold-share", type=float, default=None,
-                         help="--kind intents-attributes: share of the items that are new, clicked only in test "
-                              "(default 0.1)")
-    add_force(parser)
-
-
-_INTENT_FLAGS = ("n_intents", "intent_size", "mix", "mean_length")
+_INTENTS = "--kind intents and intents-attributes"
 
 
 @dataclass(frozen=True)
 class SynthSettings:
-    """The settings of ``gru4rec synth`` (one field per flag; None: the generator's default)."""
+    """The settings of ``gru4rec synth``: a field per flag, declared with it (None: the generator's default)."""
 
-    out_dir: str
-    kind: str = "sessions"
-    seed: int | None = None
-    n_sessions: int | None = None
-    n_items: int | None = None
-    test_days: float | None = None
-    n_intents: int | None = None
-    intent_size: int | None = None
-    mix: tuple[float, float, float] | None = None
-    mean_length: float | None = None
-    cold_share: float | None = None
-    force: bool = False
+    out_dir: str = flag(metavar="OUT_DIR", help="folder for the files (created if missing)")
+    kind: str = flag("--kind", choices=SYNTH_KINDS, default="sessions",
+                     help="'sessions' (default): topics + successors + popularity, shaped like the rsc15 "
+                          "sample; 'intents': a generative model whose Bayes-optimal next-item predictor is "
+                          "known, with its Recall/MRR@k written to oracle.json (docs/datasets.md); 'intents-attributes': the "
+                          "same with items in categories and brands (items.tsv) and new items clicked only in "
+                          "test, the optimum on all, cold and warm targets in oracle.json (docs/attributes.md)")
+    seed: int | None = flag("--seed", type=int, default=None, help="random seed of the generator")
+    n_sessions: int | None = flag("--n-sessions", type=positive_int, default=None,
+                                  help="number of sessions (default: the generator's)")
+    n_items: int | None = flag("--n-items", type=positive_int, default=None, help="number of items (default: the generator's)")
+    test_days: float | None = flag("--test-days", type=float, default=None,
+                                   help="sessions starting in the last DAYS days form the test set (and, "
+                                        "the same way, train_valid) (default: the generator's)")
+    n_intents: int | None = flag("--n-intents", type=positive_int, group=_INTENTS, default=None,
+                                 help="latent intents (default 50)")
+    intent_size: int | None = flag("--intent-size", type=positive_int, group=_INTENTS, default=None,
+                                   help="items of each intent (default 150; --kind intents only)")
+    mix: tuple[float, float, float] | None = flag("--mix", type=_mix, metavar="A,B,C", group=_INTENTS, default=None,
+                                                  help="next-item mixture: weight of the previous item's successors, of "
+                                                       "the session's intent, of global popularity (default 0.2,0.65,0.15)")
+    mean_length: float | None = flag("--mean-length", type=float, group=_INTENTS, default=None,
+                                     help="mean session length (default 6)")
+    cold_share: float | None = flag("--cold-share", type=float, group=_INTENTS, default=None,
+                                    help="--kind intents-attributes: share of the items that are new, clicked only in "
+                                         "test (default 0.1)")
+    force: bool = flag_field(FORCE_FLAG, False)
+
+
+def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``gru4rec synth`` (:class:`SynthSettings`)."""
+    add_flags(parser, SynthSettings)
+
+
+_INTENT_FLAGS = ("n_intents", "intent_size", "mix", "mean_length")
 
 
 def run_synth(args: SynthSettings) -> int:
@@ -150,35 +145,28 @@ def _as_paths(paths: Any) -> list[Any]:
 # ----------------------------------------------------------------------------------------- demo
 
 
-def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``gru4rec demo``."""
-    parser.add_argument("--workdir", metavar="DIR", default=None,
-                        help="where to write the synthetic data and the model (default: a "
-                             "temporary folder, removed at the end)")
-    parser.add_argument("-ps", "--params", metavar="STR", default=None,
-                        help=f"parameters on top of the demo's ({DEMO_PARAMS})")
-    parser.add_argument("--seed", type=int, default=None, help="seed of the data generator and the model")
-    parser.add_argument("--n-sessions", type=positive_int, default=None,
-                        help="sessions in the synthetic data (default: the generator's; fewer is faster)")
-    parser.add_argument("-m", "--measure", metavar="K", type=positive_int, nargs="+", default=[1, 5, 10, 20],
-                        help="cutoffs (default: 1 5 10 20)")
-    add_device(parser)
-    add_precision(parser)
-    add_threads(parser)
-
-
 @dataclass(frozen=True)
 class DemoSettings:
-    """The settings of ``gru4rec demo`` (one field per flag)."""
+    """The settings of ``gru4rec demo``: a field per flag, declared with it."""
 
-    workdir: str | None = None
-    params: str | None = None
-    seed: int | None = None
-    n_sessions: int | None = None
-    measure: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
-    device: str = "auto"
-    precision: str = "float32"
-    threads: int | None = None
+    workdir: str | None = flag("--workdir", metavar="DIR", default=None,
+                               help="where to write the synthetic data and the model (default: a "
+                                    "temporary folder, removed at the end)")
+    params: str | None = flag("-ps", "--params", metavar="STR", default=None,
+                              help=f"parameters on top of the demo's ({DEMO_PARAMS})")
+    seed: int | None = flag("--seed", type=int, default=None, help="seed of the data generator and the model")
+    n_sessions: int | None = flag("--n-sessions", type=positive_int, default=None,
+                                  help="sessions in the synthetic data (default: the generator's; fewer is faster)")
+    measure: list[int] = flag("-m", "--measure", metavar="K", type=positive_int, nargs="+",
+                              default_factory=lambda: [1, 5, 10, 20], help="cutoffs (default: 1 5 10 20)")
+    device: str = flag_field(DEVICE_FLAG, "auto")
+    precision: str = flag_field(PRECISION_FLAG, "float32")
+    threads: int | None = flag_field(THREADS_FLAG, None)
+
+
+def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``gru4rec demo`` (:class:`DemoSettings`)."""
+    add_flags(parser, DemoSettings)
 
 
 @uses_threads

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import shlex
 import time
@@ -18,21 +19,21 @@ from gru4rec.cli import observe
 from gru4rec.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    FORCE_FLAG,
     MODEL_FILE_EXAMPLE,
+    PRECISION_FLAG,
     PROG,
     ColumnFlags,
     EvalFlags,
     Interrupted,
     MachineFlags,
     UsageError,
-    add_column_keys,
-    add_device,
-    add_eval_flags,
-    add_force,
-    add_precision,
-    add_threads,
+    add_flags,
     check_readable,
     check_writable_target,
+    column_flags,
+    flag,
+    flag_field,
     item_map_of,
     log_device_memory,
     nonnegative_int,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:  # the heavy imports (torch, pandas) happen inside the functio
     from gru4rec.recommender import GRU4Rec
 
 __all__ = [
+    "FLAGS",
     "TrainSettings",
     "add_arguments",
     "build_config",
@@ -74,73 +76,6 @@ def hyperparameter_epilog() -> str:
                                                                  initial_indent="  ", subsequent_indent="  "))
 
 
-@dataclass(frozen=True, kw_only=True)
-class TrainSettings(observe.ObserveFlags, EvalFlags, ColumnFlags, MachineFlags):
-    """The settings of ``gru4rec train`` (one field per flag; ``command_line`` as it was run)."""
-
-    data: str
-    params: str | None = None
-    param_file: str | None = None
-    seed: int | None = None
-    sample_store_size: int | None = None
-    init_from: str | None = None
-    save: str | None = None
-    save_optimizer: bool = False
-    checkpoint_dir: str | None = None
-    checkpoint_every: float | None = None
-    resume: bool = False
-    keep_checkpoint: bool = False
-    precision: str = "float32"
-    command_line: list[str] | None = not_a_flag()  # set by the dispatcher: the command as run
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``gru4rec train``."""
-    parser.epilog = hyperparameter_epilog()
-    parser.add_argument("data", metavar="DATA",
-                        help="training events: TSV/CSV/Parquet (optionally .gz) with session, item "
-                             "and time columns (try 'gru4rec demo' for a run on synthetic data)")
-    params = parser.add_argument_group("hyperparameters (docs/behaviour.md §7; -ps is applied on top of -pf)")
-    params.add_argument("-ps", "--params", metavar="STR", default=None,
-                        help="parameter string, e.g. 'loss=bpr-max,layers=200/200,n_epochs=5' "
-                             "(lists use '/')")
-    params.add_argument("-pf", "--param-file", metavar="FILE", default=None,
-                        help="parameter file: the original's .py (OrderedDict, read without "
-                             "executing it), .json, .toml or .yaml, e.g. paramfiles/<name>.py")
-    params.add_argument("--seed", type=int, default=None,
-                        help="random seed for weights, sampling and dropout (overrides the params)")
-    params.add_argument("-ss", "--sample-store-size", metavar="N", type=nonnegative_int, default=None,
-                        help="negative-sample ids pre-drawn at once (overrides the params; "
-                             "default 10,000,000)")
-    params.add_argument("--init-from", metavar="MODEL", default=None,
-                        help="warm start: continue the model in MODEL on DATA (its items keep their rows, new items "
-                             "get fresh ones; MODEL's parameters are the defaults of -ps/-pf: give only what changes, "
-                             "e.g. n_epochs; a different network parameter is an error; its optimiser state is "
-                             "carried if MODEL was saved with --save-optimizer; docs/retraining.md)")
-    add_column_keys(parser, default_from="the params")
-    out = parser.add_argument_group("output")
-    out.add_argument("-s", "--save", metavar="MODEL", default=None,
-                     help=f"save the trained model to MODEL (a safe single-file format, e.g. {MODEL_FILE_EXAMPLE})")
-    out.add_argument("--save-optimizer", action="store_true",
-                     help="also save the optimiser's state in MODEL, for a later --init-from (a larger file)")
-    out.add_argument("--checkpoint-dir", metavar="DIR", default=None,
-                     help="keep a resumable checkpoint in DIR: after every epoch, every --checkpoint-every "
-                          "minutes, and on Ctrl-C/SIGTERM (at the next step); removed when training completes")
-    out.add_argument("--checkpoint-every", metavar="MINUTES", type=positive_float, default=None,
-                     help="also checkpoint inside an epoch, at the first step after every MINUTES minutes")
-    out.add_argument("--resume", action="store_true",
-                     help="continue the run whose checkpoint is in --checkpoint-dir, to the same final model "
-                          "as an uninterrupted run (an error if there is none)")
-    out.add_argument("--keep-checkpoint", action="store_true",
-                     help="keep the checkpoint after training completes (e.g. to resume with more n_epochs)")
-    add_force(out)
-    add_eval_flags(parser, test_required=False)
-    observe.add_arguments(parser)
-    add_device(parser)
-    add_precision(parser)
-    add_threads(parser)
-
-
 def positive_float(text: str) -> float:
     """argparse type: a number > 0."""
     try:
@@ -150,6 +85,60 @@ def positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
+
+
+_PARAMS = "hyperparameters (docs/behaviour.md §7; -ps is applied on top of -pf)"
+_OUTPUT = "output"
+#: The flags whose help differs from the shared one: the columns' default is the params', -f is an output flag.
+FLAGS = {**column_flags("the params"), "force": dataclasses.replace(FORCE_FLAG, group=_OUTPUT)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainSettings(observe.ObserveFlags, EvalFlags, ColumnFlags, MachineFlags):
+    """The settings of ``gru4rec train``: a field per flag, declared with it (``command_line`` as it was run)."""
+
+    data: str = flag(metavar="DATA",
+                     help="training events: TSV/CSV/Parquet (optionally .gz) with session, item "
+                          "and time columns (try 'gru4rec demo' for a run on synthetic data)")
+    params: str | None = flag("-ps", "--params", metavar="STR", group=_PARAMS, default=None,
+                              help="parameter string, e.g. 'loss=bpr-max,layers=200/200,n_epochs=5' (lists use '/')")
+    param_file: str | None = flag("-pf", "--param-file", metavar="FILE", group=_PARAMS, default=None,
+                                  help="parameter file: the original's .py (OrderedDict, read without "
+                                       "executing it), .json, .toml or .yaml, e.g. paramfiles/<name>.py")
+    seed: int | None = flag("--seed", type=int, group=_PARAMS, default=None,
+                            help="random seed for weights, sampling and dropout (overrides the params)")
+    sample_store_size: int | None = flag("-ss", "--sample-store-size", metavar="N", type=nonnegative_int, group=_PARAMS,
+                                         default=None, help="negative-sample ids pre-drawn at once (overrides the params; "
+                                                            "default 10,000,000)")
+    init_from: str | None = flag("--init-from", metavar="MODEL", group=_PARAMS, default=None,
+                                 help="warm start: continue the model in MODEL on DATA (its items keep their rows, new items "
+                                      "get fresh ones; MODEL's parameters are the defaults of -ps/-pf: give only what "
+                                      "changes, e.g. n_epochs; a different network parameter is an error; its optimiser "
+                                      "state is carried if MODEL was saved with --save-optimizer; docs/retraining.md)")
+    save: str | None = flag("-s", "--save", metavar="MODEL", group=_OUTPUT, default=None,
+                            help=f"save the trained model to MODEL (a safe single-file format, e.g. {MODEL_FILE_EXAMPLE})")
+    save_optimizer: bool = flag("--save-optimizer", action="store_true", group=_OUTPUT, default=False,
+                                help="also save the optimiser's state in MODEL, for a later --init-from (a larger file)")
+    checkpoint_dir: str | None = flag("--checkpoint-dir", metavar="DIR", group=_OUTPUT, default=None,
+                                      help="keep a resumable checkpoint in DIR: after every epoch, every --checkpoint-every "
+                                           "minutes, and on Ctrl-C/SIGTERM (at the next step); removed when training "
+                                           "completes")
+    checkpoint_every: float | None = flag("--checkpoint-every", metavar="MINUTES", type=positive_float, group=_OUTPUT,
+                                          default=None, help="also checkpoint inside an epoch, at the first step after "
+                                                             "every MINUTES minutes")
+    resume: bool = flag("--resume", action="store_true", group=_OUTPUT, default=False,
+                        help="continue the run whose checkpoint is in --checkpoint-dir, to the same final model "
+                             "as an uninterrupted run (an error if there is none)")
+    keep_checkpoint: bool = flag("--keep-checkpoint", action="store_true", group=_OUTPUT, default=False,
+                                 help="keep the checkpoint after training completes (e.g. to resume with more n_epochs)")
+    precision: str = flag_field(PRECISION_FLAG, "float32")
+    command_line: list[str] | None = not_a_flag()  # set by the dispatcher: the command as run
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``gru4rec train`` (:class:`TrainSettings`), and the hyperparameters in the epilog."""
+    parser.epilog = hyperparameter_epilog()
+    add_flags(parser, TrainSettings, FLAGS)
 
 
 @uses_threads
