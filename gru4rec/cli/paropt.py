@@ -1,5 +1,5 @@
 """The command line of the search: ``python paropt.py``, ``gru4rec paropt`` and ``python -m
-gru4rec.tune`` (the original's ``paropt.py`` flags plus the storage, parallel and pruning
+gru4rec.cli.paropt`` (the original's ``paropt.py`` flags plus the storage, parallel and pruning
 options). The search itself is :mod:`gru4rec.tune`, which never imports this module.
 
 Exit codes, as for every ``gru4rec`` command: 0 done; 1 a runtime error (a data file missing or
@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``paropt.py`` / ``python -m gru4rec.tune``: parse ``argv`` and :func:`run` through the
+    """``paropt.py`` / ``python -m gru4rec.cli.paropt``: parse ``argv`` and :func:`run` through the
     command line's dispatcher (the exit codes and one-line errors of every ``gru4rec`` command),
     with the original's messages on standard output (``-q``: warnings, errors and the result lines).
     Without ``argv``, the process's own command line: it asks for the allocator tuning
@@ -201,3 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run(args)
 
     return dispatch(build_parser(), list(sys.argv[1:] if argv is None else argv), run_with_console, prog=PROG)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -68,8 +68,8 @@ URLs, heartbeats), :mod:`~gru4rec.tune.study` (creating, checking and resuming a
 worker processes, recovering killed ones), :mod:`~gru4rec.tune.runner` (:func:`run_study`),
 :mod:`~gru4rec.tune.reports` (the reports' contents), :mod:`~gru4rec.tune.report_files` (their
 files and owner) and :mod:`~gru4rec.tune.final_test`. The command line is
-:mod:`gru4rec.cli.paropt` (``gru4rec paropt``, ``paropt.py``, ``python -m gru4rec.tune``): the
-package never imports it. None of the modules imports Optuna or torch before it is used, so
+:mod:`gru4rec.cli.paropt` (``gru4rec paropt``, ``paropt.py``, ``python -m gru4rec.cli.paropt``):
+the package never imports it. None of the modules imports Optuna or torch before it is used, so
 importing this package is cheap.
 """
 from __future__ import annotations
