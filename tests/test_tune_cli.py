@@ -100,9 +100,24 @@ def test_quiet_still_prints_the_result_lines(data: dict[str, Path], tmp_path: Pa
     printed = capsys.readouterr().out.splitlines()
     summary = json.loads((out / "quiet.summary.json").read_text())
     final = summary["final_test"]
-    assert printed == [
+    expected = [
         f"Best trial 0: MRR@5={summary['best_value']:.6f} (standard ties)",
         f"Best parameters: {summary['best_param_string']}",
         f"Recall@5: {final['recall']['5']:.6f} MRR@5: {final['mrr']['5']:.6f}",
         f"Recall@10: {final['recall']['10']:.6f} MRR@10: {final['mrr']['10']:.6f}",
     ]
+    assert printed == expected
+    # `gru4rec -q paropt`, the same command: the same lines (its study extended by one trial, the
+    # best of two; the final test of the best again).
+    from gru4rec import cli
+
+    assert cli.main(["-q", "paropt", *args[:-1]]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    summary = json.loads((out / "quiet.summary.json").read_text())
+    final = summary["final_test"]
+    assert printed[1:] == [
+        f"Best parameters: {summary['best_param_string']}",
+        f"Recall@5: {final['recall']['5']:.6f} MRR@5: {final['mrr']['5']:.6f}",
+        f"Recall@10: {final['recall']['10']:.6f} MRR@10: {final['mrr']['10']:.6f}",
+    ]
+    assert printed[0] == f"Best trial {summary['best_trial']}: MRR@5={summary['best_value']:.6f} (standard ties)"

@@ -13,10 +13,13 @@
     gru4rec paropt ...                             (registered from its module's hooks)
     gru4rec report RUN_DIR [RUN_DIR ...] [--study URL --study-name NAME] -o report.html
 
-Each command is a module of this package with its flags (``add_arguments``) and its action
-(``run``): :mod:`~gru4rec.cli.train`, :mod:`~gru4rec.cli.evaluate`, :mod:`~gru4rec.cli.baseline`,
-:mod:`~gru4rec.cli.recommend`, :mod:`~gru4rec.cli.info`, :mod:`~gru4rec.cli.export`, :mod:`~gru4rec.cli.synth` (synth,
-demo), :mod:`~gru4rec.cli.preprocess` (preprocess, split); what they share is in
+Each command is a module of this package with its settings (a dataclass, a field per flag
+declared with it: :func:`~gru4rec.cli.common.flag`), the parser derived from them
+(``add_arguments``) and its action (``run``, which takes the settings):
+:mod:`~gru4rec.cli.train`, :mod:`~gru4rec.cli.evaluate`, :mod:`~gru4rec.cli.baseline`,
+:mod:`~gru4rec.cli.recommend`, :mod:`~gru4rec.cli.info`, :mod:`~gru4rec.cli.export`, :mod:`~gru4rec.cli.serve`,
+:mod:`~gru4rec.cli.synth` (synth, demo), :mod:`~gru4rec.cli.preprocess` (preprocess, split),
+:mod:`~gru4rec.cli.report`, :mod:`~gru4rec.cli.paropt`; what they share is in
 :mod:`~gru4rec.cli.common` and :mod:`~gru4rec.cli.console`. This module holds the registry,
 the parser, the dispatch and the entry points.
 
