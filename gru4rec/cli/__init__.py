@@ -61,6 +61,7 @@ from gru4rec.cli.common import (
     Flag,
     S,
     UsageError,
+    error_message,
     settings_from,
     typed_command,
 )
@@ -270,22 +271,6 @@ def _selected_command(argv: Sequence[str]) -> str | None:
 # ------------------------------------------------------------------------------------- dispatch
 
 
-def _error_message(exc: BaseException) -> str:
-    """An exception as one line: a file error as 'reason: path', several problems joined."""
-    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)) and exc.filename:
-        reason = exc.strerror or str(exc)
-        return f"{reason}: {exc.filename}"
-    # Some messages list several problems on indented '- ' lines: keep them on one line.
-    parts = [line.strip().removeprefix("- ").strip() for line in str(exc).strip().splitlines()]
-    parts = [p for p in parts if p]
-    if not parts:
-        return type(exc).__name__
-    head, rest = parts[0], parts[1:]
-    if rest:
-        return head + (" " if head.endswith(":") else "; ") + "; ".join(rest)
-    return head
-
-
 def _report(prog: str, text: str, *, debug: bool) -> None:
     """The one line that ends a failed command (after the traceback with ``--debug``), on
     stderr in argparse's own ``prog: error: ...`` form."""
@@ -355,27 +340,27 @@ def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str],
         _report(prog, "interrupted" + (f"; {hint}" if hint else ""), debug=debug)
         return int(getattr(exc, "exit_code", EXIT_INTERRUPTED))
     except (UsageError, ConfigError) as exc:
-        _report(prog, f"error: {_error_message(exc)}", debug=debug)
+        _report(prog, f"error: {error_message(exc)}", debug=debug)
         return EXIT_USAGE
     except OutputExistsError as exc:  # the command line's words, not the API's
         _report(prog, f"error: {exc.message('--force')}", debug=debug)
         return EXIT_ERROR
     except (Gru4RecError, FileNotFoundError, PermissionError, IsADirectoryError) as exc:
-        _report(prog, f"error: {_error_message(exc)}", debug=debug)
+        _report(prog, f"error: {error_message(exc)}", debug=debug)
         return EXIT_ERROR
     except ImportError as exc:
         # An optional dependency (pyarrow, optuna) missing: the message carries the install hint.
-        _report(prog, f"error: {_error_message(exc)}", debug=debug)
+        _report(prog, f"error: {error_message(exc)}", debug=debug)
         return EXIT_ERROR
     except MemoryError as exc:
-        _report(prog, f"error: out of host memory: {_error_message(exc)}", debug=debug)
+        _report(prog, f"error: out of host memory: {error_message(exc)}", debug=debug)
         return EXIT_ERROR
     except RuntimeError as exc:
         # torch.OutOfMemoryError (a RuntimeError) is a resource problem the user can act on;
         # any other RuntimeError is a bug and keeps its traceback.
         if type(exc).__name__ != "OutOfMemoryError":
             raise
-        first = _error_message(exc).split(". ")[0]
+        first = error_message(exc).split(". ")[0]
         _report(prog, f"error: out of device memory ({first}); try a smaller batch_size, "
                       "n_sample, layers or --eval-batch-size", debug=debug)
         return EXIT_ERROR

@@ -53,6 +53,7 @@ __all__ = [
     "check_readable",
     "check_writable_target",
     "declared_flag",
+    "error_message",
     "field_default",
     "flag",
     "item_map_of",
@@ -384,6 +385,23 @@ def uses_threads(run: Callable[[T], int]) -> Callable[[T], int]:
             return run(args)
 
     return wrapped
+
+
+def error_message(exc: BaseException) -> str:
+    """An exception as one line: a file error as 'reason: path', several problems joined (the
+    dispatcher's ``gru4rec: error: ...`` line; here so that a command can word its own)."""
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)) and exc.filename:
+        reason = exc.strerror or str(exc)
+        return f"{reason}: {exc.filename}"
+    # Some messages list several problems on indented '- ' lines: keep them on one line.
+    parts = [line.strip().removeprefix("- ").strip() for line in str(exc).strip().splitlines()]
+    parts = [p for p in parts if p]
+    if not parts:
+        return type(exc).__name__
+    head, rest = parts[0], parts[1:]
+    if rest:
+        return head + (" " if head.endswith(":") else "; ") + "; ".join(rest)
+    return head
 
 
 # ------------------------------------------------------------------------------ checks up front

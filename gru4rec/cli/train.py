@@ -246,13 +246,13 @@ def kept_after_failure(exc: Exception, model: GRU4Rec, saved: str | None) -> Exc
     that cannot be written). A user error comes back as one :class:`TrainedModelKept` naming
     both the problem and the file; any other exception (a bug, which keeps its traceback) is
     returned as it is, after a log line naming the file."""
-    from gru4rec.cli import _error_message
+    from gru4rec.cli.common import error_message
 
     where = saved if saved is not None else save_elsewhere(model)
     kept = (f"the trained model was saved to {where} (evaluate it with: {PROG} evaluate {shlex.quote(where)} -t TEST)"
             if where is not None else "the trained model could not be saved anywhere")
     if isinstance(exc, (Gru4RecError, OSError, MemoryError)):
-        return TrainedModelKept(f"{_error_message(exc)}; training had finished: {kept}")
+        return TrainedModelKept(f"{error_message(exc)}; training had finished: {kept}")
     log.error("Training had finished: %s", kept)
     return exc
 
