@@ -105,7 +105,9 @@ def test_single_slow_windows_of_a_noisy_machine_do_not_compare_again() -> None:
 
 
 def test_rechecks_of_a_steady_machine_grow_rarer() -> None:
-    machine = FakeMachine({1: 2.0, 2: 1.0})
+    """Holding one thread (the faster on this machine), the choice re-checks whether the machine
+    became quiet, less and less often."""
+    machine = FakeMachine({1: 1.0, 2: 2.0})
     choice = machine.choice([1, 2], trial_steps=10, warmup_steps=0, recheck_windows=2, max_recheck_windows=8)
     at: list[int] = []
     with choice:
@@ -113,10 +115,23 @@ def test_rechecks_of_a_steady_machine_grow_rarer() -> None:
             machine.run(choice, 1)
             if choice.comparisons > len(at):
                 at.append(step)
-    # after the first comparison (20 steps), each re-check runs 1 thread until its time is spent
-    # (the window at 2 threads took 10 ms: 5 steps) and comes after 2, 4, 8, 8... windows of 10
-    assert at[:5] == [20, 20 + 20 + 5, 45 + 40 + 5, 90 + 80 + 5, 175 + 80 + 5]
-    assert choice.chosen == 2
+    # the first comparison: 10 steps at 1 thread (10 ms), then 2 threads until they spent that (5
+    # steps); each re-check runs 2 threads until the window's time is spent (5 steps) and comes
+    # after 2, 4, 8, 8... windows of 10
+    assert at[:5] == [15, 15 + 20 + 5, 40 + 40 + 5, 85 + 80 + 5, 170 + 80 + 5]
+    assert choice.chosen == 1
+
+
+def test_holding_the_most_threads_a_steady_machine_is_not_rechecked() -> None:
+    """Issue 50 item 8: on a quiet machine the most threads win, and periodic re-checks (one
+    thread for a window, each a short run's loss) can find nothing there: a machine that becomes
+    busy shows as slow windows instead (test_after_the_back_off_a_busy_machine_still_ends_at_one_thread)."""
+    machine = FakeMachine({1: 2.0, 2: 1.0})
+    choice = machine.choice([1, 2], trial_steps=10, warmup_steps=0, recheck_windows=2, max_recheck_windows=8)
+    with choice:
+        machine.run(choice, 1000)
+    assert choice.chosen == 2 and choice.comparisons == 1
+    assert machine.steps_at[1] == 10  # the first comparison's one-thread trial alone
 
 
 def test_a_slowdown_of_a_moment_does_not_hand_the_run_to_a_slower_count() -> None:

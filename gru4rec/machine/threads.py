@@ -250,9 +250,12 @@ class ThreadChoice:
     2. *hold*: windows of ``trial_steps`` units at the kept count. Two windows in a row
        ``slowdown`` times slower than the median of the last 8 at this count compare again — one
        slow window is the scheduler's noise beside busy processes, and comparing at every one
-       cost a third of the time there; so does every ``recheck_windows``-th window, the interval
-       doubling (to ``max_recheck_windows``) each time the comparison keeps the count, so that a
-       machine that became quiet is noticed and a steady one is barely disturbed.
+       cost a third of the time there; so does every ``recheck_windows``-th window while the kept
+       count is not the most threads, the interval doubling (to ``max_recheck_windows``) each time
+       the comparison keeps the count, so that a machine that became quiet is noticed and a steady
+       one is barely disturbed. Holding the most threads there is no periodic re-check: what it
+       could find, a machine that became busy, shows as slow windows (spinning threads beside busy
+       processes run many times slower), and on a quiet machine every re-check was a loss.
 
     A comparison started by slow windows runs the other counts, and the second slow window stands
     for the kept count — unless another count beat it: then the kept count is measured afresh
@@ -498,7 +501,13 @@ class ThreadChoice:
         self._severe_windows = self._severe_windows + 1 if rate > median * SEVERE else 0
         self._recent.append(rate)
         slow = self._slow_windows >= self._slow_needed or self._severe_windows >= SLOW_WINDOWS
-        if slow or self._windows >= self._recheck:
+        # A periodic re-check looks for a machine that became quiet. Holding the most threads there
+        # is nothing to find — a machine that became busy shows as slow windows, spinning threads
+        # beside busy processes being many times slower — and each re-check cost short runs time
+        # (issue 50 item 8); only a count taken over from an earlier choice of the run is verified.
+        verifying = self._recheck < self.first_recheck
+        due = self._windows >= self._recheck and (self.chosen != self.candidates[-1] or verifying)
+        if slow or due:
             assert self.chosen is not None
             self._comparing = True
             self._budget = self._seconds
