@@ -28,13 +28,16 @@ import pandas as pd
 from gru4rec.errors import DataError, Gru4RecError, OutputExistsError
 from gru4rec.files import atomic_write
 
-__all__ = ["ColumnKeys", "is_event_file_name", "read_events", "validate_events", "write_event_chunks", "write_events"]
+# The file-format helpers are public for the other readers of tabular files (gru4rec.items.table).
+__all__ = ["CSV_SUFFIXES", "PARQUET_HINT", "PARQUET_SUFFIXES", "TAB_SUFFIXES", "ColumnKeys", "choose_separator", "header_fields",
+           "is_event_file_name", "line_or_row", "read_events", "read_head", "split_suffix", "validate_events", "validate_ids",
+           "write_event_chunks", "write_events"]
 
-_TAB_SUFFIXES = (".tsv", ".txt", ".dat")
-_CSV_SUFFIXES = (".csv",)
-_PARQUET_SUFFIXES = (".parquet", ".pq")
+TAB_SUFFIXES = (".tsv", ".txt", ".dat")
+CSV_SUFFIXES = (".csv",)
+PARQUET_SUFFIXES = (".parquet", ".pq")
 _SNIFF_DELIMITERS = "\t,;| "
-_PARQUET_HINT = "reading or writing Parquet needs pyarrow: pip install 'gru4rec[parquet]' (or pip install pyarrow)"
+PARQUET_HINT = "reading or writing Parquet needs pyarrow: pip install 'gru4rec[parquet]' (or pip install pyarrow)"
 
 # Integral float ids are turned back into int64 only while exactly representable.
 _MAX_EXACT_FLOAT_INT = 2**53
@@ -67,7 +70,7 @@ class ColumnKeys:
 # --------------------------------------------------------------------------------------------
 
 
-def _split_suffix(path: Path) -> tuple[str, bool]:
+def split_suffix(path: Path) -> tuple[str, bool]:
     """Return (format suffix, gzipped): 'x.tsv.gz' -> ('.tsv', True)."""
     name = path.name.lower()
     gz = name.endswith(".gz")
@@ -79,7 +82,7 @@ def _split_suffix(path: Path) -> tuple[str, bool]:
 def is_event_file_name(path: str | os.PathLike[str]) -> bool:
     """Whether ``path``'s suffix is one that :func:`read_events` reads (``.tsv``, ``.csv``,
     ``.parquet``, ... optionally ``.gz``)."""
-    return _split_suffix(Path(path))[0] in (*_TAB_SUFFIXES, *_CSV_SUFFIXES, *_PARQUET_SUFFIXES)
+    return split_suffix(Path(path))[0] in (*TAB_SUFFIXES, *CSV_SUFFIXES, *PARQUET_SUFFIXES)
 
 
 def _open_text(path: Path, gz: bool) -> io.TextIOBase:
@@ -88,7 +91,7 @@ def _open_text(path: Path, gz: bool) -> io.TextIOBase:
     return open(path, encoding="utf-8-sig", newline="")
 
 
-def _read_head(path: Path, gz: bool, n_chars: int = 65536) -> str:
+def read_head(path: Path, gz: bool, n_chars: int = 65536) -> str:
     """The first characters of a text file (for the header and the delimiter sniffer)."""
     try:
         with _open_text(path, gz) as f:
@@ -97,14 +100,15 @@ def _read_head(path: Path, gz: bool, n_chars: int = 65536) -> str:
         raise DataError(f"{path}: cannot read the file ({e})") from e
 
 
-def _header_fields(head: str, sep: str) -> list[str]:
+def header_fields(head: str, sep: str) -> list[str]:
+    """The column names of ``head``'s first line split by ``sep`` (the item attribute table reads its header so too)."""
     first_line = head.splitlines()[0] if head else ""
     if not first_line:
         return []
     return next(csv.reader([first_line], delimiter=sep))
 
 
-def _choose_sep(head: str, needed: list[str], default: str | None) -> tuple[str, list[str]]:
+def choose_separator(head: str, needed: list[str], default: str | None) -> tuple[str, list[str]]:
     """Pick the delimiter: the suffix's default if the header splits into the needed columns,
     otherwise the first of TAB, comma, semicolon, pipe, space that does (a header-based sniff,
     checked against the column names, so it cannot pick a wrong one). Returns (sep, header
@@ -113,7 +117,7 @@ def _choose_sep(head: str, needed: list[str], default: str | None) -> tuple[str,
     candidates = ([default] if default is not None else []) + list(_SNIFF_DELIMITERS)
     best: tuple[str, list[str]] | None = None
     for sep in candidates:
-        fields = _header_fields(head, sep)
+        fields = header_fields(head, sep)
         if all(c in fields for c in needed):
             return sep, fields
         if best is None or len(fields) > len(best[1]):
@@ -170,25 +174,25 @@ def read_events(
         raise DataError(f"{p}: file not found")
     if p.is_dir():
         raise DataError(f"{p}: is a directory, expected an event file")
-    suffix, gz = _split_suffix(p)
+    suffix, gz = split_suffix(p)
     source = str(p)
 
-    if suffix in _PARQUET_SUFFIXES:
+    if suffix in PARQUET_SUFFIXES:
         df, first_line = _read_parquet(p, gz, keys), 0
     else:
         default = None
         if sep is None:
-            if suffix in _TAB_SUFFIXES:
+            if suffix in TAB_SUFFIXES:
                 default = "\t"
-            elif suffix in _CSV_SUFFIXES:
+            elif suffix in CSV_SUFFIXES:
                 default = ","
-        head = _read_head(p, gz)
+        head = read_head(p, gz)
         if not head.strip():
             raise DataError(f"{p}: empty file (no header, no events)")
         if sep is None:
-            sep_used, fields = _choose_sep(head, keys, default)
+            sep_used, fields = choose_separator(head, keys, default)
         else:
-            sep_used, fields = sep, _header_fields(head, sep)
+            sep_used, fields = sep, header_fields(head, sep)
         missing = [c for c in keys if c not in fields]
         if missing:
             raise missing_columns_error(source, missing, fields, f" (separator {sep_used!r})")
@@ -214,7 +218,7 @@ def _read_parquet(path: Path, gz: bool, keys: list[str]) -> pd.DataFrame:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
     except ImportError as e:  # optional dependency
-        raise Gru4RecError(f"{path}: {_PARQUET_HINT}") from e
+        raise Gru4RecError(f"{path}: {PARQUET_HINT}") from e
     try:
         src: Any = gzip.open(path, "rb") if gz else path
         if gz:
@@ -256,7 +260,8 @@ def show_value(value: Any) -> str:
     return repr(value)
 
 
-def _where(pos: int, first_line: int) -> str:
+def line_or_row(pos: int, first_line: int) -> str:
+    """Where row ``pos`` is, for an error: its file line (``first_line``: the first data row's line) or, in a frame, its row."""
     return f"line {pos + first_line}" if first_line else f"row {pos}"
 
 
@@ -279,7 +284,8 @@ def _to_numpy_backed(s: pd.Series) -> pd.Series:
     return pd.Series(s.to_numpy(dtype=np.float64, na_value=np.nan), index=s.index, name=s.name)
 
 
-def _validate_ids(s: pd.Series, key: str, source: str, first_line: int) -> pd.Series:
+def validate_ids(s: pd.Series, key: str, source: str, first_line: int) -> pd.Series:
+    """The id column ``key`` checked (no missing id; integral floats back to int64), one error naming the row."""
     s = _to_numpy_backed(s)
     bad = s.isna().to_numpy()
     what = "missing value(s) (NaN/empty)"
@@ -291,7 +297,7 @@ def _validate_ids(s: pd.Series, key: str, source: str, first_line: int) -> pd.Se
     if n_bad:
         first = int(np.argmax(bad))
         raise DataError(
-            f"{source}: column {key!r} has {n_bad} {what}, first at {_where(first, first_line)}"
+            f"{source}: column {key!r} has {n_bad} {what}, first at {line_or_row(first, first_line)}"
         )
     if pd.api.types.is_float_dtype(s.dtype):
         # Ids stored as floats (e.g. after a NaN passed through pandas and was dropped): go back
@@ -318,7 +324,7 @@ def time_to_numeric(s: pd.Series, key: str, source: str, first_line: int) -> pd.
                 first = int(np.argmax(bad))
                 raise DataError(
                     f"{source}: column {key!r} has {int(bad.sum())} missing or non-finite time(s), "
-                    f"first at {_where(first, first_line)}"
+                    f"first at {line_or_row(first, first_line)}"
                 )
         return s
     if isinstance(dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(dtype):
@@ -330,7 +336,7 @@ def time_to_numeric(s: pd.Series, key: str, source: str, first_line: int) -> pd.
             first = int(np.argmax(missing))
             raise DataError(
                 f"{source}: column {key!r} has {int(missing.sum())} missing time(s), "
-                f"first at {_where(first, first_line)}"
+                f"first at {line_or_row(first, first_line)}"
             )
         if pd.api.types.is_object_dtype(dtype):
             # Python numbers in an object column: numeric times.
@@ -363,7 +369,7 @@ def _datetimes_to_seconds(
         first = int(np.argmax(bad))
         raise DataError(
             f"{source}: column {key!r} has {int(bad.sum())} unparsable time(s), first "
-            f"{show_value(original.iloc[first])} at {_where(first, first_line)}; expected numbers or datetimes"
+            f"{show_value(original.iloc[first])} at {line_or_row(first, first_line)}; expected numbers or datetimes"
         )
     secs = (dt - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
     return pd.Series(secs.to_numpy(dtype=np.float64), index=original.index, name=original.name)
@@ -381,8 +387,8 @@ def _validate(df: pd.DataFrame, keys: list[str], source: str, first_line: int) -
         raise DataError(f"{source}: no events (0 rows)")
     out = pd.DataFrame(
         {
-            session_key: _validate_ids(df[session_key], session_key, source, first_line),
-            item_key: _validate_ids(df[item_key], item_key, source, first_line),
+            session_key: validate_ids(df[session_key], session_key, source, first_line),
+            item_key: validate_ids(df[item_key], item_key, source, first_line),
             time_key: time_to_numeric(df[time_key], time_key, source, first_line),
         },
         index=df.index,
@@ -457,17 +463,17 @@ def write_event_chunks(
     if p.exists() and not force:
         raise OutputExistsError(p)
     p.parent.mkdir(parents=True, exist_ok=True)
-    suffix, gz = _split_suffix(p)
+    suffix, gz = split_suffix(p)
     if sep is None:
-        sep = "," if suffix in _CSV_SUFFIXES else "\t"
+        sep = "," if suffix in CSV_SUFFIXES else "\t"
 
     def write(tmp: Path) -> None:
-        if suffix in _PARQUET_SUFFIXES:
+        if suffix in PARQUET_SUFFIXES:
             try:
                 import pyarrow
                 import pyarrow.parquet as pq
             except ImportError as e:
-                raise Gru4RecError(f"{p}: {_PARQUET_HINT}") from e
+                raise Gru4RecError(f"{p}: {PARQUET_HINT}") from e
             with (gzip.open(tmp, "wb") if gz else open(tmp, "wb")) as fh:
                 table = pyarrow.Table.from_pandas(first, preserve_index=False)
                 writer = pq.ParquetWriter(fh, table.schema)

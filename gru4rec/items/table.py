@@ -31,18 +31,18 @@ import numpy as np
 import pandas as pd
 
 from gru4rec.data.events import (
-    _CSV_SUFFIXES,
-    _PARQUET_HINT,
-    _PARQUET_SUFFIXES,
-    _TAB_SUFFIXES,
-    _choose_sep,
-    _header_fields,
-    _read_head,
-    _split_suffix,
-    _validate_ids,
-    _where,
+    CSV_SUFFIXES,
+    PARQUET_HINT,
+    PARQUET_SUFFIXES,
+    TAB_SUFFIXES,
+    choose_separator,
+    header_fields,
+    line_or_row,
     missing_columns_error,
+    read_head,
     show_value,
+    split_suffix,
+    validate_ids,
 )
 from gru4rec.errors import DataError, Gru4RecError
 
@@ -114,17 +114,17 @@ def read_item_table(
         raise DataError(f"{p}: file not found")
     if p.is_dir():
         raise DataError(f"{p}: is a directory, expected an item attribute table")
-    suffix, gz = _split_suffix(p)
-    if suffix in _PARQUET_SUFFIXES:
+    suffix, gz = split_suffix(p)
+    if suffix in PARQUET_SUFFIXES:
         return _from_frame(_read_parquet(p, gz), item_key, types, str(p), 0)
-    head = _read_head(p, gz)
+    head = read_head(p, gz)
     if not head.strip():
         raise DataError(f"{p}: empty file (no header, no items)")
-    default = "\t" if suffix in _TAB_SUFFIXES else "," if suffix in _CSV_SUFFIXES else None
+    default = "\t" if suffix in TAB_SUFFIXES else "," if suffix in CSV_SUFFIXES else None
     if sep is None:
-        sep_used, fields = _choose_sep(head, [item_key], default)
+        sep_used, fields = choose_separator(head, [item_key], default)
     else:
-        sep_used, fields = sep, _header_fields(head, sep)
+        sep_used, fields = sep, header_fields(head, sep)
     if item_key not in fields:
         raise missing_columns_error(str(p), [item_key], fields, f" (separator {sep_used!r}); name the id column with item_key")
     try:
@@ -139,7 +139,7 @@ def _read_parquet(path: Path, gz: bool) -> pd.DataFrame:
     try:
         import pyarrow.parquet as pq
     except ImportError as e:  # optional dependency
-        raise Gru4RecError(f"{path}: {_PARQUET_HINT}") from e
+        raise Gru4RecError(f"{path}: {PARQUET_HINT}") from e
     try:
         src: Any = path
         if gz:  # Parquet needs random access: decompress into memory first
@@ -187,14 +187,14 @@ def _from_frame(df: pd.DataFrame, item_key: str, types: Mapping[str, str] | None
     if bad_kind:
         name, kind = next(iter(bad_kind.items()))
         raise DataError(f"{source}: column {name!r}: unknown kind {kind!r} in types; expected one of {list(KINDS)}")
-    ids = _validate_ids(df[item_key], item_key, source, first_line)
+    ids = validate_ids(df[item_key], item_key, source, first_line)
     dup = ids.duplicated(keep=False).to_numpy()
     if dup.any():
         rows = np.flatnonzero(dup)
         first = ids.iloc[rows[0]]
         again = rows[1:][(ids.iloc[rows[1:]] == first).to_numpy()][0]
         raise DataError(f"{source}: column {item_key!r}: duplicate item id {show_value(first)} at "
-                        f"{_where(int(rows[0]), first_line)} and {_where(int(again), first_line)} "
+                        f"{line_or_row(int(rows[0]), first_line)} and {line_or_row(int(again), first_line)} "
                         f"({int(ids.duplicated().sum())} duplicate row(s) in all)")
     columns = tuple(_column(df[name], str(name), types.get(str(name)), source, first_line)
                     for name in df.columns if name != item_key)
@@ -233,7 +233,7 @@ def _refuse_mostly_numeric(s: pd.Series, name: str, where: str, first_line: int)
     if 0 < n_num < n and 2 * n_num > n:
         first = int(np.argmax(present & ~num))
         raise DataError(f"{where} mixes types: {n_num} of {n} values are numbers, but "
-                        f"{show_value(s.iloc[first])} at {_where(first, first_line)} is not; fix the file, "
+                        f"{show_value(s.iloc[first])} at {line_or_row(first, first_line)} is not; fix the file, "
                         f"or pass types={{{name!r}: 'categorical'}}")
 
 
@@ -245,12 +245,12 @@ def _numbers(s: pd.Series, where: str, first_line: int) -> np.ndarray:
     if bad.any():
         first = int(np.argmax(bad))
         raise DataError(f"{where} is numeric but has {int(bad.sum())} value(s) that are not numbers, first "
-                        f"{show_value(s.iloc[first])} at {_where(first, first_line)}")
+                        f"{show_value(s.iloc[first])} at {line_or_row(first, first_line)}")
     out = v.to_numpy(dtype=np.float64, na_value=np.nan)
     inf = np.isinf(out)
     if inf.any():
         first = int(np.argmax(inf))
-        raise DataError(f"{where} has an infinite value at {_where(first, first_line)}")
+        raise DataError(f"{where} has an infinite value at {line_or_row(first, first_line)}")
     return out
 
 
@@ -261,7 +261,7 @@ def _categories(s: pd.Series, name: str, kind: str, where: str, first_line: int)
     if missing.any():
         first = int(np.argmax(missing))
         raise DataError(f"{where} is {kind} but has {int(missing.sum())} missing (NaN/empty) value(s), first at "
-                        f"{_where(first, first_line)}; a categorical value cannot be missing")
+                        f"{line_or_row(first, first_line)}; a categorical value cannot be missing")
     n = len(s)
     if kind == "categorical":
         values = s.to_numpy()
@@ -275,7 +275,7 @@ def _categories(s: pd.Series, name: str, kind: str, where: str, first_line: int)
         empty = (flat == "").to_numpy(dtype=bool)
         if empty.any():
             row = int(np.searchsorted(np.cumsum(lengths), int(np.argmax(empty)), side="right"))
-            raise DataError(f"{where} has an empty value between '{MULTI_SEP}' at {_where(row, first_line)}")
+            raise DataError(f"{where} has an empty value between '{MULTI_SEP}' at {line_or_row(row, first_line)}")
         values = flat.to_numpy(dtype=object)
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
