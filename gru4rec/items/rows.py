@@ -1,0 +1,281 @@
+"""Composed item rows: an item's row is its id row plus the sum of its attributes' embeddings.
+
+For one item table of width d (the output table ``Wy``, the input embedding ``E``, the one-hot
+mode's ``Wx_0`` rows; ``By`` as its d = 1 view ``By.unsqueeze(1)``) a :class:`ComposedRows`
+holds the attribute side of the composition, built from an
+:class:`~gru4rec.items.attributes.ItemAttributes`:
+
+    row(i) = id(i) + Σ_c pool_c(i) + numeric(i)·P
+
+* ``id(i)`` is row i of the id table (owned by the network, passed in); a **cold item**
+  (i ≥ ``n_warm``, no training event) has no id row: its id part is a row of zeros, so it is
+  scored from its attributes alone;
+* per categorical column c an embedding table ``T_c`` of ``n_codes`` rows (row 0: the unknown
+  value); a ``categorical`` column adds ``T_c[code]``, a ``multi`` column the **mean** of its
+  values' rows (``pool_c``). Mean rather than sum: the part keeps the scale of one row however
+  many values an item lists, so an item with ten tags does not get a row (and a dot-product
+  score) ten times larger than one with a single tag — the number of tags is not evidence of
+  relevance — and the unknown value (one code 0) stays on the scale of any other;
+* the standardised numerics (``n_numeric`` per item) through a learned projection
+  ``P`` (n_numeric × d).
+
+Everything is vectorised: a categorical column is one gather, a multi column a padded gather of
+its flat codes (width: the column's longest list, fixed at construction so no shape depends on
+the data: no host sync in the forward) summed over the padding axis with weights ``1/len``.
+:meth:`ComposedRows.compose` builds the rows of a batch of item indices (duplicates allowed),
+:meth:`ComposedRows.compose_all` every item's row in chunks whose temporaries fit a memory
+budget. :meth:`ComposedRows.backward` turns dL/d(row) of a batch into the gradients of the id
+rows and of every attribute table as (unique row indices, summed gradient rows) — the form the
+optimiser's lazy row updates take (:class:`gru4rec.training.optim.UniqueGrad`) — and the dense
+gradient of the projection. Making rows unique needs their number, i.e. a host sync on a GPU,
+like the optimiser's own unique-row path.
+
+Without any attribute column the composition is the id rows themselves, bit for bit.
+**Training does not use this yet**: the wiring into the network, the step backends, the model
+file and the CLI is the next step of issue 49 (docs/attributes.md).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from gru4rec.items.attributes import ItemAttributes
+
+__all__ = ["DEFAULT_BUDGET_BYTES", "ComposedRows", "RowGrad", "RowGrads"]
+
+#: Default bound on the temporaries of :meth:`ComposedRows.compose_all` (bytes).
+DEFAULT_BUDGET_BYTES = 256 * 2**20
+
+
+class RowGrad(NamedTuple):
+    """Gradient rows of a table at unique row indices (same fields as the optimiser's ``UniqueGrad``)."""
+
+    rows: Tensor
+    grad: Tensor
+
+
+@dataclass(frozen=True)
+class RowGrads:
+    """The gradients of one batch's composition.
+
+    ``id``: of the id table at the batch's distinct warm items; ``tables``: of each attribute
+    table by its name in :meth:`ComposedRows.sparse_parameters` at its distinct codes (summed over
+    the items that share them); ``projection``: of ``P`` (n_numeric × d), or None without numerics."""
+
+    id: RowGrad
+    tables: dict[str, RowGrad]
+    projection: Tensor | None
+
+
+class _Column(NamedTuple):
+    """A categorical column on the device: flat codes, offsets [n + 1], padded width (0: no codes)."""
+
+    codes: Tensor
+    offsets: Tensor
+    width: int
+    multi: bool
+
+
+def _unique_sum(index: Tensor, values: Tensor) -> RowGrad:
+    """The distinct indices (ascending) and the sum of ``values`` rows at each."""
+    uniq, inverse = torch.unique(index, sorted=True, return_inverse=True)
+    total = values.new_zeros((uniq.shape[0], *values.shape[1:]))
+    return RowGrad(uniq, total.index_add_(0, inverse, values))
+
+
+class ComposedRows(nn.Module):
+    """The attribute side of one item table of width ``width`` (see the module docstring).
+
+    Parameters: ``tables[c]`` (n_codes_c × width) per categorical column of
+    ``attributes.encoding`` in its order, ``projection`` (n_numeric × width, None without
+    numeric columns). Buffers: the attributes' codes, offsets and numbers on ``device`` in
+    ``dtype``. ``n_warm`` items have id rows; items ``n_warm..n_items-1`` are cold.
+    Initialise with :meth:`reset_parameters` (the constructor draws with the default rule).
+    """
+
+    def __init__(self, attributes: ItemAttributes, width: int, *, device: torch.device | str | None = None,
+                 dtype: torch.dtype = torch.float32, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+            raise ValueError(f"ComposedRows: width={width!r} is invalid; need an int >= 1")
+        self.width = width
+        self.n_warm = attributes.n_warm
+        self.n_items = attributes.n_items
+        self.names = [enc.name for enc in attributes.encoding.categorical]
+        #: Per categorical column: its padded width (the longest list; 0 when no item has a code) and kind.
+        self._shape: list[tuple[int, bool]] = []
+        tables = []
+        for c, enc in enumerate(attributes.encoding.categorical):
+            offsets = attributes.offsets[c]
+            lengths = offsets[1:] - offsets[:-1]
+            self._shape.append((int(lengths.max()) if len(lengths) else 0, enc.multi))
+            # Buffers, so that .to(device) moves them with the tables.
+            self.register_buffer(f"cat{c}_codes", torch.as_tensor(attributes.codes[c], dtype=torch.int64, device=device))
+            self.register_buffer(f"cat{c}_offsets", torch.as_tensor(offsets, dtype=torch.int64, device=device))
+            tables.append(nn.Parameter(torch.empty(enc.n_codes, width, device=device, dtype=dtype)))
+        self.tables = nn.ParameterList(tables)
+        n_numeric = len(attributes.encoding.numeric)
+        self.projection: nn.Parameter | None = (
+            nn.Parameter(torch.empty(n_numeric, width, device=device, dtype=dtype)) if n_numeric else None)
+        self.register_buffer("numeric", torch.as_tensor(attributes.numeric, device=device).to(dtype))
+        self.numeric: Tensor
+        self.reset_parameters(generator=generator)
+
+    # ------------------------------------------------------------------ initialisation
+
+    @torch.no_grad()
+    def reset_parameters(self, sigma: float = 0.0, normal: bool = False, generator: torch.Generator | None = None,
+                         n_rows: int | None = None) -> None:
+        """Draw every table and the projection as GRU4RecNet draws its item tables
+        (:meth:`~gru4rec.network.gru.GRU4RecNet.reset_parameters`): U[−σ, σ], or N(0, σ²) when
+        ``normal``, with ``sigma`` when > 0 and otherwise σ = sqrt(6/(n_rows + width)) — the σ
+        of **the item table the rows are added to** (``n_rows``: its rows, default ``n_warm``),
+        not of each small table: a 20-row table would get a σ several times the id rows' and
+        swamp them, while with one σ every part of the sum starts on the id row's scale. Drawn
+        in order: the tables by column, then the projection, each with ``generator``."""
+        rows = self.n_warm if n_rows is None else n_rows
+        s = sigma if sigma > 0 else math.sqrt(6.0 / (rows + self.width))
+        blocks = [*self.tables] + ([self.projection] if self.projection is not None else [])
+        for block in blocks:
+            values = torch.empty(block.shape, dtype=block.dtype)  # drawn on the CPU: the same numbers on any device
+            if normal:
+                values.normal_(0.0, s, generator=generator)
+            else:
+                values.uniform_(-s, s, generator=generator)
+            block.copy_(values)
+
+    # ------------------------------------------------------------------ structure
+
+    @property
+    def _columns(self) -> list[_Column]:
+        return [_Column(getattr(self, f"cat{c}_codes"), getattr(self, f"cat{c}_offsets"), w, multi)
+                for c, (w, multi) in enumerate(self._shape)]
+
+    def sparse_parameters(self, prefix: str = "") -> dict[str, nn.Parameter]:
+        """The attribute tables by name (``{prefix}cat{c}``), updated at the rows a step uses."""
+        return {f"{prefix}cat{c}": t for c, t in enumerate(self.tables)}
+
+    def dense_parameters(self, prefix: str = "") -> dict[str, nn.Parameter]:
+        """The projection (``{prefix}numeric``), used by every step: a dense parameter."""
+        return {} if self.projection is None else {f"{prefix}numeric": self.projection}
+
+    @property
+    def has_attributes(self) -> bool:
+        """Whether any column adds to the id rows."""
+        return bool(self._shape) or self.projection is not None
+
+    def bytes_per_item(self) -> int:
+        """An upper estimate of the temporaries of composing one item's row, in bytes: its
+        gathered and weighted rows (every multi column padded to its longest list), the id row,
+        the partial sums, and the int64 positions, codes and weights of the padding."""
+        elem = self.numeric.element_size()
+        padded = sum(w for w, _ in self._shape)
+        return elem * self.width * (4 + 2 * padded) + (16 + elem) * padded
+
+    # ------------------------------------------------------------------ the forward
+
+    def _gather(self, col: _Column, items: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The codes of ``items`` (B, or B × width for a multi column) and their weights
+        (None: one code each, weight 1; else 1/len at valid positions, 0 at the padding)."""
+        if not col.multi:
+            return col.codes.index_select(0, items), None
+        start = col.offsets.index_select(0, items)
+        length = col.offsets.index_select(0, items + 1) - start
+        j = torch.arange(col.width, device=items.device)
+        # Padding positions read the item's last code (any valid index would do: their weight is 0).
+        last = (start + length - 1).clamp_(min=0, max=col.codes.shape[0] - 1)
+        pos = torch.minimum(start[:, None] + j, last[:, None])
+        valid = j < length[:, None]
+        weight = valid.to(self.numeric.dtype) / length.clamp(min=1).to(self.numeric.dtype)[:, None]
+        return col.codes[pos], weight
+
+    def attribute_part(self, items: Tensor) -> Tensor | None:
+        """Σ_c pool_c(i) + numeric(i)·P for the items (B × width), None without attributes."""
+        part: Tensor | None = None
+        for col, table in zip(self._columns, self.tables, strict=True):
+            if col.width == 0:  # no item has a code: nothing to add
+                continue
+            codes, weight = self._gather(col, items)
+            if weight is None:
+                rows = table.index_select(0, codes)
+            else:
+                rows = (table[codes] * weight[:, :, None]).sum(1)
+            part = rows if part is None else part + rows
+        if self.projection is not None:
+            rows = self.numeric.index_select(0, items) @ self.projection
+            part = rows if part is None else part + rows
+        return part
+
+    def id_rows(self, id_table: Tensor, items: Tensor) -> Tensor:
+        """The id rows of the items, a row of zeros for a cold item (no id row)."""
+        if id_table.dim() != 2 or id_table.shape[0] != self.n_warm or id_table.shape[1] != self.width:
+            raise ValueError(f"ComposedRows: the id table is {tuple(id_table.shape)}, expected "
+                             f"({self.n_warm}, {self.width}): one row per warm item")
+        rows = id_table.index_select(0, items.clamp(max=self.n_warm - 1))
+        return torch.where((items < self.n_warm)[:, None], rows, 0.0)
+
+    def compose(self, id_table: Tensor, items: Tensor) -> Tensor:
+        """The composed rows (B × width) of the item indices ``items`` (int64, B; duplicates
+        allowed; 0 <= i < n_items). Differentiable: autograd reaches the id table, the
+        attribute tables and the projection (the reference :meth:`backward` is tested against)."""
+        rows = self.id_rows(id_table, items)
+        part = self.attribute_part(items)
+        return rows if part is None else rows + part
+
+    def chunk_bounds(self, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> list[tuple[int, int]]:
+        """Item ranges [start, stop) covering every item whose composition's temporaries fit
+        ``budget_bytes`` (at least one item per chunk)."""
+        if budget_bytes < 1:
+            raise ValueError(f"ComposedRows: budget_bytes={budget_bytes!r} is invalid; need >= 1")
+        step = max(1, budget_bytes // self.bytes_per_item())
+        return [(a, min(a + step, self.n_items)) for a in range(0, self.n_items, step)]
+
+    def compose_all(self, id_table: Tensor, *, budget_bytes: int = DEFAULT_BUDGET_BYTES,
+                    out: Tensor | None = None) -> Tensor:
+        """Every item's composed row (n_items × width: the warm items, then the cold ones), chunk
+        by chunk (:meth:`chunk_bounds`) into ``out`` if given: the catalogue for scoring. The
+        budget bounds the temporaries, not the result. Not differentiable."""
+        if out is None:
+            out = id_table.new_empty((self.n_items, self.width))
+        elif out.shape != (self.n_items, self.width):
+            raise ValueError(f"ComposedRows: out is {tuple(out.shape)}, expected ({self.n_items}, {self.width})")
+        with torch.no_grad():
+            for a, b in self.chunk_bounds(budget_bytes):
+                out[a:b] = self.compose(id_table, torch.arange(a, b, device=id_table.device))
+        return out
+
+    # ------------------------------------------------------------------ the backward
+
+    @torch.no_grad()
+    def backward(self, items: Tensor, grad_rows: Tensor) -> RowGrads:
+        """The gradients of the composition of ``items`` (B, duplicates allowed) given
+        ``grad_rows`` = dL/d(row) (B × width): each table's as unique rows with the gradients of
+        every position that reads them summed (a repeated item, or a code shared by several
+        items or listed twice by one), the projection's as a dense matrix. A cold item gives no
+        id row gradient. Syncs with the host on a GPU (the number of unique rows)."""
+        warm = items < self.n_warm
+        if bool(warm.all()):
+            ids = _unique_sum(items, grad_rows)
+        else:
+            ids = _unique_sum(items[warm], grad_rows[warm])
+        tables: dict[str, RowGrad] = {}
+        for c, col in enumerate(self._columns):
+            name = f"cat{c}"
+            if col.width == 0:
+                tables[name] = RowGrad(items.new_zeros(0), grad_rows.new_zeros((0, self.width)))
+                continue
+            codes, weight = self._gather(col, items)
+            if weight is None:
+                tables[name] = _unique_sum(codes, grad_rows)
+                continue
+            valid = weight > 0
+            owner = torch.arange(items.shape[0], device=items.device)[:, None].expand_as(codes)[valid]
+            tables[name] = _unique_sum(codes[valid], grad_rows.index_select(0, owner) * weight[valid][:, None])
+        projection = None
+        if self.projection is not None:
+            projection = self.numeric.index_select(0, items).t() @ grad_rows
+        return RowGrads(ids, tables, projection)
