@@ -172,6 +172,9 @@ def test_bad_arguments_name_the_culprit() -> None:
         ComposedRows(attrs, 0)
     with pytest.raises(ValueError, match="budget_bytes=0"):
         rows.chunk_bounds(0)
+    table = item_table_from_frame(_FRAME[["ItemId", "category"]], types={"category": "categorical"})
+    with pytest.raises(ValueError, match="no training item"):
+        ComposedRows(ItemAttributes.build(table, ItemMap.from_ids(pd.Series([], dtype="int64"))), 5)
 
 # ---------------------------------------------------------------------- the backward
 

@@ -21,7 +21,9 @@ holds the attribute side of the composition, built from an
 
 Everything is vectorised: a categorical column is one gather, a multi column a padded gather of
 its flat codes (width: the column's longest list, fixed at construction so no shape depends on
-the data: no host sync in the forward) summed over the padding axis with weights ``1/len``.
+the data: no host sync in the forward) summed over the padding axis with weights ``1/len`` — its
+temporaries are B × longest list × d, so a column where a few items list very many values costs
+as if every item did.
 :meth:`ComposedRows.compose` builds the rows of a batch of item indices (duplicates allowed),
 :meth:`ComposedRows.compose_all` every item's row in chunks whose temporaries fit a memory
 budget. :meth:`ComposedRows.backward` turns dL/d(row) of a batch into the gradients of the id
@@ -102,9 +104,12 @@ class ComposedRows(nn.Module):
         super().__init__()
         if not isinstance(width, int) or isinstance(width, bool) or width < 1:
             raise ValueError(f"ComposedRows: width={width!r} is invalid; need an int >= 1")
+        if attributes.n_warm < 1:  # as GRU4RecNet: a model has at least one item with an id row
+            raise ValueError("ComposedRows: the attributes have no training item (n_warm=0)")
         self.width = width
         self.n_warm = attributes.n_warm
         self.n_items = attributes.n_items
+        #: The categorical columns' names, in the order of ``tables`` (``cat{c}``).
         self.names = [enc.name for enc in attributes.encoding.categorical]
         #: Per categorical column: its padded width (the longest list; 0 when no item has a code) and kind.
         self._shape: list[tuple[int, bool]] = []
