@@ -103,6 +103,14 @@ def test_a_flag_spelt_with_underscores_gets_its_hyphenated_name(name: str, capsy
     assert "(did you mean --init-from?)" in capsys.readouterr().err
 
 
+def test_a_typo_in_a_flag_gets_the_flag_it_is_close_to(capsys: pytest.CaptureFixture[str]) -> None:
+    """A newcomer's --vaild got argparse's bare 'unrecognized arguments' under the top-level usage."""
+    assert cli.main(["train", "X", "--vaild", "v.tsv"]) == 2
+    assert capsys.readouterr().err == "gru4rec: error: unknown flag --vaild (did you mean --valid?)\n"
+    assert cli.main(["train", "X", "--zzzz"]) == 2  # nothing close: argparse's own message
+    assert "unrecognized arguments: --zzzz" in capsys.readouterr().err
+
+
 def test_run_py_keeps_its_underscores_and_corrects_ours(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.run_py_main(["X", "-ps", "layers=8", "--run_dir", "r"]) == 2
     assert capsys.readouterr().err == "run.py: error: unknown flag --run_dir (did you mean --run-dir?)\n"

@@ -492,8 +492,16 @@ BAD_FILES = [
     pytest.param(
         "e.tsv",
         "SessionId\tItem\tTime\n1\t2\t3\n",
-        r"e.tsv: missing column 'ItemId'; the columns found are \['SessionId', 'Item', 'Time'\]",
+        r"e.tsv: missing column 'ItemId'; the columns found are \['SessionId', 'Item', 'Time'\] \(separator '\\t'\); "
+        r"name the columns with -sk/-ik/-tk \(in Python: session_key=, item_key=, time_key=\)$",
         id="missing_column_lists_header",
+    ),
+    pytest.param(
+        "e.tsv",
+        "SessionID\tItemId\tTime\n1\t2\t3\n",
+        r"missing column 'SessionId'; the columns found are \['SessionID', 'ItemId', 'Time'\] "
+        r"\(differing only in case: 'SessionID' for 'SessionId'\)",
+        id="missing_column_differing_in_case",
     ),
     pytest.param(
         "e.tsv",

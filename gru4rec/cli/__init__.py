@@ -290,8 +290,9 @@ def _option_strings(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def _misspelt_flag(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
-    """A usage error for the first ``--snake_case`` flag that is not a flag but names one with
-    dashes (or close to one): ``--init_from`` -> did you mean ``--init-from``? (None: none)."""
+    """A usage error for the first ``--flag`` that is not a flag but close to one — with dashes
+    for underscores or a typo: ``--init_from`` -> did you mean ``--init-from``?, ``--vaild`` ->
+    ``--valid``? (None: none; argparse then says what it says of an unknown flag)."""
     import difflib
 
     flags = None
@@ -299,7 +300,7 @@ def _misspelt_flag(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str 
         if token == "--":
             break
         name = token.split("=", 1)[0]
-        if not name.startswith("--") or "_" not in name:
+        if not name.startswith("--") or name == "--":
             continue
         flags = _option_strings(parser) if flags is None else flags
         if name in flags:

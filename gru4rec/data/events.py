@@ -29,9 +29,9 @@ from gru4rec.errors import DataError, Gru4RecError, OutputExistsError
 from gru4rec.files import atomic_write
 
 # The file-format helpers are public for the other readers of tabular files (gru4rec.items.table).
-__all__ = ["CSV_SUFFIXES", "PARQUET_HINT", "PARQUET_SUFFIXES", "TAB_SUFFIXES", "ColumnKeys", "choose_separator", "header_fields",
-           "is_event_file_name", "line_or_row", "read_events", "read_head", "split_suffix", "validate_events", "validate_ids",
-           "write_event_chunks", "write_events"]
+__all__ = ["CSV_SUFFIXES", "KEY_COLUMNS_HINT", "PARQUET_HINT", "PARQUET_SUFFIXES", "TAB_SUFFIXES", "ColumnKeys",
+           "choose_separator", "header_fields", "is_event_file_name", "line_or_row", "read_events", "read_head", "split_suffix",
+           "validate_events", "validate_ids", "write_event_chunks", "write_events"]
 
 TAB_SUFFIXES = (".tsv", ".txt", ".dat")
 CSV_SUFFIXES = (".csv",)
@@ -126,12 +126,22 @@ def choose_separator(head: str, needed: list[str], default: str | None) -> tuple
     return best
 
 
+#: How an event file's key columns are named when they are not the standard ones (the end of
+#: a missing-column error: a newcomer whose log says session_id must learn it from the message).
+KEY_COLUMNS_HINT = "; name the columns with -sk/-ik/-tk (in Python: session_key=, item_key=, time_key=)"
+
+
 def missing_columns_error(source: str, missing: list[str], present: Iterable[Any], extra: str = "") -> DataError:
-    """The DataError for key columns missing from ``source``, listing the columns it does have."""
+    """The DataError for key columns missing from ``source``, listing the columns it does have and
+    any that differ from a missing one only in case (``SessionID`` for ``SessionId``)."""
+    present = [str(c) for c in present]
     miss = ", ".join(repr(c) for c in missing)
-    have = ", ".join(repr(str(c)) for c in present)
+    have = ", ".join(repr(c) for c in present)
+    by_case = {c.casefold(): c for c in present}
+    cased = [f"{by_case[m.casefold()]!r} for {m!r}" for m in missing if m.casefold() in by_case]
+    case_note = f" (differing only in case: {', '.join(cased)})" if cased else ""
     return DataError(
-        f"{source}: missing column{'s' if len(missing) > 1 else ''} {miss}; the columns found are [{have}]{extra}"
+        f"{source}: missing column{'s' if len(missing) > 1 else ''} {miss}; the columns found are [{have}]{case_note}{extra}"
     )
 
 
@@ -195,7 +205,7 @@ def read_events(
             sep_used, fields = sep, header_fields(head, sep)
         missing = [c for c in keys if c not in fields]
         if missing:
-            raise missing_columns_error(source, missing, fields, f" (separator {sep_used!r})")
+            raise missing_columns_error(source, missing, fields, f" (separator {sep_used!r}){KEY_COLUMNS_HINT}")
         try:
             df = pd.read_csv(
                 p,
@@ -230,7 +240,7 @@ def _read_parquet(path: Path, gz: bool, keys: list[str]) -> pd.DataFrame:
             src.seek(0)
         missing = [c for c in keys if c not in schema.names]
         if missing:
-            raise missing_columns_error(str(path), missing, schema.names)
+            raise missing_columns_error(str(path), missing, schema.names, KEY_COLUMNS_HINT)
         table = pq.read_table(src, columns=keys)
     except DataError:
         raise
@@ -379,7 +389,7 @@ def _validate(df: pd.DataFrame, keys: list[str], source: str, first_line: int) -
     session_key, item_key, time_key = keys
     missing = [c for c in keys if c not in df.columns]
     if missing:
-        raise missing_columns_error(source, missing, df.columns)
+        raise missing_columns_error(source, missing, df.columns, KEY_COLUMNS_HINT)
     duplicated = [c for c in keys if int((df.columns == c).sum()) > 1]
     if duplicated:
         raise DataError(f"{source}: column {duplicated[0]!r} appears more than once")

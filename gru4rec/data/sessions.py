@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from gru4rec.data.events import check_keys, missing_columns_error, show_value, time_to_numeric
+from gru4rec.data.events import KEY_COLUMNS_HINT, check_keys, missing_columns_error, show_value, time_to_numeric
 from gru4rec.data.items import ItemMap
 from gru4rec.errors import DataError
 
@@ -86,7 +86,7 @@ def sessions_from_events(
     keys = check_keys(session_key, item_key, time_key)
     missing = [c for c in keys if c not in df.columns]
     if missing:
-        raise missing_columns_error("<DataFrame>", missing, df.columns)
+        raise missing_columns_error("<DataFrame>", missing, df.columns, KEY_COLUMNS_HINT)
 
     item_idx = item_map.index_of(df[item_key])
     unknown = item_idx < 0
