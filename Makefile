@@ -28,7 +28,8 @@ lint: venv
 
 # Tests run on the CPU with 1 thread per process, in one worker process per CPU (pytest-xdist; at
 # most 4: each worker holds its own torch, ~1 GB): much of the suite waits on subprocesses and
-# servers, so two workers on 2 cores take 3.2 minutes where one took 5.6 (docs/install.md).
+# servers, so two workers on 2 cores take 3.2 minutes where one took 5.6 (docs/install.md; quiet);
+# beside other work (2026-12-06, 2,191 tests) `make test` took 10 minutes.
 # TEST_WORKERS=0 runs the suite in one process. Real-data checks marked slow are skipped here.
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; n = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count(); print(min(4, n or 1))" 2>/dev/null || echo 1)
 

@@ -3,6 +3,7 @@ its use by training, evaluation and the run folder: fixed counts (``threads=N``,
 ``OMP_NUM_THREADS``) are never changed. No timing is measured here: the steps' times are given."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -495,3 +496,16 @@ def test_the_server_worker_chooses_its_threads_from_the_batches() -> None:
     assert applied and {name for _, name in applied} == {"gru4rec-batcher"} and applied[0][0] == 1
     assert sum(observed) == 10 and max(observed) <= 3 and choice.comparisons >= 1
     assert machine.threads == 2
+
+
+def test_the_first_decision_says_when_the_cpus_are_busy(caplog: pytest.LogCaptureFixture) -> None:
+    """A newcomer read '1: 0.211 ms, 2: 71.8 ms' as a fault: the line says what a collapse is."""
+    note = "other processes keep the CPUs busy"
+    for ms, busy in (({1: 1.0, 2: 40.0}, True), ({1: 2.0, 2: 1.0}, False)):
+        caplog.clear()
+        machine = FakeMachine(ms)
+        choice = machine.choice([1, 2], trial_steps=10, warmup_steps=0, memory=threads.ThreadMemory(load=lambda: 0.0))
+        with caplog.at_level(logging.INFO, logger="gru4rec"), choice:
+            machine.run(choice, 30)
+        lines = [r.getMessage() for r in caplog.records if "runs on" in r.getMessage()]
+        assert len(lines) == 1 and (note in lines[0]) == busy, lines

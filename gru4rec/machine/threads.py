@@ -487,7 +487,9 @@ class ThreadChoice:
         self.memory.decisions[self.workload] = self.decision()
         measured = ", ".join(f"{n}: {s * 1e3:.3g} ms" for n, s in sorted(self._results.items()))
         if before is None:
-            log.info("%s runs on %d thread(s), the faster here (per unit of work %s)", self.workload, best, measured)
+            # A collapse (2 threads many times slower) looks like a fault to a reader: say what it is.
+            busy = " — other processes keep the CPUs busy, and waiting threads spin on them" if self.memory.busy_until else ""
+            log.info("%s runs on %d thread(s), the faster here (per unit of work %s)%s", self.workload, best, measured, busy)
         elif before != best:
             log.debug("%s now runs on %d thread(s) instead of %d (per unit of work %s)", self.workload, best, before, measured)
         self._begin(best, warm=best != self.threads)
