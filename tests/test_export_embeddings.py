@@ -112,7 +112,8 @@ def test_session_states_are_the_networks_last_layer_output(models: dict[str, GRU
             for item in model.item_map.index_of(session):
                 out = net.step(torch.tensor([item]), hidden)
         np.testing.assert_allclose(got[row], out[0].numpy(), rtol=0, atol=1e-6)
-    with pytest.raises(Gru4RecError, match="at least one known item for its embedding"):
+    with pytest.warns(UserWarning, match="1 unknown item id"), \
+            pytest.raises(Gru4RecError, match="at least one known item for its embedding"):
         model.session_embeddings([[-12345]])
 
 
