@@ -136,6 +136,9 @@ class GRU4Rec:
         keep_checkpoint: bool = False,
         progress: bool = True,
         init_from: GRU4Rec | str | os.PathLike[str] | None = None,
+        item_features: pd.DataFrame | str | os.PathLike[str] | None = None,
+        attribute_min_count: int = 1,
+        attribute_types: Mapping[str, str] | None = None,
     ) -> GRU4Rec:
         """Train on ``data`` (DataFrame or file with session, item and time columns): from scratch,
         or from a trained model with ``init_from`` (a ``GRU4Rec`` or a model file).
@@ -164,11 +167,20 @@ class GRU4Rec:
         checkpoint is removed unless ``keep_checkpoint``. See :mod:`gru4rec.training.resume`.
         ``progress``: a progress bar per epoch on a terminal. The per-epoch lines are logged at
         INFO by ``gru4rec.training.loop`` (see :mod:`gru4rec.log`).
+
+        ``item_features`` (a file — TSV/CSV/Parquet — or a DataFrame keyed by the item column): item
+        attributes (docs/attributes.md). Each item's output row (and in shared mode its input row)
+        is its id row plus its attributes' embeddings; the vocabularies keep values seen on at
+        least ``attribute_min_count`` training items; ``attribute_types={column: kind}`` overrides
+        the inferred kinds (``categorical``, ``multi``, ``numeric``). Training then runs the
+        autograd reference step. Not yet with ``init_from`` or ``checkpoint_dir``, and such a
+        model cannot be saved yet (issue 49).
         """
         fit_model(self, data, valid=valid, early_stop=early_stop, metric=metric, valid_cutoffs=valid_cutoffs,
                   valid_mode=valid_mode, callback=callback, checkpoint_dir=checkpoint_dir, resume=resume,
                   checkpoint_every=checkpoint_every, keep_checkpoint=keep_checkpoint, progress=progress,
-                  init_from=init_from)
+                  init_from=init_from, item_features=item_features, attribute_min_count=attribute_min_count,
+                  attribute_types=attribute_types)
         return self
 
     # ------------------------------------------------------------------ model files
@@ -180,6 +192,8 @@ class GRU4Rec:
         start from the file continues it; the file is then about 2-4 times larger (one table
         per state per item table), which a server does not need."""
         net, item_map, support = self._parts()
+        if net.attributes is not None:  # the model file has no place for them yet: never drop them silently
+            raise Gru4RecError("models with item attributes cannot be saved yet (issue 49: the model file does not hold them)")
         if optimizer and self.optimizer_state is None:
             raise Gru4RecError("this model has no optimiser state to save (it was loaded from a file saved without it)")
         write_model(path, net=net, config=self.config, item_map=item_map, item_support=support,

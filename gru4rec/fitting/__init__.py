@@ -11,6 +11,7 @@ the order of the work is
 2. a warm start's model read (:func:`warm_start_of`) and the config it trains with
    (:func:`gru4rec.training.warm_start.inherit_config`);
 3. the training events read, the item map built (or grown), the sessions and item supports;
+   with ``item_features`` the attribute table read and encoded on that item map (issue 49);
 4. the validation sessions in that item map;
 5. the training run (:mod:`gru4rec.training.fit`), each epoch's :class:`EpochInfo` to every callback;
 6. the best epoch's weights put back (early stopping), the optimiser state kept, the checkpoint removed.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,13 +32,14 @@ from gru4rec.data import ItemMap, Sessions, item_support, read_events, sessions_
 from gru4rec.data.overlap import TrainingFingerprint, warn_overlap
 from gru4rec.errors import Gru4RecError
 from gru4rec.fitting.validation import Validator, check_patience, parse_metric
+from gru4rec.items import ItemAttributes, ItemTable, item_table_from_frame, read_item_table
 from gru4rec.machine.resources import peak_device_memory_mb, peak_host_memory_mb
 from gru4rec.machine.threads import using_threads
 from gru4rec.training.fit import TrainingRun, WarmStart
 from gru4rec.training.resume import TrainingCheckpoint
 from gru4rec.training.warm_start import grow_item_map, inherit_config
 
-__all__ = ["EpochInfo", "fit_model", "warm_start_of"]
+__all__ = ["EpochInfo", "attribute_table", "fit_model", "warm_start_of"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,15 @@ def sessions_of(events: pd.DataFrame, item_map: ItemMap, config: Config, *, drop
     return sessions
 
 
+def attribute_table(item_features: pd.DataFrame | str | os.PathLike[str], *, item_key: str,
+                    types: Mapping[str, str] | None) -> ItemTable:
+    """The item attribute table of ``fit(item_features=...)``: a DataFrame checked, or a file read
+    (:func:`gru4rec.items.read_item_table`), keyed by the events' item column."""
+    if isinstance(item_features, pd.DataFrame):
+        return item_table_from_frame(item_features, item_key=item_key, types=types)
+    return read_item_table(item_features, item_key=item_key, types=types)
+
+
 def warm_start_of(model: Any, init_from: Any) -> tuple[WarmStart, TrainingFingerprint | None]:
     """What ``model.fit(init_from=...)`` starts from, and the sample of the data it was trained
     on: ``init_from`` is a model of ``model``'s class (possibly ``model`` itself) or a model file,
@@ -109,6 +120,9 @@ def fit_model(
     keep_checkpoint: bool = False,
     progress: bool = True,
     init_from: Any = None,
+    item_features: pd.DataFrame | str | os.PathLike[str] | None = None,
+    attribute_min_count: int = 1,
+    attribute_types: Mapping[str, str] | None = None,
 ) -> None:
     """Train ``model`` (a :class:`gru4rec.GRU4Rec`) in place: what ``GRU4Rec.fit`` documents.
 
@@ -123,6 +137,12 @@ def fit_model(
     if checkpoint_dir is None and (resume or checkpoint_every is not None):
         raise Gru4RecError(f"{'resume=True' if resume else 'checkpoint_every'} needs checkpoint_dir (where the checkpoint is)")
     ckpt = TrainingCheckpoint(checkpoint_dir, resume=resume, every_minutes=checkpoint_every) if checkpoint_dir is not None else None
+    if item_features is not None and (init_from is not None or checkpoint_dir is not None):
+        raise Gru4RecError(f"item_features cannot be combined with {'init_from' if init_from is not None else 'checkpoint_dir'} "
+                           "yet: models with item attributes are trained from scratch without checkpoints (issue 49)")
+    # The attribute table is read (and checked) before the events: a bad file fails fast.
+    table = attribute_table(item_features, item_key=model.config.item_key, types=attribute_types) \
+        if item_features is not None else None
     base, base_fingerprint = warm_start_of(model, init_from) if init_from is not None else (None, None)
     if base is not None:
         model.config = inherit_config(base.config, model.config, base.name)
@@ -131,6 +151,10 @@ def fit_model(
     model.item_map = ItemMap.from_ids(events[c.item_key]) if base is None else grow_item_map(base.item_map, events[c.item_key])
     sessions = sessions_of(events, model.item_map, c, drop_unknown=False, order="time" if c.time_sort else "id")
     model.item_support = item_support(sessions.items, len(model.item_map))
+    attributes = None
+    if table is not None:
+        attributes = ItemAttributes.build(table, model.item_map, min_count=attribute_min_count)
+        log.info("item attributes from %s: %s", table.source, attributes.counts())
     del events
     # A warm-started model was trained on the base model's data too (its item indices are kept).
     train_fingerprint = TrainingFingerprint.of(sessions)
@@ -147,7 +171,8 @@ def fit_model(
     fingerprint = {"n_items": len(model.item_map), "n_events": int(sessions.n_events), "n_sessions": int(sessions.n_sessions)}
 
     with using_threads(model.threads):
-        run = TrainingRun(c, len(model.item_map), model.item_support, device=model.device, precision=model.precision, warm=base)
+        run = TrainingRun(c, len(model.item_map), model.item_support, device=model.device, precision=model.precision, warm=base,
+                          attributes=attributes)
         model.net = run.net
         model.history = []
         try:

@@ -14,6 +14,12 @@ The reference training step (:mod:`gru4rec.training.reference`) calls the functi
 on gathered item rows so that only the rows a step touches take part (the fast step,
 :mod:`gru4rec.training.step`, writes the same cell out with its derivative); ``step``/``score_all``
 serve prediction and evaluation.
+
+With item attributes (issue 49, docs/attributes.md) the network holds a
+:class:`~gru4rec.items.rows.ComposedRows` over ``Wy`` (``attributes``): every row of ``Wy`` it
+reads — scores, and in shared mode the input rows — is then the composed row (id row plus the
+item's attribute embeddings). Without attributes ``attributes`` is None and every path is the
+plain one, bit for bit.
 """
 from __future__ import annotations
 
@@ -25,6 +31,8 @@ from torch import Tensor, nn
 
 from gru4rec.config import Config
 from gru4rec.config.activations import Activation
+from gru4rec.items.attributes import ItemAttributes
+from gru4rec.items.rows import ComposedRows
 
 __all__ = ["GRU4RecNet", "GRULayer", "gru_cell"]
 
@@ -59,9 +67,15 @@ class GRU4RecNet(nn.Module):
     else ``None``) and ``layers[i]`` (:class:`GRULayer`). The input to layer 0 is, by
     ``config.embedding_mode``: ``Wy[item]`` (shared), ``E[item]`` (separate) or the row
     ``Wx_0[item]`` itself (none: the one-hot product).
+
+    ``attributes`` (item attributes encoded on the model's ``n_items`` items, cold items after
+    them): ``Wy``'s rows become composed rows (``self.attributes``, a
+    :class:`~gru4rec.items.rows.ComposedRows` of width L, drawn after every other table with
+    ``generator``). Attributes without any column change nothing: ``self.attributes`` is None.
     """
 
-    def __init__(self, n_items: int, config: Config, *, generator: torch.Generator | None = None) -> None:
+    def __init__(self, n_items: int, config: Config, *, generator: torch.Generator | None = None,
+                 attributes: ItemAttributes | None = None) -> None:
         super().__init__()
         if n_items < 1:
             raise ValueError("GRU4RecNet needs at least one item")
@@ -86,6 +100,18 @@ class GRU4RecNet(nn.Module):
         # A ModuleList registers the layers' parameters; torch types its items as plain Modules.
         self.layers: Sequence[GRULayer] = nn.ModuleList(layers)  # type: ignore[assignment]  # its items are GRULayers
         self.reset_parameters(config.sigma, config.init_as_normal, generator)
+        #: The attribute side of Wy's rows, or None: plain item rows (the plain code paths).
+        self.attributes: ComposedRows | None = None
+        if attributes is not None:
+            if attributes.n_warm != n_items:
+                raise ValueError(f"GRU4RecNet: the attributes are for {attributes.n_warm} items, the network has {n_items}")
+            # Built with a throwaway generator, then drawn by the config's rule from ``generator``.
+            rows = ComposedRows(attributes, sizes[-1], generator=torch.Generator())
+            if rows.has_attributes:
+                rows.reset_parameters(config.sigma, config.init_as_normal, generator, n_rows=n_items)
+                self.attributes = rows
+        #: The composed catalogue of score_all (reused while its shape, device and dtype hold).
+        self._catalogue: Tensor | None = None
 
     # ------------------------------------------------------------------ initialisation
 
@@ -129,19 +155,40 @@ class GRU4RecNet(nn.Module):
         return self.sparse_parameters()[self.input_table_name]
 
     def sparse_parameters(self) -> dict[str, nn.Parameter]:
-        """Item-indexed tables, updated only at the rows a step uses (docs/behaviour.md §6)."""
+        """Item-indexed tables, updated only at the rows a step uses (docs/behaviour.md §6);
+        with attributes also the attribute tables (``attributes.cat{c}``, code-indexed)."""
         tables = {"Wy": self.Wy, "By": self.By}
         if self.mode == "separate":
             assert self.E is not None
             tables["E"] = self.E
         elif self.mode == "none":
             tables["layers.0.Wx"] = self.layers[0].Wx
+        if self.attributes is not None:
+            tables.update(self.attributes.sparse_parameters("attributes."))
         return tables
 
     def dense_parameters(self) -> dict[str, nn.Parameter]:
         """Every other parameter: updated as a whole at every step."""
         sparse = {id(p) for p in self.sparse_parameters().values()}
         return {name: p for name, p in self.named_parameters() if id(p) not in sparse}
+
+    @property
+    def composes_input(self) -> bool:
+        """Whether layer 0's input rows are composed rows: attributes in shared mode."""
+        return self.attributes is not None and self.mode == "shared"
+
+    def item_rows(self, items: Tensor) -> Tensor:
+        """The output rows of ``items``: ``Wy``'s, composed with the attributes where there are any."""
+        if self.attributes is None:
+            return self.Wy.index_select(0, items)
+        return self.attributes.compose(self.Wy, items)
+
+    def input_rows(self, items: Tensor) -> Tensor:
+        """Layer 0's input rows of ``items``: rows of :attr:`input_table`, composed in shared mode
+        with attributes (the input rows are then Wy's composed rows)."""
+        if self.composes_input:
+            return self.item_rows(items)
+        return self.input_table.index_select(0, items)
 
     @property
     def sizes(self) -> list[int]:
@@ -179,7 +226,7 @@ class GRU4RecNet(nn.Module):
     def step(self, items: Tensor, hidden: list[Tensor]) -> Tensor:
         """Advance every row by one item: returns the last layer's output (B×L) and overwrites
         ``hidden`` in place. Dropout applies only in training mode (inverted dropout)."""
-        x = self.input_table.index_select(0, items)
+        x = self.input_rows(items)
         dropout = None
         if self.training:
             if self.dropout_p_embed > 0:
@@ -193,7 +240,26 @@ class GRU4RecNet(nn.Module):
 
     def score_all(self, out: Tensor, buffer: Tensor | None = None) -> Tensor:
         """Raw scores of every item: ``out·Wyᵀ + By`` (B×N), written into ``buffer`` if given
-        (a B×N tensor reused across steps: no fresh allocation per step)."""
+        (a B×N tensor reused across steps: no fresh allocation per step). With attributes ``Wy``
+        is the composed rows of the N items (composed in chunks into a catalogue kept between
+        calls; the cold items are not scored yet)."""
+        if self.attributes is not None:
+            wy = self._composed_catalogue()
+            if buffer is None:
+                return torch.addmm(self.By, out, wy.t())
+            return torch.addmm(self.By, out, wy.t(), out=buffer)
         if buffer is None:
             return torch.addmm(self.By, out, self.Wy.t())
         return torch.addmm(self.By, out, self.Wy.t(), out=buffer)
+
+    @torch.no_grad()
+    def _composed_catalogue(self) -> Tensor:
+        """The composed rows of the N warm items (N×L), composed anew at each call (the tables
+        may have changed) into a buffer kept while its device and dtype hold."""
+        rows = self.attributes
+        assert rows is not None
+        full = self._catalogue
+        if full is None or full.device != self.Wy.device or full.dtype != self.Wy.dtype:
+            full = self._catalogue = self.Wy.new_empty((rows.n_items, rows.width))
+        rows.compose_all(self.Wy, out=full)
+        return full[: self.n_items]

@@ -39,6 +39,11 @@ So a trainer's step takes one of five forms, all chosen here (:meth:`Backend.ste
 ``triton``         FastStep over the Triton kernels: CUDA with ``GRU4REC_FUSED=1`` only
 =================  ==================================================================================
 
+A network with **item attributes** (composed item rows, :mod:`gru4rec.items.rows`) is covered by
+the reference step only (:data:`ATTRIBUTE_FORMS`): the C step, FastStep and the Triton ops read
+plain rows of ``Wy``. The trainer asks :meth:`Backend.runs_reference`, which chooses the reference
+step for such a network and says so once (INFO, with what it costs).
+
 A fast path that is lost says so once: a configuration that the C step does not cover is an
 INFO line naming why and what it costs; a torch-internals binding that fails (MKL's ``sgemm_``
 for the C step, torch's generator state for the dropout draws) a WARNING naming the cause.
@@ -66,7 +71,7 @@ from gru4rec.training.dropout import DropoutMasks
 from gru4rec.training.ops import CpuKernelOps, TorchOps
 from gru4rec.training.sampling import LogQ
 
-__all__ = ["BACKENDS", "STEP_FORMS", "Backend", "select_backend"]
+__all__ = ["ATTRIBUTE_FORMS", "BACKENDS", "STEP_FORMS", "Backend", "select_backend"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +79,12 @@ log = logging.getLogger(__name__)
 BACKENDS = ("torch", "cpu-kernels", "triton")
 #: The forms of a trainer's step (:meth:`Backend.step_form`; see the module docstring).
 STEP_FORMS = ("reference", "c-step", *BACKENDS)
+
+#: The step forms that cover a network with item attributes (the others read plain Wy rows).
+ATTRIBUTE_FORMS = ("reference",)
+#: What the reference step costs where a fast step would have run (not measured yet: issue 49).
+ATTRIBUTE_COST = ("the autograd step is slower than the fast steps (not measured yet), "
+                  "and it syncs with the host at every step on a GPU (unique rows)")
 
 #: What FastStep costs where the C step would have run (benchmarks/README.md, round 4).
 C_STEP_COST = "FastStep takes up to 1.25x the C step's time (rsc15's shapes)"
@@ -113,7 +124,7 @@ class Backend:
         """The whole step as one C call, bound to the trainer's state, where this backend runs it
         and it covers ``config``; None: the trainer's FastStep runs. A configuration it does not
         cover is said once per reason (INFO), with what FastStep costs instead."""
-        if not self.one_call_step:
+        if not self.one_call_step or net.attributes is not None:  # attributes: ATTRIBUTE_FORMS only
             return None
         step, why_not = fused_cpu_step(net, config, optimizer, self.ops.kernels, dropout, logq, hidden,
                                        float32_products=float32_products)
@@ -122,10 +133,24 @@ class Backend:
             log.info("the CPU step runs as FastStep over the fused kernels, not as one C call: %s; %s", why_not, C_STEP_COST)
         return step
 
-    def step_form(self, config: Config, *, reference: bool = False, float32_products: bool = True) -> str:
+    def runs_reference(self, net: GRU4RecNet, *, reference: bool) -> bool:
+        """Whether a trainer of ``net`` runs the reference step: asked for (``reference``), or
+        ``net`` has item attributes, which only :data:`ATTRIBUTE_FORMS` cover (said once, INFO,
+        with what it costs)."""
+        if reference or net.attributes is None:
+            return reference
+        why = "the network composes its item rows from attributes (only the reference step has them)"
+        if why not in _declined:
+            _declined.add(why)
+            log.info("the training step runs as the autograd reference step: %s; %s", why, ATTRIBUTE_COST)
+        return True
+
+    def step_form(self, config: Config, *, reference: bool = False, float32_products: bool = True,
+                  attributes: bool = False) -> str:
         """Which of :data:`STEP_FORMS` a trainer of ``config`` on this backend runs (without
-        building it): for logs, benchmarks and the contract test."""
-        if reference:
+        building it): for logs, benchmarks and the contract test. ``attributes``: the network has
+        item attributes (only :data:`ATTRIBUTE_FORMS` cover them)."""
+        if reference or attributes:
             return "reference"
         if self.one_call_step:
             if covers(config, float32_products=float32_products) is None:

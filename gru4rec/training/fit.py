@@ -23,6 +23,7 @@ import torch
 
 from gru4rec.config import Config
 from gru4rec.data import ItemMap, Sessions
+from gru4rec.items.attributes import ItemAttributes
 from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.loop import EpochStats, train_epochs
 from gru4rec.training.resume import CheckpointPart, TrainingCheckpoint
@@ -85,11 +86,15 @@ class TrainingRun:
         device: torch.device,
         precision: str = "float32",
         warm: WarmStart | None = None,
+        attributes: ItemAttributes | None = None,
     ) -> None:
+        """``attributes``: item attributes on the ``n_items`` items (issue 49; not with ``warm``)."""
         torch.manual_seed(config.seed)
         init_gen = torch.Generator().manual_seed(config.seed)
+        if attributes is not None and warm is not None:
+            raise ValueError("a warm start with item attributes is not supported yet (issue 49)")
         if warm is None:
-            net = GRU4RecNet(n_items, config, generator=init_gen)
+            net = GRU4RecNet(n_items, config, generator=init_gen, attributes=attributes)
         else:
             net = warm_net(warm.net, n_items, config, generator=init_gen)
             log.info("Warm start from %s: %d items kept, %d new", warm.name, len(warm.item_map), n_items - len(warm.item_map))

@@ -144,7 +144,8 @@ class Optimizer:
         self._apply = self._apply_fused if self.kernels is not None else self._apply_torch
         #: The whole update as fused GPU kernels (summing, clipping and the rule), or None.
         self._fused_update: FusedUpdate | None = self.ops.fused_update(self)
-        n_rows = any_param.shape[0]
+        # Every sparse table's rows index these (an attribute table may have a row more than the items).
+        n_rows = max(p.shape[0] for p in sparse.values())
         if self._fused_update is not None:
             pass  # its kernels sum the duplicates and count nothing
         elif not self.unique_rows:  # counts of duplicate positions, for grad_cap's norm

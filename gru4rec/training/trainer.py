@@ -67,10 +67,11 @@ class Trainer:
         self.device, self.dtype = p.device, p.dtype
         self.batch_size = B = config.batch_size
         self.n_sample = config.n_sample
-        #: True: the plain autograd step (the reference the fast step is tested against).
-        self.reference = reference
         #: How the step runs, chosen once: handed to the optimiser, the fast step and the loop.
         self.backend = backend if backend is not None else select_backend(self.device, self.dtype)
+        #: True: the plain autograd step (the reference the fast step is tested against); the
+        #: backend chooses it for a network with item attributes (only it covers them).
+        reference = self.reference = self.backend.runs_reference(net, reference=reference)
         self.optimizer = Optimizer(net.dense_parameters(), net.sparse_parameters(), config, self.backend)
         if self.device.type == "cpu" and training_tables_on_huge_pages():  # the process asked (gru4rec.kernels.memory)
             use_huge_pages(self.optimizer.tables())  # the step's scattered rows: fewer TLB misses (gru4rec.kernels.memory)
