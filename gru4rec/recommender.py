@@ -239,9 +239,12 @@ class GRU4Rec:
         """Raw scores of every item after the outputs ``out``: ``out·Wyᵀ + By`` (B×N)."""
         return self._parts()[0].score_all(out, buffer=buffer)
 
-    def output_layer(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(Wy, By)``: the scores are ``out·Wyᵀ + By``."""
+    def output_layer(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(Wy, By)``: the scores are ``out·Wyᵀ + By``; None with item attributes (the scores
+        read composed rows, not Wy: the int8 candidates, built on Wy, do not apply)."""
         net = self._parts()[0]
+        if net.attributes is not None:
+            return None
         return net.Wy, net.By
 
     @property

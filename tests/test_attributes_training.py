@@ -1,0 +1,248 @@
+"""Training with item attributes (issue 49, the model side's first slice): GRU4RecNet's composed
+Wy rows, the backend's choice of the reference step, its gradients of the id rows, the attribute
+tables and the projection, ``fit(item_features=...)`` and the bit-identity of plain GRU4Rec.
+
+The step is checked against an independent statement of the same step: the loss written out by
+hand over the composition differentiated end to end by autograd (every table a leaf), then the
+SGD rule p ← p − lr·g (which the lazy row updates equal where a row's gradient is zero)."""
+from __future__ import annotations
+
+import copy
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from gru4rec import GRU4Rec
+from gru4rec.config import Config
+from gru4rec.data import ItemMap
+from gru4rec.errors import Gru4RecError
+from gru4rec.items import ItemAttributes, item_table_from_frame, read_item_table
+from gru4rec.network.gru import GRU4RecNet
+from gru4rec.training import backend as backend_module
+from gru4rec.training.trainer import Trainer
+
+torch.set_num_threads(1)
+
+B = 4
+ITEM_IDS = [10, 11, 12, 13, 14, 15, 16, 17]
+SUPPORT = np.array([5, 3, 8, 1, 4, 2, 6, 7], dtype=np.int64)
+# Item 14 has no row (unknown values), 99 is a cold item (in the table, in no event).
+TABLE = pd.DataFrame({
+    "ItemId": [10, 11, 12, 13, 15, 16, 17, 99],
+    "cat": ["a", "b", "a", "c", "b", "c", "a", "b"],
+    "tags": ["x|y", "y", "z", "x|z|y", "y", "x", "z|x", "y"],
+    "price": [1.0, 2.5, 0.5, 4.0, 3.0, 1.5, 2.0, 9.0],
+})
+
+
+def attributes(table: pd.DataFrame = TABLE) -> ItemAttributes:
+    types = {"tags": "multi"} if "tags" in table else None
+    return ItemAttributes.build(item_table_from_frame(table, types=types), ItemMap.from_ids(pd.Series(ITEM_IDS)))
+
+
+def config(**kw: object) -> Config:
+    base: dict[str, object] = dict(layers=(5,), batch_size=B, n_sample=0, constrained_embedding=True, loss="xe_logit",
+                                   adapt="sgd", learning_rate=0.1, momentum=0.0, dropout_p_embed=0.0, dropout_p_hidden=0.0)
+    base.update(kw)
+    return Config(**base)
+
+
+def steps() -> list[dict[str, torch.Tensor]]:
+    """Two steps; item 2 is an input twice and a target, so rows and codes repeat."""
+    rows = [([2, 2, 5, 0], [1, 2, 4, 7]), ([1, 2, 4, 7], [3, 6, 0, 5])]
+    return [dict(inputs=torch.tensor(i), targets=torch.tensor(t), active=torch.ones(B, dtype=torch.float64),
+                 keep=torch.ones(B, 1, dtype=torch.float64)) for i, t in rows]
+
+
+# ------------------------------------------------------------------ the network
+
+
+def test_composed_row_is_id_row_plus_attribute_rows_by_hand() -> None:
+    """net.item_rows(i) = Wy[i] + T_cat[code] + mean(T_tags[codes]) + price_std·P, from the
+    encoding's own codes and statistics, item by item; score_all reads those rows."""
+    attrs = attributes()
+    net = GRU4RecNet(len(ITEM_IDS), config(), generator=torch.Generator().manual_seed(3), attributes=attrs)
+    rows = net.attributes
+    assert rows is not None and rows.names == ["cat", "tags"]
+    cat, tags = attrs.encoding.categorical
+    num = attrs.encoding.numeric[0]
+    frame = TABLE.set_index("ItemId")
+    with torch.no_grad():
+        got = net.item_rows(torch.arange(len(ITEM_IDS)))
+        for i, item in enumerate(ITEM_IDS):
+            want = net.Wy[i].clone()
+            if item in frame.index:
+                want += rows.tables[0][int(cat.codes_of(np.array([frame.at[item, "cat"]]))[0])]
+                codes = tags.codes_of(np.array(frame.at[item, "tags"].split("|")))
+                want += rows.tables[1][torch.as_tensor(codes)].mean(0)
+                assert rows.projection is not None
+                want += (frame.at[item, "price"] - num.mean) / num.std * rows.projection[0]
+            else:  # no row: the unknown codes (0) and a standardised numeric of 0
+                want += rows.tables[0][0] + rows.tables[1][0]
+            torch.testing.assert_close(got[i], want, rtol=1e-6, atol=1e-6)
+        out = torch.randn(3, 5, generator=torch.Generator().manual_seed(1))
+        torch.testing.assert_close(net.score_all(out), out @ got.t() + net.By)
+        buffer = torch.empty(3, len(ITEM_IDS))
+        net.score_all(out, buffer)
+        torch.testing.assert_close(buffer, out @ got.t() + net.By)
+        # the shared input rows are the composed rows
+        torch.testing.assert_close(net.input_rows(torch.tensor([4, 1])), got[[4, 1]])
+
+
+def test_no_attribute_columns_is_the_plain_network_bit_for_bit() -> None:
+    """An attribute table of ids only composes nothing: the net is the plain one, and training
+    (default backend: the C step here where it builds, and the reference step) gives the same
+    losses and weights bit for bit."""
+    ids_only = attributes(TABLE[["ItemId"]])
+    for reference in (False, True):
+        results = []
+        for attrs in (None, ids_only):
+            cfg = config(adapt="adagrad", n_sample=3, loss="cross-entropy")
+            net = GRU4RecNet(len(ITEM_IDS), cfg, generator=torch.Generator().manual_seed(5), attributes=attrs)
+            assert net.attributes is None
+            trainer = Trainer(net, cfg, SUPPORT, reference=reference)
+            losses = [trainer.train_step(s["inputs"], s["targets"], s["active"].float(), s["keep"].float()) for s in steps()]
+            results.append((torch.stack(losses), [p.detach().clone() for p in net.parameters()]))
+        assert torch.equal(results[0][0], results[1][0])
+        assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1], strict=True))
+
+
+# ------------------------------------------------------------------ the backend and the step
+
+
+def test_backend_runs_the_reference_step_for_attributes_and_says_why(monkeypatch: pytest.MonkeyPatch,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(backend_module, "_declined", set())
+    cfg = config()
+    net = GRU4RecNet(len(ITEM_IDS), cfg, attributes=attributes())
+    with caplog.at_level(logging.INFO, logger="gru4rec.training.backend"):
+        trainer = Trainer(net, cfg, SUPPORT)
+        Trainer(net, cfg, SUPPORT)  # said once
+    assert trainer.reference and trainer._cpu_step is None
+    lines = [r.getMessage() for r in caplog.records if "reference step" in r.getMessage()]
+    assert len(lines) == 1 and "attributes" in lines[0] and "slower" in lines[0]
+    assert trainer.backend.step_form(cfg, attributes=True) == "reference"
+    assert trainer.backend.step_form(cfg) != "reference"  # plain: unchanged
+    plain = Trainer(GRU4RecNet(len(ITEM_IDS), cfg), cfg, SUPPORT)
+    assert not plain.reference
+
+
+@pytest.mark.parametrize("mode", ["shared", "separate"])
+def test_reference_step_against_autograd_of_the_whole_composition(mode: str) -> None:
+    """Two SGD steps of the trainer (float64) against the loss written by hand over the composed
+    rows with every table a leaf: the same losses, and every parameter — id rows, By, the
+    attribute tables, the projection, the GRU, E — at p − lr·g."""
+    kw = {} if mode == "shared" else dict(constrained_embedding=False, embedding=3)
+    cfg = config(**kw)
+    net = GRU4RecNet(len(ITEM_IDS), cfg, generator=torch.Generator().manual_seed(7), attributes=attributes()).double()
+    want = copy.deepcopy(net)
+    trainer = Trainer(net, cfg, SUPPORT)
+    assert trainer.reference
+    hidden = [torch.zeros(B, 5, dtype=torch.float64)]
+    params = dict(want.named_parameters())
+    assert "attributes.projection" in params and "attributes.tables.1" in params
+    for s in steps():
+        got_loss = trainer.train_step(s["inputs"], s["targets"], s["active"], s["keep"])
+        rows = want.attributes
+        assert rows is not None
+        x = rows.compose(want.Wy, s["inputs"]) if mode == "shared" else want.input_table[s["inputs"]]
+        h = want.run_layers(x, hidden)[-1]
+        raw = want.By[s["targets"]] + h @ rows.compose(want.Wy, s["targets"]).t()
+        loss = -torch.log_softmax(raw, dim=1).diagonal().sum() / B
+        torch.testing.assert_close(got_loss, loss.detach(), rtol=1e-12, atol=1e-12)
+        grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+        with torch.no_grad():
+            for p, g in zip(params.values(), grads, strict=True):
+                if g is not None:
+                    p.sub_(0.1 * g)
+        hidden = [h.detach()]
+    got = dict(net.named_parameters())
+    for name, p in params.items():
+        torch.testing.assert_close(got[name], p, rtol=1e-10, atol=1e-12, msg=lambda m, name=name: f"{name}: {m}")
+    # the attribute tables did move (the test can fail)
+    assert not torch.equal(got["attributes.tables.0"], GRU4RecNet(
+        len(ITEM_IDS), cfg, generator=torch.Generator().manual_seed(7), attributes=attributes()).double().attributes.tables[0])
+
+
+def test_attribute_tables_follow_the_optimisers_row_rules() -> None:
+    """Adagrad with momentum: an attribute table's state (acc, vel) exists and changes only at
+    the codes a step used (lazy rows, as the item tables)."""
+    cfg = config(adapt="adagrad", momentum=0.5)
+    net = GRU4RecNet(len(ITEM_IDS), cfg, attributes=attributes())
+    trainer = Trainer(net, cfg, SUPPORT)
+    s = steps()[0]
+    trainer.train_step(s["inputs"], s["targets"], s["active"].float(), s["keep"].float())
+    state = trainer.optimizer.state_dict()
+    assert {"attributes.cat0.acc", "attributes.cat0.vel", "attributes.cat1.acc"} <= state.keys()
+    rows = net.attributes
+    assert rows is not None
+    used = torch.unique(rows.cat0_codes[torch.cat([s["inputs"], s["targets"]])])
+    touched = torch.nonzero(state["attributes.cat0.acc"].abs().sum(1)).flatten()
+    assert torch.equal(touched, used)
+
+
+# ------------------------------------------------------------------ fit
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("synth")
+    subprocess.run([sys.executable, "-m", "gru4rec", "synth", "--kind", "intents-attributes", "--n-sessions", "2000",
+                    "--seed", "1", "-q", str(out)], check=True)
+    return out
+
+
+def test_fit_with_item_features_trains_and_composes(synth: Path, tmp_path: Path) -> None:
+    model = GRU4Rec(layers=[32], batch_size=32, n_sample=64, n_epochs=3, loss="cross-entropy", constrained_embedding=True,
+                    threads=1, device="cpu")
+    model.fit(synth / "train_tr.tsv", item_features=synth / "items.tsv", attribute_types={"category": "categorical"},
+              progress=False)
+    losses = [h.loss for h in model.history]
+    assert losses[2] < losses[1] < losses[0]
+    net = model.net
+    assert net is not None and net.attributes is not None
+    rows = net.attributes
+    assert rows.names == ["category", "brand"] and rows.projection is not None
+    assert rows.n_items > rows.n_warm  # the table's items no event has: cold items
+    # hand check of one trained item: id row + its category's row + its brand's row + price·P
+    items = pd.read_csv(synth / "items.tsv", sep="\t").set_index("ItemId")
+    assert model.item_map is not None
+    item_id = model.item_map.ids[0]
+    i = 0
+    # the encoding as fit builds it (the data side, tested in test_item_attributes.py)
+    attrs = ItemAttributes.build(read_item_table(synth / "items.tsv", types={"category": "categorical"}), model.item_map)
+    cat, brand = attrs.encoding.categorical
+    num = attrs.encoding.numeric[0]
+    category = read_item_table(synth / "items.tsv", types={"category": "categorical"}).columns[0]
+    assert category.offsets is not None
+    value = category.values[category.offsets[list(items.index).index(item_id)]]
+    with torch.no_grad():
+        want = (net.Wy[i] + rows.tables[0][int(cat.codes_of(np.array([value]))[0])]
+                + rows.tables[1][int(brand.codes_of(np.array([items.at[item_id, "brand"]]))[0])]
+                + (items.at[item_id, "price"] - num.mean) / num.std * rows.projection[0])
+        torch.testing.assert_close(net.item_rows(torch.tensor([i]))[0], want, rtol=1e-5, atol=1e-6)
+    # the model file has no place for attributes yet: refused, never dropped
+    with pytest.raises(Gru4RecError, match="cannot be saved yet"):
+        model.save(tmp_path / "m.safetensors")
+    assert not (tmp_path / "m.safetensors").exists()
+    # recommendations rank the composed rows' scores (never int8 candidates built on the plain Wy)
+    assert model.output_layer() is None
+    with torch.no_grad():
+        state = model.init_state(1)
+        out = model.step(torch.tensor([0]), state)
+        scores = model.scores(out)
+        torch.testing.assert_close(scores, out @ net.item_rows(torch.arange(len(model.item_map))).t() + net.By)
+    top = model.recommend([item_id], k=5)
+    assert list(top.item_ids) == list(np.asarray(model.item_map.ids)[torch.topk(scores[0], 5).indices.numpy()])
+
+
+def test_fit_refuses_item_features_with_a_warm_start(synth: Path) -> None:
+    model = GRU4Rec(layers=[8], n_epochs=1, threads=1, device="cpu")
+    with pytest.raises(Gru4RecError, match="item_features cannot be combined with init_from"):
+        model.fit(synth / "train_tr.tsv", item_features=synth / "items.tsv", init_from="whatever.safetensors", progress=False)
