@@ -33,8 +33,9 @@ gradient of the projection. Making rows unique needs their number, i.e. a host s
 like the optimiser's own unique-row path.
 
 Without any attribute column the composition is the id rows themselves, bit for bit.
-**Training does not use this yet**: the wiring into the network, the step backends, the model
-file and the CLI is the next step of issue 49 (docs/attributes.md).
+:class:`~gru4rec.network.gru.GRU4RecNet` composes its ``Wy`` rows with it, trained by the
+reference step (docs/attributes.md, "Training with attributes"); the model file, the fast steps
+and the CLI do not know it yet (issue 49).
 """
 from __future__ import annotations
 
