@@ -202,8 +202,9 @@ def test_fit_with_item_features_trains_and_composes(synth: Path, tmp_path: Path)
     model = GRU4Rec(layers=[32], batch_size=32, n_sample=64, n_epochs=3, loss="cross-entropy", constrained_embedding=True,
                     threads=1, device="cpu")
     model.fit(synth / "train_tr.tsv", item_features=synth / "items.tsv", attribute_types={"category": "categorical"},
-              progress=False)
+              valid=synth / "train_valid.tsv", progress=False)
     losses = [h.loss for h in model.history]
+    assert len(model.valid_history) == 3  # validation scores the composed rows (score_all)
     assert losses[2] < losses[1] < losses[0]
     net = model.net
     assert net is not None and net.attributes is not None
@@ -246,3 +247,9 @@ def test_fit_refuses_item_features_with_a_warm_start(synth: Path) -> None:
     model = GRU4Rec(layers=[8], n_epochs=1, threads=1, device="cpu")
     with pytest.raises(Gru4RecError, match="item_features cannot be combined with init_from"):
         model.fit(synth / "train_tr.tsv", item_features=synth / "items.tsv", init_from="whatever.safetensors", progress=False)
+
+
+def test_fit_refuses_item_features_in_bfloat16(synth: Path) -> None:
+    model = GRU4Rec(layers=[8], n_epochs=1, threads=1, device="cpu", precision="bfloat16")
+    with pytest.raises(Gru4RecError, match="precision='bfloat16' cannot be used with it"):
+        model.fit(synth / "train_tr.tsv", item_features=synth / "items.tsv", progress=False)

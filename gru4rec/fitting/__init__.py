@@ -140,6 +140,9 @@ def fit_model(
     if item_features is not None and (init_from is not None or checkpoint_dir is not None):
         raise Gru4RecError(f"item_features cannot be combined with {'init_from' if init_from is not None else 'checkpoint_dir'} "
                            "yet: models with item attributes are trained from scratch without checkpoints (issue 49)")
+    if item_features is not None and model.precision != "float32":
+        raise Gru4RecError(f"item_features trains on the reference step, which runs in float32 only: "
+                           f"precision={model.precision!r} cannot be used with it yet (issue 49)")
     # The attribute table is read (and checked) before the events: a bad file fails fast.
     table = attribute_table(item_features, item_key=model.config.item_key, types=attribute_types) \
         if item_features is not None else None
