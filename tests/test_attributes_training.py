@@ -241,6 +241,14 @@ def test_fit_with_item_features_trains_and_composes(synth: Path, tmp_path: Path)
         torch.testing.assert_close(scores, out @ net.item_rows(torch.arange(len(model.item_map))).t() + net.By)
     top = model.recommend([item_id], k=5)
     assert list(top.item_ids) == list(np.asarray(model.item_map.ids)[torch.topk(scores[0], 5).indices.numpy()])
+    # the exports that read the item tables themselves refuse it instead of exporting id rows alone
+    from gru4rec.export import export_onnx, item_embeddings
+
+    with pytest.raises(Gru4RecError, match="the item embeddings export of a model with item attributes is not there yet"):
+        item_embeddings(model)
+    with pytest.raises(Gru4RecError, match="the ONNX export of a model with item attributes is not there yet"):
+        export_onnx(model, tmp_path / "m.onnx")
+    assert not (tmp_path / "m.onnx").exists()
 
 
 def test_fit_refuses_item_features_with_a_warm_start(synth: Path) -> None:

@@ -35,8 +35,15 @@ def write_atomically(path: Path, write: Callable[[Path], object], *, what: str, 
         raise Gru4RecError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
 
 
-def fitted(model: GRU4Rec) -> tuple[GRU4RecNet, ItemMap]:
+def fitted(model: GRU4Rec, *, tables_for: str | None = None) -> tuple[GRU4RecNet, ItemMap]:
     """The network and item map of a trained or loaded model
-    (:func:`gru4rec.inference.require_fitted`: NotFittedError otherwise)."""
+    (:func:`gru4rec.inference.require_fitted`: NotFittedError otherwise).
+
+    ``tables_for``: the export (e.g. "the ONNX export") reads the item tables themselves, which a
+    model trained with item attributes does not score with (its rows are built from them): such a
+    model is refused, naming the export, instead of exported with its id rows alone."""
     net, item_map, _ = model._parts()
+    if tables_for is not None and getattr(net, "attributes", None) is not None:
+        raise Gru4RecError(f"{tables_for} of a model with item attributes is not there yet: its item rows are built from "
+                           "the attributes (docs/attributes.md)")
     return net, item_map

@@ -58,7 +58,7 @@ def item_embeddings(model: GRU4Rec) -> tuple[dict[str, np.ndarray], dict[str, An
     (see :data:`INPUT_VECTOR_MEANING`). The description (JSON-serialisable) says what each column
     is and how a score is formed; :func:`gru4rec.export.write_table` stores it with a Parquet file.
     """
-    net, item_map = fitted(model)
+    net, item_map = fitted(model, tables_for="the item embeddings export")
     with torch.no_grad():
         columns: dict[str, np.ndarray] = {
             "item_id": np.asarray(item_map.ids),

@@ -222,7 +222,7 @@ def export_onnx(
     if not isinstance(opset, int) or opset < MIN_OPSET:
         raise Gru4RecError(f"opset must be an integer >= {MIN_OPSET} (the torch.onnx exporter's lowest), got {opset!r}")
     # The graph is traced from a float32 CPU copy, so the caller's model stays where it is.
-    net = copy.deepcopy(fitted(model)[0]).to("cpu", torch.float32).eval()
+    net = copy.deepcopy(fitted(model, tables_for="the ONNX export")[0]).to("cpu", torch.float32).eval()
     weight_bytes = sum(p.numel() * 4 for p in net.parameters())
     if weight_bytes > _MAX_ONNX_BYTES:
         raise Gru4RecError(
