@@ -219,6 +219,19 @@ class GRU4Rec:
         """Whether the model is trained (or loaded): it has a network, an item map and supports."""
         return self.net is not None and self.item_map is not None and self.item_support is not None
 
+    @property
+    def catalogue(self) -> ItemMap | None:
+        """The items this model ranks, by score column: :attr:`item_map` (the training items,
+        whose indices the item supports, warm starts and the model file keep) followed, for a
+        model with item attributes, by the cold items of its attribute table — items no
+        training event has, scored from their attributes alone (docs/attributes.md). For a
+        plain model it is :attr:`item_map` itself. ``recommend`` returns, ``score_sessions``
+        scores and ``evaluate`` ranks these items; a clicked cold item is a known item. None
+        before fit."""
+        if self.item_map is None or self.net is None or self.net.attributes is None:
+            return self.item_map
+        return self.net.attributes.item_map
+
     def _parts(self) -> tuple[GRU4RecNet, ItemMap, np.ndarray]:
         item_map, support = require_fitted(self, "call fit() or GRU4Rec.load()")
         assert self.net is not None
@@ -236,7 +249,8 @@ class GRU4Rec:
 
     @torch.no_grad()
     def scores(self, out: torch.Tensor, buffer: torch.Tensor | None = None) -> torch.Tensor:
-        """Raw scores of every item after the outputs ``out``: ``out·Wyᵀ + By`` (B×N)."""
+        """Raw scores of every item of :attr:`catalogue` after the outputs ``out``: ``out·Wyᵀ + By``
+        (B×N; with attributes B×(N + C), a cold item's bias being 0: :meth:`GRU4RecNet.score_all`)."""
         return self._parts()[0].score_all(out, buffer=buffer)
 
     def output_layer(self) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -278,7 +292,9 @@ class GRU4Rec:
         """The sessions' known item indices (flat), their offsets and each session's number of
         unknown ids — one lookup for all ids, with one warning (to the caller of the public
         method) that counts the skipped ids."""
-        _, item_map, _ = self._parts()
+        self._parts()
+        item_map = self.catalogue
+        assert item_map is not None
         lists = [list(s) for s in sessions]
         lengths = np.array([len(s) for s in lists], dtype=np.int64)
         items, offsets, n_unknown = index_sessions(item_map, [i for s in lists for i in s],
@@ -309,7 +325,9 @@ class GRU4Rec:
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         items, offsets, n_unknown = self._flatten(sessions)
-        ids = self._parts()[1].ids
+        self._parts()
+        assert self.catalogue is not None
+        ids = self.catalogue.ids  # the cold items of a model with attributes can be recommended
         results: list[Recommendations] = []
         for chunk in self.engine().recommend(items, offsets, k, exclude_seen=exclude_seen):
             for r in range(len(chunk.fallback)):
@@ -323,7 +341,7 @@ class GRU4Rec:
         return self.recommend_batch([list(session_items)], k, exclude_seen=exclude_seen)[0]
 
     def score_sessions(self, sessions: Sequence[Iterable[Any]]) -> np.ndarray:
-        """The model's scores of every item (B×N, columns in item-map order) after each session,
+        """The model's scores of every item (B×N, columns in :attr:`catalogue` order) after each session,
         without the repeat boost (:meth:`recommend_batch` ranks with it). Unknown item ids are
         skipped with one warning that counts them, as in :meth:`recommend_batch`; a session with
         no known item is an error."""
@@ -356,7 +374,9 @@ class GRU4Rec:
         An unknown input item leaves that position's state unchanged (with a warning), and its
         column holds the scores of that kept state: the scores the previous call returned there
         for the same session, or those of a zero state (the item biases) for a new one."""
-        _, item_map, _ = self._parts()
+        self._parts()
+        item_map = self.catalogue
+        assert item_map is not None
         idx = item_map.index_of(list(input_item_ids))
         if (idx < 0).any():
             warnings.warn(f"{int((idx < 0).sum())} unknown input item id(s): their positions keep their state", stacklevel=2)

@@ -87,10 +87,12 @@ def test_composed_row_is_id_row_plus_attribute_rows_by_hand() -> None:
                 want += rows.tables[0][0] + rows.tables[1][0]
             torch.testing.assert_close(got[i], want, rtol=1e-6, atol=1e-6)
         out = torch.randn(3, 5, generator=torch.Generator().manual_seed(1))
-        torch.testing.assert_close(net.score_all(out), out @ got.t() + net.By)
-        buffer = torch.empty(3, len(ITEM_IDS))
+        # score_all covers the cold item 99 too (its row: attributes alone, bias 0;
+        # tests/test_attributes_cold.py checks it by hand): the training items' columns come first
+        torch.testing.assert_close(net.score_all(out)[:, : len(ITEM_IDS)], out @ got.t() + net.By)
+        buffer = torch.empty(3, len(ITEM_IDS) + 1)
         net.score_all(out, buffer)
-        torch.testing.assert_close(buffer, out @ got.t() + net.By)
+        torch.testing.assert_close(buffer[:, : len(ITEM_IDS)], out @ got.t() + net.By)
         # the shared input rows are the composed rows
         torch.testing.assert_close(net.input_rows(torch.tensor([4, 1])), got[[4, 1]])
 
@@ -238,9 +240,12 @@ def test_fit_with_item_features_trains_and_composes(synth: Path, tmp_path: Path)
         state = model.init_state(1)
         out = model.step(torch.tensor([0]), state)
         scores = model.scores(out)
-        torch.testing.assert_close(scores, out @ net.item_rows(torch.arange(len(model.item_map))).t() + net.By)
+        # the whole catalogue: the training items, then the cold items (bias 0)
+        bias = torch.cat([net.By, torch.zeros(rows.n_items - rows.n_warm)])
+        torch.testing.assert_close(scores, out @ net.item_rows(torch.arange(rows.n_items)).t() + bias)
     top = model.recommend([item_id], k=5)
-    assert list(top.item_ids) == list(np.asarray(model.item_map.ids)[torch.topk(scores[0], 5).indices.numpy()])
+    assert model.catalogue is not None
+    assert list(top.item_ids) == list(np.asarray(model.catalogue.ids)[torch.topk(scores[0], 5).indices.numpy()])
     # the exports that read the item tables themselves refuse it instead of exporting id rows alone
     from gru4rec.export import export_onnx, item_embeddings
 

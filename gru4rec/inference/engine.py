@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from gru4rec.inference.clicks import Clicks
-from gru4rec.inference.protocol import SessionModel, require_fitted
+from gru4rec.inference.protocol import SessionModel, catalogue_of, catalogue_support, require_fitted
 from gru4rec.inference.repeat import RepeatBoost
 from gru4rec.inference.scoring import TopK, make_topk
 from gru4rec.inference.state import SessionState
@@ -112,12 +112,16 @@ class Engine:
         self.model, self.device = model, model.device
         self.checksum, self.file = checksum, file
         self.item_map, self.item_support = item_map, support
-        self.n_items = len(item_map)
+        #: The items the scores rank (:func:`~gru4rec.inference.protocol.catalogue_of`): the model's
+        #: item map, then its cold items when it has attributes; item indices here are its indices.
+        self.catalogue = catalogue_of(model)
+        self.n_items = len(self.catalogue)
         #: Widths of the state tensors; a session's state is their concatenation.
         self.sizes = [s.shape[1] for s in model.init_state(1)]
         self.hidden_size = sum(self.sizes)
         self._offsets = np.cumsum([0, *self.sizes])
-        self.popular = np.argsort(-np.asarray(support), kind="stable")  # the fallback list
+        # The fallback list (a cold item, with no training event, comes after every clicked one).
+        self.popular = np.argsort(-catalogue_support(model), kind="stable")
         self.topk: TopK = make_topk(model, scoring, n_candidates=candidates, max_batch=int8_max_batch)
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
@@ -131,9 +135,9 @@ class Engine:
 
     @property
     def item_ids(self) -> list[Any]:
-        """Item ids as plain Python values (JSON-ready), by index."""
+        """Item ids of the catalogue as plain Python values (JSON-ready), by index."""
         if self._ids is None:
-            self._ids = self.item_map.to_list()
+            self._ids = self.catalogue.to_list()
         return self._ids
 
     def index_of(self, item_ids: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:

@@ -24,6 +24,12 @@ of it. The contract, checked for every model by ``tests/test_session_model_contr
   orders the fallback list), ``device`` and ``config`` (its ``session_key``, ``item_key``,
   ``time_key`` columns) describe the fitted model; ``fitted`` says whether it is.
 
+A model may also rank more items than it was trained on — a model with item attributes
+(docs/attributes.md) scores the cold items of its attribute table after its training items:
+its ``catalogue`` (an :class:`~gru4rec.data.ItemMap` whose first items are ``item_map``'s, in
+order) then names the columns of ``scores``, which are B × ``len(catalogue)``, and ``step``
+accepts any catalogue index. A model without it ranks ``item_map`` (:func:`catalogue_of`).
+
 A model may also say which repeat boost its scores get before they are ranked
 (:class:`gru4rec.inference.repeat.RepeatAware`: ``repeat_boost``); a model without it gets none.
 """
@@ -38,7 +44,7 @@ from torch import Tensor
 from gru4rec.data import ItemMap
 from gru4rec.errors import Gru4RecError, NotFittedError
 
-__all__ = ["SessionModel", "check_session_model", "require_fitted"]
+__all__ = ["SessionModel", "catalogue_of", "catalogue_support", "check_session_model", "require_fitted"]
 
 
 @runtime_checkable
@@ -80,3 +86,28 @@ def require_fitted(model: SessionModel, how: str = "call fit()") -> tuple[ItemMa
     if not model.fitted or model.item_map is None or model.item_support is None:
         raise NotFittedError(f"the {type(model).__name__} model is not fitted (not trained yet): {how}")
     return model.item_map, model.item_support
+
+
+def catalogue_of(model: SessionModel) -> ItemMap:
+    """The items ``model``'s scores rank, by column: its ``catalogue`` where it has one (the
+    training items, then the cold items of a model with attributes), else its ``item_map``.
+    :class:`~gru4rec.errors.NotFittedError` for a model that is not fitted."""
+    item_map, _ = require_fitted(model)
+    catalogue = getattr(model, "catalogue", None)
+    if catalogue is None:
+        return item_map
+    if len(catalogue) < len(item_map):
+        raise Gru4RecError(f"a {type(model).__name__}'s catalogue has {len(catalogue)} items, fewer than its "
+                           f"{len(item_map)} training items")
+    return catalogue
+
+
+def catalogue_support(model: SessionModel) -> np.ndarray:
+    """``item_support`` over :func:`catalogue_of`: a cold item has no training event (0). A
+    model without cold items gets its ``item_support`` as it is (its shape checked by the caller)."""
+    item_map, support = require_fitted(model)
+    n_cold = len(catalogue_of(model)) - len(item_map)
+    support = np.asarray(support)
+    if n_cold == 0:
+        return support
+    return np.concatenate([support, np.zeros(n_cold, dtype=support.dtype)])

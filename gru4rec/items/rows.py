@@ -110,6 +110,8 @@ class ComposedRows(nn.Module):
         self.width = width
         self.n_warm = attributes.n_warm
         self.n_items = attributes.n_items
+        #: The ids of the items, warm then cold (the catalogue a model with these rows ranks).
+        self.item_map = attributes.item_map
         #: The categorical columns' names, in the order of ``tables`` (``cat{c}``).
         self.names = [enc.name for enc in attributes.encoding.categorical]
         #: Per categorical column: its padded width (the longest list; 0 when no item has a code) and kind.

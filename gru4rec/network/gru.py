@@ -18,7 +18,9 @@ serve prediction and evaluation.
 With item attributes (issue 49, docs/attributes.md) the network holds a
 :class:`~gru4rec.items.rows.ComposedRows` over ``Wy`` (``attributes``): every row of ``Wy`` it
 reads — scores, and in shared mode the input rows — is then the composed row (id row plus the
-item's attribute embeddings). Without attributes ``attributes`` is None and every path is the
+item's attribute embeddings), and the scores cover the cold items too
+(:attr:`GRU4RecNet.n_catalogue`; a cold item clicked feeds layer 0 its composed row in shared
+mode, a zero row otherwise). Without attributes ``attributes`` is None and every path is the
 plain one, bit for bit.
 """
 from __future__ import annotations
@@ -112,6 +114,8 @@ class GRU4RecNet(nn.Module):
                 self.attributes = rows
         #: The composed catalogue of score_all (reused while its shape, device and dtype hold).
         self._catalogue: Tensor | None = None
+        #: ``By`` then a zero per cold item: the catalogue's biases (refreshed at each score_all).
+        self._catalogue_bias: Tensor | None = None
 
     # ------------------------------------------------------------------ initialisation
 
@@ -173,6 +177,12 @@ class GRU4RecNet(nn.Module):
         return {name: p for name, p in self.named_parameters() if id(p) not in sparse}
 
     @property
+    def n_catalogue(self) -> int:
+        """The items :meth:`score_all` scores: the ``n_items`` training items, then (with
+        attributes) the cold items of the attribute table, scored from their attributes alone."""
+        return self.n_items if self.attributes is None else self.attributes.n_items
+
+    @property
     def composes_input(self) -> bool:
         """Whether layer 0's input rows are composed rows: attributes in shared mode."""
         return self.attributes is not None and self.mode == "shared"
@@ -188,6 +198,11 @@ class GRU4RecNet(nn.Module):
         with attributes (the input rows are then Wy's composed rows)."""
         if self.composes_input:
             return self.item_rows(items)
+        if self.attributes is not None:
+            # A cold item (index >= n_items) has no row in E or Wx_0: its input row is zeros (the
+            # attributes compose Wy's rows only), so clicking it feeds layer 0 its bias alone.
+            rows = self.input_table.index_select(0, items.clamp(max=self.n_items - 1))
+            return torch.where((items < self.n_items)[:, None], rows, 0.0)
         return self.input_table.index_select(0, items)
 
     @property
@@ -240,26 +255,39 @@ class GRU4RecNet(nn.Module):
 
     def score_all(self, out: Tensor, buffer: Tensor | None = None) -> Tensor:
         """Raw scores of every item: ``out·Wyᵀ + By`` (B×N), written into ``buffer`` if given
-        (a B×N tensor reused across steps: no fresh allocation per step). With attributes ``Wy``
-        is the composed rows of the N items (composed in chunks into a catalogue kept between
-        calls; the cold items are not scored yet)."""
+        (a B×N tensor reused across steps: no fresh allocation per step). With attributes the
+        scores cover the whole catalogue, B × :attr:`n_catalogue` (N training items, then the C
+        cold items): ``Wy`` is every item's composed row (composed in chunks into a catalogue
+        kept between calls) and a cold item's bias is 0 (``By`` is learnt on clicks, which a
+        cold item has none of: 0 is the bias of an item no step has moved)."""
         if self.attributes is not None:
             wy = self._composed_catalogue()
+            by = self._composed_bias()
             if buffer is None:
-                return torch.addmm(self.By, out, wy.t())
-            return torch.addmm(self.By, out, wy.t(), out=buffer)
+                return torch.addmm(by, out, wy.t())
+            return torch.addmm(by, out, wy.t(), out=buffer)
         if buffer is None:
             return torch.addmm(self.By, out, self.Wy.t())
         return torch.addmm(self.By, out, self.Wy.t(), out=buffer)
 
     @torch.no_grad()
+    def _composed_bias(self) -> Tensor:
+        """``By`` then zeros for the cold items (N + C), copied anew at each call (``By`` may have
+        changed) into a buffer kept while its device and dtype hold."""
+        by = self._catalogue_bias
+        if by is None or by.device != self.By.device or by.dtype != self.By.dtype:
+            by = self._catalogue_bias = self.By.new_zeros(self.n_catalogue)
+        by[: self.n_items].copy_(self.By)
+        return by
+
+    @torch.no_grad()
     def _composed_catalogue(self) -> Tensor:
-        """The composed rows of the N warm items (N×L), composed anew at each call (the tables
-        may have changed) into a buffer kept while its device and dtype hold."""
+        """The composed rows of every item, warm then cold ((N + C)×L), composed anew at each
+        call (the tables may have changed) into a buffer kept while its device and dtype hold."""
         rows = self.attributes
         assert rows is not None
         full = self._catalogue
         if full is None or full.device != self.Wy.device or full.dtype != self.Wy.dtype:
             full = self._catalogue = self.Wy.new_empty((rows.n_items, rows.width))
         rows.compose_all(self.Wy, out=full)
-        return full[: self.n_items]
+        return full
