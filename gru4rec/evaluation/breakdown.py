@@ -26,7 +26,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LENGTH_EDGES", "N_DECILES", "Breakdown", "Group", "compute_breakdown", "popularity_deciles"]
+__all__ = ["LENGTH_EDGES", "N_DECILES", "TARGET_GROUPS", "Breakdown", "Group", "compute_breakdown", "plain_target_groups",
+           "popularity_deciles", "target_groups"]
+
+#: The groups of :func:`target_groups`, in order.
+TARGET_GROUPS: tuple[str, ...] = ("all", "warm", "cold")
 
 #: Lower edges of the session-length groups; the last group is open-ended.
 LENGTH_EDGES: tuple[int, ...] = (2, 3, 4, 5, 6, 11, 21)
@@ -116,6 +120,50 @@ def _group_metrics(ranks: np.ndarray, group: np.ndarray, n_groups: int, cutoffs:
             ndcg[c] = float(dg[g] / n) if n else None
         out.append((n, recall, mrr, ndcg))
     return out
+
+
+def _prediction_targets(ranks: np.ndarray, items: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ranks (NaN -> inf) and the target item of every prediction, both in session order."""
+    items = np.asarray(items, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    ranks = np.where(np.isnan(ranks), np.inf, np.asarray(ranks, dtype=np.float64))
+    # Every event but a session's first is a target, in session order (as the ranks).
+    is_target = np.ones(len(items), dtype=bool)
+    is_target[offsets[:-1][np.diff(offsets) > 0]] = False
+    targets = items[is_target]
+    if len(targets) != len(ranks):
+        raise ValueError(f"{len(ranks)} ranks for {len(targets)} predictions")
+    return ranks, targets
+
+
+def target_groups(ranks: np.ndarray, items: np.ndarray, offsets: np.ndarray, n_warm: int,
+                  cutoffs: tuple[int, ...]) -> list[Group]:
+    """Recall/MRR/NDCG on all targets, on warm targets (items ``< n_warm``: the training items)
+    and on cold targets (items ``>= n_warm``: the cold items of a model with attributes), from
+    the ranks of an evaluation (as :func:`compute_breakdown` takes them). An empty group reports
+    0 (its ``n_predictions`` of 0 says it is empty): no target of it was recommended."""
+    ranks, targets = _prediction_targets(ranks, items, offsets)
+    cold = (targets >= n_warm).astype(np.int64)
+    split = _group_metrics(ranks, cold, 2, cutoffs)
+    whole = _group_metrics(ranks, np.zeros(len(ranks), dtype=np.int64), 1, cutoffs)
+    return [Group(label, n, _zero_if_empty(recall), _zero_if_empty(mrr), _zero_if_empty(ndcg))
+            for label, (n, recall, mrr, ndcg) in zip(TARGET_GROUPS, [whole[0], *split])]
+
+
+def plain_target_groups(recall: dict[int, float], mrr: dict[int, float], ndcg: dict[int, float],
+                        n_predictions: int) -> list[Group]:
+    """:func:`target_groups` of a model without cold items: every target is warm (a plain model
+    knows no cold item: its test events of items outside its item map are dropped as unknown),
+    and the cold group is empty and reports 0."""
+    cutoffs = tuple(recall)
+    zero = dict.fromkeys(cutoffs, 0.0)
+    return [Group("all", n_predictions, dict(recall), dict(mrr), dict(ndcg)),
+            Group("warm", n_predictions, dict(recall), dict(mrr), dict(ndcg)),
+            Group("cold", 0, dict(zero), dict(zero), dict(zero))]
+
+
+def _zero_if_empty(values: dict[int, float | None]) -> dict[int, float | None]:
+    return {c: 0.0 if v is None else v for c, v in values.items()}
 
 
 def compute_breakdown(

@@ -43,6 +43,7 @@ from torch import Tensor
 from gru4rec.data import Sessions, read_events, sessions_from_events, validate_events
 from gru4rec.data.overlap import warn_overlap
 from gru4rec.errors import ConfigError, DataError, Gru4RecError
+from gru4rec.evaluation.breakdown import plain_target_groups, target_groups
 from gru4rec.evaluation.metrics import (
     TIE_MODES,
     EvalResult,
@@ -53,7 +54,7 @@ from gru4rec.evaluation.metrics import (
 )
 from gru4rec.evaluation.ranking import Ranker
 from gru4rec.evaluation.schedule import schedule_sessions
-from gru4rec.inference import SessionModel, check_session_model, require_fitted
+from gru4rec.inference import SessionModel, catalogue_of, catalogue_support, check_session_model, require_fitted
 from gru4rec.inference.repeat import RepeatBoost, SlotHistory
 from gru4rec.log import progress_bar
 from gru4rec.machine.threads import RowWorkers, online_choice
@@ -94,6 +95,12 @@ def evaluate(
 ) -> EvalResult:
     """Evaluate ``model`` on ``test``: next-item prediction ranked against all items
     (docs/behaviour.md §8).
+
+    A model with item attributes ranks against its whole catalogue (the training items, then
+    the cold items of its attribute table: ``GRU4Rec.catalogue``): test events of its cold items
+    are kept, as targets and as clicks, and ``EvalResult.target_groups`` reports the metrics on
+    all, warm and cold targets (docs/attributes.md). A plain model drops them as unknown, as
+    always; its cold group is empty and reports 0.
 
     Args:
         model: a fitted :class:`~gru4rec.inference.SessionModel` (its ``config`` names the
@@ -148,7 +155,7 @@ def evaluate(
         from gru4rec.evaluation.breakdown import compute_breakdown
 
         assert result.ranks is not None
-        result.breakdown = compute_breakdown(result.ranks, sessions.items, sessions.offsets, model.item_support, cut)
+        result.breakdown = compute_breakdown(result.ranks, sessions.items, sessions.offsets, catalogue_support(model), cut)
         if not return_ranks:
             result.ranks = None
     result.seconds = time.perf_counter() - t0
@@ -180,9 +187,9 @@ def _scores_by_rows(model: SessionModel, out: Tensor, buffer: Tensor, rows: RowW
 
 
 def _test_sessions(model: SessionModel, test: Any) -> tuple[Sessions, int, str]:
-    """The test sessions in the model's item indices (events of unknown items dropped), their
+    """The test sessions in the model's catalogue indices (events of unknown items dropped), their
     number of dropped events and the name of their source."""
-    item_map, _ = require_fitted(model)
+    require_fitted(model)
     cfg = model.config
     keys = dict(session_key=cfg.session_key, item_key=cfg.item_key, time_key=cfg.time_key)
     if isinstance(test, Sessions):
@@ -195,7 +202,8 @@ def _test_sessions(model: SessionModel, test: Any) -> tuple[Sessions, int, str]:
         df = validate_events(test, source=source, **keys)
     else:
         raise DataError(f"test: expected a DataFrame, a path to an event file or Sessions, got {type(test).__name__}")
-    sessions, n_dropped = sessions_from_events(df, item_map, drop_unknown=True, **keys)
+    # A model with attributes ranks its cold items too: their test events are kept (catalogue_of).
+    sessions, n_dropped = sessions_from_events(df, catalogue_of(model), drop_unknown=True, **keys)
     # Data the model was trained on (a GRU4Rec with its training fingerprint) is a leak.
     warn_overlap(getattr(model, "train_fingerprint", None), sessions, source)
     return sessions, n_dropped, source
@@ -274,8 +282,10 @@ def _evaluate(
     t0 = time.perf_counter()
     cut = check_cutoffs(cutoffs)
     _check_args(mode, batch_size)
-    item_map, item_support = require_fitted(model)
-    n_items = len(item_map)
+    item_map, _ = require_fitted(model)
+    n_warm = len(item_map)
+    n_items = len(catalogue_of(model))  # the training items, then a model with attributes' cold items
+    item_support = catalogue_support(model)
     device = model.device
     items = np.asarray(items)
     offsets = np.asarray(offsets)
@@ -290,6 +300,10 @@ def _evaluate(
     item_support = np.asarray(item_support)
     if item_support.shape != (n_items,):
         raise Gru4RecError(f"evaluate: item_support has shape {item_support.shape}, expected ({n_items},)")
+    # The cold/warm split is computed from every prediction's rank (one read back at the end).
+    split = n_items > n_warm
+    want_ranks = return_ranks
+    return_ranks = return_ranks or split
 
     sched = schedule_sessions(items, offsets, batch_size)
     if sched.n_predictions == 0:
@@ -399,6 +413,11 @@ def _evaluate(
     results = []
     for counts in metrics:
         totals = counts.read()  # the one read back of the whole evaluation
+        if split:
+            assert totals.ranks is not None
+            groups = target_groups(totals.ranks, items, offsets, n_warm, cut)
+        else:
+            groups = plain_target_groups(totals.recall, totals.mrr, totals.ndcg, P)
         if totals.n_nan:
             warnings.warn(
                 f"evaluate: {totals.n_nan} of {P} predictions had a NaN target score (diverged model?); counted as misses",
@@ -418,6 +437,8 @@ def _evaluate(
             n_dropped_events=int(n_dropped_events),
             n_items=N,
             seconds=seconds,
-            ranks=totals.ranks,
+            ranks=totals.ranks if want_ranks else None,
+            target_groups=groups,
+            n_cold_items=n_items - n_warm,
         ))
     return results

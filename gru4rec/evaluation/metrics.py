@@ -46,7 +46,7 @@ from torch import Tensor
 from gru4rec.errors import ConfigError
 
 if TYPE_CHECKING:  # typing only: the breakdown is imported by the evaluator when asked for
-    from gru4rec.evaluation.breakdown import Breakdown
+    from gru4rec.evaluation.breakdown import Breakdown, Group
 
 __all__ = ["TIE_MODES", "EvalResult", "MetricAccumulator", "MetricTotals", "TieMode", "check_cutoffs", "check_mode"]
 
@@ -85,6 +85,14 @@ class EvalResult:
     seconds: float
     ranks: np.ndarray | None = field(default=None, repr=False)
     breakdown: Breakdown | None = field(default=None, repr=False)
+    #: Recall/MRR/NDCG on all targets, on warm targets and on cold targets (groups ``'all'``,
+    #: ``'warm'``, ``'cold'``, :func:`gru4rec.evaluation.breakdown.target_groups`). Cold targets
+    #: are the cold items of a model with attributes (kept and ranked among its whole catalogue);
+    #: a plain model has none (its unknown test items are dropped): its cold group is empty and
+    #: reports 0. Empty for results built without them.
+    target_groups: list[Group] = field(default_factory=list, repr=False)
+    #: Cold items in the catalogue the targets were ranked among (``n_items`` counts them too).
+    n_cold_items: int = 0
 
     def __str__(self) -> str:
         """The original run.py's result lines: ``Recall@20: 0.123456 MRR@20: 0.123456``."""
@@ -92,9 +100,18 @@ class EvalResult:
             f"Recall@{c}: {self.recall[c]:.6f} MRR@{c}: {self.mrr[c]:.6f}" for c in self.cutoffs
         )
 
+    def target_lines(self) -> list[str]:
+        """One line per target group (all, warm, cold): ``cold (n=12): Recall@20: ... MRR@20: ...``."""
+        return [f"{g.label} (n={g.n_predictions}): "
+                + " ".join(f"Recall@{c}: {g.recall[c] or 0.0:.6f} MRR@{c}: {g.mrr[c] or 0.0:.6f}" for c in self.cutoffs)
+                for g in self.target_groups]
+
     def summary(self) -> str:
-        """Every metric and count, one cutoff per line, for logs and the command line."""
+        """Every metric and count, one cutoff per line, for logs and the command line; with the
+        all/warm/cold target lines when the model ranked cold items."""
         lines = [str(self)]
+        if self.n_cold_items:
+            lines.extend(self.target_lines())
         for c in self.cutoffs:
             parts = [f"NDCG@{c}: {self.ndcg[c]:.6f}"]
             if c in self.coverage:
@@ -127,6 +144,9 @@ class EvalResult:
         )
         if self.breakdown is not None:
             d["breakdown"] = self.breakdown.to_dict()
+        if self.n_cold_items:
+            d["n_cold_items"] = self.n_cold_items
+            d["targets"] = {g.label: g.to_dict() for g in self.target_groups}
         return d
 
 
