@@ -136,7 +136,7 @@ def test_recommend_returns_cold_items() -> None:
     order = np.argsort(-want[0], kind="stable")
     top = model.recommend([12], k=3)
     assert set(top.item_ids.tolist()) == set(COLD_IDS)
-    assert top.item_ids[0] == CATALOGUE[order[0]]
+    assert want[0][CATALOGUE.index(top.item_ids[0])] == want[0][order[0]]  # the best (98 and 99 tie)
     np.testing.assert_allclose(top.scores, np.sort(want[0])[::-1][:3], rtol=1e-5, atol=1e-5)
     # a cold item clicked is known (not skipped), and exclude_seen drops it like any other item
     with pytest.warns() as record:
@@ -238,3 +238,30 @@ def test_plain_model_drops_cold_targets_and_reports_an_empty_cold_group() -> Non
     assert groups["cold"].n_predictions == 0 and groups["cold"].recall[3] == 0.0 and groups["cold"].mrr[3] == 0.0
     assert groups["all"].recall[3] == result.recall[3] == groups["warm"].recall[3]
     assert "cold (n=" not in result.summary() and "targets" not in result.to_dict()
+
+
+def test_the_serving_engine_ranks_and_takes_cold_items() -> None:
+    """The server's batched path (``Engine.run``): a cold id is a known click and can be the answer."""
+    from gru4rec.inference import Engine, Work
+
+    model = model_with_attributes()
+    net = model.net
+    assert net is not None
+    with torch.no_grad():
+        net.By.fill_(-100.0)  # the cold items (bias 0) come first
+    engine = Engine(model)
+    assert engine.n_items == N + C and engine.item_ids == CATALOGUE
+    known, unknown = engine.index_of([97, 12, 555])
+    assert known.tolist() == [CATALOGUE.index(97), 2] and unknown == [555]
+    rows, bias = rows_by_hand(model)
+    with torch.no_grad():
+        state = model.init_state(1)
+        model.step(torch.tensor([CATALOGUE.index(97)]), state)
+        out = model.step(torch.tensor([2]), state)
+    want = out.double().numpy()[0] @ rows.T + bias
+    answers = engine.run([Work(None, known, 3), Work(None, np.array([2], dtype=np.int64), 2, exclude_seen=True)])
+    # (98 and 99 tie exactly: their order is torch.topk's, so the answer is checked as a set and by its scores)
+    assert set(answers[0].items.tolist()) == {N, N + 1, N + 2}  # the three cold items
+    assert answers[0].scores is not None
+    np.testing.assert_allclose(answers[0].scores, np.sort(want)[::-1][:3], rtol=1e-5, atol=1e-5)
+    assert set(answers[1].items.tolist()) <= {N, N + 1, N + 2}
