@@ -173,8 +173,8 @@ class GRU4Rec:
         is its id row plus its attributes' embeddings; the vocabularies keep values seen on at
         least ``attribute_min_count`` training items; ``attribute_types={column: kind}`` overrides
         the inferred kinds (``categorical``, ``multi``, ``numeric``). Training then runs the
-        autograd reference step. Not yet with ``init_from`` or ``checkpoint_dir``, and such a
-        model cannot be saved yet (issue 49).
+        autograd reference step. Not yet with ``init_from`` or ``checkpoint_dir`` (issue 49);
+        :meth:`save` writes such a model whole.
         """
         fit_model(self, data, valid=valid, early_stop=early_stop, metric=metric, valid_cutoffs=valid_cutoffs,
                   valid_mode=valid_mode, callback=callback, checkpoint_dir=checkpoint_dir, resume=resume,
@@ -190,10 +190,10 @@ class GRU4Rec:
 
         ``optimizer``: also write the optimiser's state (``optimizer_state``), so that a warm
         start from the file continues it; the file is then about 2-4 times larger (one table
-        per state per item table), which a server does not need."""
+        per state per item table), which a server does not need. A model trained with item
+        attributes also writes them: the attribute tables, the projection and the encoding
+        (:mod:`gru4rec.formats.model_file`), so that :meth:`load` scores bit for bit alike."""
         net, item_map, support = self._parts()
-        if net.attributes is not None:  # the model file has no place for them yet: never drop them silently
-            raise Gru4RecError("models with item attributes cannot be saved yet (issue 49: the model file does not hold them)")
         if optimizer and self.optimizer_state is None:
             raise Gru4RecError("this model has no optimiser state to save (it was loaded from a file saved without it)")
         write_model(path, net=net, config=self.config, item_map=item_map, item_support=support,

@@ -230,10 +230,14 @@ def test_fit_with_item_features_trains_and_composes(synth: Path, tmp_path: Path)
                 + rows.tables[1][int(brand.codes_of(np.array([items.at[item_id, "brand"]]))[0])]
                 + (items.at[item_id, "price"] - num.mean) / num.std * rows.projection[0])
         torch.testing.assert_close(net.item_rows(torch.tensor([i]))[0], want, rtol=1e-5, atol=1e-6)
-    # the model file has no place for attributes yet: refused, never dropped
-    with pytest.raises(Gru4RecError, match="cannot be saved yet"):
-        model.save(tmp_path / "m.safetensors")
-    assert not (tmp_path / "m.safetensors").exists()
+    # the model file holds the attributes: the trained model loads and scores bit for bit
+    # (tests/test_attributes_model_file.py checks the file's parts)
+    model.save(tmp_path / "m.safetensors")
+    loaded = GRU4Rec.load(tmp_path / "m.safetensors", device="cpu")
+    assert loaded.net is not None and loaded.net.attributes is not None
+    with torch.no_grad():
+        assert torch.equal(loaded.net.item_rows(torch.arange(rows.n_items)), net.item_rows(torch.arange(rows.n_items)))
+    assert list(loaded.recommend([item_id], k=5).item_ids) == list(model.recommend([item_id], k=5).item_ids)
     # recommendations rank the composed rows' scores (never int8 candidates built on the plain Wy)
     assert model.output_layer() is None
     with torch.no_grad():

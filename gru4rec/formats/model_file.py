@@ -8,6 +8,23 @@ A model file is one safetensors file (:func:`gru4rec.formats.checkpoint.save_fil
 * metadata is ``kind`` (:data:`MODEL_KIND`), ``config`` (:meth:`Config.to_dict`), ``item_ids``
   (the item map, index order) and ``epochs_trained``.
 
+A model trained with item attributes (issue 49, docs/attributes.md) adds, and a plain model
+file never has:
+
+* the tensors of its :class:`~gru4rec.items.rows.ComposedRows` parameters in the ``state_dict``
+  (``attributes.tables.{c}``, ``attributes.projection``) — but not its buffers (codes, offsets,
+  numbers), which are rebuilt from
+* the encoded attributes, :meth:`ItemAttributes.to_tensors` under :data:`ATTRIBUTES_PREFIX`
+  (``item_attributes.cat{c}.codes``, ``….offsets``, ``….numeric``, ``….has_row``), and
+* the metadata entry ``item_attributes`` (:data:`ATTRIBUTES_KEY`): the encoding (vocabularies,
+  kinds, numeric mean/std), ``n_warm`` and the cold items' ids.
+
+This is an extension within format version 2, not a new version: the container and every entry
+a plain file has are unchanged, so plain files stay byte-compatible both ways. A reader older
+than this extension refuses such a file rather than misreading it: it builds a plain network and
+loads the tensors strictly, and the ``attributes.*``/``item_attributes.*`` tensors are
+unexpected keys (its ``ModelFileError`` names them).
+
 Loading needs neither the training data nor pickle, and never executes code from the file.
 ``GRU4Rec.save``/``GRU4Rec.load`` are the user API over :func:`write_model`/:func:`read_model`.
 """
@@ -24,16 +41,22 @@ import torch
 from gru4rec.config import Config
 from gru4rec.data import ItemMap
 from gru4rec.data.overlap import TrainingFingerprint
-from gru4rec.errors import ModelFileError
+from gru4rec.errors import DataError, ModelFileError
 from gru4rec.formats import checkpoint
+from gru4rec.items.attributes import ItemAttributes
 from gru4rec.network.gru import GRU4RecNet
 
-__all__ = ["MODEL_KIND", "OPTIMIZER_PREFIX", "ModelParts", "read_model", "read_model_config", "write_model"]
+__all__ = ["ATTRIBUTES_KEY", "ATTRIBUTES_PREFIX", "MODEL_KIND", "OPTIMIZER_PREFIX", "ModelParts", "read_model",
+           "read_model_config", "write_model"]
 
 #: The ``kind`` metadata entry of a model file (training checkpoints have another).
 MODEL_KIND = "gru4rec-model"
 #: Prefix of the optimiser-state tensors in a model file saved with the optimiser.
 OPTIMIZER_PREFIX = "optimizer."
+#: Prefix of the encoded item attributes' tensors (a model trained with item attributes only).
+ATTRIBUTES_PREFIX = "item_attributes."
+#: The metadata entry of the attributes' encoding (a model trained with item attributes only).
+ATTRIBUTES_KEY = "item_attributes"
 
 
 @dataclass(frozen=True)
@@ -67,14 +90,30 @@ def write_model(
     """Write a model file (atomic; an existing file is kept unless ``overwrite``);
     ``optimizer_state`` (``Optimizer.state_dict()``) is written when given."""
     tensors = dict(net.state_dict())
+    attributes_meta = None
+    if net.attributes is not None:
+        # The buffers are a device copy of the encoded attributes: written once, as the latter.
+        for name in _attribute_buffers(net):
+            del tensors[name]
+        encoded, attributes_meta = net.attributes.source.to_tensors(ATTRIBUTES_PREFIX)
+        tensors.update(encoded)
     tensors["item_support"] = torch.from_numpy(item_support)
     if optimizer_state is not None:
         tensors.update({OPTIMIZER_PREFIX + k: v for k, v in optimizer_state.items()})
     meta: dict[str, Any] = {"kind": MODEL_KIND, "config": config.to_dict(), "item_ids": item_map.to_list(),
                             "epochs_trained": epochs_trained}
+    if attributes_meta is not None:
+        meta[ATTRIBUTES_KEY] = attributes_meta
     if train_fingerprint is not None:
         meta["train_transitions"] = train_fingerprint.to_meta()
     checkpoint.save_file(path, tensors, meta, overwrite=overwrite)
+
+
+def _attribute_buffers(net: GRU4RecNet) -> list[str]:
+    """The ``state_dict`` names of the buffers of ``net.attributes`` (none without attributes)."""
+    if net.attributes is None:
+        return []
+    return ["attributes." + name for name, _ in net.attributes.named_buffers()]
 
 
 def _check_kind(path: str | os.PathLike[str], meta: Mapping[str, Any]) -> None:
@@ -92,9 +131,19 @@ def read_model(path: str | os.PathLike[str]) -> ModelParts:
         item_map = ItemMap.from_list(meta["item_ids"])
         support = tensors.pop("item_support").numpy().astype(np.int64)
         state = {k[len(OPTIMIZER_PREFIX):]: tensors.pop(k) for k in [k for k in tensors if k.startswith(OPTIMIZER_PREFIX)]}
-        net = GRU4RecNet(len(item_map), config)
+        attributes = None
+        if ATTRIBUTES_KEY in meta:
+            attributes = ItemAttributes.from_tensors(tensors, meta[ATTRIBUTES_KEY], item_map, ATTRIBUTES_PREFIX)
+            for name in [k for k in tensors if k.startswith(ATTRIBUTES_PREFIX)]:
+                del tensors[name]
+        net = GRU4RecNet(len(item_map), config, attributes=attributes)
+        if attributes is not None and net.attributes is None:
+            raise ValueError(f"its {ATTRIBUTES_KEY!r} have no column")
+        # The composition's buffers are rebuilt from the encoded attributes (not in the file).
+        own = net.state_dict()
+        tensors.update({name: own[name] for name in _attribute_buffers(net)})
         net.load_state_dict(tensors)
-    except (KeyError, RuntimeError, ValueError) as exc:
+    except (KeyError, RuntimeError, ValueError, TypeError, DataError) as exc:
         raise ModelFileError(f"{path} does not hold a consistent gru4rec model: {exc}") from exc
     return ModelParts(config, net.eval(), item_map, support, state or None, int(meta.get("epochs_trained", 0)),
                       TrainingFingerprint.from_meta(meta.get("train_transitions")))

@@ -34,8 +34,9 @@ like the optimiser's own unique-row path.
 
 Without any attribute column the composition is the id rows themselves, bit for bit.
 :class:`~gru4rec.network.gru.GRU4RecNet` composes its ``Wy`` rows with it, trained by the
-reference step (docs/attributes.md, "Training with attributes"); the model file, the fast steps
-and the CLI do not know it yet (issue 49).
+reference step (docs/attributes.md, "Training with attributes") and written whole by the model
+file (:mod:`gru4rec.formats.model_file`, from :attr:`ComposedRows.source`); the fast steps and the
+CLI do not know it yet (issue 49).
 """
 from __future__ import annotations
 
@@ -108,6 +109,9 @@ class ComposedRows(nn.Module):
         if attributes.n_warm < 1:  # as GRU4RecNet: a model has at least one item with an id row
             raise ValueError("ComposedRows: the attributes have no training item (n_warm=0)")
         self.width = width
+        #: The encoded attributes these rows were built from: the model file writes them (with
+        #: their encoding) so that a loaded model composes the same rows and encodes new items alike.
+        self.source = attributes
         self.n_warm = attributes.n_warm
         self.n_items = attributes.n_items
         #: The ids of the items, warm then cold (the catalogue a model with these rows ranks).

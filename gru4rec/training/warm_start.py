@@ -36,7 +36,7 @@ from torch import Tensor
 
 from gru4rec.config import NETWORK_FIELDS, Config
 from gru4rec.data import ItemMap
-from gru4rec.errors import ConfigError
+from gru4rec.errors import ConfigError, Gru4RecError
 from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.optim import Optimizer
 
@@ -99,6 +99,11 @@ def warm_net(old: GRU4RecNet, n_items: int, config: Config, *, generator: torch.
     may be anywhere and is not changed)."""
     if n_items < old.n_items:
         raise ValueError(f"a warm start cannot drop items ({n_items} < {old.n_items})")
+    if old.attributes is not None:
+        # Its rows are id rows plus attribute rows: carrying the id rows alone would silently
+        # change every item's row. Growing the vocabularies with today's table is not built yet.
+        raise Gru4RecError("init_from: the model was trained with item attributes, and a warm start from such a "
+                           "model is not possible yet (issue 49); train it from scratch with item_features")
     net = GRU4RecNet(n_items, config, generator=generator)
     tables = set(old.sparse_parameters())
     ours = dict(net.named_parameters())
