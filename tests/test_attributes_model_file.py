@@ -14,7 +14,7 @@ import torch
 from gru4rec import GRU4Rec
 from gru4rec.config import Config
 from gru4rec.data import ItemMap
-from gru4rec.errors import Gru4RecError, ModelFileError
+from gru4rec.errors import DataError, Gru4RecError, ModelFileError
 from gru4rec.formats import checkpoint
 from gru4rec.formats.model_file import read_model
 from gru4rec.items import ItemAttributes, item_table_from_frame
@@ -166,9 +166,109 @@ def test_a_damaged_attribute_part_is_one_model_file_error(damage: str, tmp_path:
         GRU4Rec.load(tmp_path / "bad.safetensors", device="cpu")
 
 
-def test_a_warm_start_from_a_model_with_attributes_is_refused() -> None:
-    """Not built yet: carrying the id rows alone would change every item's row silently."""
+def test_a_warm_start_from_a_model_with_attributes_needs_todays_table() -> None:
+    """Carrying the id rows alone would change every item's row silently."""
     model = model_with_attributes("shared")
     assert model.net is not None
-    with pytest.raises(Gru4RecError, match="init_from: the model was trained with item attributes"):
+    with pytest.raises(Gru4RecError, match="init_from: the model was trained with item attributes; .* needs item_features"):
         warm_net(model.net, len(ITEM_IDS) + 1, model.config)
+
+
+# ------------------------------------------------------------------ warm start: the pieces
+
+
+TODAY = pd.DataFrame({  # the trained items' rows as yesterday; 18 is new, with a new category 'e' and tag 'q'
+    "ItemId": [10, 11, 12, 13, 15, 16, 17, 18, 97],
+    "cat": ["a", "b", "a", "c", "b", "c", "a", "e", "e"],
+    "tags": ["x|y", "y", "z", "x|z|y", "y", "x", "z|x", "q|x", "q"],
+    "price": [1.0, 2.5, 0.5, 4.0, 3.0, 1.5, 2.0, 6.0, 1.0],
+})
+
+
+def todays_attributes(old: GRU4Rec) -> tuple[ItemAttributes, ItemMap]:
+    assert old.net is not None and old.net.attributes is not None
+    grown = ItemMap.from_list(ITEM_IDS + [18])
+    table = item_table_from_frame(TODAY, types={"tags": "multi"})
+    return old.net.attributes.source.warm_start(table, grown), grown
+
+
+def test_the_vocabulary_grows_and_old_codes_keep_their_values() -> None:
+    old = model_with_attributes("shared")
+    assert old.net is not None and old.net.attributes is not None
+    before = old.net.attributes.source.encoding
+    attrs, grown = todays_attributes(old)
+    cat, tags = attrs.encoding.categorical
+    assert cat.vocabulary.tolist() == ["a", "b", "c", "e"]  # 'e' on training item 18: the next code
+    assert tags.vocabulary.tolist() == before.categorical[1].vocabulary.tolist() + ["q"]
+    assert attrs.encoding.numeric == before.numeric  # the projection reads yesterday's standardisation
+    assert attrs.n_warm == len(grown) == 9 and attrs.item_map.to_list()[9:] == [97]  # 99, 98 gone from the table
+    # item 18: category 'e' = code 4, tags q|x = codes of q and x; 14 still has no row
+    i18 = grown.to_list().index(18)
+    assert attrs.codes[0][i18] == 4
+    assert sorted(attrs.codes[1][attrs.offsets[1][i18]:attrs.offsets[1][i18 + 1]].tolist()) == sorted(
+        [tags.vocabulary.get_loc("q") + 1, tags.vocabulary.get_loc("x") + 1])
+    assert not attrs.has_row[ITEM_IDS.index(14)]
+
+
+def test_warm_net_keeps_trained_rows_and_draws_new_ones_as_a_fresh_network() -> None:
+    old = model_with_attributes("shared")
+    assert old.net is not None and old.net.attributes is not None
+    attrs, grown = todays_attributes(old)
+    net = warm_net(old.net, len(grown), old.config, generator=torch.Generator().manual_seed(7), attributes=attrs)
+    fresh = GRU4RecNet(len(grown), old.config, generator=torch.Generator().manual_seed(7), attributes=attrs)
+    assert net.attributes is not None and fresh.attributes is not None
+    n = len(ITEM_IDS)
+    assert torch.equal(net.Wy[:n], old.net.Wy) and torch.equal(net.Wy[n:], fresh.Wy[n:])
+    for c, table in enumerate(old.net.attributes.tables):
+        k = table.shape[0]
+        assert torch.equal(net.attributes.tables[c][:k], table)  # old codes keep their rows
+        assert torch.equal(net.attributes.tables[c][k:], fresh.attributes.tables[c][k:])  # new values: fresh rows
+        assert net.attributes.tables[c].shape[0] > k
+    assert old.net.attributes.projection is not None and net.attributes.projection is not None
+    assert torch.equal(net.attributes.projection, old.net.attributes.projection)
+    # the trained items, whose attributes did not change, keep their composed rows bit for bit
+    with torch.no_grad():
+        assert torch.equal(net.item_rows(torch.arange(n)), old.net.item_rows(torch.arange(n)))
+
+
+def test_warm_net_refuses_mismatched_attributes() -> None:
+    old = model_with_attributes("shared")
+    plain = model_with_attributes("shared", attributes=False)
+    assert old.net is not None and plain.net is not None
+    attrs, grown = todays_attributes(old)
+    with pytest.raises(Gru4RecError, match="item_features: the init_from model was trained without item attributes"):
+        warm_net(plain.net, len(grown), plain.config, attributes=attrs)
+    other = ItemAttributes.build(item_table_from_frame(TODAY[["ItemId", "cat"]]), grown)
+    with pytest.raises(Gru4RecError, match="item_features: the attribute columns differ"):
+        warm_net(old.net, len(grown), old.config, attributes=other)
+    assert old.net.attributes is not None
+    source = old.net.attributes.source
+    with pytest.raises(DataError, match="missing attribute column 'price'"):
+        source.warm_start(item_table_from_frame(TODAY.drop(columns="price"), types={"tags": "multi"}), grown)
+    with pytest.raises(DataError, match="must start with the model's 8 training items"):
+        source.warm_start(item_table_from_frame(TODAY, types={"tags": "multi"}), ItemMap.from_list([18] + ITEM_IDS))
+
+
+def test_the_optimiser_state_of_attribute_tables_is_carried_at_the_old_codes() -> None:
+    from gru4rec.training.trainer import Trainer
+    from gru4rec.training.warm_start import carry_optimizer_state
+
+    old = model_with_attributes("shared")
+    assert old.net is not None
+    config = old.config.replace(adapt="adagrad")
+    before = Trainer(old.net, config, old.item_support).optimizer.state_dict()
+    saved = {k: torch.rand(v.shape, generator=torch.Generator().manual_seed(len(k))) if v.dim() else v.clone()
+             for k, v in before.items()}
+    attrs, grown = todays_attributes(old)
+    net = warm_net(old.net, len(grown), config, attributes=attrs)
+    optimizer = Trainer(net, config, np.ones(len(grown), dtype=np.int64)).optimizer
+    assert carry_optimizer_state(optimizer, saved, config, len(ITEM_IDS), "yesterday")
+    state = optimizer.state_dict()
+    assert {"attributes.cat0.acc", "attributes.cat1.acc"} <= set(saved)  # the attribute tables' rows are there
+    for key, value in saved.items():
+        if key.startswith("attributes.cat"):
+            assert torch.equal(state[key][: value.shape[0]], value) and not state[key][value.shape[0]:].any()
+        elif key.rsplit(".", 1)[0] in ("Wy", "By"):
+            assert torch.equal(state[key][: len(ITEM_IDS)], value) and not state[key][len(ITEM_IDS):].any()
+        else:
+            assert torch.equal(state[key], value)

@@ -116,11 +116,26 @@ class AttributeEncoding:
                                                 int(min_count)))
         return cls(table.item_key, tuple(cats), tuple(nums))
 
-    def encode(self, table: ItemTable, item_ids: ItemMap) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray]:
-        """Encode the items of ``item_ids`` (in its order) from ``table``: ``(categorical, numeric,
-        has_row)`` with ``categorical[c] = (codes int64, offsets int64 [n + 1])`` per categorical
-        column, ``numeric`` float32 [n × numeric columns], ``has_row`` bool [n]. DataError naming
-        the table when a column of the encoding is missing from it or of another kind."""
+    def grown(self, table: ItemTable, train_items: ItemMap) -> AttributeEncoding:
+        """This encoding with today's values added (a warm start, yesterday's model plus today's
+        ``table``): each vocabulary keeps its values and codes, the values of ``table`` it lacks
+        that reach its ``min_count`` on ``train_items`` get the next codes (most frequent first,
+        as :meth:`fit` orders them). The numeric statistics stay: the learned projection reads
+        numbers standardised as in training. DataError naming the table when it lacks a column
+        of the encoding or has it as another kind (:meth:`encode`'s check)."""
+        by_name = self._columns_of(table)
+        rows = np.flatnonzero(train_items.index_of(table.ids) >= 0)
+        cats = []
+        for enc in self.categorical:
+            today = _vocabulary(by_name[enc.name], rows, enc.min_count)
+            added = today[enc.vocabulary.get_indexer(today) < 0]
+            vocabulary = enc.vocabulary.append(added) if len(added) else enc.vocabulary
+            cats.append(CategoricalEncoding(enc.name, enc.multi, vocabulary, enc.min_count))
+        return AttributeEncoding(self.item_key, tuple(cats), self.numeric)
+
+    def _columns_of(self, table: ItemTable) -> dict[str, TableColumn]:
+        """The columns of ``table`` by name; DataError when one of this encoding's is missing
+        or of another kind."""
         by_name = {c.name: c for c in table.columns}
         for enc, kind in [(e, "multi" if e.multi else "categorical") for e in self.categorical] + [
                 (e, "numeric") for e in self.numeric]:
@@ -131,6 +146,14 @@ class AttributeEncoding:
             if col.kind != kind:
                 raise DataError(f"{table.source}: column {enc.name!r} is {col.kind} here but {kind} in the model; "
                                 f"pass types={{{enc.name!r}: {kind!r}}}")
+        return by_name
+
+    def encode(self, table: ItemTable, item_ids: ItemMap) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray]:
+        """Encode the items of ``item_ids`` (in its order) from ``table``: ``(categorical, numeric,
+        has_row)`` with ``categorical[c] = (codes int64, offsets int64 [n + 1])`` per categorical
+        column, ``numeric`` float32 [n × numeric columns], ``has_row`` bool [n]. DataError naming
+        the table when a column of the encoding is missing from it or of another kind."""
+        by_name = self._columns_of(table)
         row_of = np.asarray(table.ids.get_indexer(item_ids.ids), dtype=np.int64)
         has_row = row_of >= 0
         # Items without a row read from one extra virtual row: one unknown code, NaN numbers.
@@ -144,9 +167,9 @@ class AttributeEncoding:
             pos, new_offsets = _segments(offsets, virtual)
             categorical.append((codes[pos], new_offsets))
         numeric = np.zeros((len(item_ids), len(self.numeric)), dtype=np.float32)
-        for j, enc in enumerate(self.numeric):
-            x = np.append(by_name[enc.name].values, np.nan)[virtual]
-            numeric[:, j] = np.nan_to_num((x - enc.mean) / enc.std, nan=0.0)
+        for j, num in enumerate(self.numeric):
+            x = np.append(by_name[num.name].values, np.nan)[virtual]
+            numeric[:, j] = np.nan_to_num((x - num.mean) / num.std, nan=0.0)
         return categorical, numeric, has_row
 
     def to_json(self) -> dict[str, Any]:
@@ -209,6 +232,22 @@ class ItemAttributes:
         cats, numeric, has_row = encoding.encode(table, everything)
         return cls(encoding, everything, len(item_map), tuple(c for c, _ in cats), tuple(o for _, o in cats),
                    numeric, has_row)
+
+    def warm_start(self, table: ItemTable, item_map: ItemMap) -> ItemAttributes:
+        """The attributes of a warm start from the model these belong to: ``item_map`` is the
+        grown map (this model's training items first, in their order), ``table`` today's
+        attribute table. The encoding grows with today's values (:meth:`AttributeEncoding.grown`:
+        old codes keep their meaning), every item is encoded from today's table (an item without
+        a row there gets the unknown values), and the table's ids outside ``item_map`` are the
+        cold items. DataError when ``item_map`` does not start with this model's training items."""
+        _check_id_types(table, item_map)
+        old = self.item_map.ids[: self.n_warm]
+        if len(item_map) < self.n_warm or not np.array_equal(np.asarray(item_map.ids[: self.n_warm]), np.asarray(old)):
+            raise DataError(f"{table.source}: a warm start's item map must start with the model's {self.n_warm} "
+                            "training items, in their order")
+        encoding = self.encoding.grown(table, item_map)
+        cold = table.ids[item_map.index_of(table.ids) < 0]
+        return ItemAttributes._encoded(encoding, table, item_map, cold)
 
     def add_items(self, table: ItemTable) -> ItemAttributes:
         """These attributes plus the ids of ``table`` that are not items yet, as new cold items

@@ -21,6 +21,13 @@ initialisation. What carries over and what does not:
   new items' rows start at zero; otherwise the state starts fresh, said in one log line.
   The state is copied into the optimiser's own tables (:meth:`Optimizer.load_state_dict`), so
   this works with every training backend.
+* **Item attributes** (issue 49). A model trained with them needs today's attribute table:
+  :meth:`ItemAttributes.warm_start` grows each vocabulary with today's values (old codes keep
+  their values, new ones get the next codes; the numeric statistics stay, for the projection)
+  and encodes every item from today's table; :func:`warm_net` keeps the attribute tables' rows
+  of the old codes and the projection, and draws the new values' rows as a fresh network draws
+  them; :func:`carry_optimizer_state` carries their state at the old codes. Without a table
+  such a model is refused, as are attributes for a model trained without them.
 * **Popularity.** The item supports (negative sampling, logQ, the popularity fallback) are the
   new data's: an item absent from it has support 0.
 """
@@ -37,6 +44,7 @@ from torch import Tensor
 from gru4rec.config import NETWORK_FIELDS, Config
 from gru4rec.data import ItemMap
 from gru4rec.errors import ConfigError, Gru4RecError
+from gru4rec.items.attributes import ItemAttributes
 from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.optim import Optimizer
 
@@ -92,23 +100,39 @@ def grow_item_map(old: ItemMap, ids: pd.Series | np.ndarray) -> ItemMap:
 
 
 @torch.no_grad()
-def warm_net(old: GRU4RecNet, n_items: int, config: Config, *, generator: torch.Generator | None = None) -> GRU4RecNet:
+def warm_net(old: GRU4RecNet, n_items: int, config: Config, *, generator: torch.Generator | None = None,
+             attributes: ItemAttributes | None = None) -> GRU4RecNet:
     """A network of ``n_items`` items (≥ the old one's) holding ``old``'s weights: the dense
     parameters and the first ``old.n_items`` rows of every item table; the other rows as a
-    fresh ``GRU4RecNet(n_items, config, generator=generator)`` draws them. On the CPU (``old``
-    may be anywhere and is not changed)."""
+    fresh ``GRU4RecNet(n_items, config, generator=generator, attributes=attributes)`` draws
+    them. On the CPU (``old`` may be anywhere and is not changed).
+
+    A model trained with item attributes needs ``attributes``: today's, grown from its own
+    (:meth:`ItemAttributes.warm_start`); its attribute tables keep their rows (the old codes)
+    and the projection is carried whole, the new values' rows are drawn as the fresh network
+    draws them. Without ``attributes`` such a model is refused: carrying its id rows alone
+    would silently change every item's row."""
     if n_items < old.n_items:
         raise ValueError(f"a warm start cannot drop items ({n_items} < {old.n_items})")
-    if old.attributes is not None:
-        # Its rows are id rows plus attribute rows: carrying the id rows alone would silently
-        # change every item's row. Growing the vocabularies with today's table is not built yet.
-        raise Gru4RecError("init_from: the model was trained with item attributes, and a warm start from such a "
-                           "model is not possible yet (issue 49); train it from scratch with item_features")
-    net = GRU4RecNet(n_items, config, generator=generator)
+    if old.attributes is not None and attributes is None:
+        raise Gru4RecError("init_from: the model was trained with item attributes; a warm start from it needs "
+                           "item_features (today's attribute table) so that its items keep their rows")
+    if attributes is not None:
+        if old.attributes is None:
+            raise Gru4RecError("item_features: the init_from model was trained without item attributes; "
+                               "attributes cannot be added to it by a warm start (train from scratch)")
+        ours_enc, theirs_enc = attributes.encoding, old.attributes.source.encoding
+        if [(e.name, e.multi) for e in ours_enc.categorical] != [(e.name, e.multi) for e in theirs_enc.categorical] \
+                or [e.name for e in ours_enc.numeric] != [e.name for e in theirs_enc.numeric]:
+            raise Gru4RecError("item_features: the attribute columns differ from the init_from model's "
+                               "(build today's attributes with ItemAttributes.warm_start)")
+    net = GRU4RecNet(n_items, config, generator=generator, attributes=attributes)
     tables = set(old.sparse_parameters())
     ours = dict(net.named_parameters())
     for name, p in old.named_parameters():
-        if name in tables:
+        if name.startswith("attributes.tables."):  # code-indexed: the old codes' rows
+            ours[name][: p.shape[0]].copy_(p)
+        elif name in tables:
             ours[name][: old.n_items].copy_(p)
         else:
             ours[name].copy_(p)
@@ -142,7 +166,12 @@ def carry_optimizer_state(
             if saved is None:
                 continue
             saved = saved.to(device=value.device, dtype=value.dtype)
-            if key.rsplit(".", 1)[0] in tables:
+            if key.startswith("attributes."):  # an attribute table's state: the old codes' rows (a grown vocabulary)
+                if saved.dim() and key.rsplit(".", 1)[0] in tables:
+                    value[: saved.shape[0]].copy_(saved)
+                else:
+                    value.copy_(saved)
+            elif key.rsplit(".", 1)[0] in tables:
                 value[:n_old_items].copy_(saved[:n_old_items])
             else:
                 value.copy_(saved)
