@@ -272,3 +272,37 @@ def test_the_optimiser_state_of_attribute_tables_is_carried_at_the_old_codes() -
             assert torch.equal(state[key][: len(ITEM_IDS)], value) and not state[key][len(ITEM_IDS):].any()
         else:
             assert torch.equal(state[key], value)
+
+
+# ------------------------------------------------------------------ training checkpoints
+
+
+def test_a_checkpoint_restores_the_attribute_tables_and_checks_the_attributes(tmp_path: Path) -> None:
+    """The checkpoint's side of resuming a run with attributes (fit refuses checkpoint_dir with
+    item_features until it is wired): the restored network is the written one, bit for bit, and
+    a run with other attributes, or none, is refused before any tensor is loaded."""
+    from gru4rec.training.resume import EpochPosition, TrainingCheckpoint
+    from gru4rec.training.trainer import Trainer
+
+    written = model_with_attributes("shared")
+    assert written.net is not None
+    config = written.config.replace(adapt="adagrad")
+    fingerprint = {"n_items": len(ITEM_IDS), "n_events": 10, "n_sessions": 3}
+    ckpt = TrainingCheckpoint(tmp_path / "ck")
+    ckpt.attach(Trainer(written.net, config, written.item_support), config, fingerprint)
+    ckpt.write(EpochPosition(2, 0, 0, 0.0, None, {}))
+    assert "item_attributes" in checkpoint.read_meta(ckpt.path)
+
+    attrs = written.net.attributes.source if written.net.attributes is not None else None
+    fresh = GRU4RecNet(len(ITEM_IDS), config, generator=torch.Generator().manual_seed(99), attributes=attrs)
+    TrainingCheckpoint(tmp_path / "ck", resume=True).attach(Trainer(fresh, config, written.item_support), config, fingerprint)
+    want = written.net.state_dict()
+    got = fresh.state_dict()
+    assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
+
+    other = ItemAttributes.build(item_table_from_frame(TODAY, types={"tags": "multi"}), ItemMap.from_ids(pd.Series(ITEM_IDS)))
+    for net, match in [(GRU4RecNet(len(ITEM_IDS), config, attributes=other), "with item attributes and this run is with other"),
+                       (GRU4RecNet(len(ITEM_IDS), config), "with item attributes and this run is without")]:
+        with pytest.raises(ModelFileError, match=match):
+            TrainingCheckpoint(tmp_path / "ck", resume=True).attach(Trainer(net, config, written.item_support), config,
+                                                                    fingerprint)

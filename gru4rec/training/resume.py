@@ -27,6 +27,8 @@ without one is an error, and a finished run removes its checkpoint unless asked 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import signal
@@ -72,6 +74,21 @@ class EpochPosition:
     rng_state: dict[str, Any]
     #: The slots' hidden states to continue from (a restored mid-epoch position only).
     hidden: list[Tensor] | None = None
+
+
+def _attributes_digest(trainer: Trainer) -> str | None:
+    """SHA-256 of the item attributes the trainer's network composes its rows with (their
+    encoding, cold ids and encoded tensors), None without: a resumed run must compose the same
+    rows, and the checkpoint's buffers would otherwise silently override today's table."""
+    rows = trainer.net.attributes
+    if rows is None:
+        return None
+    tensors, meta = rows.source.to_tensors()
+    digest = hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode())
+    for name in sorted(tensors):
+        digest.update(name.encode())
+        digest.update(tensors[name].numpy().tobytes())
+    return digest.hexdigest()
 
 
 class CheckpointPart(Protocol):
@@ -151,6 +168,14 @@ class TrainingCheckpoint:
             )
         if meta["data"] != fingerprint:
             raise ModelFileError(f"{self.path} was written for other training data ({meta['data']}); resume on the same data or remove it")
+        if meta.get("item_attributes") != _attributes_digest(trainer):
+            theirs_with = "with" if meta.get("item_attributes") else "without"
+            ours_with = "with" if _attributes_digest(trainer) else "without"
+            raise ModelFileError(
+                f"{self.path} was written {theirs_with} item attributes and this run is {ours_with}"
+                + (" other ones (another item_features table, types or min_count)" if theirs_with == ours_with else "")
+                + "; resume with the same item_features or remove it"
+            )
         epoch, step = int(meta["epoch"]) + 1, int(meta.get("step", 0))
         if step > 0 and epoch > config.n_epochs:
             raise Gru4RecError(
@@ -212,6 +237,9 @@ class TrainingCheckpoint:
             "sampler_cursor": sampler.get("cursor", 0),
             "numpy_rng": position.rng_state,
         }
+        digest = _attributes_digest(trainer)
+        if digest is not None:  # a plain run's checkpoint keeps its keys
+            meta["item_attributes"] = digest
         if self._extra is not None:
             extra_tensors, meta["extra"] = self._extra.checkpoint_state()
             tensors.update(extra_tensors)
