@@ -83,6 +83,12 @@ def test_save_load_scores_bit_for_bit(mode: str, tmp_path: Path) -> None:
         got = loaded.recommend(s, k=5)
         assert list(got.item_ids) == list(want.item_ids)
         assert np.array_equal(got.scores, want.scores)
+    # the cold items stay recommendable: the loaded catalogue is the saved one, ranked alike
+    assert loaded.catalogue is not None and model.catalogue is not None
+    assert loaded.catalogue.to_list() == model.catalogue.to_list() == ITEM_IDS + [99, 98]
+    every, every_loaded = model.recommend([12], k=10), loaded.recommend([12], k=10)
+    assert {99, 98} <= set(every_loaded.item_ids.tolist())
+    assert list(every_loaded.item_ids) == list(every.item_ids) and np.array_equal(every_loaded.scores, every.scores)
     # the encoding travels whole: vocabularies, kinds, statistics, cold ids, codes
     assert model.net is not None and loaded.net is not None
     assert model.net.attributes is not None and loaded.net.attributes is not None
