@@ -21,7 +21,7 @@ import torch
 from gru4rec import GRU4Rec
 from gru4rec.config import Config
 from gru4rec.data import ItemMap
-from gru4rec.errors import Gru4RecError
+from gru4rec.errors import Gru4RecError, ModelFileError
 from gru4rec.items import ItemAttributes, item_table_from_frame, read_item_table
 from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training import backend as backend_module
@@ -260,10 +260,84 @@ def test_fit_with_item_features_trains_and_composes(synth: Path, tmp_path: Path)
     assert not (tmp_path / "m.onnx").exists()
 
 
-def test_fit_refuses_item_features_with_a_warm_start(synth: Path) -> None:
-    model = GRU4Rec(layers=[8], n_epochs=1, threads=1, device="cpu")
-    with pytest.raises(Gru4RecError, match="item_features cannot be combined with init_from"):
-        model.fit(synth / "train_tr.tsv", item_features=synth / "items.tsv", init_from="whatever.safetensors", progress=False)
+def test_fit_warm_starts_a_model_with_attributes_from_its_file(synth: Path, tmp_path: Path) -> None:
+    """Yesterday's model file plus today's table: the old items, values and projection keep their
+    rows (checked on the network before today's first step, then after training: it trains)."""
+    kw: dict[str, object] = dict(layers=[16], batch_size=32, n_sample=32, loss="cross-entropy", constrained_embedding=True,
+                                 threads=1, device="cpu", adapt="adagrad")
+    types = {"category": "categorical"}
+    events = pd.read_csv(synth / "train_tr.tsv", sep="\t")
+    sessions = events["SessionId"].unique()
+    first, second = events[events["SessionId"].isin(sessions[: len(sessions) // 2])], events
+    items = pd.read_csv(synth / "items.tsv", sep="\t")
+    # yesterday knew the first half of the brands only: today's table brings the others
+    brands = items["brand"].unique()
+    old_items = items.assign(brand=items["brand"].where(items["brand"].isin(brands[: len(brands) // 2]), brands[0]))
+    yesterday = GRU4Rec(n_epochs=1, **kw).fit(first, item_features=old_items, attribute_types=types, progress=False)
+    yesterday.save(tmp_path / "y.safetensors", optimizer=True)
+    assert yesterday.net is not None and yesterday.net.attributes is not None
+    old_rows = yesterday.net.attributes
+    seen: dict[str, torch.Tensor] = {}
+    original = backend_module.Backend.runs_reference
+    today = GRU4Rec(n_epochs=1, **kw)
+
+    def spy(self: object, net: GRU4RecNet, *args: object, **kwargs: object) -> object:
+        if net.attributes is not None and not seen:  # the warm network, before its first step
+            seen.update({k: v.detach().clone() for k, v in net.named_parameters()})
+        return original(self, net, *args, **kwargs)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(backend_module.Backend, "runs_reference", spy)
+        today.fit(second, item_features=items, attribute_types=types, init_from=tmp_path / "y.safetensors", progress=False)
+    assert today.item_map is not None and yesterday.item_map is not None
+    n_old = len(yesterday.item_map)
+    assert today.item_map.to_list()[:n_old] == yesterday.item_map.to_list()
+    assert seen and torch.equal(seen["Wy"][:n_old], yesterday.net.Wy)
+    for c, table in enumerate(old_rows.tables):
+        assert torch.equal(seen[f"attributes.tables.{c}"][: table.shape[0]], table)
+    assert old_rows.projection is not None and torch.equal(seen["attributes.projection"], old_rows.projection)
+    assert today.net is not None and today.net.attributes is not None
+    brand = today.net.attributes.source.encoding.categorical[1]
+    assert brand.vocabulary.tolist()[: len(old_rows.source.encoding.categorical[1].vocabulary)] == \
+        old_rows.source.encoding.categorical[1].vocabulary.tolist()
+    assert len(brand.vocabulary) > len(old_rows.source.encoding.categorical[1].vocabulary)  # today's brands added
+    assert not torch.equal(today.net.attributes.tables[1][: old_rows.tables[1].shape[0]], old_rows.tables[1])  # trained
+
+
+def test_a_run_with_attributes_resumes_to_the_same_model(synth: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM inside epoch 2, then resume: the model of an uninterrupted run, bit for bit."""
+    import signal
+
+    from gru4rec.errors import TrainingInterrupted
+
+    kw: dict[str, object] = dict(layers=[16], batch_size=32, n_sample=32, n_epochs=2, loss="cross-entropy",
+                                 constrained_embedding=True, threads=1, device="cpu", adapt="adagrad",
+                                 train_random_order=True, dropout_p_hidden=0.2)
+    args: dict[str, object] = dict(item_features=synth / "items.tsv", attribute_types={"category": "categorical"},
+                                   progress=False)
+    reference = GRU4Rec(**kw).fit(synth / "train_tr.tsv", **args)
+    stop_at = reference.history[0].n_steps + 3
+    original = Trainer.train_step
+    calls = [0]
+
+    def train_step(self: Trainer, *a: object, **k: object) -> torch.Tensor:
+        calls[0] += 1
+        if calls[0] == stop_at:
+            signal.raise_signal(signal.SIGTERM)
+        return original(self, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    with pytest.raises(TrainingInterrupted):
+        GRU4Rec(**kw).fit(synth / "train_tr.tsv", checkpoint_dir=tmp_path, **args)
+    monkeypatch.undo()
+    with pytest.raises(ModelFileError, match="other ones"):  # another table: refused by name
+        GRU4Rec(**kw).fit(synth / "train_tr.tsv", checkpoint_dir=tmp_path, resume=True, progress=False,
+                          item_features=synth / "items.tsv", attribute_types={"category": "categorical"}, attribute_min_count=50)
+    resumed = GRU4Rec(**kw).fit(synth / "train_tr.tsv", checkpoint_dir=tmp_path, resume=True, **args)
+    assert [s.loss for s in resumed.history] == [s.loss for s in reference.history[1:]]
+    assert resumed.net is not None and reference.net is not None
+    want, got = reference.net.state_dict(), resumed.net.state_dict()
+    assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
 
 
 def test_fit_refuses_item_features_in_bfloat16(synth: Path) -> None:

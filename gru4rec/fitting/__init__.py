@@ -137,9 +137,6 @@ def fit_model(
     if checkpoint_dir is None and (resume or checkpoint_every is not None):
         raise Gru4RecError(f"{'resume=True' if resume else 'checkpoint_every'} needs checkpoint_dir (where the checkpoint is)")
     ckpt = TrainingCheckpoint(checkpoint_dir, resume=resume, every_minutes=checkpoint_every) if checkpoint_dir is not None else None
-    if item_features is not None and (init_from is not None or checkpoint_dir is not None):
-        raise Gru4RecError(f"item_features cannot be combined with {'init_from' if init_from is not None else 'checkpoint_dir'} "
-                           "yet: models with item attributes are trained from scratch without checkpoints (issue 49)")
     if item_features is not None and model.precision != "float32":
         raise Gru4RecError(f"item_features trains on the reference step, which runs in float32 only: "
                            f"precision={model.precision!r} cannot be used with it yet (issue 49)")
@@ -156,7 +153,10 @@ def fit_model(
     model.item_support = item_support(sessions.items, len(model.item_map))
     attributes = None
     if table is not None:
-        attributes = ItemAttributes.build(table, model.item_map, min_count=attribute_min_count)
+        # A warm start grows the model's own encoding (its codes keep their rows); else a new one.
+        rows = base.net.attributes if base is not None else None
+        attributes = rows.source.warm_start(table, model.item_map) if rows is not None else \
+            ItemAttributes.build(table, model.item_map, min_count=attribute_min_count)
         log.info("item attributes from %s: %s", table.source, attributes.counts())
     del events
     # A warm-started model was trained on the base model's data too (its item indices are kept).

@@ -88,15 +88,14 @@ class TrainingRun:
         warm: WarmStart | None = None,
         attributes: ItemAttributes | None = None,
     ) -> None:
-        """``attributes``: item attributes on the ``n_items`` items (issue 49; not with ``warm``)."""
+        """``attributes``: item attributes on the ``n_items`` items (issue 49; with ``warm``, grown
+        from its own: :meth:`~gru4rec.items.attributes.ItemAttributes.warm_start`)."""
         torch.manual_seed(config.seed)
         init_gen = torch.Generator().manual_seed(config.seed)
-        if attributes is not None and warm is not None:
-            raise ValueError("a warm start with item attributes is not supported yet (issue 49)")
         if warm is None:
             net = GRU4RecNet(n_items, config, generator=init_gen, attributes=attributes)
         else:
-            net = warm_net(warm.net, n_items, config, generator=init_gen)
+            net = warm_net(warm.net, n_items, config, generator=init_gen, attributes=attributes)
             log.info("Warm start from %s: %d items kept, %d new", warm.name, len(warm.item_map), n_items - len(warm.item_map))
         self.config = config
         self.net = net.to(device).eval()
