@@ -8,6 +8,7 @@
     gru4rec info FILE [--train TRAIN]              a model file, or an event file's sessions and repeats
     gru4rec export MODEL [--onnx STEP.onnx [--top-k K]] [--item-embeddings FILE] [--session-embeddings TEST FILE]
     gru4rec serve MODEL [--host H] [--port P] [--state memory|redis://...]
+    gru4rec items add MODEL NEW_ITEMS -o MODEL2      new cold items for a model trained with --item-features
     gru4rec synth OUT_DIR
     gru4rec preprocess DATASET RAW_PATH... --out DIR | split INPUT --out DIR
     gru4rec paropt ...                             (registered from its module's hooks)
@@ -51,7 +52,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gru4rec.cli import baseline, evaluate, export, info, preprocess, recommend, report, run_py, serve, synth, train
+from gru4rec.cli import baseline, evaluate, export, info, items, preprocess, recommend, report, run_py, serve, synth, train
 from gru4rec.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -192,6 +193,9 @@ register(typed("recommend", "top-k recommendations for the sessions in a file",
                description=recommend.DESCRIPTION))
 register(typed("info", "describe a model file (format, items, configuration) or an event file (sessions, repeats)",
                info.add_arguments, info.InfoSettings, info.run))
+register(typed("items", "add new items to a model trained with --item-features, as cold items (no retraining)",
+               items.add_arguments, items.ItemsSettings, items.run, flags=items.FLAGS,
+               description=items.DESCRIPTION))
 register(typed("export", "export a model: the one-click step as ONNX, item or session embeddings",
                export.add_arguments, export.ExportSettings, export.run, flags=export.FLAGS,
                description=export.DESCRIPTION))

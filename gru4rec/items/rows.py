@@ -160,6 +160,25 @@ class ComposedRows(nn.Module):
                 values.uniform_(-s, s, generator=generator)
             block.copy_(values)
 
+    def with_attributes(self, attributes: ItemAttributes) -> ComposedRows:
+        """New rows over ``attributes`` (these attributes plus new cold items:
+        :meth:`ItemAttributes.add_items`) that share this module's tables and projection, so
+        that every existing item keeps its row bit for bit and the new items are composed with
+        the trained weights. ValueError when the warm items or the encoding differ."""
+        if attributes.n_warm != self.n_warm or attributes.encoding is not self.source.encoding:
+            raise ValueError("ComposedRows.with_attributes: the attributes must extend these rows' own "
+                             "(same training items, same encoding)")
+        first = self.tables[0] if len(self.tables) else self.projection
+        device = None if first is None else first.device
+        dtype = self.numeric.dtype
+        rows = ComposedRows(attributes, self.width, device=device, dtype=dtype, generator=torch.Generator())
+        with torch.no_grad():
+            for new, old in zip(rows.tables, self.tables, strict=True):
+                new.copy_(old)
+            if rows.projection is not None and self.projection is not None:
+                rows.projection.copy_(self.projection)
+        return rows
+
     # ------------------------------------------------------------------ structure
 
     @property
