@@ -1,7 +1,10 @@
 """The command line of item attributes (issue 49): ``gru4rec items add MODEL NEW_ITEMS -o MODEL2``."""
 from __future__ import annotations
 
+import io
+import json
 import logging
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -104,3 +107,116 @@ def test_items_add_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert main(["items", "add", str(tmp_path / "m.gru4rec"), str(good), "-o", out]) == 2  # exists, no --force
     assert "--force" in capsys.readouterr().err
     assert main(["items", "add", str(tmp_path / "m.gru4rec"), str(good), "-o", out, "--force"]) == 0
+
+
+# ------------------------------------------------------------- train/run.py --item-features, evaluate
+
+TINY = "layers=16,n_epochs=2,batch_size=16,n_sample=0,loss=cross-entropy,constrained_embedding=True"
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("synth")
+    assert main(["synth", str(out), "--kind", "intents-attributes", "--n-sessions", "300", "--seed", "1", "-q"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(synth: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    out = tmp_path_factory.mktemp("trained")
+    buf = io.StringIO()
+    capture = pytest.MonkeyPatch()
+    capture.setattr(sys, "stdout", buf)
+    try:
+        code = main(["train", str(synth / "train_full.tsv"), "-ps", TINY, "--seed", "3", "-d", "cpu",
+                     "--item-features", str(synth / "items.tsv"), "-t", str(synth / "test.tsv"), "-m", "5", "20",
+                     "--save", str(out / "m.gru4rec"), "--metrics-json", str(out / "m.json")])
+    finally:
+        capture.undo()
+    assert code == 0
+    return {"model": out / "m.gru4rec", "metrics": out / "m.json", "stdout": buf.getvalue()}
+
+
+def group_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(("all (n=", "warm (n=", "cold (n="))]
+
+
+def test_train_with_item_features_prints_and_writes_all_warm_cold(trained: dict[str, object]) -> None:
+    """The all line repeats the plain Recall/MRR lines; warm and cold partition the targets and
+    their figures average to the all figures by their counts (an independent check of the split)."""
+    lines = group_lines(str(trained["stdout"]))
+    assert [line.split(" ")[0] for line in lines] == ["all", "warm", "cold"]
+    report = json.loads(Path(str(trained["metrics"])).read_text())
+    (entry,) = report.values()
+    groups = entry["targets"]
+    assert entry["n_cold_items"] > 0
+    assert groups["warm"]["n_predictions"] + groups["cold"]["n_predictions"] == groups["all"]["n_predictions"] \
+        == entry["n_predictions"]
+    assert groups["cold"]["n_predictions"] > 0
+    n = {g: groups[g]["n_predictions"] for g in ("warm", "cold")}
+    for metric in ("recall", "mrr"):
+        for c in ("5", "20"):
+            assert groups["all"][metric][c] == pytest.approx(entry[metric][c])
+            mix = (groups["warm"][metric][c] * n["warm"] + groups["cold"][metric][c] * n["cold"]) / sum(n.values())
+            assert mix == pytest.approx(groups["all"][metric][c])
+    plain = [line for line in str(trained["stdout"]).splitlines() if line.startswith("Recall@20")]
+    assert plain[0].split(" ")[:4] == lines[0].split(" ")[6:10]  # Recall@20: x MRR@20: y
+
+
+def test_evaluate_prints_the_same_group_lines(trained: dict[str, object], synth: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["evaluate", str(trained["model"]), "-t", str(synth / "test.tsv"), "-m", "5", "20", "-d", "cpu"]) == 0
+    lines = group_lines(capsys.readouterr().out)
+    assert len(lines) == 3 and lines == group_lines(str(trained["stdout"]))
+
+
+def test_a_plain_evaluation_prints_no_group_lines(synth: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", str(synth / "train_full.tsv"), "-ps", TINY, "-d", "cpu", "-t", str(synth / "test.tsv")]) == 0
+    assert group_lines(capsys.readouterr().out) == []
+
+
+def test_run_py_takes_item_features(synth: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gru4rec.cli import run_py_main
+
+    assert run_py_main([str(synth / "train_full.tsv"), "-ps", TINY, "-d", "cpu", "-t", str(synth / "test.tsv"),
+                        "--item-features", str(synth / "items.tsv")]) == 0
+    assert [line.split(" ")[0] for line in group_lines(capsys.readouterr().out)] == ["all", "warm", "cold"]
+
+
+def test_a_bad_item_table_fails_before_the_first_epoch(synth: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    table = pd.read_csv(synth / "items.tsv", sep="\t")
+    bad = tmp_path / "dup.tsv"
+    pd.concat([table, table.iloc[:1]]).to_csv(bad, sep="\t", index=False)
+    model = tmp_path / "m.gru4rec"
+    args = ["train", str(synth / "train_full.tsv"), "-ps", TINY, "-d", "cpu", "--save", str(model)]
+    assert main([*args, "--item-features", str(bad)]) == 1
+    captured = capsys.readouterr()
+    assert "duplicate item id" in captured.err and str(bad) in captured.err
+    assert "Epoch1" not in captured.out + captured.err and not model.exists()
+    assert main([*args, "--item-features", str(synth / "items.tsv"), "--item-types", "price=number"]) == 2
+    assert "--item-types: 'price=number'" in capsys.readouterr().err
+    assert main([*args, "--item-min-count", "3"]) == 2
+    assert "--item-min-count needs --item-features" in capsys.readouterr().err
+
+
+def test_items_add_on_a_trained_model(trained: dict[str, object], synth: Path, tmp_path: Path) -> None:
+    """A new item with an existing cold item's attributes joins the catalogue and scores as
+    that item (a cold item's row is its attributes' alone, bias 0): the same score column."""
+    source = GRU4Rec.load(Path(str(trained["model"])), device="cpu")
+    assert source.catalogue is not None and source.item_map is not None
+    twin_id = source.catalogue.ids[len(source.item_map)]  # the first cold item
+    table = pd.read_csv(synth / "items.tsv", sep="\t")
+    row = table[table["ItemId"] == twin_id].copy()
+    row["ItemId"] = 1
+    row.to_csv(tmp_path / "new.tsv", sep="\t", index=False)
+    assert main(["items", "add", str(trained["model"]), str(tmp_path / "new.tsv"), "-o", str(tmp_path / "m2.gru4rec")]) == 0
+    new = GRU4Rec.load(tmp_path / "m2.gru4rec", device="cpu")
+    assert new.catalogue is not None
+    assert new.catalogue.ids[-1] == 1 and len(new.catalogue) == len(source.catalogue) + 1
+    with torch.no_grad():
+        state = new.init_state(2)
+        out = new.step(torch.tensor([0, 5]), state)
+        scores = new.scores(out)
+    twin = int(source.catalogue.index_of(pd.Index([twin_id]))[0])
+    assert torch.equal(scores[:, -1], scores[:, twin])

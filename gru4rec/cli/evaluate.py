@@ -6,6 +6,7 @@ and ``run.py``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -251,9 +252,15 @@ def evaluate_files(
         log_device_memory(model, "evaluation")
         for line in metric_lines(outcome, cutoffs, extended=extended):
             result(line)
+        if outcome.n_cold_items:  # a model with attributes ranked cold items: all/warm/cold figures
+            for line in dataclasses.replace(outcome, cutoffs=tuple(cutoffs)).target_lines():
+                result(line)
         if primary_metric is not None:
             table = outcome.recall if primary_metric == "recall" else outcome.mrr
             result(f"PRIMARY METRIC: {table[cutoffs[0]]}")
         name = test if test not in report else f"{test}#{len(report) + 1}"  # the same file twice
-        report[name] = metrics_entry(outcome, seconds=elapsed)
+        report[name] = entry = metrics_entry(outcome, seconds=elapsed)
+        if outcome.n_cold_items:
+            entry["n_cold_items"] = outcome.n_cold_items
+            entry["targets"] = {g.label: g.to_dict() for g in outcome.target_groups}
     return report

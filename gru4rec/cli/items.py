@@ -1,4 +1,6 @@
-"""``gru4rec items add MODEL NEW_ITEMS -o MODEL2``: a copy of a model trained with item attributes
+"""Item attributes on the command line (docs/attributes.md): the ``--item-features`` flags of
+``gru4rec train`` and ``run.py`` (:class:`ItemFeatureFlags`, checked before the first epoch by
+:func:`item_feature_options`), and ``gru4rec items add MODEL NEW_ITEMS -o MODEL2``: a copy of a model trained with item attributes
 whose catalogue also holds the items of an attribute table, as cold items encoded with the
 model's saved encoding (:meth:`~gru4rec.items.attributes.ItemAttributes.add_items`), so that a
 new item becomes recommendable without retraining; a server running with ``--watch`` (or sent
@@ -8,22 +10,82 @@ from __future__ import annotations
 import argparse
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from gru4rec.cli.common import (
     EXIT_OK,
     FORCE_FLAG,
     ColumnFlags,
+    UsageError,
     add_flags,
     check_readable,
     check_writable_target,
     column_flags,
     flag,
     flag_field,
+    positive_int,
 )
 
-__all__ = ["ACTIONS", "DESCRIPTION", "FLAGS", "ItemsSettings", "NO_ATTRIBUTES", "add_arguments", "run"]
+__all__ = ["ACTIONS", "DESCRIPTION", "FLAGS", "ItemFeatureFlags", "ItemsSettings", "NO_ATTRIBUTES", "add_arguments",
+           "item_feature_options", "parse_types", "run"]
 
 log = logging.getLogger(__name__)
+
+_FEATURES = "item attributes (docs/attributes.md)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ItemFeatureFlags:
+    """``--item-features``, ``--item-min-count``, ``--item-types``: ``fit``'s ``item_features``,
+    ``attribute_min_count`` and ``attribute_types``, a field per flag (train and run.py)."""
+
+    item_features: str | None = flag("--item-features", metavar="FILE", group=_FEATURES, default=None,
+                                     help="item attribute table (TSV/CSV/Parquet, keyed by the item column): each "
+                                          "item's row is its id row plus its attributes' embeddings, and the table's "
+                                          "items without training events are recommended as cold items")
+    item_min_count: int = flag("--item-min-count", metavar="N", type=positive_int, group=_FEATURES, default=1,
+                               help="with --item-features: keep an attribute value seen on at least N training items "
+                                    "(default: 1)")
+    item_types: str | None = flag("--item-types", metavar="COL=KIND,...", group=_FEATURES, default=None,
+                                  help="with --item-features: override inferred column kinds, e.g. "
+                                       "'categoryId=categorical,price=numeric' (kinds: categorical, multi, numeric)")
+
+
+def parse_types(text: str | None) -> dict[str, str] | None:
+    """``'a=categorical,b=numeric'`` as ``{'a': 'categorical', 'b': 'numeric'}`` (None: none given);
+    UsageError naming the bad part or kind."""
+    from gru4rec.items.table import KINDS
+
+    if text is None:
+        return None
+    types: dict[str, str] = {}
+    for part in text.split(","):
+        name, sep, kind = (s.strip() for s in part.partition("="))
+        if not sep or not name or kind not in KINDS:
+            raise UsageError(f"--item-types: {part!r} is not COLUMN=KIND with KIND one of {list(KINDS)}")
+        types[name] = kind
+    return types
+
+
+def item_feature_options(args: ItemFeatureFlags, item_key: str) -> dict[str, Any]:
+    """``fit``'s attribute arguments from the flags, after reading the table once as ``fit``
+    will (so that a bad table fails before the first epoch, not after it: a DataError naming
+    the file, column or line); ``{}`` without ``--item-features``. ``item_key``: the model's
+    item column (the table's id column)."""
+    from gru4rec.items.table import read_item_table
+
+    if args.item_features is None:
+        given = [f for f, on in (("--item-min-count", args.item_min_count != 1), ("--item-types", args.item_types))
+                 if on]
+        if given:
+            raise UsageError(f"{', '.join(given)} needs --item-features (the attribute table)")
+        return {}
+    types = parse_types(args.item_types)
+    check_readable([args.item_features], "item attribute table")
+    read_item_table(args.item_features, item_key=item_key, types=types)
+    return {"item_features": args.item_features, "attribute_min_count": args.item_min_count,
+            "attribute_types": types}
+
 
 #: What ``gru4rec items`` does (the first positional argument).
 ACTIONS = ("add",)

@@ -31,6 +31,7 @@ from gru4rec.cli.common import (
     uses_threads,
 )
 from gru4rec.cli.evaluate import check_test_files, evaluate_files
+from gru4rec.cli.items import ItemFeatureFlags, item_feature_options
 from gru4rec.cli.train import build_config, interruption, kept_after_failure, save_elsewhere, train_model
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ PROG = "run.py"
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunPySettings(observe.ObserveFlags):
+class RunPySettings(ItemFeatureFlags, observe.ObserveFlags):
     """The settings of ``run.py``: a field per flag, declared with it, the original's names
     (``command_line`` as run)."""
 
@@ -123,6 +124,8 @@ def run(args: RunPySettings) -> int:
     if args.load_model:
         if args.sample_store_size is not None or args.seed is not None:
             log.info("Note: -ss/--seed only affect training and are ignored with -l")
+        if args.item_features is not None:
+            raise UsageError("--item-features trains a model; it does not go with -l (a loaded model has its attributes)")
         if args.valid or args.run_dir or args.tensorboard:
             raise UsageError("--valid, --early-stop, --run-dir and --tensorboard watch a training run; they do not go with -l")
         model = load_model(args.path, args.device)
@@ -135,8 +138,10 @@ def run(args: RunPySettings) -> int:
         # Every test file is read now: the original's everyday command (no -s) would otherwise
         # train for hours, then fail on a test file's missing column and keep nothing.
         check_test_files(args.test, config)
+        features = item_feature_options(args, config.item_key)
         try:
             fit_options = watch.start(config, device=args.device, precision=args.precision, data=args.path, tests=args.test)
+            fit_options = {**(fit_options or {}), **features}
             model = train_model(args.path, config, device=args.device, precision=args.precision, threads=args.threads,
                                 fit_options=fit_options)
         except KeyboardInterrupt as exc:  # run.py keeps no checkpoints (gru4rec train does)

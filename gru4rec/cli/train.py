@@ -43,6 +43,7 @@ from gru4rec.cli.common import (
     write_json,
 )
 from gru4rec.cli.evaluate import check_test_files, evaluate_files
+from gru4rec.cli.items import ItemFeatureFlags, item_feature_options
 from gru4rec.errors import Gru4RecError
 
 if TYPE_CHECKING:  # the heavy imports (torch, pandas) happen inside the functions
@@ -94,7 +95,7 @@ FLAGS = {**column_flags("the params"), "force": dataclasses.replace(FORCE_FLAG, 
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainSettings(observe.ObserveFlags, EvalFlags, ColumnFlags, MachineFlags):
+class TrainSettings(ItemFeatureFlags, observe.ObserveFlags, EvalFlags, ColumnFlags, MachineFlags):
     """The settings of ``gru4rec train``: a field per flag, declared with it (``command_line`` as it was run)."""
 
     data: str = flag(metavar="DATA",
@@ -170,10 +171,12 @@ def run(args: TrainSettings) -> int:
 
         config = inherit_config(read_model_config(args.init_from), config, args.init_from)
     check_test_files(args.test, config)  # the model will have config's column names
+    features = item_feature_options(args, config.item_key)
     saved = None
     try:
         try:
             fit_options = watch.start(config, device=args.device, precision=args.precision, data=args.data, tests=args.test)
+            fit_options = {**(fit_options or {}), **features}
             model = train_model(args.data, config, device=args.device, precision=args.precision, threads=args.threads,
                                 checkpoint_dir=args.checkpoint_dir, resume=args.resume,
                                 checkpoint_every=args.checkpoint_every, fit_options=fit_options, init_from=args.init_from)
