@@ -220,3 +220,17 @@ def test_items_add_on_a_trained_model(trained: dict[str, object], synth: Path, t
         scores = new.scores(out)
     twin = int(source.catalogue.index_of(pd.Index([twin_id]))[0])
     assert torch.equal(scores[:, -1], scores[:, twin])
+
+
+def test_info_describes_the_attributes(trained: dict[str, object], capsys: pytest.CaptureFixture[str]) -> None:
+    """Columns, kinds and vocabulary sizes as the model holds them (its encoding), cold items counted."""
+    model = GRU4Rec.load(Path(str(trained["model"])), device="cpu")
+    assert model.net is not None and model.net.attributes is not None
+    encoding = model.net.attributes.source.encoding
+    assert main(["info", str(trained["model"]), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["item_attributes"]
+    assert summary["cold_items"] == model.net.attributes.source.n_cold > 0
+    assert {name: c.get("codes") for name, c in summary["columns"].items()} == {
+        **{e.name: e.n_codes for e in encoding.categorical}, **{e.name: None for e in encoding.numeric}}
+    assert main(["info", str(trained["model"])]) == 0
+    assert f"{model.net.attributes.source.n_cold:,} cold items" in capsys.readouterr().out

@@ -11,11 +11,11 @@ from typing import Any
 from gru4rec.cli.common import EXIT_OK, ColumnFlags, add_flags, check_readable, flag
 from gru4rec.cli.console import result
 
-__all__ = ["InfoSettings", "REPEAT_HEAVY", "REPEAT_SOME", "add_arguments", "count_items", "repeat_advice", "run"]
+__all__ = ["InfoSettings", "REPEAT_HEAVY", "REPEAT_SOME", "add_arguments", "attribute_summary", "count_items", "repeat_advice", "run"]
 
 #: Metadata entries that are large or structured (the item ids, the resume RNG state, the training
-#: transitions' hashes), not for reading.
-_NOT_SHOWN = ("config", "item_ids", "item_map", "item_support", "numpy_rng", "train_transitions")
+#: transitions' hashes, the attributes' vocabularies: :func:`attribute_summary` instead), not for reading.
+_NOT_SHOWN = ("config", "item_attributes", "item_ids", "item_map", "item_support", "numpy_rng", "train_transitions")
 
 #: Repeat shares from which the advice changes (docs/results.md, "Repeated targets": Tmall 43 %,
 #: rsc15 34-36 %, DIGINETICA 20 %).
@@ -96,6 +96,20 @@ def _event_info(args: InfoSettings) -> int:
     return EXIT_OK
 
 
+def attribute_summary(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """What a model trained with item attributes holds of them (None for a plain model): its
+    columns with their kind and vocabulary size (codes, the unknown value included), and its
+    cold items."""
+    attrs = meta.get("item_attributes")
+    if not isinstance(attrs, dict):
+        return None
+    encoding = attrs.get("encoding", {})
+    columns = {e["name"]: {"kind": "multi" if e["multi"] else "categorical", "codes": len(e["vocabulary"]) + 1}
+               for e in encoding.get("categorical", [])}
+    columns.update({e["name"]: {"kind": "numeric"} for e in encoding.get("numeric", [])})
+    return {"item_key": encoding.get("item_key"), "columns": columns, "cold_items": len(attrs.get("cold_item_ids", []))}
+
+
 def count_items(meta: dict[str, Any], tensors: dict[str, Any]) -> int | None:
     """The item count of a model file (item id list) or a training checkpoint (its data summary)."""
     for key in ("item_ids", "item_map"):
@@ -142,6 +156,9 @@ def run(args: InfoSettings) -> int:
         "config": config,
         "tensors": info["tensors"],
     }
+    attributes = attribute_summary(meta)
+    if attributes is not None:
+        summary["item_attributes"] = attributes
     extra = {k: v for k, v in meta.items() if k not in _NOT_SHOWN}
     if extra:
         summary["meta"] = extra
@@ -151,6 +168,10 @@ def run(args: InfoSettings) -> int:
     result(f"file: {args.file} ({info['size_bytes']:,} bytes)")
     result(f"format version: {info['format_version']} ({info['container']}, written by gru4rec {info['writer']})")
     result(f"items: {n_items if n_items is not None else 'unknown'}")
+    if attributes is not None:
+        cols = ", ".join(f"{name} ({c['kind']}{', ' + str(c['codes']) + ' codes' if 'codes' in c else ''})"
+                         for name, c in attributes["columns"].items())
+        result(f"item attributes: {cols}; {attributes['cold_items']:,} cold items")
     for key, value in extra.items():
         result(f"{key}: {json.dumps(value)}")
     result("config:")

@@ -127,7 +127,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: ItemsSettings) -> int:
     """Run ``gru4rec items add``: load MODEL on the CPU, encode NEW_ITEMS' new ids with its
     encoding, share the trained attribute tables with them, and write MODEL2 atomically."""
-    from gru4rec.data import ColumnKeys
     from gru4rec.errors import DataError
     from gru4rec.items.table import read_item_table
     from gru4rec.recommender import GRU4Rec
@@ -141,8 +140,8 @@ def run(args: ItemsSettings) -> int:
     if net is None or net.attributes is None:
         raise DataError(f"{args.model}: {NO_ATTRIBUTES}")
     rows = net.attributes
-    item_key = args.item_key or ColumnKeys.resolve(model.config).item_key
     encoding = rows.source.encoding
+    item_key = args.item_key or encoding.item_key  # the id column of the table it was trained with
     kinds = {e.name: "multi" if e.multi else "categorical" for e in encoding.categorical}
     kinds.update({e.name: "numeric" for e in encoding.numeric})
     table = read_item_table(args.new_items, item_key=item_key)
