@@ -198,6 +198,10 @@ def test_a_bad_item_table_fails_before_the_first_epoch(synth: Path, tmp_path: Pa
     assert "--item-types: 'price=number'" in capsys.readouterr().err
     assert main([*args, "--item-min-count", "3"]) == 2
     assert "--item-min-count needs --item-features" in capsys.readouterr().err
+    from gru4rec.cli import run_py_main
+
+    assert run_py_main([str(model), "-l", "--item-features", str(synth / "items.tsv")]) == 2
+    assert "--item-features trains a model; it does not go with -l" in capsys.readouterr().err
 
 
 def test_items_add_on_a_trained_model(trained: dict[str, object], synth: Path, tmp_path: Path) -> None:
