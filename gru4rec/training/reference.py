@@ -49,20 +49,28 @@ class ReferenceStep:
         # The step's rows as leaves of their own: gradients exist for these rows only.
         x_in = net.input_table.detach().index_select(0, inputs).requires_grad_()
         wy = net.Wy.detach().index_select(0, cols).requires_grad_()
-        by = net.By.detach().index_select(0, cols).requires_grad_()
+        loss, grads, new_hidden = self._forward_backward(hidden, x_in, wy, targets, samples, cols, col_valid, active, n_cols)
+        self.optimizer.step(list(grads[3:]), item_table_grads(net, inputs, cols, grads[0], grads[1], grads[2]))
+        for h, h_new in zip(hidden, new_hidden):
+            h.copy_(h_new.detach())
+        return loss.detach()
+
+    def _forward_backward(self, hidden: list[Tensor], x_in: Tensor, wy: Tensor, targets: Tensor, samples: Tensor, cols: Tensor,
+                          col_valid: Tensor, active: Tensor, n_cols: Tensor) -> tuple[Tensor, tuple[Tensor, ...], list[Tensor]]:
+        """The step's loss by autograd from its leaves (the input rows ``x_in``, the candidates'
+        rows ``wy`` and their biases): the loss, the gradients of x_in, wy, the biases and the
+        dense parameters, and the new hidden states."""
+        by = self.net.By.detach().index_select(0, cols).requires_grad_()
         self.dropout.draw()  # every mask of the step, as the fast step draws them
         with torch.enable_grad():
             x = self.dropout.drop_embedding(x_in)
-            new_hidden = net.run_layers(x, hidden, None if self.dropout.hidden is None else self.dropout.drop_hidden)
+            new_hidden = self.net.run_layers(x, hidden, None if self.dropout.hidden is None else self.dropout.drop_hidden)
             raw = torch.addmm(by, new_hidden[-1], wy.t())
             if self.logq is not None:
                 raw = raw - self.logq.columns(targets, samples)
             loss = self.loss_fn(raw, col_valid, active, n_cols)
             grads = torch.autograd.grad(loss, [x_in, wy, by, *self._dense])
-        self.optimizer.step(list(grads[3:]), item_table_grads(net, inputs, cols, grads[0], grads[1], grads[2]))
-        for h, h_new in zip(hidden, new_hidden):
-            h.copy_(h_new.detach())
-        return loss.detach()
+        return loss, grads, new_hidden
 
     def _composed(self, rows: ComposedRows, hidden: list[Tensor], inputs: Tensor, targets: Tensor, samples: Tensor,
                   cols: Tensor, col_valid: Tensor, active: Tensor, n_cols: Tensor) -> Tensor:
@@ -71,16 +79,7 @@ class ReferenceStep:
         with torch.no_grad():  # the composition's own backward is ComposedRows.backward
             x_in = net.input_rows(inputs).requires_grad_()
             wy = net.item_rows(cols).requires_grad_()
-        by = net.By.detach().index_select(0, cols).requires_grad_()
-        self.dropout.draw()
-        with torch.enable_grad():
-            x = self.dropout.drop_embedding(x_in)
-            new_hidden = net.run_layers(x, hidden, None if self.dropout.hidden is None else self.dropout.drop_hidden)
-            raw = torch.addmm(by, new_hidden[-1], wy.t())
-            if self.logq is not None:
-                raw = raw - self.logq.columns(targets, samples)
-            loss = self.loss_fn(raw, col_valid, active, n_cols)
-            grads = torch.autograd.grad(loss, [x_in, wy, by, *self._dense])
+        loss, grads, new_hidden = self._forward_backward(hidden, x_in, wy, targets, samples, cols, col_valid, active, n_cols)
         g_in, g_wy, g_by = grads[0], grads[1], grads[2]
         parts = [rows.backward(cols, g_wy)]
         sparse: dict[str, SparseGrad | list[SparseGrad]] = {"By": (cols, g_by)}
