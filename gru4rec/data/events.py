@@ -30,8 +30,8 @@ from gru4rec.files import atomic_write
 
 # The file-format helpers are public for the other readers of tabular files (gru4rec.items.table).
 __all__ = ["CSV_SUFFIXES", "KEY_COLUMNS_HINT", "PARQUET_HINT", "PARQUET_SUFFIXES", "TAB_SUFFIXES", "ColumnKeys",
-           "choose_separator", "header_fields", "is_event_file_name", "line_or_row", "read_events", "read_head", "split_suffix",
-           "validate_events", "validate_ids", "write_event_chunks", "write_events"]
+           "choose_separator", "header_fields", "is_event_file_name", "line_or_row", "table_file", "text_header", "read_events",
+           "read_head", "split_suffix", "validate_events", "validate_ids", "write_event_chunks", "write_events"]
 
 TAB_SUFFIXES = (".tsv", ".txt", ".dat")
 CSV_SUFFIXES = (".csv",)
@@ -108,6 +108,31 @@ def header_fields(head: str, sep: str) -> list[str]:
     return next(csv.reader([first_line], delimiter=sep))
 
 
+def table_file(path: str | os.PathLike[str], what: str) -> tuple[Path, str, bool]:
+    """``path`` checked to be a file (DataError naming it, ``what`` it should be: "an event
+    file"), with its format suffix and whether it is gzipped (:func:`split_suffix`)."""
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{p}: file not found")
+    if p.is_dir():
+        raise DataError(f"{p}: is a directory, expected {what}")
+    suffix, gz = split_suffix(p)
+    return p, suffix, gz
+
+
+def text_header(p: Path, suffix: str, gz: bool, needed: list[str], sep: str | None, rows: str) -> tuple[str, list[str]]:
+    """The separator and header fields of the text table ``p``: ``sep`` if given, else sniffed
+    (:func:`choose_separator`, starting from the suffix's own); DataError for an empty file
+    (no header, no ``rows``)."""
+    head = read_head(p, gz)
+    if not head.strip():
+        raise DataError(f"{p}: empty file (no header, no {rows})")
+    if sep is not None:
+        return sep, header_fields(head, sep)
+    default = "\t" if suffix in TAB_SUFFIXES else "," if suffix in CSV_SUFFIXES else None
+    return choose_separator(head, needed, default)
+
+
 def choose_separator(head: str, needed: list[str], default: str | None) -> tuple[str, list[str]]:
     """Pick the delimiter: the suffix's default if the header splits into the needed columns,
     otherwise the first of TAB, comma, semicolon, pipe, space that does (a header-based sniff,
@@ -179,30 +204,13 @@ def read_events(
     unparsable time or a file without events.
     """
     keys = check_keys(session_key, item_key, time_key)
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"{p}: file not found")
-    if p.is_dir():
-        raise DataError(f"{p}: is a directory, expected an event file")
-    suffix, gz = split_suffix(p)
+    p, suffix, gz = table_file(path, "an event file")
     source = str(p)
 
     if suffix in PARQUET_SUFFIXES:
         df, first_line = _read_parquet(p, gz, keys), 0
     else:
-        default = None
-        if sep is None:
-            if suffix in TAB_SUFFIXES:
-                default = "\t"
-            elif suffix in CSV_SUFFIXES:
-                default = ","
-        head = read_head(p, gz)
-        if not head.strip():
-            raise DataError(f"{p}: empty file (no header, no events)")
-        if sep is None:
-            sep_used, fields = choose_separator(head, keys, default)
-        else:
-            sep_used, fields = sep, header_fields(head, sep)
+        sep_used, fields = text_header(p, suffix, gz, keys, sep, "events")
         missing = [c for c in keys if c not in fields]
         if missing:
             raise missing_columns_error(source, missing, fields, f" (separator {sep_used!r}){KEY_COLUMNS_HINT}")

@@ -31,17 +31,13 @@ import numpy as np
 import pandas as pd
 
 from gru4rec.data.events import (
-    CSV_SUFFIXES,
     PARQUET_HINT,
     PARQUET_SUFFIXES,
-    TAB_SUFFIXES,
-    choose_separator,
-    header_fields,
     line_or_row,
     missing_columns_error,
-    read_head,
     show_value,
-    split_suffix,
+    table_file,
+    text_header,
     validate_ids,
 )
 from gru4rec.errors import DataError, Gru4RecError
@@ -109,22 +105,10 @@ def read_item_table(
 
     Raises DataError naming the file (and the column, line) for: a missing or empty file, no
     ``item_key`` column, a missing or duplicate id, and each bad attribute column."""
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"{p}: file not found")
-    if p.is_dir():
-        raise DataError(f"{p}: is a directory, expected an item attribute table")
-    suffix, gz = split_suffix(p)
+    p, suffix, gz = table_file(path, "an item attribute table")
     if suffix in PARQUET_SUFFIXES:
         return _from_frame(_read_parquet(p, gz), item_key, types, str(p), 0)
-    head = read_head(p, gz)
-    if not head.strip():
-        raise DataError(f"{p}: empty file (no header, no items)")
-    default = "\t" if suffix in TAB_SUFFIXES else "," if suffix in CSV_SUFFIXES else None
-    if sep is None:
-        sep_used, fields = choose_separator(head, [item_key], default)
-    else:
-        sep_used, fields = sep, header_fields(head, sep)
+    sep_used, fields = text_header(p, suffix, gz, [item_key], sep, "items")
     if item_key not in fields:
         raise missing_columns_error(str(p), [item_key], fields, f" (separator {sep_used!r}); name the id column with item_key")
     try:
