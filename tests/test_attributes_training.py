@@ -189,6 +189,39 @@ def test_attribute_tables_follow_the_optimisers_row_rules() -> None:
     assert torch.equal(touched, used)
 
 
+def test_the_scored_catalogue_follows_every_change_of_the_tables() -> None:
+    """score_all keeps the composed catalogue between calls (an evaluation's steps score against
+    the same one) and composes it again after any change: a training step (the optimiser's fused
+    CPU rules write through data pointers, which torch does not count), an in-place torch
+    operation, new attribute rows."""
+    cfg = config(adapt="adagrad", momentum=0.5)
+    net = GRU4RecNet(len(ITEM_IDS), cfg, attributes=attributes())
+    out = torch.randn(3, cfg.layers[-1], dtype=net.Wy.dtype)
+
+    def fresh() -> torch.Tensor:  # the scores from rows composed now, item by item
+        return torch.addmm(net._composed_bias(), out, net.item_rows(torch.arange(net.n_catalogue)).t())
+
+    with torch.no_grad():
+        first = net.score_all(out).clone()
+        torch.testing.assert_close(first, fresh(), rtol=0, atol=0)
+        kept = net._catalogue
+        assert torch.equal(net.score_all(out), first) and net._catalogue is kept  # nothing changed: reused
+    trainer = Trainer(net, cfg, SUPPORT)
+    s = steps()[0]
+    trainer.train_step(s["inputs"], s["targets"], s["active"].float(), s["keep"].float())
+    with torch.no_grad():
+        after_step = net.score_all(out).clone()
+        assert not torch.equal(after_step, first)
+        torch.testing.assert_close(after_step, fresh(), rtol=0, atol=0)
+        rows = net.attributes
+        assert rows is not None
+        rows.tables[0].mul_(2.0)  # a torch in-place change, no call to tables_changed
+        torch.testing.assert_close(net.score_all(out), fresh(), rtol=0, atol=0)
+        rows.tables[0].numpy()[:] *= 0.5  # a write torch does not see: the caller says so
+        net.tables_changed()
+        torch.testing.assert_close(net.score_all(out), fresh(), rtol=0, atol=0)
+
+
 # ------------------------------------------------------------------ fit
 
 

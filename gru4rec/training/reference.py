@@ -97,6 +97,7 @@ class ReferenceStep:
         if self._proj_at is not None:
             dense.insert(self._proj_at, _projection_grad(parts))
         self.optimizer.step(dense, sparse)
+        net.tables_changed()  # the fused CPU rules write the tables through their data pointers
         for h, h_new in zip(hidden, new_hidden):
             h.copy_(h_new.detach())
         return loss.detach()
