@@ -81,10 +81,10 @@ def test_items_add_scores_a_new_item_from_its_attributes(tmp_path: Path, caplog:
         s_old, s_new = old.scores(out_old), new.scores(out_new)
         net = old.net
         assert net is not None and net.attributes is not None
-        composed = net.attributes.compose_all(net.Wy)
+        composed, bias = net.attributes.compose_all(net.Wy, net.By)
     assert torch.equal(s_new[:, :7], s_old)
     for new_col, twin in ((7, 3), (8, 1)):  # 500 ~ item 13 (index 3), 501 ~ item 11 (index 1)
-        by_hand = out_old @ (composed[twin] - net.Wy[twin])
+        by_hand = out_old @ (composed[twin] - net.Wy[twin]) + (bias[twin] - net.By[twin])
         torch.testing.assert_close(s_new[:, new_col], by_hand, rtol=1e-5, atol=1e-6)
 
 

@@ -55,8 +55,9 @@ def model_with_attributes(mode: str = "shared", seed: int = 0) -> GRU4Rec:
 
 
 def rows_by_hand(model: GRU4Rec) -> tuple[np.ndarray, np.ndarray]:
-    """Every catalogue item's composed row and bias in NumPy: id row (zeros for a cold item) +
-    its category's row + the mean of its tags' rows + its standardised price · P; bias By, 0 cold."""
+    """Every catalogue item's composed row and bias in NumPy: [id row | By] (zeros for a cold
+    item) + its category's row + the mean of its tags' rows + its standardised price · P, over
+    the row's columns then the bias column (the tables' last)."""
     net = model.net
     assert net is not None and net.attributes is not None and net.attributes.projection is not None
     attrs = ItemAttributes.build(item_table_from_frame(TABLE, types={"tags": "multi"}), ItemMap.from_ids(pd.Series(ITEM_IDS)))
@@ -65,10 +66,12 @@ def rows_by_hand(model: GRU4Rec) -> tuple[np.ndarray, np.ndarray]:
     t_cat, t_tags = (t.detach().numpy().astype(np.float64) for t in net.attributes.tables)
     proj = net.attributes.projection.detach().numpy().astype(np.float64)[0]
     wy = net.Wy.detach().numpy().astype(np.float64)
+    by = net.By.detach().numpy().astype(np.float64)
+    width = wy.shape[1]
     frame = TABLE.set_index("ItemId")
-    rows = np.zeros((N + C, wy.shape[1]))
+    rows = np.zeros((N + C, width + 1))
     for i, item in enumerate(CATALOGUE):
-        row = wy[i].copy() if i < N else np.zeros(wy.shape[1])
+        row = np.append(wy[i], by[i]) if i < N else np.zeros(width + 1)
         if item in frame.index:
             row += t_cat[int(cat.codes_of(np.array([frame.at[item, "cat"]]))[0])]
             row += t_tags[tags.codes_of(np.array(frame.at[item, "tags"].split("|")))].mean(0)
@@ -76,8 +79,7 @@ def rows_by_hand(model: GRU4Rec) -> tuple[np.ndarray, np.ndarray]:
         else:  # no row: the unknown codes (0) and a standardised price of 0
             row += t_cat[0] + t_tags[0]
         rows[i] = row
-    bias = np.concatenate([net.By.detach().numpy().astype(np.float64), np.zeros(C)])
-    return rows, bias
+    return rows[:, :width], rows[:, width]
 
 
 def test_catalogue_is_the_item_map_then_the_cold_items() -> None:

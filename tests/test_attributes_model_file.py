@@ -65,7 +65,7 @@ def outputs(model: GRU4Rec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         out = model.step(torch.tensor([2, 2, 5]), state).clone()
         rows = net.attributes
         assert rows is not None
-        composed = rows.compose_all(net.Wy)
+        composed = rows.compose_all(net.Wy, net.By)[0]
         return out, model.scores(out).clone(), composed.clone()
 
 

@@ -64,35 +64,42 @@ def steps() -> list[dict[str, torch.Tensor]]:
 
 
 def test_composed_row_is_id_row_plus_attribute_rows_by_hand() -> None:
-    """net.item_rows(i) = Wy[i] + T_cat[code] + mean(T_tags[codes]) + price_std·P, from the
-    encoding's own codes and statistics, item by item; score_all reads those rows."""
+    """net.scored_rows(i) = [Wy[i] | By[i]] + T_cat[code] + mean(T_tags[codes]) + price_std·P over
+    the row's columns and the bias column, from the encoding's own codes and statistics, item by
+    item; score_all reads those rows and biases."""
     attrs = attributes()
     net = GRU4RecNet(len(ITEM_IDS), config(), generator=torch.Generator().manual_seed(3), attributes=attrs)
     rows = net.attributes
-    assert rows is not None and rows.names == ["cat", "tags"]
+    assert rows is not None and rows.names == ["cat", "tags"] and rows.columns == 6
+    assert rows.projection is not None
     cat, tags = attrs.encoding.categorical
     num = attrs.encoding.numeric[0]
     frame = TABLE.set_index("ItemId")
-    with torch.no_grad():
-        got = net.item_rows(torch.arange(len(ITEM_IDS)))
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():  # biases start at 0: give them values, so that a lost part shows
+        net.By.uniform_(-1, 1, generator=gen)
+        for block in (*rows.tables, rows.projection):
+            block[:, 5].uniform_(-1, 1, generator=gen)
+        got, got_bias = net.scored_rows(torch.arange(len(ITEM_IDS)))
         for i, item in enumerate(ITEM_IDS):
-            want = net.Wy[i].clone()
+            want = torch.cat((net.Wy[i], net.By[i : i + 1]))
             if item in frame.index:
                 want += rows.tables[0][int(cat.codes_of(np.array([frame.at[item, "cat"]]))[0])]
                 codes = tags.codes_of(np.array(frame.at[item, "tags"].split("|")))
                 want += rows.tables[1][torch.as_tensor(codes)].mean(0)
-                assert rows.projection is not None
                 want += (frame.at[item, "price"] - num.mean) / num.std * rows.projection[0]
             else:  # no row: the unknown codes (0) and a standardised numeric of 0
                 want += rows.tables[0][0] + rows.tables[1][0]
-            torch.testing.assert_close(got[i], want, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(got[i], want[:5], rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(got_bias[i], want[5], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(net.item_rows(torch.arange(len(ITEM_IDS))), got)
         out = torch.randn(3, 5, generator=torch.Generator().manual_seed(1))
-        # score_all covers the cold item 99 too (its row: attributes alone, bias 0;
+        # score_all covers the cold item 99 too (its row and bias: attributes alone;
         # tests/test_attributes_cold.py checks it by hand): the training items' columns come first
-        torch.testing.assert_close(net.score_all(out)[:, : len(ITEM_IDS)], out @ got.t() + net.By)
+        torch.testing.assert_close(net.score_all(out)[:, : len(ITEM_IDS)], out @ got.t() + got_bias)
         buffer = torch.empty(3, len(ITEM_IDS) + 1)
         net.score_all(out, buffer)
-        torch.testing.assert_close(buffer[:, : len(ITEM_IDS)], out @ got.t() + net.By)
+        torch.testing.assert_close(buffer[:, : len(ITEM_IDS)], out @ got.t() + got_bias)
         # the shared input rows are the composed rows
         torch.testing.assert_close(net.input_rows(torch.tensor([4, 1])), got[[4, 1]])
 
@@ -135,13 +142,16 @@ def test_backend_runs_the_reference_step_for_attributes_and_says_why(monkeypatch
     assert not plain.reference
 
 
+@pytest.mark.parametrize("p_id", [0.0, 0.5])
 @pytest.mark.parametrize("mode", ["shared", "separate"])
-def test_reference_step_against_autograd_of_the_whole_composition(mode: str) -> None:
+def test_reference_step_against_autograd_of_the_whole_composition(mode: str, p_id: float) -> None:
     """Two SGD steps of the trainer (float64) against the loss written by hand over the composed
-    rows with every table a leaf: the same losses, and every parameter — id rows, By, the
-    attribute tables, the projection, the GRU, E — at p − lr·g."""
-    kw = {} if mode == "shared" else dict(constrained_embedding=False, embedding=3)
-    cfg = config(**kw)
+    rows and biases with every table a leaf: the same losses, and every parameter — id rows, By,
+    the attribute tables with their bias column, the projection, the GRU, E — at p − lr·g. With
+    id dropout the step's dropped items (its masks, read after the step) are composed without
+    their id part, in the scores and in shared mode in the input rows."""
+    kw: dict[str, object] = {} if mode == "shared" else dict(constrained_embedding=False, embedding=3)
+    cfg = config(dropout_p_id=p_id, **kw)
     net = GRU4RecNet(len(ITEM_IDS), cfg, generator=torch.Generator().manual_seed(7), attributes=attributes()).double()
     want = copy.deepcopy(net)
     trainer = Trainer(net, cfg, SUPPORT)
@@ -149,13 +159,23 @@ def test_reference_step_against_autograd_of_the_whole_composition(mode: str) -> 
     hidden = [torch.zeros(B, 5, dtype=torch.float64)]
     params = dict(want.named_parameters())
     assert "attributes.projection" in params and "attributes.tables.1" in params
+    with torch.no_grad():  # biases start at 0: give them values, so that a lost bias gradient shows
+        for p in (want.By, *(t for t in want.attributes.tables), want.attributes.projection):  # type: ignore[union-attr]
+            (p if p.dim() == 1 else p[:, 5]).uniform_(-0.5, 0.5, generator=torch.Generator().manual_seed(4))
+    net.load_state_dict(want.state_dict())
+    dropped = 0
     for s in steps():
         got_loss = trainer.train_step(s["inputs"], s["targets"], s["active"], s["keep"])
+        keep = trainer.dropout.keep_ids(torch.arange(len(ITEM_IDS)))  # this step's (its salt is drawn)
+        assert (keep is None) == (p_id == 0)
+        k_in, k_t = (None, None) if keep is None else (keep[s["inputs"]], keep[s["targets"]])
+        dropped += 0 if keep is None else int((~keep[s["targets"]]).sum())
         rows = want.attributes
         assert rows is not None
-        x = rows.compose(want.Wy, s["inputs"]) if mode == "shared" else want.input_table[s["inputs"]]
+        x = rows.compose(want.Wy, s["inputs"], k_in) if mode == "shared" else want.input_table[s["inputs"]]
         h = want.run_layers(x, hidden)[-1]
-        raw = want.By[s["targets"]] + h @ rows.compose(want.Wy, s["targets"]).t()
+        wy, by = rows.compose_scored(want.Wy, want.By, s["targets"], k_t)
+        raw = by + h @ wy.t()
         loss = -torch.log_softmax(raw, dim=1).diagonal().sum() / B
         torch.testing.assert_close(got_loss, loss.detach(), rtol=1e-12, atol=1e-12)
         grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
@@ -167,6 +187,7 @@ def test_reference_step_against_autograd_of_the_whole_composition(mode: str) -> 
     got = dict(net.named_parameters())
     for name, p in params.items():
         torch.testing.assert_close(got[name], p, rtol=1e-10, atol=1e-12, msg=lambda m, name=name: f"{name}: {m}")
+    assert (dropped > 0) == (p_id > 0)  # with id dropout some targets were scored without their id part
     # the attribute tables did move (the test can fail)
     assert not torch.equal(got["attributes.tables.0"], GRU4RecNet(
         len(ITEM_IDS), cfg, generator=torch.Generator().manual_seed(7), attributes=attributes()).double().attributes.tables[0])
@@ -199,7 +220,8 @@ def test_the_scored_catalogue_follows_every_change_of_the_tables() -> None:
     out = torch.randn(3, cfg.layers[-1], dtype=net.Wy.dtype)
 
     def fresh() -> torch.Tensor:  # the scores from rows composed now, item by item
-        return torch.addmm(net._composed_bias(), out, net.item_rows(torch.arange(net.n_catalogue)).t())
+        rows, bias = net.scored_rows(torch.arange(net.n_catalogue))
+        return torch.addmm(bias, out, rows.t())
 
     with torch.no_grad():
         first = net.score_all(out).clone()
@@ -259,10 +281,13 @@ def test_fit_with_item_features_trains_and_composes(synth: Path, tmp_path: Path)
     assert category.offsets is not None
     value = category.values[category.offsets[list(items.index).index(item_id)]]
     with torch.no_grad():
-        want = (net.Wy[i] + rows.tables[0][int(cat.codes_of(np.array([value]))[0])]
+        want = (torch.cat((net.Wy[i], net.By[i : i + 1])) + rows.tables[0][int(cat.codes_of(np.array([value]))[0])]
                 + rows.tables[1][int(brand.codes_of(np.array([items.at[item_id, "brand"]]))[0])]
                 + (items.at[item_id, "price"] - num.mean) / num.std * rows.projection[0])
-        torch.testing.assert_close(net.item_rows(torch.tensor([i]))[0], want, rtol=1e-5, atol=1e-6)
+        got_row, got_bias = net.scored_rows(torch.tensor([i]))
+        torch.testing.assert_close(got_row[0], want[:-1], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got_bias[0], want[-1], rtol=1e-5, atol=1e-6)
+        assert rows.tables[0][:, -1].abs().sum() > 0  # the bias column was trained
     # the model file holds the attributes: the trained model loads and scores bit for bit
     # (tests/test_attributes_model_file.py checks the file's parts)
     model.save(tmp_path / "m.safetensors")
@@ -277,9 +302,9 @@ def test_fit_with_item_features_trains_and_composes(synth: Path, tmp_path: Path)
         state = model.init_state(1)
         out = model.step(torch.tensor([0]), state)
         scores = model.scores(out)
-        # the whole catalogue: the training items, then the cold items (bias 0)
-        bias = torch.cat([net.By, torch.zeros(rows.n_items - rows.n_warm)])
-        torch.testing.assert_close(scores, out @ net.item_rows(torch.arange(rows.n_items)).t() + bias)
+        # the whole catalogue: the training items, then the cold items (their attributes' biases)
+        every, bias = net.scored_rows(torch.arange(rows.n_items))
+        torch.testing.assert_close(scores, out @ every.t() + bias)
     top = model.recommend([item_id], k=5)
     assert model.catalogue is not None
     assert list(top.item_ids) == list(np.asarray(model.catalogue.ids)[torch.topk(scores[0], 5).indices.numpy()])
@@ -377,3 +402,40 @@ def test_fit_refuses_item_features_in_bfloat16(synth: Path) -> None:
     model = GRU4Rec(layers=[8], n_epochs=1, threads=1, device="cpu", precision="bfloat16")
     with pytest.raises(Gru4RecError, match="precision='bfloat16' cannot be used with it"):
         model.fit(synth / "train_tr.tsv", item_features=synth / "items.tsv", progress=False)
+
+
+def test_id_dropout_keeps_one_decision_per_item_and_step() -> None:
+    """keep_ids: every occurrence of an item in a step gets the same decision, about 1 − p of the
+    items are kept (binomial bounds over 20,000 items), the decisions change from step to step
+    and are independent of the item's neighbours; p = 0 draws nothing (a plain trainer's masks
+    are those it drew before: no salt)."""
+    from gru4rec.training.dropout import DropoutMasks, keep_masks
+
+    def uniform(u: torch.Tensor, g: torch.Generator) -> None:
+        u.uniform_(generator=g)
+
+    n = 20_000
+    net = GRU4RecNet(len(ITEM_IDS), config(dropout_p_id=0.3), attributes=attributes())
+    masks = DropoutMasks(net, B, seed=5, threshold=keep_masks, uniform=uniform)
+    items = torch.arange(n)
+    masks.draw()
+    first = masks.keep_ids(items)
+    assert first is not None
+    twice = masks.keep_ids(torch.cat((items[:50], items[:50])))
+    assert twice is not None and torch.equal(twice[:50], twice[50:]) and torch.equal(twice[:50], first[:50])
+    share = first.double().mean().item()
+    assert abs(share - 0.7) < 4 * (0.7 * 0.3 / n) ** 0.5, share
+    masks.draw()
+    second = masks.keep_ids(items)
+    assert second is not None
+    both = (first & second).double().mean().item()  # independent steps: P(kept twice) = 0.49
+    assert abs(both - 0.49) < 4 * (0.49 * 0.51 / n) ** 0.5, both
+    neighbours = (first[1:] & first[:-1]).double().mean().item()  # consecutive items: independent too
+    assert abs(neighbours - 0.49) < 4 * (0.49 * 0.51 / n) ** 0.5, neighbours
+    plain_net = GRU4RecNet(len(ITEM_IDS), config(dropout_p_hidden=0.2), attributes=attributes())
+    plain = DropoutMasks(plain_net, B, seed=5, threshold=keep_masks, uniform=uniform)
+    plain.draw()
+    assert plain.keep_ids(items) is None
+    g = torch.Generator().manual_seed(5)
+    torch.empty(B * 5).uniform_(generator=g)  # exactly the hidden mask's draws, nothing more
+    assert torch.equal(plain.generator.get_state(), g.get_state())

@@ -18,7 +18,7 @@ PARAMFILES = Path(__file__).resolve().parents[1] / "paramfiles"
 DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "loss": "cross-entropy", "final_act": "softmax", "hidden_act": "tanh", "layers": (100,),
     "n_epochs": 10, "batch_size": 64, "dropout_p_embed": 0.0, "dropout_p_hidden": 0.0,
-    "learning_rate": 0.05, "momentum": 0.0, "lmbd": 0.0, "embedding": 0,
+    "dropout_p_id": 0.0, "learning_rate": 0.05, "momentum": 0.0, "lmbd": 0.0, "embedding": 0,
     "constrained_embedding": True, "n_sample": 2048, "sample_alpha": 0.5,
     "sample_store_size": 10_000_000, "smoothing": 0.0, "adapt": "adagrad", "adapt_params": (),
     "grad_cap": 0.0, "bpreg": 1.0, "logq": 0.0, "sigma": 0.0, "init_as_normal": False,
@@ -91,7 +91,7 @@ def test_from_string_every_type() -> None:
     want = {
         "loss": "bpr-max", "final_act": "elu-1", "hidden_act": "selu-1.0507-1.6733",
         "layers": (200, 100), "n_epochs": 3, "batch_size": 32, "dropout_p_embed": 0.25,
-        "dropout_p_hidden": 0.5, "learning_rate": 0.01, "momentum": 0.1, "lmbd": 0.0,
+        "dropout_p_hidden": 0.5, "dropout_p_id": 0.0, "learning_rate": 0.01, "momentum": 0.1, "lmbd": 0.0,
         "embedding": 16, "constrained_embedding": False, "n_sample": 0, "sample_alpha": 1.0,
         "sample_store_size": 1_000_000, "smoothing": 0.0, "adapt": "adam",
         "adapt_params": (0.8, 0.99), "grad_cap": 5.0, "bpreg": 1.5, "logq": 0.5, "sigma": 0.01,

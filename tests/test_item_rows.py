@@ -138,10 +138,11 @@ def test_all_items_in_chunks_equal_the_batch() -> None:
     assert all(b == c for (_, b), (c, _) in zip(bounds, bounds[1:]))  # contiguous
     assert all((b - a) * rows.bytes_per_item() <= budget for a, b in bounds)
     out = torch.full((attrs.n_items, 5), float("nan"))
-    assert rows.compose_all(id_table, budget_bytes=budget, out=out) is out
+    by = torch.zeros(attrs.n_warm)
+    assert rows.compose_all(id_table, by, budget_bytes=budget, out=out)[0] is out
     torch.testing.assert_close(out, every, rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(rows.compose_all(id_table, budget_bytes=1), every, rtol=1e-6, atol=1e-7)  # one item each
-    torch.testing.assert_close(rows.compose_all(id_table), every, rtol=1e-6, atol=1e-7)  # one chunk
+    torch.testing.assert_close(rows.compose_all(id_table, by, budget_bytes=1)[0], every, rtol=1e-6, atol=1e-7)  # one item each
+    torch.testing.assert_close(rows.compose_all(id_table, by)[0], every, rtol=1e-6, atol=1e-7)  # one chunk
 
 
 def test_without_attribute_columns_the_rows_are_the_id_rows_bit_for_bit() -> None:
@@ -153,7 +154,7 @@ def test_without_attribute_columns_the_rows_are_the_id_rows_bit_for_bit() -> Non
     got = rows.compose(id_table, items)
     want = id_table.index_select(0, items)
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))  # the bits, signed zeros included
-    every = rows.compose_all(id_table)
+    every = rows.compose_all(id_table, torch.zeros(attrs.n_warm))[0]
     assert torch.equal(every[:8].view(torch.int32), id_table.view(torch.int32))
     assert torch.equal(every[8:].view(torch.int32), torch.zeros(3, 5, dtype=torch.int32))  # nothing to score them by
     g = torch.randn(len(_BATCH), 5, generator=torch.Generator().manual_seed(1))

@@ -170,6 +170,10 @@ class Config:
     batch_size: int = _hyper(64, TRAINING, to_int, at_least(1))
     dropout_p_embed: float = _hyper(0.0, TRAINING, to_float, _FRACTION)
     dropout_p_hidden: float = _hyper(0.0, TRAINING, to_float, _FRACTION)
+    dropout_p_id: float = _hyper(0.0, TRAINING, to_float, _FRACTION)
+    """With item attributes: the probability that a training step scores an item from its
+    attributes alone (its id row and id bias dropped), as a cold item is scored; no effect
+    without attributes (docs/attributes.md)."""
     learning_rate: float = _hyper(0.05, TRAINING, to_float, greater_than(0))
     momentum: float = _hyper(0.0, TRAINING, to_float, _FRACTION)
     lmbd: float = _hyper(0.0, TRAINING, to_float, at_least(0.0))

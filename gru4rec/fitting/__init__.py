@@ -147,6 +147,9 @@ def fit_model(
     if base is not None:
         model.config = inherit_config(base.config, model.config, base.name)
     c: Config = model.config
+    if c.dropout_p_id > 0 and table is None:
+        log.warning("dropout_p_id=%g has no effect without item attributes (item_features): it drops the id part "
+                    "of items composed from their attributes", c.dropout_p_id)
     events = read_training_events(data, c)
     model.item_map = ItemMap.from_ids(events[c.item_key]) if base is None else grow_item_map(base.item_map, events[c.item_key])
     sessions = sessions_of(events, model.item_map, c, drop_unknown=False, order="time" if c.time_sort else "id")

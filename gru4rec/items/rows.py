@@ -1,15 +1,21 @@
 """Composed item rows: an item's row is its id row plus the sum of its attributes' embeddings.
 
-For one item table of width d (the output table ``Wy``, the input embedding ``E``, the one-hot
-mode's ``Wx_0`` rows; ``By`` as its d = 1 view ``By.unsqueeze(1)``) a :class:`ComposedRows`
-holds the attribute side of the composition, built from an
-:class:`~gru4rec.items.attributes.ItemAttributes`:
+For one item table of width d (the output table ``Wy``) a :class:`ComposedRows` holds the
+attribute side of the composition, built from an :class:`~gru4rec.items.attributes.ItemAttributes`:
 
     row(i) = id(i) + Σ_c pool_c(i) + numeric(i)·P
 
+With ``bias=True`` every attribute table and the projection carry one more column, whose part
+adds to the item's **bias** (``By``) as the other d add to its row: ``bias(i) = By(i) + Σ_c
+pool_c(i)[d] + numeric(i)·P[:, d]``. A cold item thus gets the bias its attributes earned — the
+popularity of its brand, its category — instead of the 0 of an item nobody clicked, and a row
+and a bias are always composed, and differentiated, in one pass over the same gathered codes.
+
 * ``id(i)`` is row i of the id table (owned by the network, passed in); a **cold item**
   (i ≥ ``n_warm``, no training event) has no id row: its id part is a row of zeros, so it is
-  scored from its attributes alone;
+  scored from its attributes alone. A training step may also **drop** the id part of warm items
+  (``keep``: a boolean per item of the batch, :meth:`gru4rec.training.dropout.DropoutMasks.keep_ids`):
+  a dropped item is composed as a cold one, and its id row and bias get no gradient;
 * per categorical column c an embedding table ``T_c`` of ``n_codes`` rows (row 0: the unknown
   value); a ``categorical`` column adds ``T_c[code]``, a ``multi`` column the **mean** of its
   values' rows (``pool_c``). Mean rather than sum: the part keeps the scale of one row however
@@ -66,13 +72,16 @@ class RowGrad(NamedTuple):
 class RowGrads:
     """The gradients of one batch's composition.
 
-    ``id``: of the id table at the batch's distinct warm items; ``tables``: of each attribute
-    table by its name in :meth:`ComposedRows.sparse_parameters` at its distinct codes (summed over
-    the items that share them); ``projection``: of ``P`` (n_numeric × d), or None without numerics."""
+    ``id``: of the id table at the batch's distinct warm (and kept) items; ``id_bias``: of the id
+    biases (``By``) at the same rows (None unless the composition has a bias column and was given
+    the bias gradient); ``tables``: of each attribute table by its name in
+    :meth:`ComposedRows.sparse_parameters` at its distinct codes (summed over the items that share
+    them); ``projection``: of ``P`` (n_numeric × columns), or None without numerics."""
 
     id: RowGrad
     tables: dict[str, RowGrad]
     projection: Tensor | None
+    id_bias: Tensor | None = None
 
 
 class _Column(NamedTuple):
@@ -94,14 +103,14 @@ def _unique_sum(index: Tensor, values: Tensor) -> RowGrad:
 class ComposedRows(nn.Module):
     """The attribute side of one item table of width ``width`` (see the module docstring).
 
-    Parameters: ``tables[c]`` (n_codes_c × width) per categorical column of
-    ``attributes.encoding`` in its order, ``projection`` (n_numeric × width, None without
-    numeric columns). Buffers: the attributes' codes, offsets and numbers on ``device`` in
+    Parameters: ``tables[c]`` (n_codes_c × columns) per categorical column of
+    ``attributes.encoding`` in its order, ``projection`` (n_numeric × columns, None without
+    numeric columns); columns = ``width``, plus one with ``bias`` (the bias column). Buffers: the attributes' codes, offsets and numbers on ``device`` in
     ``dtype``. ``n_warm`` items have id rows; items ``n_warm..n_items-1`` are cold.
     Initialise with :meth:`reset_parameters` (the constructor draws with the default rule).
     """
 
-    def __init__(self, attributes: ItemAttributes, width: int, *, device: torch.device | str | None = None,
+    def __init__(self, attributes: ItemAttributes, width: int, *, bias: bool = False, device: torch.device | str | None = None,
                  dtype: torch.dtype = torch.float32, generator: torch.Generator | None = None) -> None:
         super().__init__()
         if not isinstance(width, int) or isinstance(width, bool) or width < 1:
@@ -109,6 +118,10 @@ class ComposedRows(nn.Module):
         if attributes.n_warm < 1:  # as GRU4RecNet: a model has at least one item with an id row
             raise ValueError("ComposedRows: the attributes have no training item (n_warm=0)")
         self.width = width
+        #: Whether the tables and the projection carry a bias column (their last).
+        self.bias = bias
+        #: The tables' and the projection's columns: the row's ``width``, then the bias column.
+        self.columns = width + int(bias)
         #: The encoded attributes these rows were built from: the model file writes them (with
         #: their encoding) so that a loaded model composes the same rows and encodes new items alike.
         self.source = attributes
@@ -128,11 +141,11 @@ class ComposedRows(nn.Module):
             # Buffers, so that .to(device) moves them with the tables.
             self.register_buffer(f"cat{c}_codes", torch.as_tensor(attributes.codes[c], dtype=torch.int64, device=device))
             self.register_buffer(f"cat{c}_offsets", torch.as_tensor(offsets, dtype=torch.int64, device=device))
-            tables.append(nn.Parameter(torch.empty(enc.n_codes, width, device=device, dtype=dtype)))
+            tables.append(nn.Parameter(torch.empty(enc.n_codes, self.columns, device=device, dtype=dtype)))
         self.tables = nn.ParameterList(tables)
         n_numeric = len(attributes.encoding.numeric)
         self.projection: nn.Parameter | None = (
-            nn.Parameter(torch.empty(n_numeric, width, device=device, dtype=dtype)) if n_numeric else None)
+            nn.Parameter(torch.empty(n_numeric, self.columns, device=device, dtype=dtype)) if n_numeric else None)
         self.register_buffer("numeric", torch.as_tensor(attributes.numeric, device=device).to(dtype))
         self.numeric: Tensor
         self.reset_parameters(generator=generator)
@@ -148,7 +161,8 @@ class ComposedRows(nn.Module):
         of **the item table the rows are added to** (``n_rows``: its rows, default ``n_warm``),
         not of each small table: a 20-row table would get a σ several times the id rows' and
         swamp them, while with one σ every part of the sum starts on the id row's scale. Drawn
-        in order: the tables by column, then the projection, each with ``generator``."""
+        in order: the tables by column, then the projection, each with ``generator``. The bias
+        column is zero, as ``By`` starts."""
         rows = self.n_warm if n_rows is None else n_rows
         s = sigma if sigma > 0 else math.sqrt(6.0 / (rows + self.width))
         blocks = [*self.tables] + ([self.projection] if self.projection is not None else [])
@@ -159,6 +173,8 @@ class ComposedRows(nn.Module):
             else:
                 values.uniform_(-s, s, generator=generator)
             block.copy_(values)
+            if self.bias:
+                block[:, self.width].zero_()
 
     def with_attributes(self, attributes: ItemAttributes) -> ComposedRows:
         """New rows over ``attributes`` (these attributes plus new cold items:
@@ -171,7 +187,7 @@ class ComposedRows(nn.Module):
         first = self.tables[0] if len(self.tables) else self.projection
         device = None if first is None else first.device
         dtype = self.numeric.dtype
-        rows = ComposedRows(attributes, self.width, device=device, dtype=dtype, generator=torch.Generator())
+        rows = ComposedRows(attributes, self.width, bias=self.bias, device=device, dtype=dtype, generator=torch.Generator())
         with torch.no_grad():
             for new, old in zip(rows.tables, self.tables, strict=True):
                 new.copy_(old)
@@ -205,7 +221,7 @@ class ComposedRows(nn.Module):
         the partial sums, and the int64 positions, codes and weights of the padding."""
         elem = self.numeric.element_size()
         padded = sum(w for w, _ in self._shape)
-        return elem * self.width * (4 + 2 * padded) + (16 + elem) * padded
+        return elem * self.columns * (4 + 2 * padded) + (16 + elem) * padded
 
     # ------------------------------------------------------------------ the forward
 
@@ -225,7 +241,8 @@ class ComposedRows(nn.Module):
         return col.codes[pos], weight
 
     def attribute_part(self, items: Tensor) -> Tensor | None:
-        """Σ_c pool_c(i) + numeric(i)·P for the items (B × width), None without attributes."""
+        """Σ_c pool_c(i) + numeric(i)·P for the items (B × columns: the row's part, then with
+        ``bias`` the bias's), None without attributes."""
         part: Tensor | None = None
         for col, table in zip(self._columns, self.tables, strict=True):
             if col.width == 0:  # no item has a code: nothing to add
@@ -241,21 +258,42 @@ class ComposedRows(nn.Module):
             part = rows if part is None else part + rows
         return part
 
-    def id_rows(self, id_table: Tensor, items: Tensor) -> Tensor:
-        """The id rows of the items, a row of zeros for a cold item (no id row)."""
+    def _has_id(self, items: Tensor, keep: Tensor | None) -> Tensor:
+        """Which items take their id part: the warm ones, and of those the kept ones (B, bool)."""
+        warm = items < self.n_warm
+        return warm if keep is None else warm & keep
+
+    def id_rows(self, id_table: Tensor, items: Tensor, keep: Tensor | None = None) -> Tensor:
+        """The id rows of the items, a row of zeros for a cold item (no id row) and for a
+        dropped one (``keep`` False)."""
         if id_table.dim() != 2 or id_table.shape[0] != self.n_warm or id_table.shape[1] != self.width:
             raise ValueError(f"ComposedRows: the id table is {tuple(id_table.shape)}, expected "
                              f"({self.n_warm}, {self.width}): one row per warm item")
         rows = id_table.index_select(0, items.clamp(max=self.n_warm - 1))
-        return torch.where((items < self.n_warm)[:, None], rows, 0.0)
+        return torch.where(self._has_id(items, keep)[:, None], rows, 0.0)
 
-    def compose(self, id_table: Tensor, items: Tensor) -> Tensor:
+    def compose(self, id_table: Tensor, items: Tensor, keep: Tensor | None = None) -> Tensor:
         """The composed rows (B × width) of the item indices ``items`` (int64, B; duplicates
-        allowed; 0 <= i < n_items). Differentiable: autograd reaches the id table, the
-        attribute tables and the projection (the reference :meth:`backward` is tested against)."""
-        rows = self.id_rows(id_table, items)
+        allowed; 0 <= i < n_items), the id part dropped where ``keep`` is False. Differentiable:
+        autograd reaches the id table, the attribute tables and the projection (the reference
+        :meth:`backward` is tested against)."""
+        rows = self.id_rows(id_table, items, keep)
         part = self.attribute_part(items)
-        return rows if part is None else rows + part
+        return rows if part is None else rows + part[:, : self.width]
+
+    def compose_scored(self, id_table: Tensor, id_bias: Tensor, items: Tensor,
+                       keep: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The composed rows (B × width) and biases (B) of ``items``: with ``bias``, the id
+        bias (``By``, N; 0 for a cold or dropped item) plus the bias column's part; without it
+        the id bias alone. One gather of the codes for both. Differentiable like :meth:`compose`."""
+        has_id = self._has_id(items, keep)
+        rows = self.id_rows(id_table, items, keep)
+        b = torch.where(has_id, id_bias.index_select(0, items.clamp(max=self.n_warm - 1)), 0.0)
+        part = self.attribute_part(items)
+        if part is None:
+            return rows, b
+        rows = rows + part[:, : self.width]
+        return rows, (b + part[:, self.width] if self.bias else b)
 
     def chunk_bounds(self, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> list[tuple[int, int]]:
         """Item ranges [start, stop) covering every item whose composition's temporaries fit
@@ -265,39 +303,53 @@ class ComposedRows(nn.Module):
         step = max(1, budget_bytes // self.bytes_per_item())
         return [(a, min(a + step, self.n_items)) for a in range(0, self.n_items, step)]
 
-    def compose_all(self, id_table: Tensor, *, budget_bytes: int = DEFAULT_BUDGET_BYTES,
-                    out: Tensor | None = None) -> Tensor:
-        """Every item's composed row (n_items × width: the warm items, then the cold ones), chunk
-        by chunk (:meth:`chunk_bounds`) into ``out`` if given: the catalogue for scoring. The
-        budget bounds the temporaries, not the result. Not differentiable."""
+    def compose_all(self, id_table: Tensor, id_bias: Tensor, *, budget_bytes: int = DEFAULT_BUDGET_BYTES,
+                    out: Tensor | None = None, out_bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Every item's composed row and bias (n_items × width and n_items: the warm items, then
+        the cold ones; :meth:`compose_scored`), chunk by chunk (:meth:`chunk_bounds`) into ``out``
+        and ``out_bias`` if given: the catalogue for scoring. The budget bounds the temporaries,
+        not the result. Not differentiable."""
         if out is None:
             out = id_table.new_empty((self.n_items, self.width))
         elif out.shape != (self.n_items, self.width):
             raise ValueError(f"ComposedRows: out is {tuple(out.shape)}, expected ({self.n_items}, {self.width})")
+        if out_bias is None:
+            out_bias = id_table.new_empty(self.n_items)
+        elif out_bias.shape != (self.n_items,):
+            raise ValueError(f"ComposedRows: out_bias is {tuple(out_bias.shape)}, expected ({self.n_items},)")
         with torch.no_grad():
             for a, b in self.chunk_bounds(budget_bytes):
-                out[a:b] = self.compose(id_table, torch.arange(a, b, device=id_table.device))
-        return out
+                out[a:b], out_bias[a:b] = self.compose_scored(id_table, id_bias, torch.arange(a, b, device=id_table.device))
+        return out, out_bias
 
     # ------------------------------------------------------------------ the backward
 
     @torch.no_grad()
-    def backward(self, items: Tensor, grad_rows: Tensor) -> RowGrads:
+    def backward(self, items: Tensor, grad_rows: Tensor, grad_bias: Tensor | None = None,
+                 keep: Tensor | None = None) -> RowGrads:
         """The gradients of the composition of ``items`` (B, duplicates allowed) given
-        ``grad_rows`` = dL/d(row) (B × width): each table's as unique rows with the gradients of
-        every position that reads them summed (a repeated item, or a code shared by several
-        items or listed twice by one), the projection's as a dense matrix. A cold item gives no
-        id row gradient. Syncs with the host on a GPU (the number of unique rows)."""
-        warm = items < self.n_warm
-        if bool(warm.all()):
+        ``grad_rows`` = dL/d(row) (B × width) and, for :meth:`compose_scored`, ``grad_bias`` =
+        dL/d(bias) (B): each table's as unique rows with the gradients of every position that
+        reads them summed (a repeated item, or a code shared by several items or listed twice by
+        one), the projection's as a dense matrix. A cold item, or one dropped by ``keep``, gives
+        no id row (and id bias) gradient. Syncs with the host on a GPU (the number of unique rows)."""
+        if grad_bias is not None or self.bias:  # [rows | bias]: one pass sums both (no bias given: 0)
+            gb = grad_rows.new_zeros(grad_rows.shape[0]) if grad_bias is None else grad_bias
+            grad_rows = torch.cat((grad_rows, gb[:, None]), 1)
+        has_id = self._has_id(items, keep)
+        if bool(has_id.all()):
             ids = _unique_sum(items, grad_rows)
         else:
-            ids = _unique_sum(items[warm], grad_rows[warm])
+            ids = _unique_sum(items[has_id], grad_rows[has_id])
+        id_bias = None if grad_bias is None else ids.grad[:, self.width]
+        ids = RowGrad(ids.rows, ids.grad[:, : self.width])
+        if not self.bias:  # the tables' gradient is the rows' alone
+            grad_rows = grad_rows[:, : self.width]
         tables: dict[str, RowGrad] = {}
         for c, col in enumerate(self._columns):
             name = f"cat{c}"
             if col.width == 0:
-                tables[name] = RowGrad(items.new_zeros(0), grad_rows.new_zeros((0, self.width)))
+                tables[name] = RowGrad(items.new_zeros(0), grad_rows.new_zeros((0, self.columns)))
                 continue
             codes, weight = self._gather(col, items)
             if weight is None:
@@ -309,4 +361,4 @@ class ComposedRows(nn.Module):
         projection = None
         if self.projection is not None:
             projection = self.numeric.index_select(0, items).t() @ grad_rows
-        return RowGrads(ids, tables, projection)
+        return RowGrads(ids, tables, projection, id_bias)

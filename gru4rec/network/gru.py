@@ -16,12 +16,13 @@ on gathered item rows so that only the rows a step touches take part (the fast s
 serve prediction and evaluation.
 
 With item attributes (issue 49, docs/attributes.md) the network holds a
-:class:`~gru4rec.items.rows.ComposedRows` over ``Wy`` (``attributes``): every row of ``Wy`` it
-reads — scores, and in shared mode the input rows — is then the composed row (id row plus the
-item's attribute embeddings), and the scores cover the cold items too
-(:attr:`GRU4RecNet.n_catalogue`; a cold item clicked feeds layer 0 its composed row in shared
-mode, a zero row otherwise). Without attributes ``attributes`` is None and every path is the
-plain one, bit for bit.
+:class:`~gru4rec.items.rows.ComposedRows` over ``Wy`` and ``By`` (``attributes``, with a bias
+column): every row of ``Wy`` it reads — scores, and in shared mode the input rows — is then the
+composed row (id row plus the item's attribute embeddings), every bias the id bias plus the
+attributes' bias part, and the scores cover the cold items too (:attr:`GRU4RecNet.n_catalogue`;
+a cold item clicked feeds layer 0 its composed row in shared mode, a zero row otherwise). In
+training, ``dropout_p_id`` drops the id part of a share of the step's items (:attr:`dropout_p_id`).
+Without attributes ``attributes`` is None and every path is the plain one, bit for bit.
 """
 from __future__ import annotations
 
@@ -71,9 +72,10 @@ class GRU4RecNet(nn.Module):
     ``Wx_0[item]`` itself (none: the one-hot product).
 
     ``attributes`` (item attributes encoded on the model's ``n_items`` items, cold items after
-    them): ``Wy``'s rows become composed rows (``self.attributes``, a
-    :class:`~gru4rec.items.rows.ComposedRows` of width L, drawn after every other table with
-    ``generator``). Attributes without any column change nothing: ``self.attributes`` is None.
+    them): ``Wy``'s rows and ``By``'s biases become composed ones (``self.attributes``, a
+    :class:`~gru4rec.items.rows.ComposedRows` of width L with a bias column, drawn after every
+    other table with ``generator``). Attributes without any column change nothing:
+    ``self.attributes`` is None.
     """
 
     def __init__(self, n_items: int, config: Config, *, generator: torch.Generator | None = None,
@@ -108,15 +110,19 @@ class GRU4RecNet(nn.Module):
             if attributes.n_warm != n_items:
                 raise ValueError(f"GRU4RecNet: the attributes are for {attributes.n_warm} items, the network has {n_items}")
             # Built with a throwaway generator, then drawn by the config's rule from ``generator``.
-            rows = ComposedRows(attributes, sizes[-1], generator=torch.Generator())
+            rows = ComposedRows(attributes, sizes[-1], bias=True, generator=torch.Generator())
             if rows.has_attributes:
                 rows.reset_parameters(config.sigma, config.init_as_normal, generator, n_rows=n_items)
                 self.attributes = rows
+        #: The probability that a training step drops an item's id part (its id row and id
+        #: bias: the item is composed from its attributes alone, as a cold item is), so that the
+        #: attribute parts learn to score an item on their own; 0 without attributes.
+        self.dropout_p_id = config.dropout_p_id if self.attributes is not None else 0.0
         #: The composed catalogue of score_all (its buffer kept while its device and dtype hold).
         self._catalogue: Tensor | None = None
         #: What ``_catalogue`` was composed from (:meth:`_tables_key`; None: compose again).
         self._catalogue_key: tuple[int, ...] | None = None
-        #: ``By`` then a zero per cold item: the catalogue's biases (refreshed at each score_all).
+        #: The composed catalogue's biases (N + C), composed with ``_catalogue``.
         self._catalogue_bias: Tensor | None = None
 
     # ------------------------------------------------------------------ initialisation
@@ -195,11 +201,20 @@ class GRU4RecNet(nn.Module):
             return self.Wy.index_select(0, items)
         return self.attributes.compose(self.Wy, items)
 
-    def input_rows(self, items: Tensor) -> Tensor:
+    def scored_rows(self, items: Tensor, keep: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The output rows and biases of ``items`` (B × L, B): ``Wy``'s and ``By``'s, composed
+        with the attributes where there are any (``keep``: which items keep their id part)."""
+        if self.attributes is None:
+            return self.Wy.index_select(0, items), self.By.index_select(0, items)
+        return self.attributes.compose_scored(self.Wy, self.By, items, keep)
+
+    def input_rows(self, items: Tensor, keep: Tensor | None = None) -> Tensor:
         """Layer 0's input rows of ``items``: rows of :attr:`input_table`, composed in shared mode
-        with attributes (the input rows are then Wy's composed rows)."""
+        with attributes (the input rows are then Wy's composed rows, the id part dropped where
+        ``keep`` is False)."""
         if self.composes_input:
-            return self.item_rows(items)
+            assert self.attributes is not None  # composes_input says so
+            return self.attributes.compose(self.Wy, items, keep)
         if self.attributes is not None:
             # A cold item (index >= n_items) has no row in E or Wx_0: its input row is zeros (the
             # attributes compose Wy's rows only), so clicking it feeds layer 0 its bias alone.
@@ -259,12 +274,10 @@ class GRU4RecNet(nn.Module):
         """Raw scores of every item: ``out·Wyᵀ + By`` (B×N), written into ``buffer`` if given
         (a B×N tensor reused across steps: no fresh allocation per step). With attributes the
         scores cover the whole catalogue, B × :attr:`n_catalogue` (N training items, then the C
-        cold items): ``Wy`` is every item's composed row (composed in chunks into a catalogue
-        kept between calls) and a cold item's bias is 0 (``By`` is learnt on clicks, which a
-        cold item has none of: 0 is the bias of an item no step has moved)."""
+        cold items): ``Wy`` and ``By`` are every item's composed row and bias (composed in chunks
+        into a catalogue kept between calls; a cold item's bias is its attributes' part alone)."""
         if self.attributes is not None:
-            wy = self._composed_catalogue()
-            by = self._composed_bias()
+            wy, by = self._composed_catalogue()
             if buffer is None:
                 return torch.addmm(by, out, wy.t())
             return torch.addmm(by, out, wy.t(), out=buffer)
@@ -272,44 +285,35 @@ class GRU4RecNet(nn.Module):
             return torch.addmm(self.By, out, self.Wy.t())
         return torch.addmm(self.By, out, self.Wy.t(), out=buffer)
 
-    @torch.no_grad()
-    def _composed_bias(self) -> Tensor:
-        """``By`` then zeros for the cold items (N + C), copied anew at each call (``By`` may have
-        changed) into a buffer kept while its device and dtype hold."""
-        by = self._catalogue_bias
-        if by is None or by.device != self.By.device or by.dtype != self.By.dtype:
-            by = self._catalogue_bias = self.By.new_zeros(self.n_catalogue)
-        by[: self.n_items].copy_(self.By)
-        return by
-
     def tables_changed(self) -> None:
-        """Say that ``Wy`` or the attribute tables changed in place by a path torch does not see
+        """Say that ``Wy``, ``By`` or the attribute tables changed in place by a path torch does not see
         (the optimiser's fused CPU rules write through data pointers): the next scores compose the
         catalogue again. The training step calls it after each update."""
         self._catalogue_key = None
 
     def _tables_key(self) -> tuple[int, ...]:
         """What the composed catalogue depends on: the rows object, and the in-place versions of
-        ``Wy`` and every attribute parameter (torch bumps them on each in-place operation)."""
+        ``Wy``, ``By`` and every attribute parameter (torch bumps them on each in-place operation)."""
         rows = self.attributes
         assert rows is not None
-        return (id(rows), self.Wy._version, *(t._version for t in rows.parameters()))
+        return (id(rows), self.Wy._version, self.By._version, *(t._version for t in rows.parameters()))
 
     @torch.no_grad()
-    def _composed_catalogue(self) -> Tensor:
-        """The composed rows of every item, warm then cold ((N + C)×L), in a buffer kept while
-        its device and dtype hold, and composed again only when the tables changed since
+    def _composed_catalogue(self) -> tuple[Tensor, Tensor]:
+        """The composed rows and biases of every item, warm then cold ((N + C)×L and N + C), in
+        buffers kept while their device and dtype hold, and composed again only when the tables changed since
         (:meth:`_tables_key`, :meth:`tables_changed`): an evaluation's or a server's steps score
         against the same catalogue, and composing it cost more than half of a step's scoring
         (43,000 items: 39 ms of 121 ms on one thread)."""
         rows = self.attributes
         assert rows is not None
-        full = self._catalogue
+        full, bias = self._catalogue, self._catalogue_bias
         key = self._tables_key()
-        if full is None or full.device != self.Wy.device or full.dtype != self.Wy.dtype:
+        if full is None or bias is None or full.device != self.Wy.device or full.dtype != self.Wy.dtype:
             full = self._catalogue = self.Wy.new_empty((rows.n_items, rows.width))
+            bias = self._catalogue_bias = self.Wy.new_empty(rows.n_items)
         elif key == self._catalogue_key:
-            return full
-        rows.compose_all(self.Wy, out=full)
+            return full, bias
+        rows.compose_all(self.Wy, self.By, out=full, out_bias=bias)
         self._catalogue_key = key
-        return full
+        return full, bias

@@ -11,6 +11,14 @@ Every mask of a step is drawn at the step's start (:meth:`DropoutMasks.draw`): o
 over one buffer — the embedding mask, then each layer's hidden mask — and one threshold pass per
 probability, however many layers there are (a GPU step launches two or three kernels for all of
 its dropout, not three per mask).
+
+**Id dropout** (a network with item attributes and ``dropout_p_id`` > 0): a step drops the id
+part of a share of its items, which are then composed from their attributes alone
+(:mod:`gru4rec.items.rows`). Whether item i is kept is a function of (i, the step's salt) — a
+32-bit integer hash of the two compared with p — so that every occurrence of an item in a step
+(a target, a sample, an input) agrees, whichever step form asks and in whatever order, at a
+cost in the step's items, never in the catalogue's size. The salt is one integer drawn per step
+from the same generator, after the masks (a plain network draws exactly what it drew before).
 """
 from __future__ import annotations
 
@@ -22,6 +30,8 @@ from torch import Tensor
 from gru4rec.network.gru import GRU4RecNet
 
 __all__ = ["DropoutMasks", "Threshold", "Uniform", "keep_masks"]
+
+_M32 = 0xFFFFFFFF
 
 #: ``threshold(u, split, p_first, p_rest)``: the uniform draws in ``u`` (flat) become the masks in
 #: place, with probability ``p_first`` before position ``split`` and ``p_rest`` from there on.
@@ -57,6 +67,11 @@ class DropoutMasks:
         self.generator = torch.Generator(device=p.device)
         self.generator.manual_seed(seed)
         self.p_embed, self.p_hidden = net.dropout_p_embed, net.dropout_p_hidden
+        self.p_id = net.dropout_p_id
+        #: The step's id-dropout salt (one int64, drawn in place by :meth:`draw`).
+        self._salt = torch.zeros(1, device=p.device, dtype=torch.int64)
+        #: An item is kept where its hash is at least this (p of the 2**32 hash values).
+        self._id_threshold = int(round(self.p_id * 2**32))
         d0 = net.input_table.shape[1]
         sizes = ([batch_size * d0] if self.p_embed > 0 else []) + ([batch_size * n for n in net.sizes] if self.p_hidden > 0 else [])
         self._buffer = torch.empty(sum(sizes), device=p.device, dtype=p.dtype)
@@ -71,15 +86,31 @@ class DropoutMasks:
     @property
     def active(self) -> bool:
         """Whether a step draws masks (from ``generator``)."""
-        return self.embed is not None or self.hidden is not None
+        return self.embed is not None or self.hidden is not None or self.p_id > 0
 
     def draw(self) -> None:
-        """New masks for a step: one uniform draw over the buffer, then the thresholds. uniform +
-        compare is ~5x faster than ``bernoulli_`` on the CPU, and as graph-safe."""
-        if not self.active:
-            return
-        self.uniform(self._buffer, self.generator)
-        self.threshold(self._buffer, self._split, self.p_embed, self.p_hidden)
+        """New masks for a step: one uniform draw over the buffer, then the thresholds (uniform +
+        compare is ~5x faster than ``bernoulli_`` on the CPU, and as graph-safe); then, with id
+        dropout, the step's salt."""
+        if self._buffer.numel():
+            self.uniform(self._buffer, self.generator)
+            self.threshold(self._buffer, self._split, self.p_embed, self.p_hidden)
+        if self.p_id > 0:
+            self._salt.random_(0, 2**31, generator=self.generator)
+
+    def keep_ids(self, items: Tensor) -> Tensor | None:
+        """Which of ``items`` (int64 item indices, any shape) keep their id part in this step
+        (bool, same shape; :meth:`draw` first); None without id dropout. Cold items are composed
+        without an id part whatever this says."""
+        if self.p_id <= 0:
+            return None
+        # A 32-bit multiply-xorshift mix of the item and the salt, in int64: every value is below
+        # 2**32 after the mask and every multiplier below 2**31, so that no product overflows.
+        x = (items * 0x5BD1E995 + self._salt) & _M32
+        x = ((x ^ (x >> 16)) * 0x7FEB352D) & _M32
+        x = ((x ^ (x >> 15)) * 0x6A09E667) & _M32
+        x = x ^ (x >> 16)
+        return x >= self._id_threshold
 
     def drop_embedding(self, x: Tensor) -> Tensor:
         """The layer-0 input rows ``x`` (B × d₀) times the step's embedding mask (:meth:`draw` first)."""

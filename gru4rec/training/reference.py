@@ -7,10 +7,12 @@ logQ, take the loss, backpropagate one step deep, update — that the hand-writt
 included). It runs in float32 or float64 only, never in mixed precision.
 
 With item attributes (``net.attributes``) it is the only step that runs: the leaves are then the
-step's composed rows (the candidates', and in shared mode the inputs'), and
-:meth:`~gru4rec.items.rows.ComposedRows.backward` turns their gradients into the id rows' and the
-attribute tables' (row-wise, summed per row by the optimiser like every item table) and the
-projection's (a dense gradient). Without attributes the step is the plain one, unchanged.
+step's composed rows and biases (the candidates', and in shared mode the inputs' rows), with the
+id part of the items that id dropout drops left out (:meth:`DropoutMasks.keep_ids`), and
+:meth:`~gru4rec.items.rows.ComposedRows.backward` turns their gradients into the id rows' and
+biases' and the attribute tables' (row-wise, summed per row by the optimiser like every item
+table) and the projection's (a dense gradient). Without attributes the step is the plain one,
+unchanged.
 """
 from __future__ import annotations
 
@@ -49,19 +51,19 @@ class ReferenceStep:
         # The step's rows as leaves of their own: gradients exist for these rows only.
         x_in = net.input_table.detach().index_select(0, inputs).requires_grad_()
         wy = net.Wy.detach().index_select(0, cols).requires_grad_()
-        loss, grads, new_hidden = self._forward_backward(hidden, x_in, wy, targets, samples, cols, col_valid, active, n_cols)
+        by = net.By.detach().index_select(0, cols).requires_grad_()
+        self.dropout.draw()  # every mask of the step, as the fast step draws them
+        loss, grads, new_hidden = self._forward_backward(hidden, x_in, wy, by, targets, samples, col_valid, active, n_cols)
         self.optimizer.step(list(grads[3:]), item_table_grads(net, inputs, cols, grads[0], grads[1], grads[2]))
         for h, h_new in zip(hidden, new_hidden):
             h.copy_(h_new.detach())
         return loss.detach()
 
-    def _forward_backward(self, hidden: list[Tensor], x_in: Tensor, wy: Tensor, targets: Tensor, samples: Tensor, cols: Tensor,
+    def _forward_backward(self, hidden: list[Tensor], x_in: Tensor, wy: Tensor, by: Tensor, targets: Tensor, samples: Tensor,
                           col_valid: Tensor, active: Tensor, n_cols: Tensor) -> tuple[Tensor, tuple[Tensor, ...], list[Tensor]]:
         """The step's loss by autograd from its leaves (the input rows ``x_in``, the candidates'
-        rows ``wy`` and their biases): the loss, the gradients of x_in, wy, the biases and the
-        dense parameters, and the new hidden states."""
-        by = self.net.By.detach().index_select(0, cols).requires_grad_()
-        self.dropout.draw()  # every mask of the step, as the fast step draws them
+        rows ``wy`` and biases ``by``; the step's masks drawn): the loss, the gradients of x_in,
+        wy, by and the dense parameters, and the new hidden states."""
         with torch.enable_grad():
             x = self.dropout.drop_embedding(x_in)
             new_hidden = self.net.run_layers(x, hidden, None if self.dropout.hidden is None else self.dropout.drop_hidden)
@@ -74,17 +76,23 @@ class ReferenceStep:
 
     def _composed(self, rows: ComposedRows, hidden: list[Tensor], inputs: Tensor, targets: Tensor, samples: Tensor,
                   cols: Tensor, col_valid: Tensor, active: Tensor, n_cols: Tensor) -> Tensor:
-        """The step of a network with item attributes: the composed rows are the leaves."""
-        net = self.net
+        """The step of a network with item attributes: the composed rows and biases are the leaves."""
+        net, dropout = self.net, self.dropout
+        dropout.draw()  # every mask of the step (and the id dropout's salt), as the fast step draws them
+        keep_cols, keep_inputs = dropout.keep_ids(cols), dropout.keep_ids(inputs)
         with torch.no_grad():  # the composition's own backward is ComposedRows.backward
-            x_in = net.input_rows(inputs).requires_grad_()
-            wy = net.item_rows(cols).requires_grad_()
-        loss, grads, new_hidden = self._forward_backward(hidden, x_in, wy, targets, samples, cols, col_valid, active, n_cols)
+            x_in = net.input_rows(inputs, keep_inputs).requires_grad_()
+            wy, by = net.scored_rows(cols, keep_cols)
+            wy.requires_grad_()
+            by.requires_grad_()
+        loss, grads, new_hidden = self._forward_backward(hidden, x_in, wy, by, targets, samples, col_valid, active, n_cols)
         g_in, g_wy, g_by = grads[0], grads[1], grads[2]
-        parts = [rows.backward(cols, g_wy)]
-        sparse: dict[str, SparseGrad | list[SparseGrad]] = {"By": (cols, g_by)}
+        scored = rows.backward(cols, g_wy, g_by, keep_cols)
+        assert scored.id_bias is not None  # given the biases' gradient
+        parts = [scored]
+        sparse: dict[str, SparseGrad | list[SparseGrad]] = {"By": (scored.id.rows, scored.id_bias)}
         if net.composes_input:
-            parts.append(rows.backward(inputs, g_in))
+            parts.append(rows.backward(inputs, g_in, keep=keep_inputs))
         else:
             sparse[net.input_table_name] = (inputs, g_in)
         sparse["Wy"] = [(p.id.rows, p.id.grad) for p in parts]
