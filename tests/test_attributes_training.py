@@ -439,3 +439,23 @@ def test_id_dropout_keeps_one_decision_per_item_and_step() -> None:
     g = torch.Generator().manual_seed(5)
     torch.empty(B * 5).uniform_(generator=g)  # exactly the hidden mask's draws, nothing more
     assert torch.equal(plain.generator.get_state(), g.get_state())
+
+
+def test_validation_during_fit_keeps_the_cold_targets(synth: Path) -> None:
+    """fit(valid=...) ranks the validation events as a test does: with attributes, the events of
+    cold items are kept (before, the validation sessions were built on the training items and
+    dropped them). The test split holds clicks on cold items: the last epoch's validation figures
+    equal gru4rec.evaluate's on the final model, which counts its cold targets."""
+    from gru4rec import evaluate
+
+    model = GRU4Rec(layers=[16], batch_size=32, n_sample=64, n_epochs=2, loss="cross-entropy", constrained_embedding=True,
+                    threads=1, device="cpu", dropout_p_id=0.3)
+    model.fit(synth / "train_full.tsv", item_features=synth / "items.tsv", attribute_types={"category": "categorical"},
+              valid=synth / "test.tsv", valid_cutoffs=[20], progress=False)
+    result = evaluate(model, synth / "test.tsv", cutoffs=[20])
+    groups = result.target_groups
+    cold = {g.label: g for g in groups or []}["cold"]
+    assert cold.n_predictions > 0  # the test has cold targets (the test can fail)
+    last = model.valid_history[-1]
+    assert last["recall@20"] == pytest.approx(float(result.recall[20]), abs=1e-12)
+    assert last["mrr@20"] == pytest.approx(float(result.mrr[20]), abs=1e-12)

@@ -12,7 +12,7 @@ the order of the work is
    (:func:`gru4rec.training.warm_start.inherit_config`);
 3. the training events read, the item map built (or grown), the sessions and item supports;
    with ``item_features`` the attribute table read and encoded on that item map (issue 49);
-4. the validation sessions in that item map;
+4. the validation sessions in the items the model ranks (with attributes, its cold items too);
 5. the training run (:mod:`gru4rec.training.fit`), each epoch's :class:`EpochInfo` to every callback;
 6. the best epoch's weights put back (early stopping), the optimiser state kept, the checkpoint removed.
 """
@@ -32,6 +32,7 @@ from gru4rec.data import ItemMap, Sessions, item_support, read_events, sessions_
 from gru4rec.data.overlap import TrainingFingerprint, warn_overlap
 from gru4rec.errors import Gru4RecError
 from gru4rec.fitting.validation import Validator, check_patience, parse_metric
+from gru4rec.inference import catalogue_of
 from gru4rec.items import ItemAttributes, ItemTable, item_table_from_frame, read_item_table
 from gru4rec.machine.resources import peak_device_memory_mb, peak_host_memory_mb
 from gru4rec.machine.threads import using_threads
@@ -167,12 +168,7 @@ def fit_model(
     if base_fingerprint is not None:
         train_fingerprint = train_fingerprint.merged(base_fingerprint)
     model.train_fingerprint = train_fingerprint
-    validator = None
-    if valid is not None:
-        valid_sessions = sessions_of(read_training_events(valid, c), model.item_map, c, drop_unknown=True, order="id")
-        warn_overlap(train_fingerprint, valid_sessions,
-                     f"the validation data {valid}" if isinstance(valid, (str, os.PathLike)) else "the validation data")
-        validator = Validator(model, valid_sessions, metric=chosen, cutoffs=valid_cutoffs, mode=valid_mode, patience=early_stop)
+    valid_events = read_training_events(valid, c) if valid is not None else None  # read (and checked) before training
     # What a resumed run's data must match (TrainingCheckpoint).
     fingerprint = {"n_items": len(model.item_map), "n_events": int(sessions.n_events), "n_sessions": int(sessions.n_sessions)}
 
@@ -181,6 +177,14 @@ def fit_model(
                           attributes=attributes)
         model.net = run.net
         model.history = []
+        validator = None
+        if valid_events is not None:
+            # In the items the model ranks, as a test is (catalogue_of): with attributes, the
+            # validation events of cold items are kept and ranked too.
+            valid_sessions = sessions_of(valid_events, catalogue_of(model), c, drop_unknown=True, order="id")
+            warn_overlap(train_fingerprint, valid_sessions,
+                         f"the validation data {valid}" if isinstance(valid, (str, os.PathLike)) else "the validation data")
+            validator = Validator(model, valid_sessions, metric=chosen, cutoffs=valid_cutoffs, mode=valid_mode, patience=early_stop)
         try:
             with contextlib.closing(run.epochs(sessions, checkpoint=ckpt, fingerprint=fingerprint, validation=validator,
                                                progress=progress)) as epochs:
