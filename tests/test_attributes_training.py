@@ -308,14 +308,12 @@ def test_fit_with_item_features_trains_and_composes(synth: Path, tmp_path: Path)
     top = model.recommend([item_id], k=5)
     assert model.catalogue is not None
     assert list(top.item_ids) == list(np.asarray(model.catalogue.ids)[torch.topk(scores[0], 5).indices.numpy()])
-    # the exports that read the item tables themselves refuse it instead of exporting id rows alone
-    from gru4rec.export import export_onnx, item_embeddings
+    # the item embeddings export gives the composed rows of the whole catalogue (tests/test_attributes_export.py)
+    from gru4rec.export import item_embeddings
 
-    with pytest.raises(Gru4RecError, match="the item embeddings export of a model with item attributes is not there yet"):
-        item_embeddings(model)
-    with pytest.raises(Gru4RecError, match="the ONNX export of a model with item attributes is not there yet"):
-        export_onnx(model, tmp_path / "m.onnx")
-    assert not (tmp_path / "m.onnx").exists()
+    columns, _ = item_embeddings(model)
+    assert model.catalogue is not None and columns["item_id"].tolist() == model.catalogue.to_list()
+    np.testing.assert_allclose(columns["output"], net.item_rows(torch.arange(rows.n_items)).detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_fit_warm_starts_a_model_with_attributes_from_its_file(synth: Path, tmp_path: Path) -> None:

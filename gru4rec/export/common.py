@@ -1,11 +1,15 @@
-"""What the exports share: checking an output path before any work, writing it atomically, and
-the fitted network they read."""
+"""What the exports share: checking an output path before any work, writing it atomically, the
+fitted network they read, and the item tables of its whole catalogue (:func:`catalogue_tables`:
+with item attributes, the composed rows of the training and the cold items)."""
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+from torch import Tensor, nn
 
 from gru4rec.errors import Gru4RecError, OutputExistsError
 from gru4rec.files import atomic_write, check_output_path
@@ -15,7 +19,7 @@ if TYPE_CHECKING:
     from gru4rec.network.gru import GRU4RecNet
     from gru4rec.recommender import GRU4Rec
 
-__all__ = ["check_target", "fitted", "write_atomically"]
+__all__ = ["CatalogueTables", "as_plain_network", "catalogue_tables", "check_target", "fitted", "write_atomically"]
 
 
 def check_target(path: str | os.PathLike[str], what: str, *, overwrite: bool) -> Path:
@@ -35,15 +39,64 @@ def write_atomically(path: Path, write: Callable[[Path], object], *, what: str, 
         raise Gru4RecError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
 
 
-def fitted(model: GRU4Rec, *, tables_for: str | None = None) -> tuple[GRU4RecNet, ItemMap]:
+def fitted(model: GRU4Rec) -> tuple[GRU4RecNet, ItemMap]:
     """The network and item map of a trained or loaded model
-    (:func:`gru4rec.inference.require_fitted`: NotFittedError otherwise).
-
-    ``tables_for``: the export (e.g. "the ONNX export") reads the item tables themselves, which a
-    model trained with item attributes does not score with (its rows are built from them): such a
-    model is refused, naming the export, instead of exported with its id rows alone."""
+    (:func:`gru4rec.inference.require_fitted`: NotFittedError otherwise)."""
     net, item_map, _ = model._parts()
-    if tables_for is not None and getattr(net, "attributes", None) is not None:
-        raise Gru4RecError(f"{tables_for} of a model with item attributes is not there yet: its item rows are built from "
-                           "the attributes (docs/attributes.md)")
     return net, item_map
+
+
+class CatalogueTables(NamedTuple):
+    """Every catalogue item's rows as the network scores and steps with them, in catalogue order
+    (the training items, then the cold items of a model with attributes)."""
+
+    #: (N + C) × L: the rows the scores are ``out·outputᵀ + bias`` with (composed with attributes).
+    output: Tensor
+    #: N + C: ``By``, then 0 for each cold item (the bias ``score_all`` gives an item no click moved).
+    bias: Tensor
+    #: (N + C) × d: layer 0's input row of each item (``GRU4RecNet.input_rows``): the output rows
+    #: in shared mode, else the rows of ``E`` or ``Wx_0`` with zeros for a cold item (no id row).
+    input: Tensor
+
+
+@torch.no_grad()
+def catalogue_tables(net: GRU4RecNet) -> CatalogueTables:
+    """The item tables of ``net``'s whole catalogue (:attr:`GRU4RecNet.n_catalogue` items).
+
+    A plain network's are its own tensors (``Wy``, ``By``, :attr:`~GRU4RecNet.input_table`), not
+    copies. With item attributes the output rows are composed as ``score_all`` composes them
+    (:meth:`~gru4rec.items.rows.ComposedRows.compose_all`, so the exported rows are the scored
+    ones bit for bit), the cold items' biases are 0, and the input rows are the composed rows in
+    shared mode (a cold item clicked feeds layer 0 its composed row) and the id rows padded with
+    zero rows otherwise — :meth:`GRU4RecNet.input_rows`, whole."""
+    rows = net.attributes
+    if rows is None:
+        return CatalogueTables(net.Wy, net.By, net.input_table)
+    output = rows.compose_all(net.Wy)
+    bias = torch.cat([net.By, net.By.new_zeros(rows.n_items - rows.n_warm)])
+    if net.composes_input:
+        return CatalogueTables(output, bias, output)
+    table = net.input_table
+    cold = table.new_zeros((rows.n_items - rows.n_warm, table.shape[1]))
+    return CatalogueTables(output, bias, torch.cat([table.detach(), cold]))
+
+
+@torch.no_grad()
+def as_plain_network(net: GRU4RecNet) -> GRU4RecNet:
+    """``net`` itself when it has no item attributes; else ``net`` turned, **in place**, into the
+    plain network of its catalogue: ``Wy``, ``By`` and the input table (``E``, or ``Wx_0`` in
+    one-hot mode) become the (N + C)-row tables of :func:`catalogue_tables` and the attributes
+    are dropped. It steps and scores every item exactly as ``net`` did — an export traces or
+    reads it as it would a plain model. Give it a copy (the ONNX export traces a deep copy)."""
+    if net.attributes is None:
+        return net
+    tables = catalogue_tables(net)
+    net.attributes = None  # the rows it composed are now the tables themselves
+    net.n_items = len(tables.bias)
+    net.Wy = nn.Parameter(tables.output, requires_grad=False)
+    net.By = nn.Parameter(tables.bias, requires_grad=False)
+    if net.mode == "separate":
+        net.E = nn.Parameter(tables.input, requires_grad=False)
+    elif net.mode == "none":
+        net.layers[0].Wx = nn.Parameter(tables.input, requires_grad=False)
+    return net

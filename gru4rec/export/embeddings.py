@@ -16,6 +16,12 @@ embedding mode:
   ``Wx_0`` (3·L_0 wide: the item's contribution to the candidate, reset and update
   pre-activations, in that order) plays its role. It is exported as ``input`` too, but it is
   a projection into gate space rather than an embedding.
+
+A model with **item attributes** (docs/attributes.md) exports its whole catalogue: the training
+items, then the cold items of its attribute table, each with the row it is scored with — its id
+row plus its attributes' embeddings (a cold item: its attributes alone) — and its bias (0 for a
+cold item), so an index built from the file holds the cold items too and ranks them as the model
+does. The ``input`` column then has zeros for a cold item (its input table has no row for it).
 """
 from __future__ import annotations
 
@@ -29,7 +35,8 @@ import torch
 
 from gru4rec.data import ColumnKeys, read_events, validate_events
 from gru4rec.errors import DataError
-from gru4rec.export.common import fitted
+from gru4rec.export.common import catalogue_tables, fitted
+from gru4rec.inference.protocol import catalogue_of
 
 if TYPE_CHECKING:
     from gru4rec.recommender import GRU4Rec
@@ -55,28 +62,51 @@ def item_embeddings(model: GRU4Rec) -> tuple[dict[str, np.ndarray], dict[str, An
 
     Columns: ``item_id`` (the ids as in the training data), ``output`` (N×L float32, the rows of
     ``Wy``), ``bias`` (N float32, ``By``) and, unless the embedding is shared, ``input``
-    (see :data:`INPUT_VECTOR_MEANING`). The description (JSON-serialisable) says what each column
-    is and how a score is formed; :func:`gru4rec.export.write_table` stores it with a Parquet file.
+    (see :data:`INPUT_VECTOR_MEANING`). With item attributes the rows are the catalogue's
+    (:func:`~gru4rec.export.common.catalogue_tables`): N + C items, the cold ones last, ``output``
+    the composed rows, ``bias`` 0 for a cold item, ``input`` zeros for a cold item. The
+    description (JSON-serialisable) says what each column is and how a score is formed;
+    :func:`gru4rec.export.write_table` stores it with a Parquet file.
     """
-    net, item_map = fitted(model, tables_for="the item embeddings export")
-    with torch.no_grad():
-        columns: dict[str, np.ndarray] = {
-            "item_id": np.asarray(item_map.ids),
-            "output": _numpy(net.Wy),
-            "bias": _numpy(net.By),
-        }
-        meaning = INPUT_VECTOR_MEANING[net.mode]
-        if meaning is not None:
-            columns["input"] = _numpy(net.input_table)
+    net, _ = fitted(model)
+    catalogue = catalogue_of(model)
+    attributes = net.attributes
+    tables = catalogue_tables(net)
+    columns: dict[str, np.ndarray] = {
+        "item_id": np.asarray(catalogue.ids),
+        "output": _numpy(tables.output),
+        "bias": _numpy(tables.bias),
+    }
+    meaning = INPUT_VECTOR_MEANING[net.mode]
+    if meaning is not None:
+        columns["input"] = _numpy(tables.input)
+    width = columns["output"].shape[1]
+    if attributes is None:
+        output = f"the item's output vector: its row of Wy ({width} wide)"
+        bias = "the item's output bias: By_i"
+        order = "the item id as in the training data (row order = the model's item index)"
+        extra: dict[str, Any] = {}
+    else:
+        n_cold = attributes.n_items - attributes.n_warm
+        encoding = attributes.source.encoding
+        names = [c.name for c in encoding.categorical] + [c.name for c in encoding.numeric]
+        output = (f"the item's output vector: its row of Wy plus its attributes' embeddings ({', '.join(names)}); "
+                  f"a cold item's is its attributes' alone ({width} wide)")
+        bias = "the item's output bias: By_i; 0 for a cold item"
+        order = (f"the item id (row order = the model's item index: the {attributes.n_warm} training items, then "
+                 f"the {n_cold} cold items of its attribute table)")
+        meaning = None if meaning is None else f"{meaning}; zeros for a cold item"
+        extra = {"n_cold_items": n_cold, "item_attributes": names}
     description = {
         "what": "gru4rec item embeddings",
         "embedding_mode": net.mode,
-        "n_items": len(item_map),
+        "n_items": len(catalogue),
+        **extra,
         "score": "score(item i | session state h) = h · output_i + bias_i",
         "columns": {
-            "item_id": "the item id as in the training data (row order = the model's item index)",
-            "output": f"the item's output vector: its row of Wy ({net.Wy.shape[1]} wide)",
-            "bias": "the item's output bias: By_i",
+            "item_id": order,
+            "output": output,
+            "bias": bias,
             **({"input": f"{meaning} ({columns['input'].shape[1]} wide)"} if meaning is not None else {}),
         },
     }
@@ -100,7 +130,8 @@ def session_embeddings(
     skipped, and sessions with no known item left out, with one warning counting each.
     The column names default to the model's.
     """
-    _, item_map = fitted(model)
+    fitted(model)
+    item_map = catalogue_of(model)  # a cold item of a model with attributes is a known click
     names = ColumnKeys.resolve(model.config, session_key=session_key, item_key=item_key, time_key=time_key)
     sk, ik, tk = names.session_key, names.item_key, names.time_key
     keys = names.as_dict()

@@ -13,6 +13,13 @@ session's hidden states between clicks (zeros start a session)::
 The batch axis is dynamic. A JSON sidecar (``<file>.json``) holds the item ids in index order,
 the layer sizes, the input and output names and the opset, so a client needs nothing else.
 
+A model with **item attributes** (docs/attributes.md) is exported as the plain network of its
+catalogue (:func:`~gru4rec.export.common.as_plain_network`): N is then the training items plus
+the cold items of its attribute table, the output table holds every item's composed row (a
+constant of the graph, composed once at export), a cold item's bias is 0, and a cold item is a
+valid input (its composed row in shared mode, a zero row otherwise): ONNX Runtime ranks the cold
+items as the PyTorch model does. The sidecar's ``item_ids`` are the catalogue's, cold items last.
+
 The graph is traced by ``torch.onnx.export(dynamo=True)``, the torch.export-based exporter that
 is PyTorch's default since 2.9 (the TorchScript one is deprecated); it needs ``onnxscript``.
 """
@@ -36,7 +43,8 @@ import torch
 from torch import Tensor, nn
 
 from gru4rec.errors import Gru4RecError
-from gru4rec.export.common import check_target, fitted, write_atomically
+from gru4rec.export.common import as_plain_network, check_target, fitted, write_atomically
+from gru4rec.inference.protocol import catalogue_of
 from gru4rec.network.gru import GRU4RecNet
 
 if TYPE_CHECKING:
@@ -58,10 +66,15 @@ _SIDECAR_FORMAT = "gru4rec-onnx-step"
 
 class OneClickStep(nn.Module):
     """The network's step as a pure function: ``(items, *hidden) -> (scores, *new_hidden)``, or
-    ``(top_indices, top_scores, *new_hidden)`` with ``top_k``. Inference only (no dropout)."""
+    ``(top_indices, top_scores, *new_hidden)`` with ``top_k``. Inference only (no dropout).
+
+    A network with item attributes is stepped as the plain network of its catalogue
+    (:func:`~gru4rec.export.common.as_plain_network` of a copy: ``net`` is not changed)."""
 
     def __init__(self, net: GRU4RecNet, top_k: int | None = None) -> None:
         super().__init__()
+        if net.attributes is not None:
+            net = as_plain_network(copy.deepcopy(net))
         if top_k is not None and not 1 <= top_k <= net.n_items:
             raise Gru4RecError(f"top_k must be between 1 and the number of items ({net.n_items}), got {top_k}")
         self.net = net
@@ -109,7 +122,9 @@ def _description(model: GRU4Rec, net: GRU4RecNet, path: Path, top_k: int | None,
         [{"name": "top_indices", "dtype": "int64", "shape": ["batch", top_k]},
          {"name": "top_scores", "dtype": "float32", "shape": ["batch", top_k]}]
     )
-    assert model.item_map is not None
+    catalogue = catalogue_of(model)
+    attributes = fitted(model)[0].attributes
+    cold = {} if attributes is None else {"n_cold_items": attributes.n_items - attributes.n_warm}
     return {
         "format": _SIDECAR_FORMAT,
         "version": 1,
@@ -120,6 +135,7 @@ def _description(model: GRU4Rec, net: GRU4RecNet, path: Path, top_k: int | None,
         "exporter": f"torch.onnx.export(dynamo=True), torch {torch.__version__}",
         "gru4rec_version": __version__,
         "n_items": n,
+        **cold,
         "layers": sizes,
         "embedding_mode": net.mode,
         "hidden_activation": model.config.hidden_act,
@@ -130,7 +146,7 @@ def _description(model: GRU4Rec, net: GRU4RecNet, path: Path, top_k: int | None,
                             for name, s in zip(outputs[len(first):], sizes)],
         "hidden_inputs": inputs[1:],
         "hidden_outputs": outputs[len(first):],
-        "item_ids": model.item_map.to_list(),
+        "item_ids": catalogue.to_list(),
     }
 
 
@@ -192,6 +208,13 @@ def _check_with_onnxruntime(proto_bytes: bytes, step: OneClickStep) -> float | N
     session = ort.InferenceSession(proto_bytes, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     got = session.run(None, dict(zip(names, [items.numpy(), *(h.numpy() for h in hidden)])))
+    if step.top_k is not None:
+        # Items with equal scores (two cold items with the same attributes) may come in either
+        # order: check that each index ONNX Runtime returns has the score it returns beside it.
+        with torch.no_grad():
+            scores = step.net.score_all(want[-1]).numpy()
+        got = [np.take_along_axis(scores, got[0], axis=1), *got[1:]]
+        want = (want[1], *want[1:])
     diffs = [float(np.abs(g.astype(np.float64) - w.numpy().astype(np.float64)).max()) for g, w in zip(got, want)]
     return max(diffs)
 
@@ -221,8 +244,9 @@ def export_onnx(
     check_target(sidecar, "ONNX sidecar", overwrite=overwrite)
     if not isinstance(opset, int) or opset < MIN_OPSET:
         raise Gru4RecError(f"opset must be an integer >= {MIN_OPSET} (the torch.onnx exporter's lowest), got {opset!r}")
-    # The graph is traced from a float32 CPU copy, so the caller's model stays where it is.
-    net = copy.deepcopy(fitted(model, tables_for="the ONNX export")[0]).to("cpu", torch.float32).eval()
+    # The graph is traced from a float32 CPU copy, so the caller's model stays where it is; with
+    # item attributes, the copy becomes the plain network of the catalogue (composed rows).
+    net = as_plain_network(copy.deepcopy(fitted(model)[0]).to("cpu", torch.float32).eval())
     weight_bytes = sum(p.numel() * 4 for p in net.parameters())
     if weight_bytes > _MAX_ONNX_BYTES:
         raise Gru4RecError(

@@ -1,0 +1,161 @@
+"""The exports of a model with item attributes (issue 49): the item embeddings file and the ONNX
+step hold the whole catalogue — the training items, then the cold items — with the rows the model
+scores with (id row plus attribute embeddings; a cold item's attributes alone, bias 0).
+
+References: every composed row built by hand in NumPy (``rows_by_hand`` of
+tests/test_attributes_cold.py), and the model's own ``score_all``/``recommend``/step, on sessions
+that click cold items and whose best next item is a cold one. ONNX Runtime must agree with them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from gru4rec import GRU4Rec
+from gru4rec.export import export_onnx, item_embeddings, session_embeddings
+from gru4rec.export.common import as_plain_network, catalogue_tables
+from gru4rec.export.tables import write_table
+from test_attributes_cold import CATALOGUE, COLD_IDS, ITEM_IDS, C, N, model_with_attributes, rows_by_hand
+
+torch.set_num_threads(1)
+
+MODES = ["shared", "separate", "none"]
+#: Sessions (item ids, oldest first) that click cold items (97, 98) beside warm ones.
+SESSIONS = [[10, 97, 12], [97, 98, 99], [13, 11, 98], [12, 12, 97]]
+TOL = 1e-5
+
+
+def crafted(mode: str) -> GRU4Rec:
+    """A model with attributes whose warm items score far below the cold ones (By = -100 on
+    warm items, a cold item's bias is 0): the top of every ranking is a cold item."""
+    model = model_with_attributes(mode, seed=3)
+    assert model.net is not None
+    with torch.no_grad():
+        model.net.By.fill_(-100.0)
+    return model
+
+
+def step_by_hand(model: GRU4Rec, sessions: list[list[Any]]) -> list[torch.Tensor]:
+    """The last layer's output after each click, by the network's own step (catalogue indices)."""
+    net, catalogue = model.net, model.catalogue
+    assert net is not None and catalogue is not None
+    hidden = net.init_hidden(len(sessions))
+    outs = []
+    with torch.no_grad():
+        for t in range(len(sessions[0])):
+            outs.append(net.step(torch.from_numpy(catalogue.index_of([s[t] for s in sessions])), hidden).clone())
+    return outs
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_item_embeddings_are_the_catalogues_composed_rows(mode: str) -> None:
+    model = crafted(mode)
+    rows, bias = rows_by_hand(model)
+    columns, description = item_embeddings(model)
+    assert columns["item_id"].tolist() == CATALOGUE
+    np.testing.assert_allclose(columns["output"], rows, rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(columns["bias"], bias, rtol=0, atol=0)  # a cold item's bias is exactly 0
+    assert description["n_items"] == N + C and description["n_cold_items"] == C
+    assert description["item_attributes"] == ["cat", "tags", "price"]
+    net = model.net
+    assert net is not None
+    if mode == "shared":
+        assert "input" not in columns
+    else:
+        table = net.input_table.detach().numpy()
+        np.testing.assert_array_equal(columns["input"], np.concatenate([table, np.zeros((C, table.shape[1]))]))
+        assert "zeros for a cold item" in description["columns"]["input"]
+    # an inner-product index over [output, bias] queried with [h, 1] gives the model's scores and top-k
+    with torch.no_grad():
+        h = model.step(torch.tensor([CATALOGUE.index(97)]), model.init_state(1))
+        want = model.scores(h)[0].numpy()
+    got = h[0].numpy() @ columns["output"].T + columns["bias"]
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+    top = model.recommend([97], k=3)
+    assert sorted(columns["item_id"][np.argsort(-got, kind="stable")[:3]].tolist()) == sorted(top.item_ids.tolist())
+    assert set(top.item_ids.tolist()) <= set(COLD_IDS)
+
+
+def test_the_embeddings_file_round_trips_the_cold_items(tmp_path: Path) -> None:
+    model = crafted("shared")
+    columns, description = item_embeddings(model)
+    write_table(tmp_path / "items.npy", columns, description)
+    back = np.load(tmp_path / "items.npy")
+    assert back["item_id"].tolist() == CATALOGUE
+    np.testing.assert_array_equal(back["output"], columns["output"])
+
+
+@pytest.mark.parametrize("mode", ["shared", "separate"])
+def test_session_embeddings_keep_clicks_on_cold_items(mode: str) -> None:
+    """A cold item is a known click: the session vector is the state after it (no warning)."""
+    import pandas as pd
+
+    model = crafted(mode)
+    events = pd.DataFrame({"SessionId": np.repeat(np.arange(len(SESSIONS)), 3),
+                           "ItemId": [i for s in SESSIONS for i in s], "Time": np.arange(3 * len(SESSIONS))})
+    columns, _ = session_embeddings(model, events)
+    assert columns["n_events"].tolist() == [3] * len(SESSIONS)
+    np.testing.assert_allclose(columns["embedding"], step_by_hand(model, SESSIONS)[-1].numpy(), rtol=TOL, atol=TOL)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_plain_network_of_the_catalogue_steps_and_scores_alike(mode: str) -> None:
+    """``as_plain_network`` (what the ONNX export traces): the same input rows for every
+    catalogue item, warm or cold, and the same scores as the network with attributes."""
+    model = crafted(mode)
+    net = model.net
+    assert net is not None
+    import copy
+
+    plain = as_plain_network(copy.deepcopy(net))
+    assert plain.attributes is None and plain.n_items == N + C and net.attributes is not None  # net unchanged
+    every = torch.arange(N + C)
+    with torch.no_grad():
+        torch.testing.assert_close(plain.input_rows(every), net.input_rows(every), rtol=TOL, atol=TOL)
+        out = torch.randn(2, net.sizes[-1], generator=torch.Generator().manual_seed(2))
+        torch.testing.assert_close(plain.score_all(out), net.score_all(out), rtol=TOL, atol=TOL)
+    tables = catalogue_tables(net)
+    assert tables.output.shape == (N + C, net.sizes[-1]) and tables.bias[N:].eq(0).all()
+
+
+def _onnxruntime() -> Any:
+    pytest.importorskip("onnxscript", reason="the ONNX exporter needs onnxscript (pip install 'gru4rec[export]')")
+    return pytest.importorskip("onnxruntime", reason="running the graph needs onnxruntime (pip install 'gru4rec[export]')")
+
+
+@pytest.mark.parametrize("mode,top_k", [("shared", None), ("separate", 3), ("none", None), ("shared", 4)])
+def test_onnx_runtime_ranks_cold_items_as_the_model_does(mode: str, top_k: int | None, tmp_path: Path) -> None:
+    runtime = _onnxruntime()
+    model = crafted(mode)
+    result = export_onnx(model, tmp_path / "step.onnx", top_k=top_k)
+    meta = result.description
+    assert meta["item_ids"] == CATALOGUE and meta["n_items"] == N + C and meta["n_cold_items"] == C
+    session = runtime.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    index = {item: i for i, item in enumerate(meta["item_ids"])}
+    hidden = [np.zeros((len(SESSIONS), size), np.float32) for size in meta["layers"]]
+    rows, bias = rows_by_hand(model)
+    for t, out in enumerate(step_by_hand(model, SESSIONS)):
+        items = np.array([index[s[t]] for s in SESSIONS], np.int64)
+        outputs = session.run(None, {"items": items, **dict(zip(meta["hidden_inputs"], hidden))})
+        hidden = outputs[len(outputs) - len(hidden):]
+        np.testing.assert_allclose(hidden[-1], out.numpy(), rtol=0, atol=TOL)  # the same step, cold clicks too
+        prefixes = [s[: t + 1] for s in SESSIONS]
+        want = model.score_sessions(prefixes)  # the model's own scores (score_all over N + C)
+        np.testing.assert_allclose(want, out.double().numpy() @ rows.T + bias, rtol=TOL, atol=TOL)  # NumPy reference
+        if top_k is None:
+            np.testing.assert_allclose(outputs[0], want, rtol=0, atol=TOL)
+            best = np.asarray(meta["item_ids"])[outputs[0].argmax(axis=1)]
+        else:
+            recs = model.recommend_batch(prefixes, k=top_k)
+            got_ids = np.asarray(meta["item_ids"])[outputs[0]]
+            np.testing.assert_allclose(outputs[1], np.stack([r.scores for r in recs]), rtol=0, atol=TOL)
+            # the same items, up to the order of exact ties (98 and 99 have the same attributes)
+            np.testing.assert_allclose(np.take_along_axis(want, outputs[0], axis=1), outputs[1], rtol=0, atol=TOL)
+            assert [sorted(r) for r in got_ids.tolist()] == [sorted(r.item_ids.tolist()) for r in recs]
+            best = got_ids[:, 0]
+        assert set(best.tolist()) <= set(COLD_IDS)  # the warm items' -100 bias puts a cold item first
+    assert all(i in ITEM_IDS or i in COLD_IDS for i in meta["item_ids"])
