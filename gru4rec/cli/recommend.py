@@ -16,7 +16,6 @@ from gru4rec.cli.common import (
     check_writable_target,
     column_flags,
     flag,
-    item_map_of,
     load_model,
     positive_int,
     uses_threads,
@@ -70,6 +69,7 @@ def run(args: RecommendSettings) -> int:
     import pandas as pd
 
     from gru4rec.data import ColumnKeys, index_sessions, read_events, write_event_chunks
+    from gru4rec.inference.protocol import catalogue_of
 
     to_stdout = args.output == "-"
     if not to_stdout:
@@ -83,7 +83,9 @@ def run(args: RecommendSettings) -> int:
     events = events.sort_values([sk, tk], kind="stable")
     session_of, session_ids = pd.factorize(events[sk], sort=False)
     n_sessions = len(session_ids)
-    item_map = item_map_of(model)
+    # The items the engine ranks: with item attributes the catalogue's cold items are known
+    # clicks and recommendable (their indices come after the training items').
+    item_map = catalogue_of(model)
     items, offsets, n_unknown = index_sessions(item_map, events[ik], session_of, n_sessions)
     if n_unknown.any():
         log.warning("%d unknown item id(s) skipped in %d session(s)", int(n_unknown.sum()), int((n_unknown > 0).sum()))

@@ -71,8 +71,9 @@ log = logging.getLogger(__name__)
 
 
 def _weights_digest(model: GRU4Rec) -> str:
-    """A checksum of a model that has no file: its weights and item ids."""
-    net, item_map = model.net, model.item_map
+    """A checksum of a model that has no file: its weights and item ids (the catalogue's: with
+    item attributes, a new cold item changes the model served)."""
+    net, item_map = model.net, model.catalogue
     assert net is not None and item_map is not None  # the app serves fitted models only
     digest = hashlib.sha256()
     for name, tensor in sorted(net.state_dict().items()):
@@ -158,12 +159,12 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
     def engine_for(loaded: GRU4Rec, checksum: str, file: str | None) -> Engine:
         built = Engine(loaded, scoring=settings.scoring, candidates=settings.candidates, int8_max_batch=settings.int8_max_batch,
                        checksum=checksum, file=file)
-        kinds[built] = id_kind(built.item_map.ids)
+        kinds[built] = id_kind(built.catalogue.ids)
         return built
 
     def index_of(engine: Engine, ids: list[Any]) -> tuple[np.ndarray, list[Any]]:
         """The known item indices of ``ids`` read as the catalogue's ids, and the unknown ids as sent."""
-        kind = kinds.get(engine) or kinds.setdefault(engine, id_kind(engine.item_map.ids))
+        kind = kinds.get(engine) or kinds.setdefault(engine, id_kind(engine.catalogue.ids))
         read = catalogue_ids(ids, kind)
         known, unknown = engine.index_of(read)
         if unknown and read != ids:  # name the unknown ones as the client sent them
