@@ -27,7 +27,7 @@ from gru4rec.cli.common import (
 )
 
 __all__ = ["ACTIONS", "DESCRIPTION", "FLAGS", "ItemFeatureFlags", "ItemsSettings", "NO_ATTRIBUTES", "add_arguments",
-           "item_feature_options", "parse_types", "run"]
+           "item_feature_options", "item_types_argument", "parse_types", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,15 @@ def parse_types(text: str | None) -> dict[str, str] | None:
             raise UsageError(f"--item-types: {part!r} is not COLUMN=KIND with KIND one of {list(KINDS)}")
         types[name] = kind
     return types
+
+
+def item_types_argument(text: str) -> dict[str, str]:
+    """``--item-types`` as an argparse ``type`` (paropt, whose settings hold the parsed kinds):
+    :func:`parse_types`, its usage error as argparse's."""
+    try:
+        return parse_types(text) or {}
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--item-types: ")) from None
 
 
 def item_feature_options(args: ItemFeatureFlags, item_key: str) -> dict[str, Any]:

@@ -16,8 +16,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from gru4rec.cli.common import Flag, add_flags, settings_from
+from gru4rec.cli.common import Flag, add_flags, declared_flag, settings_from
 from gru4rec.cli.console import result
+from gru4rec.cli.items import ItemFeatureFlags, item_types_argument
 from gru4rec.tune.reports import StudyReport
 from gru4rec.tune.runner import run_study
 from gru4rec.tune.settings import DEFAULT_OUT, EVAL_MODES, METRICS, ParoptSettings, metric_label
@@ -118,6 +119,13 @@ def flags(*, original: bool = False) -> dict[str, Flag | None]:
                       help="replace files in --out that are not this study's reports (a rerun of the same study "
                            "replaces its own reports without it)"),
         "verbose": Flag(("-v", "--verbose"), "show Optuna's own log messages", action="store_true"),
+        # gru4rec train's flags (docs/attributes.md), as declared there; --item-types is parsed
+        # here into the {column: kind} the search's settings hold.
+        "item_features": declared_flag(ItemFeatureFlags, "item_features",
+                                       help="item attribute table every trial trains with (gru4rec train --item-features); "
+                                            "its content, --item-min-count and --item-types are part of the study's identity"),
+        "item_min_count": declared_flag(ItemFeatureFlags, "item_min_count"),
+        "item_types": declared_flag(ItemFeatureFlags, "item_types", type=item_types_argument),
     }
 
 

@@ -42,7 +42,7 @@ def final_test(
     log.info(f"Final training on TRAIN+VALID ({len(full)} events) with the best parameters ...")
     start = time.perf_counter()
     model = GRU4Rec(config, device=settings.device, precision=settings.precision,
-                    threads=settings.trial_threads()).fit(full)
+                    threads=settings.trial_threads()).fit(full, **settings.attribute_options())
     train_s = time.perf_counter() - start
     cutoffs = tuple(sorted(set(settings.final_measure)))
     result = evaluate(model, test, cutoffs=cutoffs, mode=settings.eval_mode)

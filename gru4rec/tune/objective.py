@@ -188,7 +188,8 @@ class Objective:
             with quiet_training(not self.settings.verbose), warnings.catch_warnings():
                 # An exploded loss stops the trial at the end of its epoch (below: PRUNED).
                 warnings.simplefilter("error", LossExplodedWarning)
-                model.fit(self.train, callback=callbacks, progress=False, **self.fit_options())
+                model.fit(self.train, callback=callbacks, progress=False, **self.fit_options(),
+                          **self.settings.attribute_options())
             trial.set_user_attr("epochs", reporter.epochs)
             if model.best_epoch is not None and self.settings.early_stop is not None:
                 # The model holds its best epoch's weights: that epoch's validation is the value.

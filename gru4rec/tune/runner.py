@@ -161,9 +161,16 @@ def run_study(settings: ParoptSettings, *, sampler: Any = None, pruner: Any = No
     for path in settings.add_trials:  # an unreadable export fails now, before a study is created
         read_trial_records(path)
     # Missing data fails now, before a study is created for it.
-    for label, data_file in (("TRAIN", settings.train), ("VALID", settings.valid), ("--final-test", settings.final_test)):
+    for label, data_file in (("TRAIN", settings.train), ("VALID", settings.valid), ("--final-test", settings.final_test),
+                             ("--item-features", settings.item_features)):
         if data_file is not None and not Path(data_file).is_file():
             raise DataError(f"{label} {data_file}: file not found")
+    if settings.item_features is not None:
+        # Read once as every trial's fit will: a bad table is one error naming its column or
+        # line now, not a failed trial each time.
+        from gru4rec.items.table import read_item_table
+
+        read_item_table(settings.item_features, item_key=prepared.keys["item_key"], types=settings.item_types)
 
     storage, url = open_run_storage(settings, prepared)
     paths = output_paths(settings.out, prepared.study_name)

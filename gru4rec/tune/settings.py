@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gru4rec.errors import Gru4RecError
 from gru4rec.tune.space import ParamSpec, raise_problems
@@ -78,6 +78,34 @@ class ParoptSettings:
     """Seconds without a heartbeat after which another worker marks a trial FAIL and queues it again."""
     force: bool = False
     verbose: bool = False
+    item_features: str | None = None
+    """Item attribute table (``--item-features``; docs/attributes.md): every trial, and the final
+    test, trains with it as ``fit(item_features=...)`` does; its content (SHA-256), ``item_min_count``
+    and ``item_types`` are part of the study's identity."""
+    item_min_count: int = 1
+    """A value enters an attribute's vocabulary when at least this many training items have it
+    (``--item-min-count``: ``fit``'s ``attribute_min_count``)."""
+    item_types: dict[str, str] | None = None
+    """Column kinds that override the inferred ones, ``{column: kind}`` (``--item-types``:
+    ``fit``'s ``attribute_types``)."""
+
+    def attribute_options(self) -> dict[str, Any]:
+        """``fit``'s item attribute arguments (``{}`` without ``item_features``)."""
+        if self.item_features is None:
+            return {}
+        return {"item_features": self.item_features, "attribute_min_count": self.item_min_count,
+                "attribute_types": self.item_types}
+
+    def attribute_flags(self) -> list[str]:
+        """The item attribute options as ``gru4rec train`` takes them (a trial's command.txt)."""
+        if self.item_features is None:
+            return []
+        flags = ["--item-features", self.item_features]
+        if self.item_min_count != 1:
+            flags += ["--item-min-count", str(self.item_min_count)]
+        if self.item_types:
+            flags += ["--item-types", ",".join(f"{name}={kind}" for name, kind in self.item_types.items())]
+        return flags
 
     def trial_threads(self) -> int | None:
         """The threads every trial (and the final test) trains with: ``threads``, else 1 with
@@ -114,6 +142,10 @@ class ParoptSettings:
                 f"--heartbeat-interval must be >= 1 and --grace-period longer than it, got "
                 f"{self.heartbeat_interval} and {self.grace_period} (a shorter grace period fails live trials)"
             )
+        if self.item_features is None and (self.item_min_count != 1 or self.item_types):
+            problems.append("--item-min-count and --item-types need --item-features (the attribute table)")
+        if isinstance(self.item_min_count, bool) or not isinstance(self.item_min_count, int) or self.item_min_count < 1:
+            problems.append(f"--item-min-count must be an integer >= 1, got {self.item_min_count!r}")
         if self.timeout is not None and self.timeout <= 0:
             problems.append(f"--timeout must be > 0, got {self.timeout}")
         try:

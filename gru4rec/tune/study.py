@@ -4,6 +4,7 @@ resumed run optimises the same thing, and opening (creating or resuming) the stu
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ __all__ = [
     "make_sampler_pruner",
     "n_finished",
     "find_study",
+    "item_features_identity",
     "open_study",
     "prepare",
     "state_counts",
@@ -39,8 +41,9 @@ __all__ = [
 #: ties, files): checked when a study is resumed, read by the study report.
 STUDY_OBJECTIVE_ATTR = "gru4rec_paropt"
 _STUDY_FORMAT = 1
-# Keys of the identity a resumed run must agree with (data paths may differ between machines).
-_IDENTITY_KEYS = ("space", "fixed", "metric", "cutoff", "eval_mode")
+# Keys of the identity a resumed run must agree with (data paths may differ between machines:
+# the item attribute table is compared by its content, with the options it is encoded with).
+_IDENTITY_KEYS = ("space", "fixed", "metric", "cutoff", "eval_mode", "item_features")
 
 
 @dataclass
@@ -118,7 +121,23 @@ def study_identity(settings: ParoptSettings, prepared: Prepared) -> dict[str, An
         "eval_mode": settings.eval_mode,
         "train": str(settings.train),
         "valid": str(settings.valid),
+        "item_features": item_features_identity(settings),
+        "item_features_file": None if settings.item_features is None else str(settings.item_features),
     }
+
+
+def item_features_identity(settings: ParoptSettings) -> dict[str, Any] | None:
+    """The item attribute table a study's trials train with, as its identity compares it: the
+    SHA-256 of the file's bytes (its path may differ between machines), the minimum count and
+    the column kinds given; None without a table (a study made before the option has none)."""
+    if settings.item_features is None:
+        return None
+    digest = hashlib.sha256()
+    with open(settings.item_features, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return {"sha256": digest.hexdigest(), "min_count": settings.item_min_count,
+            "types": dict(sorted((settings.item_types or {}).items()))}
 
 
 def open_study(

@@ -39,6 +39,7 @@ def trial_run_folder(settings: ParoptSettings, trial: optuna.trial.Trial, config
                "--threads", str(threads)]
     if settings.early_stop is not None:
         command += ["--early-stop", str(settings.early_stop)]
+    command += settings.attribute_flags()
     folder.start(command, {
         "config": config.to_dict(),
         "param_string": config.to_param_string(only_changed=True),
@@ -55,6 +56,7 @@ def trial_run_folder(settings: ParoptSettings, trial: optuna.trial.Trial, config
         "study": trial.study.study_name,
         "trial": trial.number,
         "params": params,
+        **({"item_features": settings.item_features} if settings.item_features is not None else {}),
     })
     return folder
 
