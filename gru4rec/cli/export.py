@@ -38,8 +38,9 @@ DESCRIPTION = (
     "  --session-embeddings TEST FILE\n"
     "                              session_id, embedding (the final hidden state after the\n"
     "                              session's known clicks), n_events; .parquet or .npy\n\n"
-    "score(item i | session) = embedding · output_i + bias_i. Existing files are kept\n"
-    "unless --force."
+    "score(item i | session) = embedding · output_i + bias_i. A model with item\n"
+    "attributes exports its cold items too: output is an item's composed row, a cold\n"
+    "item's bias is 0 (docs/attributes.md). Existing files are kept unless --force."
 )
 
 

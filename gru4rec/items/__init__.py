@@ -7,8 +7,8 @@ its encoding aligned to a model's items with the cold items after them
 (:mod:`~gru4rec.items.context`), and the composed item rows — id row plus attribute embeddings,
 with their backward (:mod:`~gru4rec.items.rows`; imported on first use, so that the data side
 needs no torch). The network composes its output rows with them (``fit(item_features=...)``,
-on the reference step) and scores, recommends and evaluates the cold items with them; saving
-and serving are not there yet.
+on the reference step) and scores, recommends and evaluates the cold items with them; the model
+file, the exports, the server and paropt carry them (docs/attributes.md).
 """
 from __future__ import annotations
 
