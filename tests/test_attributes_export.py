@@ -8,14 +8,18 @@ that click cold items and whose best next item is a cold one. ONNX Runtime must 
 """
 from __future__ import annotations
 
+import copy
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from gru4rec import GRU4Rec
+from gru4rec.cli import main
 from gru4rec.export import export_onnx, item_embeddings, session_embeddings
 from gru4rec.export.common import as_plain_network, catalogue_tables
 from gru4rec.export.tables import write_table
@@ -92,8 +96,6 @@ def test_the_embeddings_file_round_trips_the_cold_items(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", ["shared", "separate"])
 def test_session_embeddings_keep_clicks_on_cold_items(mode: str) -> None:
     """A cold item is a known click: the session vector is the state after it (no warning)."""
-    import pandas as pd
-
     model = crafted(mode)
     events = pd.DataFrame({"SessionId": np.repeat(np.arange(len(SESSIONS)), 3),
                            "ItemId": [i for s in SESSIONS for i in s], "Time": np.arange(3 * len(SESSIONS))})
@@ -109,8 +111,6 @@ def test_the_plain_network_of_the_catalogue_steps_and_scores_alike(mode: str) ->
     model = crafted(mode)
     net = model.net
     assert net is not None
-    import copy
-
     plain = as_plain_network(copy.deepcopy(net))
     assert plain.attributes is None and plain.n_items == N + C and net.attributes is not None  # net unchanged
     every = torch.arange(N + C)
@@ -159,3 +159,59 @@ def test_onnx_runtime_ranks_cold_items_as_the_model_does(mode: str, top_k: int |
             best = got_ids[:, 0]
         assert set(best.tolist()) <= set(COLD_IDS)  # the warm items' -100 bias puts a cold item first
     assert all(i in ITEM_IDS or i in COLD_IDS for i in meta["item_ids"])
+
+
+# ------------------------------------------------------------------ a trained model, through the command line
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``gru4rec synth --kind intents-attributes`` at its smallest, and a model trained on it with
+    ``gru4rec train --item-features`` per embedding mode (one short epoch)."""
+    folder = tmp_path_factory.mktemp("attributes_export")
+    data = folder / "d"
+    assert main(["-q", "synth", str(data), "--kind", "intents-attributes", "--n-sessions", "300", "--n-items", "60",
+                 "--n-intents", "4", "--seed", "1"]) == 0
+    out: dict[str, Any] = {"data": data}
+    for mode, params in (("shared", "layers=8,constrained_embedding=True"),
+                         ("separate", "layers=8,embedding=6,constrained_embedding=False")):
+        path = folder / f"{mode}.safetensors"
+        with pytest.warns():  # the table's small categories: the high-cardinality warning
+            assert main(["-q", "train", str(data / "train_full.tsv"), "-ps",
+                         f"{params},n_epochs=1,loss=cross-entropy,n_sample=16,batch_size=16", "--item-features",
+                         str(data / "items.tsv"), "--item-types", "category=categorical", "--save", str(path),
+                         "-d", "cpu", "--threads", "1", "--seed", "1"]) == 0
+        out[mode] = path
+    return out
+
+
+@pytest.mark.parametrize("mode", ["shared", "separate"])
+def test_gru4rec_export_of_a_trained_model_ranks_test_sessions_cold_items_as_the_model(
+    trained: dict[str, Any], mode: str, tmp_path: Path
+) -> None:
+    """Test sessions that click and target items no training event has: ONNX Runtime's scores
+    and the embeddings file's rows give the model's own scores (``score_sessions``)."""
+    runtime = _onnxruntime()
+    assert main(["-q", "export", str(trained[mode]), "--onnx", str(tmp_path / "s.onnx"), "--item-embeddings",
+                 str(tmp_path / "items.npy"), "-d", "cpu"]) == 0
+    model = GRU4Rec.load(trained[mode], device="cpu")
+    assert model.catalogue is not None and model.item_map is not None
+    warm = set(model.item_map.to_list())
+    test = pd.read_csv(trained["data"] / "test.tsv", sep="\t").sort_values(["SessionId", "Time"], kind="stable")
+    sessions = [s[:3] for s in test.groupby("SessionId", sort=False)["ItemId"].agg(list) if len(s) >= 3]
+    with_cold = [s for s in sessions if any(i not in warm for i in s)][:4]
+    assert len(with_cold) == 4  # the generator's new items: clicked (and targeted) in test sessions only
+    meta = json.loads((tmp_path / "s.onnx.json").read_text())
+    assert meta["item_ids"] == model.catalogue.to_list() and meta["n_cold_items"] == len(model.catalogue) - len(warm)
+    session = runtime.InferenceSession(str(tmp_path / "s.onnx"), providers=["CPUExecutionProvider"])
+    index = {item: i for i, item in enumerate(meta["item_ids"])}
+    hidden = [np.zeros((len(with_cold), size), np.float32) for size in meta["layers"]]
+    items = np.load(tmp_path / "items.npy")
+    for t in range(3):
+        outputs = session.run(None, {"items": np.array([index[s[t]] for s in with_cold], np.int64),
+                                     **dict(zip(meta["hidden_inputs"], hidden))})
+        hidden = outputs[1:]
+        want = model.score_sessions([s[: t + 1] for s in with_cold])
+        np.testing.assert_allclose(outputs[0], want, rtol=0, atol=TOL)
+        np.testing.assert_allclose(hidden[-1] @ items["output"].T + items["bias"], want, rtol=0, atol=1e-4)
+    assert items["item_id"].tolist() == meta["item_ids"] and (items["bias"][len(warm):] == 0).all()
