@@ -7,6 +7,7 @@ The data is ``gru4rec synth --kind intents-attributes`` at its smallest; a study
 """
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ optuna = pytest.importorskip("optuna")
 
 from gru4rec import cli, evaluate  # noqa: E402
 from gru4rec.errors import ConfigError  # noqa: E402
-from gru4rec.tune import run_study  # noqa: E402
+from gru4rec.tune import ParoptSettings, run_study  # noqa: E402
 from gru4rec.tune.objective import Objective  # noqa: E402
 from tune_helpers import trials_of  # noqa: E402
 
@@ -75,6 +76,8 @@ def test_trials_train_with_the_table_and_the_study_refuses_another(
         assert [enc.min_count for enc in rows.source.encoding.categorical] == [2, 2]
         assert trial.value == model["value"] == model["evaluated"]  # the figure evaluate gives the model
         assert model["groups"]["cold"] > 0  # VALID's cold targets count (ranked among the catalogue)
+    summary = json.loads((out / "attrs.summary.json").read_text())
+    assert summary["objective"]["item_features"] == flags[:2] + flags[4:] + flags[2:4]  # as train takes them
     # the trial's run folder retrains it with the same table and options
     command = (tmp_path / "runs" / "attrs" / "trial-00000" / "command.txt").read_text()
     assert f"--item-features {data['items']} --item-min-count 2 --item-types category=categorical" in command
@@ -96,8 +99,6 @@ def test_trials_train_with_the_table_and_the_study_refuses_another(
                     {"item_features": str(copy), "item_min_count": 1, "item_types": {"category": "categorical"}},
                     {"item_features": str(copy), "item_min_count": 2, "item_types": None},
                     {}):
-        from gru4rec.tune import ParoptSettings
-
         with pytest.raises(ConfigError, match="optimises something else") as info:
             run_study(ParoptSettings(**study, **changes))  # type: ignore[arg-type]
         assert "item_features: study has {'sha256'" in str(info.value)

@@ -160,7 +160,9 @@ def summary_data(settings: ParoptSettings, report: StudyReport, wall: float) -> 
     the final test, the problems and recoveries of ``report``, and this run's wall time."""
     summary = {
         "objective": {"metric": settings.primary_metric, "cutoff": settings.measure, "eval_mode": settings.eval_mode,
-                      "valid": str(settings.valid), "train": str(settings.train)},
+                      "valid": str(settings.valid), "train": str(settings.train),
+                      # the trials' item attribute table, as gru4rec train takes it (none: no key)
+                      **({"item_features": settings.attribute_flags()} if settings.item_features is not None else {})},
         "counts": report.counts,
         "this_run": {"counts": report.run_counts, "wall_seconds": round(wall, 3), "sampler_seed": settings.sampler_seed},
         "best_trial": report.best_number,
