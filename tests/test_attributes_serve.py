@@ -3,7 +3,8 @@ items of a model with item attributes and takes clicks on them; ``gru4rec items 
 new item into the served file, the server swaps it in (``--watch``) and recommends it — no
 retraining; ``gru4rec recommend`` returns cold items too.
 
-The model is crafted: its warm items' biases are -100, so every cold item (bias 0) outranks them.
+The model is crafted: its warm items' id biases are -100, so every cold item (whose bias is its
+attributes' part alone) outranks them.
 Every expected score is the session's state (the network's own step) times the item's row built by
 hand in NumPy (``rows_by_hand``; the new item's row from its attribute values and the model's
 tables), plus its bias.
@@ -44,17 +45,19 @@ def crafted() -> GRU4Rec:
     return model
 
 
-def new_row_by_hand(model: GRU4Rec) -> np.ndarray:
-    """The composed row of the new item from its values: its category's row, the mean of its tags'
-    rows, its standardised price times the projection (no id row: a cold item)."""
+def new_row_by_hand(model: GRU4Rec) -> tuple[np.ndarray, float]:
+    """The composed row and bias of the new item from its values: its category's row, the mean of
+    its tags' rows, its standardised price times the projection, over the row's columns and the
+    bias column (the tables' last); no id row or id bias: a cold item."""
     net = model.net
     assert net is not None and net.attributes is not None and net.attributes.projection is not None
     cat, tags = net.attributes.source.encoding.categorical
     price = net.attributes.source.encoding.numeric[0]
     t_cat, t_tags = (t.detach().numpy().astype(np.float64) for t in net.attributes.tables)
     proj = net.attributes.projection.detach().numpy().astype(np.float64)[0]
-    return (t_cat[int(cat.codes_of(np.array([NEW_CAT]))[0])] + t_tags[tags.codes_of(np.array(NEW_TAGS))].mean(0)
+    full = (t_cat[int(cat.codes_of(np.array([NEW_CAT]))[0])] + t_tags[tags.codes_of(np.array(NEW_TAGS))].mean(0)
             + (NEW_PRICE - price.mean) / price.std * proj)
+    return full[:-1], float(full[-1])
 
 
 def state_after(model: GRU4Rec, clicks: list[Any]) -> np.ndarray:
@@ -110,8 +113,9 @@ def test_a_running_server_recommends_cold_items_and_a_new_item_after_items_add(
     info = wait_for_model(url, file_sha256(path))
     assert info["n_items"] == N + C + 1
     ids = [*CATALOGUE, NEW_ID]
-    rows2 = np.vstack([rows, new_row_by_hand(model)])  # the old rows are unchanged (the tables are)
-    bias2 = np.append(bias, 0.0)
+    new_row, new_bias = new_row_by_hand(model)
+    rows2 = np.vstack([rows, new_row])  # the old rows are unchanged (the tables are)
+    bias2 = np.append(bias, new_bias)
     scores = rows2 @ state_after(model, [12]) + bias2
     body = httpx.post(url + "/v1/recommend", json={"items": [12], "k": C + 1}).json()
     check_answer(body, ids, scores, C + 1)

@@ -39,8 +39,8 @@ DESCRIPTION = (
     "                              session_id, embedding (the final hidden state after the\n"
     "                              session's known clicks), n_events; .parquet or .npy\n\n"
     "score(item i | session) = embedding · output_i + bias_i. A model with item\n"
-    "attributes exports its cold items too: output is an item's composed row, a cold\n"
-    "item's bias is 0 (docs/attributes.md). Existing files are kept unless --force."
+    "attributes exports its cold items too: output and bias are an item's composed\n"
+    "row and bias (docs/attributes.md). Existing files are kept unless --force."
 )
 
 

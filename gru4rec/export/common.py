@@ -52,7 +52,8 @@ class CatalogueTables(NamedTuple):
 
     #: (N + C) × L: the rows the scores are ``out·outputᵀ + bias`` with (composed with attributes).
     output: Tensor
-    #: N + C: ``By``, then 0 for each cold item (the bias ``score_all`` gives an item no click moved).
+    #: N + C: the biases the scores add (with attributes: the id bias ``By`` plus the attributes'
+    #: bias part; a cold item's is its attributes' part alone).
     bias: Tensor
     #: (N + C) × d: layer 0's input row of each item (``GRU4RecNet.input_rows``): the output rows
     #: in shared mode, else the rows of ``E`` or ``Wx_0`` with zeros for a cold item (no id row).
@@ -64,16 +65,15 @@ def catalogue_tables(net: GRU4RecNet) -> CatalogueTables:
     """The item tables of ``net``'s whole catalogue (:attr:`GRU4RecNet.n_catalogue` items).
 
     A plain network's are its own tensors (``Wy``, ``By``, :attr:`~GRU4RecNet.input_table`), not
-    copies. With item attributes the output rows are composed as ``score_all`` composes them
-    (:meth:`~gru4rec.items.rows.ComposedRows.compose_all`, so the exported rows are the scored
-    ones bit for bit), the cold items' biases are 0, and the input rows are the composed rows in
+    copies. With item attributes the output rows and biases are composed as ``score_all``
+    composes them (:meth:`~gru4rec.items.rows.ComposedRows.compose_all`, so the exported rows
+    are the scored ones bit for bit), and the input rows are the composed rows in
     shared mode (a cold item clicked feeds layer 0 its composed row) and the id rows padded with
     zero rows otherwise — :meth:`GRU4RecNet.input_rows`, whole."""
     rows = net.attributes
     if rows is None:
         return CatalogueTables(net.Wy, net.By, net.input_table)
-    output = rows.compose_all(net.Wy)
-    bias = torch.cat([net.By, net.By.new_zeros(rows.n_items - rows.n_warm)])
+    output, bias = rows.compose_all(net.Wy, net.By)
     if net.composes_input:
         return CatalogueTables(output, bias, output)
     table = net.input_table

@@ -19,9 +19,10 @@ embedding mode:
 
 A model with **item attributes** (docs/attributes.md) exports its whole catalogue: the training
 items, then the cold items of its attribute table, each with the row it is scored with — its id
-row plus its attributes' embeddings (a cold item: its attributes alone) — and its bias (0 for a
-cold item), so an index built from the file holds the cold items too and ranks them as the model
-does. The ``input`` column then has zeros for a cold item (its input table has no row for it).
+row plus its attributes' embeddings (a cold item: its attributes alone) — and its bias (the id
+bias plus the attributes' bias part; a cold item's: the attributes' alone), so an index built
+from the file holds the cold items too and ranks them as the model does. The ``input`` column
+then has zeros for a cold item (its input table has no row for it).
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def item_embeddings(model: GRU4Rec) -> tuple[dict[str, np.ndarray], dict[str, An
     ``Wy``), ``bias`` (N float32, ``By``) and, unless the embedding is shared, ``input``
     (see :data:`INPUT_VECTOR_MEANING`). With item attributes the rows are the catalogue's
     (:func:`~gru4rec.export.common.catalogue_tables`): N + C items, the cold ones last, ``output``
-    the composed rows, ``bias`` 0 for a cold item, ``input`` zeros for a cold item. The
+    the composed rows and biases, ``input`` zeros for a cold item. The
     description (JSON-serialisable) says what each column is and how a score is formed;
     :func:`gru4rec.export.write_table` stores it with a Parquet file.
     """
@@ -92,7 +93,7 @@ def item_embeddings(model: GRU4Rec) -> tuple[dict[str, np.ndarray], dict[str, An
         names = [c.name for c in encoding.categorical] + [c.name for c in encoding.numeric]
         output = (f"the item's output vector: its row of Wy plus its attributes' embeddings ({', '.join(names)}); "
                   f"a cold item's is its attributes' alone ({width} wide)")
-        bias = "the item's output bias: By_i; 0 for a cold item"
+        bias = "the item's output bias: By_i plus its attributes' bias part; a cold item's is its attributes' alone"
         order = (f"the item id (row order = the model's item index: the {attributes.n_warm} training items, then "
                  f"the {n_cold} cold items of its attribute table)")
         meaning = None if meaning is None else f"{meaning}; zeros for a cold item"

@@ -16,7 +16,7 @@ the layer sizes, the input and output names and the opset, so a client needs not
 A model with **item attributes** (docs/attributes.md) is exported as the plain network of its
 catalogue (:func:`~gru4rec.export.common.as_plain_network`): N is then the training items plus
 the cold items of its attribute table, the output table holds every item's composed row (a
-constant of the graph, composed once at export), a cold item's bias is 0, and a cold item is a
+constant of the graph, composed once at export) and the biases the composed ones, and a cold item is a
 valid input (its composed row in shared mode, a zero row otherwise): ONNX Runtime ranks the cold
 items as the PyTorch model does. The sidecar's ``item_ids`` are the catalogue's, cold items last.
 
