@@ -113,3 +113,27 @@ def test_bad_item_options_are_usage_errors(data: dict[str, Path], tmp_path: Path
     assert cli.main([*args(data, tmp_path / "o"), "--item-features", str(tmp_path / "none.tsv")]) == 1
     assert "none.tsv: file not found" in capsys.readouterr().err
     assert not (tmp_path / "o" / "paropt.db").exists()  # before any study
+
+
+def test_an_early_stopped_trial_is_valued_as_evaluate_values_its_model(
+    data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``--early-stop`` the value is fit(valid=...)'s for the best epoch, which must be the
+    figure ``evaluate`` gives the model the trial keeps (cold targets included)."""
+    from gru4rec.tune import objective
+
+    seen: list[tuple[float, int]] = []
+    write = objective.write_trial_metrics
+
+    def recording(folder: Any, model: Any, valid: Any, settings: Any) -> None:
+        result = evaluate(model, str(data["valid"]), cutoffs=(20,), mode="standard")
+        seen.append((result.recall[20], next(g.n_predictions for g in result.target_groups if g.label == "cold")))
+        write(folder, model, valid, settings)
+
+    monkeypatch.setattr(objective, "write_trial_metrics", recording)
+    out = tmp_path / "out"
+    assert cli.main([*args(data, out, "-nt", "1", "--early-stop", "1", "--run-dirs", str(tmp_path / "runs")),
+                     "--item-features", str(data["items"]), "--item-types", "category=categorical"]) == 0
+    (trial,) = trials_of(f"sqlite:///{out / 'paropt.db'}", "attrs")
+    assert len(seen) == 1 and seen[0][1] > 0
+    assert trial.value == pytest.approx(seen[0][0], abs=1e-12)
