@@ -105,8 +105,9 @@ class ComposedRows(nn.Module):
 
     Parameters: ``tables[c]`` (n_codes_c × columns) per categorical column of
     ``attributes.encoding`` in its order, ``projection`` (n_numeric × columns, None without
-    numeric columns); columns = ``width``, plus one with ``bias`` (the bias column). Buffers: the attributes' codes, offsets and numbers on ``device`` in
-    ``dtype``. ``n_warm`` items have id rows; items ``n_warm..n_items-1`` are cold.
+    numeric columns); columns = ``width``, plus one with ``bias`` (the bias column). Buffers:
+    the attributes' codes, offsets and numbers on ``device`` in ``dtype``. ``n_warm`` items have
+    id rows; items ``n_warm..n_items-1`` are cold.
     Initialise with :meth:`reset_parameters` (the constructor draws with the default rule).
     """
 
