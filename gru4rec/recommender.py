@@ -252,7 +252,7 @@ class GRU4Rec:
     @torch.no_grad()
     def scores(self, out: torch.Tensor, buffer: torch.Tensor | None = None) -> torch.Tensor:
         """Raw scores of every item of :attr:`catalogue` after the outputs ``out``: ``out·Wyᵀ + By``
-        (B×N; with attributes B×(N + C), a cold item's bias being 0: :meth:`GRU4RecNet.score_all`)."""
+        (B×N; with attributes B×(N + C), a cold item's bias its attributes' part: :meth:`GRU4RecNet.score_all`)."""
         return self._parts()[0].score_all(out, buffer=buffer)
 
     def output_layer(self) -> tuple[torch.Tensor, torch.Tensor] | None:
