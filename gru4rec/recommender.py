@@ -243,11 +243,20 @@ class GRU4Rec:
         """Zero states of ``batch_size`` fresh sessions: one B×L_i tensor per GRU layer."""
         return self._parts()[0].init_hidden(batch_size)
 
+    @property
+    def click_context(self) -> bool:
+        """Whether the model takes each click's context (``config.click_context``): its steps
+        then need the clicks' context (:meth:`step`), which the evaluator and the engine compute
+        from the clicks' times (docs/attributes.md, "Click context")."""
+        return self.net is not None and self.net.uses_context
+
     @torch.no_grad()
-    def step(self, items: torch.Tensor, state: list[torch.Tensor]) -> torch.Tensor:
+    def step(self, items: torch.Tensor, state: list[torch.Tensor], context: torch.Tensor | None = None) -> torch.Tensor:
         """One GRU step of every row (item indices ``items``), in place; returns the last layer's
-        output, which is ``state[-1]``. Never trains: the network stays in evaluation mode."""
-        return self._parts()[0].step(items, state)
+        output, which is ``state[-1]``. Never trains: the network stays in evaluation mode.
+        ``context`` (B×5, :mod:`gru4rec.items.context`): the clicks' context, which a model with
+        :attr:`click_context` needs (and a plain one refuses)."""
+        return self._parts()[0].step(items, state, context)
 
     @torch.no_grad()
     def scores(self, out: torch.Tensor, buffer: torch.Tensor | None = None) -> torch.Tensor:

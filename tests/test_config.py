@@ -19,7 +19,7 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "loss": "cross-entropy", "final_act": "softmax", "hidden_act": "tanh", "layers": (100,),
     "n_epochs": 10, "batch_size": 64, "dropout_p_embed": 0.0, "dropout_p_hidden": 0.0,
     "dropout_p_id": 0.0, "learning_rate": 0.05, "momentum": 0.0, "lmbd": 0.0, "embedding": 0,
-    "constrained_embedding": True, "n_sample": 2048, "sample_alpha": 0.5,
+    "constrained_embedding": True, "click_context": False, "n_sample": 2048, "sample_alpha": 0.5,
     "sample_store_size": 10_000_000, "smoothing": 0.0, "adapt": "adagrad", "adapt_params": (),
     "grad_cap": 0.0, "bpreg": 1.0, "logq": 0.0, "sigma": 0.0, "init_as_normal": False,
     "train_random_order": False, "time_sort": True, "seed": 42, "repeat_weight": 0.0, "repeat_decay": 1.0,
@@ -83,7 +83,7 @@ def test_from_string_every_type() -> None:
     cfg = Config.from_string(
         " loss = bpr-max ,final_act=ELU-1,hidden_act=selu-1.0507-1.6733,layers=200/100,n_epochs=3,"
         "batch_size=32,dropout_p_embed=0.25,dropout_p_hidden=.5,learning_rate=1e-2,momentum=0.1,"
-        "lmbd=0,embedding=16,constrained_embedding=False,n_sample=0,sample_alpha=1,"
+        "lmbd=0,embedding=16,constrained_embedding=False,click_context=true,n_sample=0,sample_alpha=1,"
         "sample_store_size=1e6,smoothing=0,adapt=adam,adapt_params=0.8/0.99,grad_cap=5,bpreg=1.5,"
         "logq=0.5,sigma=0.01,init_as_normal=true,train_random_order=1,time_sort=0,seed=7,"
         "repeat_weight=1.5,repeat_decay=0.5,session_key=sid,item_key=iid,time_key=ts,"  # a trailing comma is tolerated
@@ -92,7 +92,7 @@ def test_from_string_every_type() -> None:
         "loss": "bpr-max", "final_act": "elu-1", "hidden_act": "selu-1.0507-1.6733",
         "layers": (200, 100), "n_epochs": 3, "batch_size": 32, "dropout_p_embed": 0.25,
         "dropout_p_hidden": 0.5, "dropout_p_id": 0.0, "learning_rate": 0.01, "momentum": 0.1, "lmbd": 0.0,
-        "embedding": 16, "constrained_embedding": False, "n_sample": 0, "sample_alpha": 1.0,
+        "embedding": 16, "constrained_embedding": False, "click_context": True, "n_sample": 0, "sample_alpha": 1.0,
         "sample_store_size": 1_000_000, "smoothing": 0.0, "adapt": "adam",
         "adapt_params": (0.8, 0.99), "grad_cap": 5.0, "bpreg": 1.5, "logq": 0.5, "sigma": 0.01,
         "init_as_normal": True, "train_random_order": True, "time_sort": False, "seed": 7,
@@ -487,7 +487,7 @@ def test_every_field_declares_its_group_converter_and_check() -> None:
     assert tuple(SPECS) == Config.field_names()
     assert all(isinstance(spec, FieldSpec) and spec.group in GROUPS and callable(spec.convert) for spec in SPECS.values())
     # The groups, written out independently of the declarations.
-    assert set(NETWORK_FIELDS) == {"layers", "hidden_act", "embedding", "constrained_embedding"}
+    assert set(NETWORK_FIELDS) == {"layers", "hidden_act", "embedding", "constrained_embedding", "click_context"}
     assert set(INFERENCE_FIELDS) == {"repeat_weight", "repeat_decay"}
     assert set(DATA_FIELDS) == {"session_key", "item_key", "time_key"}
     assert warm_start.NETWORK_FIELDS == tuple(name for name, spec in SPECS.items() if spec.group == "network")

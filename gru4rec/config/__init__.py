@@ -182,6 +182,10 @@ class Config:
     """Width of a separate input embedding (0: none; ``'layersize'``: ``layers[0]``)."""
     constrained_embedding: bool = _hyper(True, NETWORK, to_bool)
     """Share the output item matrix as the input embedding (``embedding`` is then ignored)."""
+    click_context: bool = _hyper(False, NETWORK, to_bool)
+    """Feed layer 0 each input click's context (hour of day, day of week, log gap to the session's
+    previous click: :mod:`gru4rec.items.context`) through a dense 5×3L₀ projection ``Wc``
+    (docs/attributes.md, "Click context"); off: the plain network, bit for bit."""
     n_sample: int = _hyper(2048, TRAINING, to_int, at_least(0))
     """Extra negative samples shared by the mini-batch (docs/behaviour.md §4)."""
     sample_alpha: float = _hyper(0.5, TRAINING, to_float, at_least(0.0))

@@ -31,6 +31,9 @@ class Sessions:
     items: np.ndarray  # int64 [E]
     offsets: np.ndarray  # int64 [n_sessions + 1], offsets[0] = 0, offsets[-1] = E
     session_ids: np.ndarray  # [n_sessions]
+    #: The events' times (float64 [E], unix seconds, aligned with ``items``); None where the
+    #: sessions were built without them. A model with click context reads them.
+    times: np.ndarray | None = None
 
     @property
     def n_sessions(self) -> int:
@@ -159,6 +162,7 @@ def sessions_from_events(
         shift = np.repeat(offsets[:-1][sess_perm] - new_offsets[:-1], lengths)
         src = shift + np.arange(n_events, dtype=np.int64)
         item_idx = item_idx[src]
+        times = times[src]
         offsets = new_offsets
         session_ids = session_ids[sess_perm]
 
@@ -166,6 +170,7 @@ def sessions_from_events(
         items=np.ascontiguousarray(item_idx, dtype=np.int64),
         offsets=offsets,
         session_ids=session_ids,
+        times=np.asarray(times, dtype=np.float64),
     )
     return sessions, n_unknown
 

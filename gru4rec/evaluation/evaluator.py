@@ -54,8 +54,9 @@ from gru4rec.evaluation.metrics import (
 )
 from gru4rec.evaluation.ranking import Ranker
 from gru4rec.evaluation.schedule import schedule_sessions
-from gru4rec.inference import SessionModel, catalogue_of, catalogue_support, check_session_model, require_fitted
+from gru4rec.inference import SessionModel, catalogue_of, catalogue_support, check_session_model, require_fitted, uses_context
 from gru4rec.inference.repeat import RepeatBoost, SlotHistory
+from gru4rec.items.context import sessions_context
 from gru4rec.log import progress_bar
 from gru4rec.machine.threads import RowWorkers, online_choice
 
@@ -150,6 +151,7 @@ def evaluate(
         return_ranks=return_ranks or breakdown,
         n_dropped_events=n_dropped,
         source=source,
+        times=sessions.times,
     )
     if breakdown:
         from gru4rec.evaluation.breakdown import compute_breakdown
@@ -162,12 +164,16 @@ def evaluate(
     return result
 
 
-def _step_by_rows(model: SessionModel, items: Tensor, state: list[Tensor], rows: RowWorkers) -> Tensor:
+def _step_by_rows(model: SessionModel, items: Tensor, state: list[Tensor], rows: RowWorkers, context: Tensor | None = None) -> Tensor:
     """``model.step(items, state)`` advanced in row ranges side by side (a row's state depends on
-    its own items only: :class:`~gru4rec.inference.SessionModel`); returns ``state[-1]``."""
+    its own items only: :class:`~gru4rec.inference.SessionModel`); returns ``state[-1]``.
+    ``context``: the clicks' context (B×5), for a model with click context."""
 
     def step(part: int, lo: int, hi: int) -> None:
-        model.step(items[lo:hi], [s[lo:hi] for s in state])  # its output is (equal to) state[-1][lo:hi]
+        if context is None:
+            model.step(items[lo:hi], [s[lo:hi] for s in state])  # its output is (equal to) state[-1][lo:hi]
+        else:
+            model.step(items[lo:hi], [s[lo:hi] for s in state], context=context[lo:hi])  # type: ignore[call-arg]  # uses_context
 
     rows.run(step, items.shape[0])
     return state[-1]
@@ -233,7 +239,7 @@ def evaluate_boosts(
     sessions, n_dropped, source = _test_sessions(model, test)
     return _evaluate(model, sessions.items, sessions.offsets, list(boosts), cutoffs=cut, mode=mode, batch_size=batch_size,
                      beyond_accuracy=beyond_accuracy, progress=False, seed=seed, return_ranks=False,
-                     n_dropped_events=n_dropped, source=source)
+                     n_dropped_events=n_dropped, source=source, times=sessions.times)
 
 
 def evaluate_sessions(
@@ -250,16 +256,19 @@ def evaluate_sessions(
     return_ranks: bool = False,
     n_dropped_events: int = 0,
     source: str = "test sessions",
+    times: np.ndarray | None = None,
 ) -> EvalResult:
     """The evaluation core over sessions given as flat arrays (see :func:`evaluate`).
 
     ``model`` is a fitted :class:`~gru4rec.inference.SessionModel`; ``items`` (int64 [E]) are
     its dense item indices, session after session; session s is ``items[offsets[s]:offsets[s+1]]``.
+    ``times`` (float [E], unix seconds, aligned with ``items``): the clicks' times, which a model
+    with click context needs (each input click's context is computed from them).
     """
     model = check_session_model(model, "evaluate")
     return _evaluate(model, items, offsets, [RepeatBoost.of(model)], cutoffs=cutoffs, mode=mode, batch_size=batch_size,
                      beyond_accuracy=beyond_accuracy, progress=progress, seed=seed, return_ranks=return_ranks,
-                     n_dropped_events=n_dropped_events, source=source)[0]
+                     n_dropped_events=n_dropped_events, source=source, times=times)[0]
 
 
 def _evaluate(
@@ -277,6 +286,7 @@ def _evaluate(
     return_ranks: bool,
     n_dropped_events: int,
     source: str,
+    times: np.ndarray | None = None,
 ) -> list[EvalResult]:
     """The evaluation loop: one :class:`EvalResult` per boost, from the same scores."""
     t0 = time.perf_counter()
@@ -322,6 +332,14 @@ def _evaluate(
     reset = torch.from_numpy(sched.reset).to(device)
     reset_any: list[bool] = np.any(sched.reset, axis=1).tolist()  # host copy: skip the reset op when no slot restarts
     pred_index = torch.from_numpy(sched.pred_index).to(device) if return_ranks else None
+    # A model with click context: each cell's input click's context, moved with the schedule.
+    context = None
+    if uses_context(model):
+        if times is None or len(times) != len(items):
+            raise DataError(f"{source}: the model takes click context (click_context), but the test sessions have no "
+                            f"times (column {model.config.time_key!r})")
+        assert sched.input_events is not None
+        context = torch.from_numpy(sessions_context(times, offsets)[sched.input_events]).to(device=device)
 
     metrics = [
         MetricAccumulator(
@@ -381,7 +399,12 @@ def _evaluate(
                 for h in hidden:
                     h.masked_fill_(r, 0.0)
             rows = workers if workers is not None and threads is not None and threads.row_parts > 1 and A >= MIN_SPLIT_ROWS else None
-            out = model.step(inputs[step, :A], hidden) if rows is None else _step_by_rows(model, inputs[step, :A], hidden, rows)
+            if context is None:
+                out = model.step(inputs[step, :A], hidden) if rows is None else _step_by_rows(model, inputs[step, :A], hidden, rows)
+            elif rows is None:
+                out = model.step(inputs[step, :A], hidden, context=context[step, :A])  # type: ignore[call-arg]  # uses_context
+            else:
+                out = _step_by_rows(model, inputs[step, :A], hidden, rows, context[step, :A])
             if score_buf is None:
                 score_buf = torch.empty(B, N, dtype=out.dtype, device=device)
             scores = model.scores(out, buffer=score_buf[:A]) if rows is None else _scores_by_rows(model, out, score_buf[:A], rows)

@@ -30,6 +30,9 @@ class EvalSchedule:
     active: np.ndarray  # int64 [T] slots 0..active[t]-1 are busy at step t, the others idle
     n_predictions: int
     n_sessions: int
+    #: int64 [T, B] the event (index into the session arrays) of each cell's input (0 in idle
+    #: cells): where a model with click context reads the input click's context.
+    input_events: np.ndarray | None = None
 
 
 def schedule_sessions(items: np.ndarray, offsets: np.ndarray, batch_size: int) -> EvalSchedule:
@@ -75,6 +78,8 @@ def schedule_sessions(items: np.ndarray, offsets: np.ndarray, batch_size: int) -
     reset = np.zeros(T * B, dtype=bool)
     pred_index = np.full(T * B, n_pred, dtype=np.int64)
     inputs[cell] = items[event]
+    input_events = np.zeros(T * B, dtype=np.int64)
+    input_events[cell] = event
     targets[cell] = items[event + 1]
     valid[cell] = True
     reset[cell[j == 0]] = True
@@ -89,4 +94,5 @@ def schedule_sessions(items: np.ndarray, offsets: np.ndarray, batch_size: int) -
         active,
         n_pred,
         n_sess,
+        input_events.reshape(shape),
     )

@@ -8,12 +8,12 @@ same protocol and repeat boost); see
 """
 from gru4rec.inference.clicks import Clicks
 from gru4rec.inference.engine import DEFAULT_CHUNK_BYTES, Answer, Engine, TopKChunk, Work
-from gru4rec.inference.protocol import SessionModel, catalogue_of, catalogue_support, check_session_model, require_fitted
+from gru4rec.inference.protocol import SessionModel, catalogue_of, catalogue_support, check_session_model, require_fitted, uses_context
 from gru4rec.inference.scoring import SCORING_CHOICES, CertifiedTopK, Float32TopK, TopK, TopKResult, make_topk
 from gru4rec.inference.state import SessionState
 
 __all__ = [
     "Answer", "CertifiedTopK", "Clicks", "DEFAULT_CHUNK_BYTES", "Engine", "Float32TopK", "SCORING_CHOICES", "SessionModel",
     "SessionState", "TopK", "TopKChunk", "TopKResult", "Work", "catalogue_of", "catalogue_support",
-    "check_session_model", "make_topk", "require_fitted",
+    "check_session_model", "make_topk", "require_fitted", "uses_context",
 ]

@@ -30,6 +30,11 @@ its ``catalogue`` (an :class:`~gru4rec.data.ItemMap` whose first items are ``ite
 order) then names the columns of ``scores``, which are B × ``len(catalogue)``, and ``step``
 accepts any catalogue index. A model without it ranks ``item_map`` (:func:`catalogue_of`).
 
+A model may also take each click's **context** (docs/attributes.md, "Click context"): its
+``click_context`` is then True and its ``step(items, state, context=...)`` needs the clicks'
+context (B×5, :mod:`gru4rec.items.context`); the evaluator and the engine compute it from the
+clicks' times and hand it over (:func:`uses_context`). A model without it is stepped as always.
+
 A model may also say which repeat boost its scores get before they are ranked
 (:class:`gru4rec.inference.repeat.RepeatAware`: ``repeat_boost``); a model without it gets none.
 """
@@ -44,7 +49,7 @@ from torch import Tensor
 from gru4rec.data import ItemMap
 from gru4rec.errors import Gru4RecError, NotFittedError
 
-__all__ = ["SessionModel", "catalogue_of", "catalogue_support", "check_session_model", "require_fitted"]
+__all__ = ["SessionModel", "catalogue_of", "catalogue_support", "check_session_model", "require_fitted", "uses_context"]
 
 
 @runtime_checkable
@@ -111,3 +116,9 @@ def catalogue_support(model: SessionModel) -> np.ndarray:
     if n_cold == 0:
         return support
     return np.concatenate([support, np.zeros(n_cold, dtype=support.dtype)])
+
+
+def uses_context(model: SessionModel) -> bool:
+    """Whether ``model``'s steps take the clicks' context (its ``click_context``; False for a
+    model without that attribute)."""
+    return bool(getattr(model, "click_context", False))

@@ -24,10 +24,12 @@ import pandas as pd
 from gru4rec.data.events import show_value
 from gru4rec.errors import DataError
 
-__all__ = ["CONTEXT_FEATURES", "click_context", "context_of"]
+__all__ = ["CONTEXT_FEATURES", "N_CONTEXT", "click_context", "context_of", "sessions_context"]
 
 #: The columns of the context matrix, in order.
 CONTEXT_FEATURES = ("hour_sin", "hour_cos", "dow_sin", "dow_cos", "log_gap")
+#: Their number: the rows of the network's context projection ``Wc``.
+N_CONTEXT = len(CONTEXT_FEATURES)
 _DAY = 86_400.0
 _EPOCH_WEEKDAY = 3  # 1970-01-01 was a Thursday (Monday = 0)
 
@@ -87,4 +89,17 @@ def click_context(events: pd.DataFrame, *, session_key: str = "SessionId", time_
     if len(back):
         raise DataError(f"click context: session {show_value(sessions[back[0]])} goes back in time at row {int(back[0])}; "
                         "sort the events by session and time")
+    return context_of(times, prev, seconds_per_tick=seconds_per_tick)
+
+
+def sessions_context(times: np.ndarray, offsets: np.ndarray, *, seconds_per_tick: float = 1.0) -> np.ndarray:
+    """The context features (float32 [E × 5]) of events laid out as sessions: session s is
+    ``times[offsets[s]:offsets[s+1]]`` (unix time, in order within the session, as
+    :class:`gru4rec.data.Sessions` holds them). A session's first click has no previous click."""
+    times = np.asarray(times, dtype=np.float64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    prev = np.empty_like(times)
+    prev[1:] = times[:-1]
+    starts = offsets[:-1][offsets[:-1] < len(times)]
+    prev[starts] = np.nan
     return context_of(times, prev, seconds_per_tick=seconds_per_tick)

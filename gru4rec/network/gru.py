@@ -23,6 +23,11 @@ attributes' bias part, and the scores cover the cold items too (:attr:`GRU4RecNe
 a cold item clicked feeds layer 0 its composed row in shared mode, a zero row otherwise). In
 training, ``dropout_p_id`` drops the id part of a share of the step's items (:attr:`dropout_p_id`).
 Without attributes ``attributes`` is None and every path is the plain one, bit for bit.
+
+With click context (``config.click_context``, docs/attributes.md) layer 0's projection adds each
+input click's five context features (:mod:`gru4rec.items.context`) through ``Wc`` (5×3L₀, a
+dense parameter drawn after every other one): ``v = x·Wx + ctx·Wc + Bh`` (one-hot mode:
+``Wx_0[item] + ctx·Wc + Bh``). Without it ``Wc`` is None and no path changes.
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ from torch import Tensor, nn
 from gru4rec.config import Config
 from gru4rec.config.activations import Activation
 from gru4rec.items.attributes import ItemAttributes
+from gru4rec.items.context import N_CONTEXT
 from gru4rec.items.rows import ComposedRows
 
 __all__ = ["GRU4RecNet", "GRULayer", "gru_cell"]
@@ -49,6 +55,18 @@ def gru_cell(v: Tensor, h: Tensor, Wh: Tensor, Wrz: Tensor, act: Act) -> Tensor:
     r, z = rz[:, :n], rz[:, n:]
     h_cand = act(torch.addmm(v[:, :n], h * r, Wh))
     return torch.lerp(h, h_cand, z)  # (1 − z)·h + z·h_cand
+
+
+def _fill(block: Tensor, sigma: float, normal: bool, generator: torch.Generator | None) -> None:
+    """Draw ``block`` in place by the rule of every weight block (docs/behaviour.md §2):
+    U[−σ, σ] with σ = sqrt(6/(rows+cols)) unless ``sigma > 0`` fixes it; N(0, σ²) when ``normal``."""
+    s = sigma if sigma > 0 else math.sqrt(6.0 / (block.shape[0] + block.shape[1]))
+    values = torch.empty(block.shape, dtype=block.dtype)
+    if normal:
+        values.normal_(0.0, s, generator=generator)
+    else:
+        values.uniform_(-s, s, generator=generator)
+    block.copy_(values)
 
 
 class GRULayer(nn.Module):
@@ -118,6 +136,14 @@ class GRU4RecNet(nn.Module):
         #: bias: the item is composed from its attributes alone, as a cold item is), so that the
         #: attribute parts learn to score an item on their own; 0 without attributes.
         self.dropout_p_id = config.dropout_p_id if self.attributes is not None else 0.0
+        #: Layer 0's context projection (N_CONTEXT × 3L₀; ``config.click_context``), else None.
+        #: Drawn last, block by block as Wx's, so that every other draw stays where it was.
+        self.Wc: nn.Parameter | None = None
+        if config.click_context:
+            self.Wc = nn.Parameter(torch.empty(N_CONTEXT, 3 * sizes[0]))
+            with torch.no_grad():
+                for k in range(3):
+                    _fill(self.Wc[:, k * sizes[0]:(k + 1) * sizes[0]], config.sigma, config.init_as_normal, generator)
         #: The composed catalogue of score_all (its buffer kept while its device and dtype hold).
         self._catalogue: Tensor | None = None
         #: What ``_catalogue`` was composed from (:meth:`_tables_key`; None: compose again).
@@ -133,13 +159,7 @@ class GRU4RecNet(nn.Module):
         of the block unless ``sigma > 0`` fixes it; N(0, σ²) when ``normal``. Biases are zero."""
 
         def fill(block: Tensor) -> None:
-            s = sigma if sigma > 0 else math.sqrt(6.0 / (block.shape[0] + block.shape[1]))
-            values = torch.empty(block.shape, dtype=block.dtype)
-            if normal:
-                values.normal_(0.0, s, generator=generator)
-            else:
-                values.uniform_(-s, s, generator=generator)
-            block.copy_(values)
+            _fill(block, sigma, normal, generator)
 
         for layer in self.layers:
             n = layer.size
@@ -228,23 +248,39 @@ class GRU4RecNet(nn.Module):
 
     # ------------------------------------------------------------------ forward pieces
 
-    def layer0_projection(self, x: Tensor) -> Tensor:
-        """``v`` of layer 0 from its input rows (embedding rows, or ``Wx_0`` rows in none mode)."""
+    @property
+    def uses_context(self) -> bool:
+        """Whether layer 0 takes the clicks' context (``config.click_context``: ``Wc`` exists)."""
+        return self.Wc is not None
+
+    def layer0_projection(self, x: Tensor, context: Tensor | None = None) -> Tensor:
+        """``v`` of layer 0 from its input rows (embedding rows, or ``Wx_0`` rows in none mode)
+        and, for a network with click context, the clicks' context (B×5): ``+ context·Wc``.
+        ValueError when the two do not go together (context missing, or given to a plain network)."""
         layer = self.layers[0]
+        if (context is None) != (self.Wc is None):
+            raise ValueError("this network was built with click_context: every step needs its clicks' context (B×5)"
+                             if context is None else "click context given to a network built without click_context")
         if self.mode == "none":
-            return x + layer.Bh
-        return torch.addmm(layer.Bh, x, layer.Wx)
+            v = x + layer.Bh
+        else:
+            v = torch.addmm(layer.Bh, x, layer.Wx)
+        if self.Wc is not None and context is not None:  # both or neither (checked above)
+            v = torch.addmm(v, context, self.Wc)
+        return v
 
     def init_hidden(self, batch_size: int, device: torch.device | str | None = None) -> list[Tensor]:
         """Zero hidden states, one B×L_i tensor per layer."""
         device = self.Wy.device if device is None else device
         return [torch.zeros(batch_size, n, device=device, dtype=self.Wy.dtype) for n in self.sizes]
 
-    def run_layers(self, x: Tensor, hidden: list[Tensor], dropout: Callable[[Tensor, int], Tensor] | None = None) -> list[Tensor]:
+    def run_layers(self, x: Tensor, hidden: list[Tensor], dropout: Callable[[Tensor, int], Tensor] | None = None,
+                   context: Tensor | None = None) -> list[Tensor]:
         """Every layer's output for the input rows ``x`` (embedding rows, or ``Wx_0`` rows in
         none mode) from the states ``hidden`` (not modified). ``dropout(out, i)``, if given, is
-        applied to layer i's output, which is both the next layer's input and its new state."""
-        v = self.layer0_projection(x)
+        applied to layer i's output, which is both the next layer's input and its new state.
+        ``context``: the clicks' context (B×5), for a network with click context only."""
+        v = self.layer0_projection(x, context)
         outs = []
         for i, layer in enumerate(self.layers):
             if i > 0:
@@ -255,9 +291,10 @@ class GRU4RecNet(nn.Module):
             outs.append(x)
         return outs
 
-    def step(self, items: Tensor, hidden: list[Tensor]) -> Tensor:
+    def step(self, items: Tensor, hidden: list[Tensor], context: Tensor | None = None) -> Tensor:
         """Advance every row by one item: returns the last layer's output (B×L) and overwrites
-        ``hidden`` in place. Dropout applies only in training mode (inverted dropout)."""
+        ``hidden`` in place. Dropout applies only in training mode (inverted dropout).
+        ``context``: the clicks' context (B×5), for a network with click context only."""
         x = self.input_rows(items)
         dropout = None
         if self.training:
@@ -265,7 +302,7 @@ class GRU4RecNet(nn.Module):
                 x = nn.functional.dropout(x, self.dropout_p_embed)
             if self.dropout_p_hidden > 0:
                 dropout = lambda out, i: nn.functional.dropout(out, self.dropout_p_hidden)  # noqa: E731
-        outs = self.run_layers(x, hidden, dropout)
+        outs = self.run_layers(x, hidden, dropout, context)
         for h, out in zip(hidden, outs):
             h.copy_(out)
         return outs[-1]

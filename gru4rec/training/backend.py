@@ -92,6 +92,13 @@ C_STEP_COST = "FastStep takes up to 1.25x the C step's time (rsc15's shapes)"
 _declined: set[str] = set()
 
 
+def _say_reference_once(why: str) -> None:
+    """Say once (INFO) that the reference step runs instead of a fast one, and why."""
+    if why not in _declined:
+        _declined.add(why)
+        log.info("the training step runs as the autograd reference step: %s; %s", why, ATTRIBUTE_COST)
+
+
 @dataclass(frozen=True)
 class Backend:
     """How a training run computes its step (see the module docstring)."""
@@ -137,6 +144,9 @@ class Backend:
         """Whether a trainer of ``net`` runs the reference step: asked for (``reference``), or
         ``net`` has item attributes, which only :data:`ATTRIBUTE_FORMS` cover (said once, INFO,
         with what it costs)."""
+        if not reference and net.uses_context:  # click context: only the reference step adds ctx·Wc
+            _say_reference_once("the network takes click context (only the reference step has ctx·Wc)")
+            return True
         if reference or net.attributes is None:
             return reference
         why = "the network composes its item rows from attributes (only the reference step has them)"

@@ -79,6 +79,9 @@ class Schedule:
     active: Tensor  # float [T, B] 1 for active slots
     keep: Tensor  # float [T, B, 1] 0 where the slot starts a new session (its hidden state → 0), else 1
     n_active: np.ndarray  # int64 [T] active slots per step (host copy, for the epoch's statistics)
+    #: float [T, B, 5] the context of each slot's input click (inactive: the first active slot's),
+    #: for a network with click context; None otherwise.
+    context: Tensor | None = None
 
     @property
     def n_steps(self) -> int:
@@ -97,9 +100,12 @@ def build_schedule(
     n_sample: int,
     device: torch.device | str,
     dtype: torch.dtype = torch.float32,
+    context: np.ndarray | None = None,
 ) -> Schedule:
     """The epoch's schedule for sessions ``items[offsets[k]:offsets[k+1]]`` in that order,
-    computed on the host with vectorised numpy and moved to ``device`` in one transfer each."""
+    computed on the host with vectorised numpy and moved to ``device`` in one transfer each.
+    ``context`` (float32 [E × 5], aligned with ``items``): every event's click context, gathered
+    here once per epoch for the steps' input clicks (``Schedule.context``)."""
     positions = schedule_positions(offsets, batch_size, n_sample)
     active = positions >= 0
     n_active = active.sum(1)
@@ -119,4 +125,5 @@ def build_schedule(
         active=put(active, dtype),
         keep=put(~reset[:, :, None], dtype),
         n_active=n_active.astype(np.int64),
+        context=None if context is None else put(np.asarray(context)[filled], dtype),
     )

@@ -23,7 +23,9 @@ import torch
 
 from gru4rec.config import Config
 from gru4rec.data import ItemMap, Sessions
+from gru4rec.errors import DataError
 from gru4rec.items.attributes import ItemAttributes
+from gru4rec.items.context import sessions_context
 from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.loop import EpochStats, train_epochs
 from gru4rec.training.resume import CheckpointPart, TrainingCheckpoint
@@ -133,9 +135,15 @@ class TrainingRun:
             return
         scores: dict[int, dict[str, float]] = {}
         validate = None if validation is None else (lambda stats: scores.__setitem__(stats.epoch, validation.after_epoch(stats.epoch)))
+        context = None
+        if self.net.uses_context:  # the events' click context, computed once for every epoch
+            if sessions.times is None:
+                raise DataError(f"click_context: the training sessions have no times (column {config.time_key!r}); "
+                                "build them with sessions_from_events")
+            context = sessions_context(sessions.times, sessions.offsets)
         with checkpoint.catching_signals() if checkpoint is not None else contextlib.nullcontext():
             for stats in train_epochs(self.trainer, sessions.items, sessions.offsets, rng=rng, progress=progress,
-                                      start=start, checkpoints=checkpoint, on_epoch_end=validate):
+                                      start=start, checkpoints=checkpoint, on_epoch_end=validate, context=context):
                 self.epochs_done = stats.epoch
                 yield TrainedEpoch(stats, scores.get(stats.epoch))
                 if validation is not None and validation.should_stop:

@@ -139,6 +139,7 @@ def train_epochs(
     start: EpochPosition | None = None,
     checkpoints: StepCheckpoints | None = None,
     on_epoch_end: Callable[[EpochStats], None] | None = None,
+    context: np.ndarray | None = None,
 ) -> Iterator[EpochStats]:
     """Train epoch after epoch, yielding each epoch's statistics (the caller may stop early).
 
@@ -151,7 +152,9 @@ def train_epochs(
     line is logged at INFO. Raises
     :class:`TrainingDivergedError` when the loss becomes NaN or infinite; warns once
     (:class:`~gru4rec.errors.LossExplodedWarning`, before ``on_epoch_end``) at the first epoch whose
-    loss is above :func:`loss_bound` of the first step this call trains.
+    loss is above :func:`loss_bound` of the first step this call trains. ``context`` (float32
+    [E × 5], aligned with ``items``): the events' click context, for a network with click
+    context (it follows the sessions' order and reaches each step as ``Schedule.context``).
     """
     config = trainer.config
     last = config.n_epochs if n_epochs is None else n_epochs
@@ -170,11 +173,17 @@ def train_epochs(
     for epoch in range(first_epoch, last + 1):
         rng_state = dict(rng.bit_generator.state)  # a mid-epoch checkpoint redraws this epoch's order from it
         if schedule is None or config.train_random_order:
-            if config.train_random_order:
+            ep_context = context
+            if config.train_random_order and context is not None:
+                # The events' positions reordered once, then both arrays gathered by them.
+                moved, ep_offsets = reorder(np.arange(len(items)), offsets, rng.permutation(len(offsets) - 1))
+                ep_items, ep_context = items[moved], context[moved]
+            elif config.train_random_order:
                 ep_items, ep_offsets = reorder(items, offsets, rng.permutation(len(offsets) - 1))
             else:
                 ep_items, ep_offsets = items, offsets
-            schedule = build_schedule(ep_items, ep_offsets, config.batch_size, config.n_sample, trainer.device, trainer.dtype)
+            schedule = build_schedule(ep_items, ep_offsets, config.batch_size, config.n_sample, trainer.device, trainer.dtype,
+                                      context=ep_context)
         if schedule.n_steps == 0:
             raise TrainingDivergedError("the training data has no session of length 2 or more: nothing to train on")
         resumed = start if start is not None and start.epoch == epoch and start.step > 0 else None
@@ -252,9 +261,13 @@ def _run_epoch(
     run = graphed_epoch_runner(trainer, schedule, accumulate) if replay else None  # type: ignore[arg-type]  # see above
     if run is None:
         inputs, targets, active, keep = schedule.inputs, schedule.targets, schedule.active, schedule.keep
+        ctx = schedule.context
 
         def run(t: int) -> None:
-            accumulate(trainer.train_step(inputs[t], targets[t], active[t], keep[t]), step_ids[t])
+            if ctx is None:
+                accumulate(trainer.train_step(inputs[t], targets[t], active[t], keep[t]), step_ids[t])
+            else:
+                accumulate(trainer.train_step(inputs[t], targets[t], active[t], keep[t], context=ctx[t]), step_ids[t])
 
     bar = progress_bar(schedule.n_steps, f"Epoch{epoch}", enabled=progress, unit="mb", initial=first_step)
     with bar, threads if threads is not None else contextlib.nullcontext():

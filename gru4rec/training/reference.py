@@ -13,6 +13,9 @@ id part of the items that id dropout drops left out (:meth:`DropoutMasks.keep_id
 biases' and the attribute tables' (row-wise, summed per row by the optimiser like every item
 table) and the projection's (a dense gradient). Without attributes the step is the plain one,
 unchanged.
+
+With click context (``net.Wc``) the step's ``context`` (B×5) enters layer 0's projection and
+``Wc`` is one more dense parameter autograd differentiates; without it nothing changes.
 """
 from __future__ import annotations
 
@@ -44,29 +47,31 @@ class ReferenceStep:
         self._proj_at = None if proj is None else [i for i, p in enumerate(optimizer.dense.values()) if p is proj][0]
 
     def __call__(self, hidden: list[Tensor], inputs: Tensor, targets: Tensor, samples: Tensor, cols: Tensor,
-                 col_valid: Tensor, active: Tensor, n_cols: Tensor) -> Tensor:
+                 col_valid: Tensor, active: Tensor, n_cols: Tensor, context: Tensor | None = None) -> Tensor:
         net = self.net
         if net.attributes is not None:
-            return self._composed(net.attributes, hidden, inputs, targets, samples, cols, col_valid, active, n_cols)
+            return self._composed(net.attributes, hidden, inputs, targets, samples, cols, col_valid, active, n_cols, context)
         # The step's rows as leaves of their own: gradients exist for these rows only.
         x_in = net.input_table.detach().index_select(0, inputs).requires_grad_()
         wy = net.Wy.detach().index_select(0, cols).requires_grad_()
         by = net.By.detach().index_select(0, cols).requires_grad_()
         self.dropout.draw()  # every mask of the step, as the fast step draws them
-        loss, grads, new_hidden = self._forward_backward(hidden, x_in, wy, by, targets, samples, col_valid, active, n_cols)
+        loss, grads, new_hidden = self._forward_backward(hidden, x_in, wy, by, targets, samples, col_valid, active, n_cols,
+                                                         context)
         self.optimizer.step(list(grads[3:]), item_table_grads(net, inputs, cols, grads[0], grads[1], grads[2]))
         for h, h_new in zip(hidden, new_hidden):
             h.copy_(h_new.detach())
         return loss.detach()
 
     def _forward_backward(self, hidden: list[Tensor], x_in: Tensor, wy: Tensor, by: Tensor, targets: Tensor, samples: Tensor,
-                          col_valid: Tensor, active: Tensor, n_cols: Tensor) -> tuple[Tensor, tuple[Tensor, ...], list[Tensor]]:
+                          col_valid: Tensor, active: Tensor, n_cols: Tensor,
+                          context: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, ...], list[Tensor]]:
         """The step's loss by autograd from its leaves (the input rows ``x_in``, the candidates'
         rows ``wy`` and biases ``by``; the step's masks drawn): the loss, the gradients of x_in,
         wy, by and the dense parameters, and the new hidden states."""
         with torch.enable_grad():
             x = self.dropout.drop_embedding(x_in)
-            new_hidden = self.net.run_layers(x, hidden, None if self.dropout.hidden is None else self.dropout.drop_hidden)
+            new_hidden = self.net.run_layers(x, hidden, None if self.dropout.hidden is None else self.dropout.drop_hidden, context)
             raw = torch.addmm(by, new_hidden[-1], wy.t())
             if self.logq is not None:
                 raw = raw - self.logq.columns(targets, samples)
@@ -75,7 +80,7 @@ class ReferenceStep:
         return loss, grads, new_hidden
 
     def _composed(self, rows: ComposedRows, hidden: list[Tensor], inputs: Tensor, targets: Tensor, samples: Tensor,
-                  cols: Tensor, col_valid: Tensor, active: Tensor, n_cols: Tensor) -> Tensor:
+                  cols: Tensor, col_valid: Tensor, active: Tensor, n_cols: Tensor, context: Tensor | None = None) -> Tensor:
         """The step of a network with item attributes: the composed rows and biases are the leaves."""
         net, dropout = self.net, self.dropout
         dropout.draw()  # every mask of the step (and the id dropout's salt), as the fast step draws them
@@ -85,7 +90,8 @@ class ReferenceStep:
             wy, by = net.scored_rows(cols, keep_cols)
             wy.requires_grad_()
             by.requires_grad_()
-        loss, grads, new_hidden = self._forward_backward(hidden, x_in, wy, by, targets, samples, col_valid, active, n_cols)
+        loss, grads, new_hidden = self._forward_backward(hidden, x_in, wy, by, targets, samples, col_valid, active, n_cols,
+                                                         context)
         g_in, g_wy, g_by = grads[0], grads[1], grads[2]
         scored = rows.backward(cols, g_wy, g_by, keep_cols)
         assert scored.id_bias is not None  # given the biases' gradient

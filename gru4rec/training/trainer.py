@@ -124,14 +124,16 @@ class Trainer:
         for h in self.hidden:
             h.zero_()
 
-    def train_step(self, inputs: Tensor, targets: Tensor, active: Tensor, keep: Tensor, samples: Tensor | None = None) -> Tensor:
+    def train_step(self, inputs: Tensor, targets: Tensor, active: Tensor, keep: Tensor, samples: Tensor | None = None,
+                   context: Tensor | None = None) -> Tensor:
         """One step over the B slots (one row of a :class:`~gru4rec.training.batching.Schedule`); returns
         the loss (0-dim device tensor, sum over active rows / B).
 
         ``active``: float 0/1 (B); ``keep``: float 0/1 (B×1), 0 where a slot starts a new session.
         An inactive slot does not exist (docs/behaviour.md §3): it must carry items of an active
         slot (the schedule gives it the first active slot's), so that its zero gradient touches no
-        other row. ``samples`` (S ids) default to the next row of the sample store.
+        other row. ``samples`` (S ids) default to the next row of the sample store. ``context``
+        (B×5): the input clicks' context, for a network with click context (the reference step).
         """
         if samples is None:
             samples = self.sampler.next() if self.sampler is not None else self._no_samples
@@ -142,6 +144,10 @@ class Trainer:
         cols = torch.cat((targets, samples))  # C = B + S columns: row i's positive is column i
         col_valid = torch.cat((active, self._ones_s)) if self.n_sample > 0 else active
         n_cols = active.sum() + self.n_sample
+        if context is not None:
+            step = self._step
+            assert isinstance(step, ReferenceStep)  # the backend chose it for a network with context
+            return step(self.hidden, inputs, targets, samples, cols, col_valid, active, n_cols, context=context)
         return self._step(self.hidden, inputs, targets, samples, cols, col_valid, active, n_cols)
 
     def train_step_at(self, schedule: Schedule, t: Tensor, sample_row: Tensor) -> Tensor:
