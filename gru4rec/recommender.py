@@ -299,6 +299,23 @@ class GRU4Rec:
 
     # ------------------------------------------------------------------ recommendations
 
+    def _known_times(self, sessions: Sequence[Iterable[Any]], times: Sequence[Sequence[float]] | None) -> np.ndarray | None:
+        """The click times of the sessions' known items (flat, as :meth:`_flatten` keeps them)
+        for a model with click context: ``times[s]`` holds session s's, one per item (unix
+        seconds); None (the clock at the call, :class:`~gru4rec.inference.Engine`) when not given."""
+        if times is None or not self.click_context:
+            return None
+        if len(times) != len(sessions):
+            raise Gru4RecError(f"times: {len(times)} lists of click times for {len(sessions)} sessions")
+        lists = [list(s) for s in sessions]
+        for s, (ids, ts) in enumerate(zip(lists, times)):
+            if len(ts) != len(ids):
+                raise Gru4RecError(f"times[{s}]: {len(ts)} click times for {len(ids)} items")
+        flat = np.asarray([t for ts in times for t in ts], dtype=np.float64)
+        assert self.catalogue is not None
+        known = self.catalogue.index_of([i for ids in lists for i in ids]) >= 0
+        return flat[known] if len(flat) else flat
+
     def _flatten(self, sessions: Sequence[Iterable[Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The sessions' known item indices (flat), their offsets and each session's number of
         unknown ids — one lookup for all ids, with one warning (to the caller of the public
@@ -323,7 +340,8 @@ class GRU4Rec:
                                f"{', '.join(map(str, empty[:5].tolist()))} have none")
         return items, offsets
 
-    def recommend_batch(self, sessions: Sequence[Iterable[Any]], k: int = 20, *, exclude_seen: bool = False) -> list[Recommendations]:
+    def recommend_batch(self, sessions: Sequence[Iterable[Any]], k: int = 20, *, exclude_seen: bool = False,
+                        times: Sequence[Sequence[float]] | None = None) -> list[Recommendations]:
         """Top-``k`` items for each session (the items clicked so far, oldest first), ranked by the
         model's scores plus its repeat boost when it has one (:attr:`repeat_boost`).
 
@@ -331,35 +349,42 @@ class GRU4Rec:
         item gets the most popular items, flagged ``fallback=True``, with NaN scores. With
         ``exclude_seen`` a session's own items are never recommended (a session may then get
         fewer than ``k``). Sessions run in chunks (:class:`gru4rec.inference.Engine`): memory
-        is bounded by the chunk, not by the number of sessions.
+        is bounded by the chunk, not by the number of sessions. ``times`` (one list per session,
+        one unix time per item): the clicks' times, which a model with :attr:`click_context`
+        computes the clicks' context from (None: every click at the clock's time now, gaps 0); a
+        plain model ignores them.
         """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         items, offsets, n_unknown = self._flatten(sessions)
+        known_times = self._known_times(sessions, times)
         self._parts()
         assert self.catalogue is not None
         ids = self.catalogue.ids  # the cold items of a model with attributes can be recommended
         results: list[Recommendations] = []
-        for chunk in self.engine().recommend(items, offsets, k, exclude_seen=exclude_seen):
+        for chunk in self.engine().recommend(items, offsets, k, exclude_seen=exclude_seen, times=known_times):
             for r in range(len(chunk.fallback)):
                 kept = chunk.indices[r] >= 0
                 results.append(Recommendations(ids[chunk.indices[r][kept]], chunk.scores[r][kept],
                                                int(n_unknown[chunk.start + r]), bool(chunk.fallback[r])))
         return results
 
-    def recommend(self, session_items: Iterable[Any], k: int = 20, *, exclude_seen: bool = False) -> Recommendations:
-        """Top-``k`` next items for one session given the items clicked so far (oldest first)."""
-        return self.recommend_batch([list(session_items)], k, exclude_seen=exclude_seen)[0]
+    def recommend(self, session_items: Iterable[Any], k: int = 20, *, exclude_seen: bool = False,
+                  times: Sequence[float] | None = None) -> Recommendations:
+        """Top-``k`` next items for one session given the items clicked so far (oldest first)
+        and, for a model with click context, their unix times (see :meth:`recommend_batch`)."""
+        return self.recommend_batch([list(session_items)], k, exclude_seen=exclude_seen,
+                                    times=None if times is None else [list(times)])[0]
 
-    def score_sessions(self, sessions: Sequence[Iterable[Any]]) -> np.ndarray:
+    def score_sessions(self, sessions: Sequence[Iterable[Any]], times: Sequence[Sequence[float]] | None = None) -> np.ndarray:
         """The model's scores of every item (B×N, columns in :attr:`catalogue` order) after each session,
         without the repeat boost (:meth:`recommend_batch` ranks with it). Unknown item ids are
         skipped with one warning that counts them, as in :meth:`recommend_batch`; a session with
-        no known item is an error."""
+        no known item is an error. ``times``: the clicks' times, as :meth:`recommend_batch` takes them."""
         items, offsets = self._flatten_nonempty(sessions, "to be scored")
         engine = self.engine()
         result = np.empty((len(offsets) - 1, engine.n_items), dtype=np.float32)
-        for start, scores in engine.session_scores(items, offsets):
+        for start, scores in engine.session_scores(items, offsets, self._known_times(sessions, times)):
             result[start : start + len(scores)] = scores.float().cpu().numpy()
         return result
 

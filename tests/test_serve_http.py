@@ -199,7 +199,7 @@ BAD_REQUESTS = [
     ("POST", "/v1/recommend", b'{"items": [1, 2], "k": 0, "x": "' + b"[" * 40 + b'"}', 422, r"^unknown field 'x'"),
     ("POST", "/v1/recommend", b"[1, 2]", 422, r"^the body must be a JSON object, got an array$"),
     ("POST", "/v1/recommend", b'{"k": 3}', 422, r"^missing field 'items'$"),
-    ("POST", "/v1/recommend", b'{"items": [], "kk": 3}', 422, r"^unknown field 'kk' \(fields: items, k, exclude_seen\)$"),
+    ("POST", "/v1/recommend", b'{"items": [], "kk": 3}', 422, r"^unknown field 'kk' \(fields: items, k, exclude_seen, times\)$"),
     ("POST", "/v1/recommend", b'{"items": "abc"}', 422, r"^'items' must be an array of item ids, got a string$"),
     ("POST", "/v1/recommend", b'{"items": [1, 2.5]}', 422, r"^items\[1\] must be an item id \(an integer or a string\), got a number$"),
     ("POST", "/v1/recommend", b'{"items": [true]}', 422, r"^items\[0\] must be an item id .*got a boolean$"),
@@ -213,7 +213,7 @@ BAD_REQUESTS = [
     ("POST", "/v1/recommend", b'{"items": [], "k": 2.0}', 422, r"^'k' must be an integer, got a number$"),
     ("POST", "/v1/recommend", b'{"items": [], "exclude_seen": 1}', 422, r"^'exclude_seen' must be true or false, got an integer$"),
     ("POST", "/v1/recommend", b'{"items": [' + b",".join([b"1"] * 41) + b"]}", 422, r"^'items' has 41 entries, more than the limit of 40$"),
-    ("POST", "/v1/sessions/s/events", b'{"items": [1]}', 422, r"^unknown field 'items' \(fields: item, k, exclude_seen, seq\)$"),
+    ("POST", "/v1/sessions/s/events", b'{"items": [1]}', 422, r"^unknown field 'items' \(fields: item, k, exclude_seen, seq, time\)$"),
     ("POST", "/v1/sessions/s/events", b"{}", 422, r"^missing field 'item'$"),
     (
         "POST",

@@ -20,10 +20,15 @@ keeps its own session-parallel loop over the same protocol and the same boost):
   exclusions and the boost.
 * **Streaming** (:meth:`Engine.predict_next`): the original's one-state-per-position interface,
   its state held by the engine.
+* **Click context** (a model with ``click_context``, docs/attributes.md): every click's context
+  (:mod:`gru4rec.items.context`) is computed from its time — given per click, else the clock at
+  the call — and the session's previous click's (:attr:`SessionState.last_time` when serving),
+  and fed with the click. A plain model ignores the times.
 """
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -32,11 +37,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gru4rec.errors import Gru4RecError
 from gru4rec.inference.clicks import Clicks
-from gru4rec.inference.protocol import SessionModel, catalogue_of, catalogue_support, require_fitted
+from gru4rec.inference.protocol import SessionModel, catalogue_of, catalogue_support, require_fitted, uses_context
 from gru4rec.inference.repeat import RepeatBoost
 from gru4rec.inference.scoring import TopK, make_topk
 from gru4rec.inference.state import SessionState
+from gru4rec.items.context import context_of, sessions_context
 
 __all__ = ["Answer", "DEFAULT_CHUNK_BYTES", "Engine", "MAX_CHUNK_ROWS", "TopKChunk", "Work"]
 
@@ -72,6 +79,9 @@ class Work:
     items: np.ndarray
     k: int
     exclude_seen: bool = False
+    #: The clicks' times (unix seconds, one per item; None: the clock when the batch runs), read
+    #: by a model with click context only.
+    times: np.ndarray | None = None
 
 
 @dataclass
@@ -127,6 +137,8 @@ class Engine:
             raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
         #: Sessions per chunk of the chunked methods.
         self.chunk = max(1, min(MAX_CHUNK_ROWS, chunk_bytes // (4 * self.n_items)))
+        #: Whether the model takes the clicks' context (computed here from the clicks' times).
+        self.click_context = uses_context(model)
         self._ids: list[Any] | None = None
         self._index: dict[Any, int] | None = None
         self._stream: _Stream | None = None
@@ -162,10 +174,13 @@ class Engine:
 
     # ------------------------------------------------------------------ steps
 
-    def _feed(self, state: list[Tensor], items: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
+    def _feed(self, state: list[Tensor], items: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+              context: np.ndarray | None = None) -> None:
         """Feed row b of ``state`` the items ``items[starts[b] : starts[b] + lengths[b]]``, oldest
         first. The rows must be sorted by ``lengths``, longest first: at step t the rows still
-        clicking are the first A_t, and the step runs on row-prefix views of the state."""
+        clicking are the first A_t, and the step runs on row-prefix views of the state.
+        ``context`` (float32 [E × 5], aligned with ``items``): the clicks' context, for a model
+        with click context (it is laid out as the items are, in the same transfer count)."""
         T = int(lengths[0]) if len(lengths) else 0
         if T == 0:
             return
@@ -174,9 +189,19 @@ class Engine:
         row = np.repeat(np.arange(B), lengths)
         t = np.arange(len(row)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         padded = np.zeros((T, B), dtype=np.int64)
-        padded[t, row] = items[np.repeat(starts, lengths) + t]
+        source = np.repeat(starts, lengths) + t
+        padded[t, row] = items[source]
         steps = torch.from_numpy(padded).to(self.device)
         live = np.searchsorted(-lengths, -np.arange(T), side="left")  # rows with more than t items
+        if context is not None:
+            laid = np.zeros((T, B, context.shape[1]), dtype=np.float32)
+            laid[t, row] = context[source]
+            ctx = torch.from_numpy(laid).to(self.device)
+            for t_ in range(T):
+                A = int(live[t_])
+                self.model.step(steps[t_, :A], state if A == B else [s[:A] for s in state],  # type: ignore[call-arg]  # uses_context
+                                context=ctx[t_, :A])
+            return
         for t_ in range(T):
             A = int(live[t_])
             self.model.step(steps[t_, :A], state if A == B else [s[:A] for s in state])
@@ -185,12 +210,25 @@ class Engine:
         for a in range(0, len(offsets) - 1, self.chunk):
             yield a, min(a + self.chunk, len(offsets) - 1)
 
-    def _outputs(self, items: np.ndarray, offsets: np.ndarray, a: int, b: int) -> tuple[Tensor, np.ndarray]:
+    def _context(self, items: np.ndarray, offsets: np.ndarray, times: np.ndarray | None) -> np.ndarray | None:
+        """The clicks' context of sessions laid out as ``items``/``offsets`` for a model with
+        click context (None for a plain one): from ``times`` (one per item), or every click at
+        the clock's time now when None (then every gap is 0)."""
+        if not self.click_context:
+            return None
+        if times is None:
+            times = np.full(len(items), time.time())
+        elif len(times) != len(items):
+            raise Gru4RecError(f"times: {len(times)} click times for {len(items)} clicks")
+        return sessions_context(times, offsets)
+
+    def _outputs(self, items: np.ndarray, offsets: np.ndarray, a: int, b: int,
+                 context: np.ndarray | None = None) -> tuple[Tensor, np.ndarray]:
         """Outputs of sessions a..b (from a fresh state) and their lengths, in session order."""
         lengths = np.diff(offsets[a : b + 1])
         order = np.argsort(-lengths, kind="stable")
         state = self.model.init_state(b - a)
-        self._feed(state, items, offsets[a:b][order], lengths[order])
+        self._feed(state, items, offsets[a:b][order], lengths[order], context)
         out = torch.empty_like(state[-1])
         out[torch.from_numpy(order).to(self.device)] = state[-1]
         return out, lengths
@@ -198,28 +236,33 @@ class Engine:
     # ------------------------------------------------------------------ many sessions
 
     @torch.inference_mode()
-    def outputs(self, items: np.ndarray, offsets: np.ndarray) -> Iterator[tuple[int, Tensor]]:
+    def outputs(self, items: np.ndarray, offsets: np.ndarray, times: np.ndarray | None = None) -> Iterator[tuple[int, Tensor]]:
         """The output (``state[-1]``) after each session, chunk by chunk: ``(start, C×W)`` for
         sessions ``start .. start + C``. Session s is ``items[offsets[s]:offsets[s+1]]`` (known
-        item indices); an empty session's output is that of a fresh state."""
+        item indices); an empty session's output is that of a fresh state. ``times``: the
+        clicks' times (one per item) for a model with click context (None: the clock now)."""
+        context = self._context(items, offsets, times)
         for a, b in self._chunks(offsets):
-            yield a, self._outputs(items, offsets, a, b)[0]
+            yield a, self._outputs(items, offsets, a, b, context)[0]
 
     @torch.inference_mode()
-    def session_scores(self, items: np.ndarray, offsets: np.ndarray) -> Iterator[tuple[int, Tensor]]:
+    def session_scores(self, items: np.ndarray, offsets: np.ndarray, times: np.ndarray | None = None) -> Iterator[tuple[int, Tensor]]:
         """The model's scores of every item after each session (as :meth:`outputs` takes them),
         chunk by chunk: ``(start, C×N)``; the scores without the repeat boost."""
+        context = self._context(items, offsets, times)
         for a, b in self._chunks(offsets):
-            yield a, self.model.scores(self._outputs(items, offsets, a, b)[0])
+            yield a, self.model.scores(self._outputs(items, offsets, a, b, context)[0])
 
     @torch.inference_mode()
-    def recommend(self, items: np.ndarray, offsets: np.ndarray, k: int, *, exclude_seen: bool = False) -> Iterator[TopKChunk]:
+    def recommend(self, items: np.ndarray, offsets: np.ndarray, k: int, *, exclude_seen: bool = False,
+                  times: np.ndarray | None = None) -> Iterator[TopKChunk]:
         """The top-``k`` next items of each session (as :meth:`outputs` takes them), chunk by
         chunk, ranked by the scores with the model's repeat boost, when it has one."""
         k = min(k, self.n_items)
         boost = RepeatBoost.of(self.model)
+        context = self._context(items, offsets, times)
         for a, b in self._chunks(offsets):
-            out, lengths = self._outputs(items, offsets, a, b)
+            out, lengths = self._outputs(items, offsets, a, b, context)
             C = b - a
             indices = np.full((C, k), -1, dtype=np.int64)
             scores = np.full((C, k), np.nan, dtype=np.float32)
@@ -248,7 +291,11 @@ class Engine:
         session's state, which starts afresh when ``session_ids[b]`` differs from the previous
         call's (or the number of positions changed); a position with a known item (``items[b] >=
         0``) steps, the others keep their state. Returns the scores of every item after each
-        position's state (B×N, without the repeat boost)."""
+        position's state (B×N, without the repeat boost). A model with click context is refused
+        (the streaming interface carries no times): use :meth:`recommend` with the clicks' times."""
+        if self.click_context:
+            raise Gru4RecError("predict_next_batch: the model takes click context (click_context), which the streaming "
+                               "interface has no times for; use recommend_batch(..., times=...)")
         B = len(session_ids)
         ids = np.asarray(session_ids).astype(object)
         stream = self._stream
@@ -287,9 +334,13 @@ class Engine:
         H = torch.from_numpy(start).to(self.device)
         state = [H[:, a:b].contiguous() for a, b in zip(self._offsets[:-1], self._offsets[1:])]
         sorted_lengths = lengths[order]
+        last_times = [s.last_time for s in states]
         if B and sorted_lengths[0]:
             flat = np.concatenate([batch[row].items for row in order]).astype(np.int64, copy=False)
-            self._feed(state, flat, np.cumsum(sorted_lengths) - sorted_lengths, sorted_lengths)
+            context = None
+            if self.click_context:
+                context, last_times = self._work_context(batch, states, order)
+            self._feed(state, flat, np.cumsum(sorted_lengths) - sorted_lengths, sorted_lengths, context)
         seen = [np.concatenate([s.seen, w.items.astype(np.int32)]) if len(w.items) else s.seen for s, w in zip(states, batch)]
         slot_of = np.empty(B, dtype=np.int64)
         slot_of[order] = np.arange(B)
@@ -304,11 +355,36 @@ class Engine:
         H_after = torch.cat(state, dim=1).cpu().numpy() if sorted_lengths.any() else start
         for row in range(B):
             if not len(seen[row]):
-                answers[row] = Answer(self.popular[: batch[row].k], None, True, SessionState(None, seen[row]))
+                answers[row] = Answer(self.popular[: batch[row].k], None, True, SessionState(None, seen[row], last_times[row]))
         for j, row in enumerate(live):
             k = batch[row].k
             scores = top.scores[j, :k]
             keep = np.isfinite(scores)  # excluded items (fewer than k left) are not answers
-            answers[row] = Answer(top.indices[j, :k][keep], scores[keep], False, SessionState(H_after[slot_of[row]].copy(), seen[row]))
+            answers[row] = Answer(top.indices[j, :k][keep], scores[keep], False,
+                                  SessionState(H_after[slot_of[row]].copy(), seen[row], last_times[row]))
         assert all(answer is not None for answer in answers)  # every row: the fallback or the network's
         return cast("list[Answer]", answers)
+
+    def _work_context(self, batch: Sequence[Work], states: list[SessionState], order: np.ndarray) -> tuple[np.ndarray, list[float | None]]:
+        """The clicks' context of a served batch, laid out row after row in ``order`` (as
+        :meth:`run` feeds them), and each row's last click time after it. A click's time is its
+        own (``Work.times``) or the clock now; its gap is measured from the session's previous
+        click (``SessionState.last_time``; none before its first), a click that comes before
+        it (clocks of two replicas) counting as a gap of 0."""
+        now = time.time()
+        times, previous, last = [], [], []
+        for row, work in enumerate(batch):
+            n = len(work.items)
+            t = np.full(n, now) if work.times is None else np.asarray(work.times, dtype=np.float64)
+            if len(t) != n:
+                raise Gru4RecError(f"times: {len(t)} click times for {n} clicks")
+            held = states[row].last_time
+            before = np.empty(n)
+            before[:1] = np.nan if held is None else held
+            before[1:] = t[:-1]
+            times.append(t)
+            previous.append(np.where(before > t, t, before))  # NaN (no previous click) compares False: kept
+            last.append(float(t[-1]) if n else held)
+        flat_t = np.concatenate([times[row] for row in order])
+        flat_p = np.concatenate([previous[row] for row in order])
+        return context_of(flat_t, flat_p), last

@@ -16,3 +16,6 @@ class SessionState:
 
     hidden: np.ndarray | None = None
     seen: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    #: The time (unix seconds) of the session's last known click, for a model with click context
+    #: (the next click's gap is measured from it); None for a plain model or before a click.
+    last_time: float | None = None

@@ -36,6 +36,7 @@ import hashlib
 import logging
 import os
 import signal
+import time
 import weakref
 from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
@@ -172,6 +173,14 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
             unknown = [sent for sent, as_read in zip(ids, read) if as_read in missing]
         return known, unknown
 
+    def known_times(engine: Engine, ids: list[Any], times: list[float] | None) -> np.ndarray:
+        """The times of the known ones of ``ids`` (as :func:`index_of` keeps them): ``times``'
+        entries, or the clock at the request's arrival for every click when it has none."""
+        if times is None:
+            return np.full(len(index_of(engine, ids)[0]), time.time())
+        kept = [len(index_of(engine, [i])[0]) == 1 for i in ids]
+        return np.asarray(times, dtype=np.float64)[np.asarray(kept, dtype=bool)]
+
     if isinstance(model, GRU4Rec):
         loaded, model_file, checksum = model, None, _weights_digest(model)
     else:
@@ -251,7 +260,8 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
         engine = batcher.engine  # the model now; the batch may run on a newer one (Job.engine)
         body = parse_recommend(parse_json(await request.body()), n_items=engine.n_items, max_items=settings.max_items)
         known, unknown = index_of(engine, body.items)
-        result = await run(Job("recommend", None, known, body.k, body.exclude_seen, engine=engine))
+        times = known_times(engine, body.items, body.times) if engine.click_context else None
+        result = await run(Job("recommend", None, known, body.k, body.exclude_seen, engine=engine, times=times))
         assert result.answer is not None and result.engine is not None
         if result.answer.fallback:
             metrics.fallbacks.inc()
@@ -264,7 +274,9 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
         engine = batcher.engine
         body = parse_event(parse_json(await request.body()), n_items=engine.n_items)
         known, unknown = index_of(engine, [body.item])
-        result = await run(Job("event", session_id, known, body.k, body.exclude_seen, engine=engine, seq=body.seq))
+        # The click's time: its own, else the clock at its arrival (a model with click context reads it).
+        times = np.full(len(known), time.time() if body.time is None else body.time) if engine.click_context else None
+        result = await run(Job("event", session_id, known, body.k, body.exclude_seen, engine=engine, seq=body.seq, times=times))
         assert result.answer is not None and result.engine is not None
         if result.answer.fallback and not result.replayed:  # an event's session has a click: all of them unknown
             metrics.fallbacks.inc()

@@ -78,6 +78,9 @@ class Job:
     seq: int | None = None
     #: Runs refused by the compare-and-set so far.
     attempts: int = 0
+    #: The clicks' times (unix seconds, one per item of ``items``): what a model with click
+    #: context computes their context from (None: the clock when the batch runs).
+    times: np.ndarray | None = None
 
 
 @dataclass
@@ -290,12 +293,15 @@ class MicroBatcher:
         stored = dict(zip(keys, self.store.get_many(keys))) if keys else {}
         runs: list[tuple[Job, Work, bytes | None, int]] = []  # job, its work, the prefix read, its new position
         for job in jobs:
-            items = job.items
+            items, times = job.items, job.times
             if job.engine is not None and job.engine is not engine and len(items):
-                # indexed by the previous model: map again by id (an id it lacks is skipped)
-                items, _ = engine.index_of([job.engine.item_ids[i] for i in items.tolist()])
+                # indexed by the previous model: map again by id (an id it lacks is skipped, with its time)
+                ids = [job.engine.item_ids[i] for i in items.tolist()]
+                items, _ = engine.index_of(ids)
+                if times is not None and len(items) != len(times):
+                    times = times[[len(engine.index_of([i])[0]) == 1 for i in ids]]
             if job.kind == "recommend":
-                runs.append((job, Work(None, items, job.k, job.exclude_seen), None, 0))
+                runs.append((job, Work(None, items, job.k, job.exclude_seen, times), None, 0))
                 continue
             session_id = job.session or ""
             raw = stored.get(session_id)
@@ -310,7 +316,8 @@ class MicroBatcher:
                 _settle(job, JobResult(step.answer, new_session=step.started, engine=engine, replayed=True))
                 continue
             state = None if session is None else session.state
-            runs.append((job, Work(state, items, job.k, job.exclude_seen), None if raw is None else cas_prefix(raw), step.position))
+            runs.append((job, Work(state, items, job.k, job.exclude_seen, times), None if raw is None else cas_prefix(raw),
+                         step.position))
         if not runs:
             return
         started = time.perf_counter()

@@ -6,10 +6,15 @@ type is read as the catalogue's (:func:`catalogue_ids`): ``"360077951"`` is item
 catalogue of integer ids, ``12`` is item ``"12"`` of a catalogue of string ids — else a client
 that sends ids as strings would get the popularity fallback for every session. JSON's
 ``true``/``false`` are not ids, and NaN/Infinity are not JSON.
+
+A click's ``time`` (an event's; ``times`` of a recommend request, one per item) is a finite JSON
+number, unix seconds: a model with click context computes the click's context from it (absent:
+the server's clock when the request arrives); a plain model ignores it.
 """
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +45,8 @@ class RecommendBody:
     items: list[Any]
     k: int
     exclude_seen: bool
+    #: The clicks' times (unix seconds, one per item), or None: the server's clock.
+    times: list[float] | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,8 @@ class EventBody:
     exclude_seen: bool
     #: The click's position in its session (1 for the first), or None.
     seq: int | None = None
+    #: The click's time (unix seconds), or None: the server's clock.
+    time: float | None = None
 
 
 #: Largest ``seq`` (positions are stored as 32-bit unsigned integers).
@@ -145,9 +154,20 @@ def _exclude_seen(body: dict[str, Any]) -> bool:
     return value
 
 
+def _time(value: Any, name: str) -> float:
+    """A click time: a finite JSON number (unix seconds), else one 422 naming ``name``."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ApiError(422, f"{name!r} must be a number (unix seconds), got {_kind(value)}")
+    seconds = float(value)
+    if not math.isfinite(seconds):
+        raise ApiError(422, f"{name!r} must be a finite number (unix seconds), got {value!r}")
+    return seconds
+
+
 def parse_recommend(body: dict[str, Any], *, n_items: int, max_items: int) -> RecommendBody:
-    """``{"items": [...], "k": 20, "exclude_seen": false}``: the session's clicks so far."""
-    _check_fields(body, ("items", "k", "exclude_seen"), ("items",))
+    """``{"items": [...], "k": 20, "exclude_seen": false, "times": [...]}``: the session's
+    clicks so far (``times``, optional: their unix times, one per item)."""
+    _check_fields(body, ("items", "k", "exclude_seen", "times"), ("items",))
     items = body["items"]
     if not isinstance(items, list):
         raise ApiError(422, f"'items' must be an array of item ids, got {_kind(items)}")
@@ -156,13 +176,20 @@ def parse_recommend(body: dict[str, Any], *, n_items: int, max_items: int) -> Re
     for i, item in enumerate(items):
         if not _is_item_id(item):
             raise ApiError(422, f"items[{i}] must be an item id (an integer or a string), got {_kind(item)}")
-    return RecommendBody(items, _k(body, n_items), _exclude_seen(body))
+    times = body.get("times")
+    if times is not None:
+        if not isinstance(times, list) or len(times) != len(items):
+            raise ApiError(422, f"'times' must be an array of {len(items)} numbers (one per item), got "
+                                f"{_kind(times) if not isinstance(times, list) else f'{len(times)} entries'}")
+        times = [_time(t, f"times[{i}]") for i, t in enumerate(times)]
+    return RecommendBody(items, _k(body, n_items), _exclude_seen(body), times)
 
 
 def parse_event(body: dict[str, Any], *, n_items: int) -> EventBody:
-    """``{"item": ..., "k": 20, "exclude_seen": false, "seq": n}``: one click of a session;
-    ``seq`` (optional) is its position in the session, 1 for the first."""
-    _check_fields(body, ("item", "k", "exclude_seen", "seq"), ("item",))
+    """``{"item": ..., "k": 20, "exclude_seen": false, "seq": n, "time": t}``: one click of a
+    session; ``seq`` (optional) is its position in the session, 1 for the first; ``time``
+    (optional) its unix time."""
+    _check_fields(body, ("item", "k", "exclude_seen", "seq", "time"), ("item",))
     item = body["item"]
     if not _is_item_id(item):
         raise ApiError(422, f"'item' must be an item id (an integer or a string), got {_kind(item)}")
@@ -171,7 +198,8 @@ def parse_event(body: dict[str, Any], *, n_items: int) -> EventBody:
         raise ApiError(422, f"'seq' must be an integer, got {_kind(seq)}")
     if seq is not None and not 1 <= seq <= MAX_SEQ:
         raise ApiError(422, f"'seq' must be between 1 and {MAX_SEQ} (the click's position in its session), got {seq}")
-    return EventBody(item, _k(body, n_items), _exclude_seen(body), seq)
+    time = body.get("time")
+    return EventBody(item, _k(body, n_items), _exclude_seen(body), seq, None if time is None else _time(time, "time"))
 
 
 def check_session_id(session_id: str) -> str:

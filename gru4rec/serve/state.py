@@ -26,7 +26,11 @@ deleted and clicked again never comes back to a version read before (no ABA).
   another model's states.
 
 Layout 1 (before versions and positions) is still read: such a state has position 0
-("unknown") and its whole value is its compare-and-set prefix.
+("unknown") and its whole value is its compare-and-set prefix. Layout 3 is layout 2 with the
+time of the session's last click after the header (float64): what a model with click context
+measures the next click's gap from (:attr:`SessionState.last_time`). It is written only for such
+a model's sessions (a plain model's stay layout 2, byte for byte); versions, positions and the
+compare-and-set are the same.
 """
 from __future__ import annotations
 
@@ -65,6 +69,8 @@ _V1 = struct.Struct("<4sHII")  # magic, layout 1, hidden floats, seen items
 # magic, layout 2, version (8 random bytes), position, hidden floats, seen items, answer items,
 # flags (1: fallback, 2: the click started the session), the last click's item index (-1: unknown)
 _V2 = struct.Struct("<4sH8sIIIHBxi")
+# layout 2's header, then the time of the session's last click (float64, unix seconds)
+_V3 = struct.Struct("<4sH8sIIIHBxid")
 _PREFIX = 4 + 2 + 8  # magic, layout, version: what a compare-and-set compares
 _FALLBACK, _STARTED = 1, 2
 
@@ -107,7 +113,11 @@ def encode_session(state: SessionState, position: int, last: LastClick) -> bytes
     items = np.ascontiguousarray(last.items, dtype="<i4").tobytes()
     scores = b"" if last.scores is None else np.ascontiguousarray(last.scores, dtype="<f4").tobytes()
     flags = (_FALLBACK if last.scores is None else 0) | (_STARTED if last.started else 0)
-    header = _V2.pack(_MAGIC, 2, os.urandom(8), position, len(hidden) // 4, len(seen) // 4, len(items) // 4, flags, last.item)
+    fields = (os.urandom(8), position, len(hidden) // 4, len(seen) // 4, len(items) // 4, flags, last.item)
+    if state.last_time is None:
+        header = _V2.pack(_MAGIC, 2, *fields)
+    else:  # a model with click context: layout 3 keeps the last click's time
+        header = _V3.pack(_MAGIC, 3, *fields, state.last_time)
     return b"".join((header, hidden, seen, items, scores))
 
 
@@ -117,12 +127,16 @@ def decode_session(data: bytes, hidden_size: int) -> StoredSession | None:
     if len(data) < _V1.size or data[:4] != _MAGIC:
         return None
     layout = int.from_bytes(data[4:6], "little")
+    last_time: float | None = None
     if layout == 1:
         _, _, n_hidden, n_seen = _V1.unpack_from(data)
         offset, position, n_items, flags, item = _V1.size, 0, 0, 0, -1
     elif layout == 2 and len(data) >= _V2.size:
         _, _, _, position, n_hidden, n_seen, n_items, flags, item = _V2.unpack_from(data)
         offset = _V2.size
+    elif layout == 3 and len(data) >= _V3.size:
+        _, _, _, position, n_hidden, n_seen, n_items, flags, item, last_time = _V3.unpack_from(data)
+        offset = _V3.size
     else:
         return None
     n_scores = 0 if flags & _FALLBACK else n_items
@@ -132,7 +146,7 @@ def decode_session(data: bytes, hidden_size: int) -> StoredSession | None:
     hidden = np.frombuffer(data, dtype="<f4", count=n_hidden, offset=offset) if n_hidden else None
     offset += 4 * n_hidden
     seen = np.frombuffer(data, dtype="<i4", count=n_seen, offset=offset)
-    state = SessionState(hidden, seen)
+    state = SessionState(hidden, seen, last_time)
     if layout == 1:
         return StoredSession(state, 0, None)
     offset += 4 * n_seen
@@ -143,10 +157,11 @@ def decode_session(data: bytes, hidden_size: int) -> StoredSession | None:
 
 def cas_prefix(data: bytes) -> bytes:
     """What a compare-and-set of a write after reading ``data`` compares: the magic, layout and
-    version of a layout-2 value, or the whole value otherwise (a layout-1 state, foreign bytes).
-    The prefix of a layout-2 value never starts a layout-1 value, nor the other way round (the
-    layout number differs), so one comparison (``value.startswith(prefix)``) serves both."""
-    return data[:_PREFIX] if len(data) >= _V2.size and data[4:6] == b"\x02\x00" and data[:4] == _MAGIC else data
+    version of a layout-2 or layout-3 value, or the whole value otherwise (a layout-1 state,
+    foreign bytes). The prefix of one layout's value never starts another layout's value (the
+    layout number differs), so one comparison (``value.startswith(prefix)``) serves all."""
+    versioned = data[4:6] in (b"\x02\x00", b"\x03\x00")
+    return data[:_PREFIX] if len(data) >= _V2.size and versioned and data[:4] == _MAGIC else data
 
 
 #: Query parameters of a Redis URL that hold a secret (redis-py takes ``password`` there too, and
