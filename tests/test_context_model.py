@@ -9,6 +9,7 @@ import copy
 import hashlib
 import math
 from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -310,3 +311,77 @@ def test_context_needs_times() -> None:
         model.recommend(model.item_map.ids[:2].tolist(), times=[1.7e9])
     with pytest.raises(Gru4RecError, match="click_context"):
         model.predict_next_batch([1], [model.item_map.ids[0]])
+
+
+# ------------------------------------------------------------------ the command lines
+
+
+def test_the_command_lines_train_evaluate_show_and_recommend_with_context(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cli_helpers import parse_metrics, run
+
+    train, test = tmp_path / "train.tsv", tmp_path / "test.tsv"
+    events().to_csv(train, sep="\t", index=False)
+    events(n_sessions=30, seed=11).to_csv(test, sep="\t", index=False)
+    model_path = tmp_path / "m.safetensors"
+    code, out, _ = run(["train", train, "-ps", TINY + ",click_context=True", "-s", model_path, "-t", test,
+                        "-m", 5, "-e", "conservative"], capsys)
+    assert code == 0
+    model = GRU4Rec.load(model_path, device="cpu")
+    recall, mrr, _ = brute_force(model, events(n_sessions=30, seed=11), 5)
+    got = parse_metrics(out)[0][5]
+    assert got == pytest.approx((recall, mrr), abs=1e-4)
+    code, out, _ = run(["evaluate", model_path, "-t", test, "-m", 5, "-e", "conservative"], capsys)
+    assert code == 0 and parse_metrics(out)[0][5] == got
+    code, out, _ = run(["info", model_path], capsys)
+    assert code == 0 and "click context: hour_sin, hour_cos, dow_sin, dow_cos, log_gap (Wc)" in out
+    assert "click_context = true" in out and "Wc: float32 5x24" in out
+    recs = tmp_path / "recs.tsv"
+    code, _, _ = run(["recommend", model_path, "-i", test, "-k", 3, "-o", recs], capsys)
+    assert code == 0
+    first = events(n_sessions=30, seed=11).query("SessionId == 0")
+    want = model.recommend(first["ItemId"].tolist(), k=3, times=first["Time"].tolist())
+    assert pd.read_csv(recs, sep="\t").query("SessionId == 0")["ItemId"].tolist() == want.item_ids.tolist()
+
+
+# ------------------------------------------------------------------ the schedule carries each input click's context
+
+
+def test_the_schedule_carries_each_input_clicks_context_also_in_random_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every event's context row holds its own item index (column 0): each step's context must
+    then equal its inputs, epoch after epoch of a random session order."""
+    import gru4rec.training.loop as loop
+    from gru4rec.training.batching import build_schedule
+
+    config = Config.from_string(TINY + ",click_context=True,train_random_order=True").replace(n_epochs=3)
+    model_events = events()
+    net_items = np.sort(model_events["ItemId"].unique())
+    from gru4rec.data import ItemMap
+
+    item_map = ItemMap.from_list(net_items.tolist())
+    sessions, _ = sessions_from_events(model_events, item_map)
+    context = np.zeros((sessions.n_events, 5), dtype=np.float32)
+    context[:, 0] = sessions.items
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def spy(*args: object, **kwargs: object) -> object:
+        schedule = build_schedule(*args, **kwargs)  # type: ignore[arg-type]
+        assert schedule.context is not None
+        seen.append((schedule.inputs, schedule.context[:, :, 0]))
+        return schedule
+
+    monkeypatch.setattr(loop, "build_schedule", spy)
+    net = GRU4RecNet(len(item_map), config, generator=torch.Generator().manual_seed(1))
+    trainer = Trainer(net, config, np.bincount(sessions.items, minlength=len(item_map)))
+    list(loop.train_epochs(trainer, sessions.items, sessions.offsets, progress=False, context=context))
+    assert len(seen) == 3 and not torch.equal(seen[0][0], seen[1][0])  # three orders
+    for inputs, ctx in seen:
+        assert torch.equal(ctx.to(torch.int64), inputs)
+
+
+def test_the_onnx_export_refuses_a_context_model(tmp_path: Path) -> None:
+    from gru4rec.export.onnx import export_onnx
+
+    model = GRU4Rec(TINY + ",click_context=True", n_epochs=1, device="cpu").fit(events(), progress=False)
+    with pytest.raises(Gru4RecError, match="click_context"):
+        export_onnx(model, tmp_path / "step.onnx")

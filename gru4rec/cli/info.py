@@ -172,6 +172,10 @@ def run(args: InfoSettings) -> int:
         cols = ", ".join(f"{name} ({c['kind']}{', ' + str(c['codes']) + ' codes' if 'codes' in c else ''})"
                          for name, c in attributes["columns"].items())
         result(f"item attributes: {cols}; {attributes['cold_items']:,} cold items")
+    if config.get("click_context"):
+        from gru4rec.items.context import CONTEXT_FEATURES
+
+        result(f"click context: {', '.join(CONTEXT_FEATURES)} (Wc)")
     for key, value in extra.items():
         result(f"{key}: {json.dumps(value)}")
     result("config:")

@@ -89,12 +89,14 @@ def run(args: RecommendSettings) -> int:
     items, offsets, n_unknown = index_sessions(item_map, events[ik], session_of, n_sessions)
     if n_unknown.any():
         log.warning("%d unknown item id(s) skipped in %d session(s)", int(n_unknown.sum()), int((n_unknown > 0).sum()))
+    # A model with click context reads the known clicks' times (their context: docs/attributes.md).
+    times = events[tk].to_numpy(dtype=np.float64)[item_map.index_of(events[ik]) >= 0] if model.click_context else None
     del events, session_of
     item_ids = item_map.ids
     counts = {"rows": 0, "fallback": 0}
 
     def frames() -> Iterator[pd.DataFrame]:
-        for chunk in model.engine().recommend(items, offsets, args.k, exclude_seen=args.exclude_seen):
+        for chunk in model.engine().recommend(items, offsets, args.k, exclude_seen=args.exclude_seen, times=times):
             answered = chunk.indices >= 0
             per_row = answered.sum(axis=1)
             counts["rows"] += int(per_row.sum())

@@ -244,6 +244,8 @@ def export_onnx(
     check_target(sidecar, "ONNX sidecar", overwrite=overwrite)
     if not isinstance(opset, int) or opset < MIN_OPSET:
         raise Gru4RecError(f"opset must be an integer >= {MIN_OPSET} (the torch.onnx exporter's lowest), got {opset!r}")
+    if model.click_context:  # the graph's inputs are items and states: a click's context has no input yet
+        raise Gru4RecError("the ONNX export does not cover a model with click context (click_context) yet")
     # The graph is traced from a float32 CPU copy, so the caller's model stays where it is; with
     # item attributes, the copy becomes the plain network of the catalogue (composed rows).
     net = as_plain_network(copy.deepcopy(fitted(model)[0]).to("cpu", torch.float32).eval())
