@@ -96,3 +96,27 @@ def test_a_plain_model_ignores_the_time(tmp_path: Path) -> None:
         timed = client.post("/v1/sessions/a/events", json={"item": ids[3], "k": 5, "time": 1.0}).json()
         bare = client.post("/v1/sessions/b/events", json={"item": ids[3], "k": 5}).json()
     assert timed["items"] == bare["items"] and timed["scores"] == bare["scores"]
+
+
+def test_two_replicas_on_one_redis_keep_the_last_click_time(tmp_path: Path, context_model: tuple[GRU4Rec, Path]) -> None:
+    """The state in Redis (layout 3) carries the previous click's time from one replica to the
+    other: alternate replicas answer a timed session as recommend does on all its clicks' times,
+    a sent-again click (same seq) is answered from the stored answer."""
+    from serve_helpers import redis_server
+
+    model, path = context_model
+    ids = model.item_map.to_list()  # type: ignore[union-attr]
+    clicks = [ids[4], ids[17], ids[4], ids[30]]
+    times = [1_700_200_000.0, 1_700_200_050.0, 1_700_203_000.0, 1_700_290_000.0]
+    with redis_server(tmp_path) as url:
+        settings = ServeSettings(device="cpu", state=url)
+        with running(create_app(path, settings)) as a, running(create_app(path, settings)) as b, \
+                httpx.Client(base_url=a) as replica_a, httpx.Client(base_url=b) as replica_b:
+            for t, (item, when) in enumerate(zip(clicks, times)):
+                replica = (replica_a, replica_b)[t % 2]
+                body = replica.post("/v1/sessions/timed/events", json={"item": item, "k": 6, "time": when, "seq": t + 1}).json()
+                items, scores = scores_of(model, clicks[: t + 1], times[: t + 1], 6)
+                assert body["items"] == items, t
+                np.testing.assert_allclose(body["scores"], scores, rtol=1e-5, atol=1e-5)
+            again = replica_a.post("/v1/sessions/timed/events", json={"item": clicks[-1], "k": 6, "time": times[-1], "seq": 4}).json()
+            assert again["items"] == body["items"] and again["scores"] == body["scores"]
