@@ -385,3 +385,12 @@ def test_the_onnx_export_refuses_a_context_model(tmp_path: Path) -> None:
     model = GRU4Rec(TINY + ",click_context=True", n_epochs=1, device="cpu").fit(events(), progress=False)
     with pytest.raises(Gru4RecError, match="click_context"):
         export_onnx(model, tmp_path / "step.onnx")
+
+
+def test_a_paropt_space_searches_the_option() -> None:
+    from gru4rec.tune.space import check_paramspace, parse_paramspace, trial_param_string
+
+    space = parse_paramspace('{"name": "click_context", "dtype": "categorical", "values": [true, false]}')
+    check_paramspace(space, Config())
+    assert Config.from_string(trial_param_string(space, {"click_context": True})).click_context is True
+    assert Config.from_string(trial_param_string(space, {"click_context": False})).click_context is False
