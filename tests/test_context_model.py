@@ -394,3 +394,11 @@ def test_a_paropt_space_searches_the_option() -> None:
     check_paramspace(space, Config())
     assert Config.from_string(trial_param_string(space, {"click_context": True})).click_context is True
     assert Config.from_string(trial_param_string(space, {"click_context": False})).click_context is False
+
+
+def test_the_backend_names_the_reference_step_for_a_context_config() -> None:
+    from gru4rec.training.backend import select_backend
+
+    backend = select_backend("cpu")
+    assert backend.step_form(Config.from_string("click_context=True")) == "reference"
+    assert backend.step_form(Config()) != "reference"

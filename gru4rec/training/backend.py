@@ -160,7 +160,7 @@ class Backend:
         """Which of :data:`STEP_FORMS` a trainer of ``config`` on this backend runs (without
         building it): for logs, benchmarks and the contract test. ``attributes``: the network has
         item attributes (only :data:`ATTRIBUTE_FORMS` cover them)."""
-        if reference or attributes:
+        if reference or attributes or config.click_context:  # click context: the reference step only
             return "reference"
         if self.one_call_step:
             if covers(config, float32_products=float32_products) is None:
