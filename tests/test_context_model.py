@@ -402,3 +402,10 @@ def test_the_backend_names_the_reference_step_for_a_context_config() -> None:
     backend = select_backend("cpu")
     assert backend.step_form(Config.from_string("click_context=True")) == "reference"
     assert backend.step_form(Config()) != "reference"
+
+
+def test_validation_during_fit_feeds_the_context() -> None:
+    valid = events(n_sessions=20, seed=21)
+    model = GRU4Rec(TINY + ",click_context=True", device="cpu").fit(events(), valid=valid, valid_cutoffs=[5], progress=False)
+    last = model.valid_history[-1]
+    assert last["recall@5"] == pytest.approx(evaluate(model, valid, cutoffs=(5,)).recall[5])
