@@ -356,6 +356,8 @@ class GRU4Rec:
         """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
+        if times is not None:
+            sessions = [list(s) for s in sessions]  # read twice: for the items and for their times
         items, offsets, n_unknown = self._flatten(sessions)
         known_times = self._known_times(sessions, times)
         self._parts()
@@ -381,6 +383,8 @@ class GRU4Rec:
         without the repeat boost (:meth:`recommend_batch` ranks with it). Unknown item ids are
         skipped with one warning that counts them, as in :meth:`recommend_batch`; a session with
         no known item is an error. ``times``: the clicks' times, as :meth:`recommend_batch` takes them."""
+        if times is not None:
+            sessions = [list(s) for s in sessions]  # read twice: for the items and for their times
         items, offsets = self._flatten_nonempty(sessions, "to be scored")
         engine = self.engine()
         result = np.empty((len(offsets) - 1, engine.n_items), dtype=np.float32)
