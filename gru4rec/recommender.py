@@ -392,15 +392,18 @@ class GRU4Rec:
             result[start : start + len(scores)] = scores.float().cpu().numpy()
         return result
 
-    def session_embeddings(self, sessions: Sequence[Iterable[Any]]) -> np.ndarray:
+    def session_embeddings(self, sessions: Sequence[Iterable[Any]], times: Sequence[Sequence[float]] | None = None) -> np.ndarray:
         """The final hidden state of each session (B×L float32): the last layer's output after
         its known items, from a zero state — ``score_sessions(s)`` is
         ``session_embeddings(s) @ Wyᵀ + By``. Unknown items are skipped with a counted warning; a
-        session with no known item is an error."""
+        session with no known item is an error. ``times``: the clicks' times, as
+        :meth:`recommend_batch` takes them."""
+        if times is not None:
+            sessions = [list(s) for s in sessions]  # read twice: for the items and for their times
         items, offsets = self._flatten_nonempty(sessions, "for its embedding")
         engine = self.engine()
         result = np.empty((len(offsets) - 1, engine.sizes[-1]), dtype=np.float32)
-        for start, out in engine.outputs(items, offsets):
+        for start, out in engine.outputs(items, offsets, self._known_times(sessions, times)):
             result[start : start + len(out)] = out.float().cpu().numpy()
         return result
 

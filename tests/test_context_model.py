@@ -253,6 +253,7 @@ def test_recommend_with_times_equals_the_evaluators_state() -> None:
         r, z = sigmoid(v[L:2 * L] + h @ p["layers.0.Wrz"][:, :L]), sigmoid(v[2 * L:] + h @ p["layers.0.Wrz"][:, L:])
         h = (1 - z) * h + z * np.tanh((h * r) @ p["layers.0.Wh"] + v[:L])
     np.testing.assert_allclose(got, p["Wy"] @ h + p["By"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(model.session_embeddings([ids], times=[times])[0], h, rtol=1e-4, atol=1e-6)
     top = model.recommend_batch([iter(ids)], k=3, times=[times])[0]  # a session given as an iterator is read once
     assert list(top.item_ids) == list(model.item_map.ids[np.argsort(-got, kind="stable")[:3]])
 
