@@ -119,9 +119,11 @@ def test_wc_gradient_equals_finite_differences_float64() -> None:
     assert grad.abs().sum() > 0
 
 
-def test_the_training_step_moves_wc_by_its_gradient() -> None:
-    """One sgd step of the reference step in float64: Wc moves by −lr × the finite-difference
-    gradient of the step's loss with respect to Wc (the loss of a fresh trainer, no samples)."""
+@pytest.mark.parametrize("reference", [True, False])
+def test_the_training_step_moves_wc_by_its_gradient(reference: bool) -> None:
+    """One sgd step in float64 of the reference step and of FastStep: Wc moves by −lr × the
+    finite-difference gradient of the step's loss with respect to Wc (the loss of a fresh
+    trainer, no samples)."""
     config = Config.from_string("layers=4,batch_size=3,n_sample=0,click_context=True,adapt=sgd,learning_rate=0.1")
     base = GRU4RecNet(6, config, generator=torch.Generator().manual_seed(8)).double()
     support = np.ones(6, dtype=np.int64)
@@ -133,8 +135,8 @@ def test_the_training_step_moves_wc_by_its_gradient() -> None:
         net = copy.deepcopy(base)
         assert net.Wc is not None
         net.Wc.data.copy_(wc)
-        trainer = Trainer(net, config, support)
-        assert trainer.reference  # the backend chose the reference step for a network with context
+        trainer = Trainer(net, config, support, reference=reference)
+        assert trainer.reference == reference
         loss = trainer.train_step(inputs, targets, active, keep, context=ctx)
         return float(loss), net.Wc.detach().clone()
 
@@ -397,12 +399,12 @@ def test_a_paropt_space_searches_the_option() -> None:
     assert Config.from_string(trial_param_string(space, {"click_context": False})).click_context is False
 
 
-def test_the_backend_names_the_reference_step_for_a_context_config() -> None:
+def test_the_backend_names_faststep_for_a_context_config() -> None:
     from gru4rec.training.backend import select_backend
 
     backend = select_backend("cpu")
-    assert backend.step_form(Config.from_string("click_context=True")) == "reference"
-    assert backend.step_form(Config()) != "reference"
+    assert backend.step_form(Config.from_string("click_context=True")) == backend.name  # FastStep, not the C step
+    assert backend.step_form(Config.from_string("click_context=True"), reference=True) == "reference"
 
 
 def test_validation_during_fit_feeds_the_context() -> None:
@@ -410,3 +412,55 @@ def test_validation_during_fit_feeds_the_context() -> None:
     model = GRU4Rec(TINY + ",click_context=True", device="cpu").fit(events(), valid=valid, valid_cutoffs=[5], progress=False)
     last = model.valid_history[-1]
     assert last["recall@5"] == pytest.approx(evaluate(model, valid, cutoffs=(5,)).recall[5])
+
+
+CONTRACT = {
+    "xe-shared-logq-dropout-momentum": "layers=12,n_sample=10,logq=1.0,dropout_p_hidden=0.3,dropout_p_embed=0.2,momentum=0.2",
+    "bprmax-separate-2layers": "layers=10/6,n_sample=10,loss=bpr-max,final_act=elu-1,bpreg=0.9,constrained_embedding=False,"
+                               "embedding=8,dropout_p_hidden=0.2",
+    "xe-none-2layers-lmbd": "layers=10/6,n_sample=10,constrained_embedding=False,embedding=0,lmbd=0.01,momentum=0.1",
+}
+
+
+@pytest.mark.parametrize("ops", ["torch", "cpu-kernels"])
+@pytest.mark.parametrize("name", list(CONTRACT))
+def test_faststep_with_context_gives_the_reference_steps_results(name: str, ops: str) -> None:
+    """FastStep (PyTorch ops in float64 — bit-close —, the fused CPU kernels in float32) against
+    the autograd reference on a network with click context: the same losses, weights (Wc
+    included) and hidden states after several steps of one schedule with its clicks' context."""
+    from gru4rec.kernels.cpu import cpu_kernels
+    from gru4rec.training.backend import select_backend
+    from gru4rec.training.batching import build_schedule
+
+    if ops == "cpu-kernels" and cpu_kernels() is None:
+        pytest.skip("the fused CPU kernels cannot be built here")
+    dtype = torch.float64 if ops == "torch" else torch.float32
+    config = Config.from_string(f"batch_size=6,sample_store_size=60,learning_rate=0.1,click_context=True,{CONTRACT[name]}")
+    data = events(n_sessions=40, n_items=20, seed=6)
+    from gru4rec.data import ItemMap
+
+    item_map = ItemMap.from_list(sorted(data["ItemId"].unique().tolist()))
+    sessions, _ = sessions_from_events(data, item_map)
+    from gru4rec.items.context import sessions_context
+
+    schedule = build_schedule(sessions.items, sessions.offsets, config.batch_size, config.n_sample, "cpu", dtype,
+                              context=sessions_context(sessions.times, sessions.offsets))
+    support = np.bincount(sessions.items, minlength=len(item_map))
+    net = GRU4RecNet(len(item_map), config, generator=torch.Generator().manual_seed(3)).to(dtype)
+    results = []
+    for reference in (True, False):
+        backend = select_backend("cpu", dtype, cpu_kernels=ops == "cpu-kernels")
+        trainer = Trainer(copy.deepcopy(net), config, support, reference=reference, backend=backend)
+        assert trainer.reference == reference and trainer._cpu_step is None  # never the C step with context
+        assert schedule.context is not None
+        losses = [float(trainer.train_step(schedule.inputs[t], schedule.targets[t], schedule.active[t], schedule.keep[t],
+                                           context=schedule.context[t])) for t in range(8)]
+        results.append((losses, dict(trainer.net.named_parameters()), [h.clone() for h in trainer.hidden]))
+    (ref_loss, ref_p, ref_h), (fast_loss, fast_p, fast_h) = results
+    rtol, atol = (1e-10, 1e-12) if dtype == torch.float64 else (1e-4, 2e-6)
+    np.testing.assert_allclose(fast_loss, ref_loss, rtol=rtol)
+    for key, p in ref_p.items():
+        np.testing.assert_allclose(fast_p[key].detach().numpy(), p.detach().numpy(), rtol=rtol, atol=atol, err_msg=key)
+    for a, b in zip(fast_h, ref_h):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=rtol, atol=atol)
+    assert not torch.equal(ref_p["Wc"], net.Wc.to(dtype))  # type: ignore[union-attr]  # Wc was trained

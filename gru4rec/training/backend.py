@@ -44,6 +44,10 @@ the reference step only (:data:`ATTRIBUTE_FORMS`): the C step, FastStep and the 
 plain rows of ``Wy``. The trainer asks :meth:`Backend.runs_reference`, which chooses the reference
 step for such a network and says so once (INFO, with what it costs).
 
+A network with **click context** (``Wc``, docs/attributes.md) runs FastStep, which adds the
+clicks' context to layer 0's projection, or the reference step: not the C step (said once, INFO)
+and not a replayed CUDA graph (the epoch loop runs its steps as they are).
+
 A fast path that is lost says so once: a configuration that the C step does not cover is an
 INFO line naming why and what it costs; a torch-internals binding that fails (MKL's ``sgemm_``
 for the C step, torch's generator state for the dropout draws) a WARNING naming the cause.
@@ -92,13 +96,6 @@ C_STEP_COST = "FastStep takes up to 1.25x the C step's time (rsc15's shapes)"
 _declined: set[str] = set()
 
 
-def _say_reference_once(why: str) -> None:
-    """Say once (INFO) that the reference step runs instead of a fast one, and why."""
-    if why not in _declined:
-        _declined.add(why)
-        log.info("the training step runs as the autograd reference step: %s; %s", why, ATTRIBUTE_COST)
-
-
 @dataclass(frozen=True)
 class Backend:
     """How a training run computes its step (see the module docstring)."""
@@ -133,8 +130,12 @@ class Backend:
         cover is said once per reason (INFO), with what FastStep costs instead."""
         if not self.one_call_step or net.attributes is not None:  # attributes: ATTRIBUTE_FORMS only
             return None
-        step, why_not = fused_cpu_step(net, config, optimizer, self.ops.kernels, dropout, logq, hidden,
-                                       float32_products=float32_products)
+        step: FusedCpuStep | None
+        if net.uses_context:  # click context: FastStep adds ctx·Wc, the C step has no Wc
+            step, why_not = None, "the network takes click context (the C step has no Wc)"
+        else:
+            step, why_not = fused_cpu_step(net, config, optimizer, self.ops.kernels, dropout, logq, hidden,
+                                           float32_products=float32_products)
         if step is None and why_not not in _declined:
             _declined.add(why_not)
             log.info("the CPU step runs as FastStep over the fused kernels, not as one C call: %s; %s", why_not, C_STEP_COST)
@@ -144,9 +145,6 @@ class Backend:
         """Whether a trainer of ``net`` runs the reference step: asked for (``reference``), or
         ``net`` has item attributes, which only :data:`ATTRIBUTE_FORMS` cover (said once, INFO,
         with what it costs)."""
-        if not reference and net.uses_context:  # click context: only the reference step adds ctx·Wc
-            _say_reference_once("the network takes click context (only the reference step has ctx·Wc)")
-            return True
         if reference or net.attributes is None:
             return reference
         why = "the network composes its item rows from attributes (only the reference step has them)"
@@ -160,9 +158,9 @@ class Backend:
         """Which of :data:`STEP_FORMS` a trainer of ``config`` on this backend runs (without
         building it): for logs, benchmarks and the contract test. ``attributes``: the network has
         item attributes (only :data:`ATTRIBUTE_FORMS` cover them)."""
-        if reference or attributes or config.click_context:  # click context: the reference step only
+        if reference or attributes:
             return "reference"
-        if self.one_call_step:
+        if self.one_call_step and not config.click_context:  # click context: FastStep, never the C step
             if covers(config, float32_products=float32_products) is None:
                 return "c-step"
         return self.name

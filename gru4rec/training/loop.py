@@ -257,7 +257,8 @@ def _run_epoch(
 
     # Trainer.train_step_at takes the Schedule that StepSchedule describes (a protocol's parameter
     # cannot be narrower than its own): the one place where the two meet.
-    replay = trainer.backend.graph_replay and not trainer.reference
+    # A captured step reads the schedule's items only: a step with click context runs as it is.
+    replay = trainer.backend.graph_replay and not trainer.reference and schedule.context is None
     run = graphed_epoch_runner(trainer, schedule, accumulate) if replay else None  # type: ignore[arg-type]  # see above
     if run is None:
         inputs, targets, active, keep = schedule.inputs, schedule.targets, schedule.active, schedule.keep

@@ -15,7 +15,8 @@ last one, d₀ the width of the rows that feed layer 0. A step (docs/behaviour.m
        c      = f(v_c + (h ⊙ r)·Wh)               B×n    f = hidden_act
        out    = (h + z ⊙ (c − h)) ⊙ m             B×n    the next layer's input and the new state
 
-   (one-hot mode, layer 0: v = Wx_0[inputs] + Bh.)
+   (one-hot mode, layer 0: v = Wx_0[inputs] + Bh.) With click context layer 0 adds the input
+   clicks' context: v = x·Wx + ctx·Wc + Bh (B×5 · 5×3n₀), and its backward dWc = ctxᵀ·d_v.
 3. **Scores** of the last output x_L against the columns, with logQ subtracted (docs/behaviour.md §4) and, for the
    cross-entropy losses, −10³⁰ on masked columns (inactive slots' targets)::
 
@@ -100,6 +101,8 @@ class FastStep:
             (views[f"layers.{i}.Wh"], views[f"layers.{i}.Wrz"], views[f"layers.{i}.Bh"], views.get(f"layers.{i}.Wx"))
             for i in range(len(net.layers))
         ]
+        #: The gradient buffer of the context projection Wc (a network with click context), else None.
+        self._wc_grad = views.get("Wc")
 
     @property
     def ops(self) -> TorchOps:
@@ -108,12 +111,14 @@ class FastStep:
 
     @torch.no_grad()
     def __call__(self, hidden: list[Tensor], inputs: Tensor, targets: Tensor, samples: Tensor, cols: Tensor,
-                 col_valid: Tensor, active: Tensor, n_cols: Tensor, bias: Tensor | None = None) -> Tensor:
+                 col_valid: Tensor, active: Tensor, n_cols: Tensor, bias: Tensor | None = None,
+                 context: Tensor | None = None) -> Tensor:
         """The step for the B slots' ``inputs`` and ``targets`` (B), the ``samples`` (S), the
         columns ``cols`` = [targets | samples] (C), their validity ``col_valid`` (C) and the
         slots' ``active`` (B) and ``n_cols`` (valid columns); updates ``hidden`` and the weights,
         returns the loss (0-dim). ``bias``: the columns' bias (:meth:`TorchOps.column_bias`) where
-        the caller has it already (a fused gather of the step's inputs)."""
+        the caller has it already (a fused gather of the step's inputs). ``context`` (B×5): the
+        input clicks' context, for a network with click context (and only there)."""
         net, ops, cell, mm = self.net, self.ops, self.cell, self.mm
         rows = self._score_rows(inputs, cols)
         wy = mm.cast(net.Wy.index_select(0, cols if rows is None else rows.uniq[: rows.n_scored]))  # C×L or K×L
@@ -131,6 +136,10 @@ class FastStep:
             x_c = mm.cast(x)
             wx = mm.cast(layer.Wx) if projects else None
             v = mm.addmm(layer.Bh, x_c, wx) if wx is not None else x + layer.Bh  # B×3n
+            if i == 0 and net.Wc is not None:
+                assert context is not None  # a network with click context steps with its clicks' context
+                ctx_c = mm.cast(context)
+                v = mm.addmm(v, ctx_c, mm.cast(net.Wc))  # + ctx·Wc
             h_c, wrz, wh = mm.cast(h), mm.cast(layer.Wrz), mm.cast(layer.Wh)
             mask = None if self.dropout.hidden is None else self.dropout.hidden[i]
             rz, hr, c, x = cell.forward(v, h, h_c, wrz, wh, mask)
@@ -152,6 +161,8 @@ class FastStep:
             cache = caches[i]
             g_wh, g_wrz, g_bh, g_wx = self._layer_grads[i]
             d_v = cell.backward(d, cache, g_wh, g_wrz, g_bh)  # B×3n
+            if i == 0 and self._wc_grad is not None:
+                mm.mm_into(self._wc_grad, ctx_c.t(), mm.cast(d_v))  # dWc = ctxᵀ·d_v
             if cache.wx is None:
                 d = d_v  # layer 0 in none mode: the gradient of the Wx_0 rows themselves
                 break

@@ -133,7 +133,8 @@ class Trainer:
         An inactive slot does not exist (docs/behaviour.md §3): it must carry items of an active
         slot (the schedule gives it the first active slot's), so that its zero gradient touches no
         other row. ``samples`` (S ids) default to the next row of the sample store. ``context``
-        (B×5): the input clicks' context, for a network with click context (the reference step).
+        (B×5): the input clicks' context, for a network with click context (the reference step or
+        FastStep: the backend gives such a network no C step and no graph replay).
         """
         if samples is None:
             samples = self.sampler.next() if self.sampler is not None else self._no_samples
@@ -145,9 +146,7 @@ class Trainer:
         col_valid = torch.cat((active, self._ones_s)) if self.n_sample > 0 else active
         n_cols = active.sum() + self.n_sample
         if context is not None:
-            step = self._step
-            assert isinstance(step, ReferenceStep)  # the backend chose it for a network with context
-            return step(self.hidden, inputs, targets, samples, cols, col_valid, active, n_cols, context=context)
+            return self._step(self.hidden, inputs, targets, samples, cols, col_valid, active, n_cols, context=context)
         return self._step(self.hidden, inputs, targets, samples, cols, col_valid, active, n_cols)
 
     def train_step_at(self, schedule: Schedule, t: Tensor, sample_row: Tensor) -> Tensor:
