@@ -3,7 +3,10 @@ its id row (issue 49's alternative), measured on a benchmark with a known optimu
 
     python -m gru4rec synth .bench/iattr --kind intents-attributes
     python -m experiments.attribute_forms.attribute_forms --data .bench/iattr \\
-        -pf paramfiles/synthetic_intents_best.py -ps dropout_p_id=0.2 --forms sum concat
+        -pf paramfiles/synthetic_intents_best.py -ps dropout_p_id=0.25 --forms sum concat
+
+(the generator writes the category as a number: ``--item-types category=categorical``, the
+default here, says what it is).
 
 **sum** (the package's form, docs/attributes.md): row(i) = id(i) + attr(i), every one of the L
 columns shared by the id row and the attribute part. **concat**: row(i) = [id(i) | attr(i)], the id
@@ -83,12 +86,13 @@ def concatenated(attr_share: float = 0.5) -> Iterator[None]:
         ComposedRows.backward = backward  # type: ignore[method-assign]
 
 
-def run_form(form: str, data: Path, config: Config, *, attr_share: float, threads: int) -> dict[str, Any]:
+def run_form(form: str, data: Path, config: Config, *, attr_share: float, threads: int,
+             types: dict[str, str]) -> dict[str, Any]:
     """Train ``form`` on data/train_full.tsv with data/items.tsv; its test figures by target group."""
     model = GRU4Rec(config, device="cpu", threads=threads)
     start = time.perf_counter()
     with concatenated(attr_share) if form == "concat" else contextlib.nullcontext():
-        model.fit(data / "train_full.tsv", item_features=data / "items.tsv", progress=False)
+        model.fit(data / "train_full.tsv", item_features=data / "items.tsv", attribute_types=types, progress=False)
     seconds = time.perf_counter() - start
     result = evaluate(model, data / "test.tsv", cutoffs=[20], mode="conservative")
     groups = {g.label: g for g in result.target_groups or []}
@@ -104,8 +108,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-ps", "--params", default="", help="overrides, e.g. dropout_p_id=0.2,n_epochs=5")
     parser.add_argument("--forms", nargs="+", choices=FORMS, default=list(FORMS))
     parser.add_argument("--attr-share", type=float, default=0.5, help="concat: the attribute part's share of the columns")
+    parser.add_argument("--item-types", default="category=categorical", help="column kinds, as gru4rec train takes them")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
+    types = dict(pair.split("=", 1) for pair in args.item_types.split(",") if pair)
     config = Config.from_file(args.param_file)
     if args.params:
         config = config.replace_from_string(args.params)
@@ -116,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{oracle['warm']['recall@20']:>10.4f} {oracle['warm']['mrr@20']:>8.4f} "
           f"{oracle['cold']['recall@20']:>10.4f} {oracle['cold']['mrr@20']:>8.4f}")
     for form in args.forms:
-        r = run_form(form, args.data, config, attr_share=args.attr_share, threads=args.threads)
+        r = run_form(form, args.data, config, attr_share=args.attr_share, threads=args.threads, types=types)
         print(f"{form:<8} {r['all_recall']:>9.4f} {r['all_mrr']:>8.4f} {r['warm_recall']:>10.4f} {r['warm_mrr']:>8.4f} "
               f"{r['cold_recall']:>10.4f} {r['cold_mrr']:>8.4f}  {r['train_s']:.0f}", flush=True)
 
