@@ -172,10 +172,10 @@ class GRU4Rec:
         attributes (docs/attributes.md). Each item's output row (and in shared mode its input row)
         is its id row plus its attributes' embeddings; the vocabularies keep values seen on at
         least ``attribute_min_count`` training items; ``attribute_types={column: kind}`` overrides
-        the inferred kinds (``categorical``, ``multi``, ``numeric``). Training then runs the
-        autograd reference step. With ``init_from`` a model with attributes grows its vocabularies
-        with the new table's values (docs/attributes.md); ``checkpoint_dir`` resumes such a run when
-        given the same ``item_features``.
+        the inferred kinds (``categorical``, ``multi``, ``numeric``). Training then runs FastStep
+        on the CPU, the autograd reference step elsewhere. With ``init_from`` a model with
+        attributes grows its vocabularies with the new table's values (docs/attributes.md);
+        ``checkpoint_dir`` resumes such a run when given the same ``item_features``.
         :meth:`save` writes such a model whole.
         """
         fit_model(self, data, valid=valid, early_stop=early_stop, metric=metric, valid_cutoffs=valid_cutoffs,

@@ -125,37 +125,49 @@ def test_no_attribute_columns_is_the_plain_network_bit_for_bit() -> None:
 # ------------------------------------------------------------------ the backend and the step
 
 
-def test_backend_runs_the_reference_step_for_attributes_and_says_why(monkeypatch: pytest.MonkeyPatch,
-                                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_backend_runs_fast_step_for_attributes_on_unique_rows_and_says_why(monkeypatch: pytest.MonkeyPatch,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """The CPU (unique rows) runs FastStep for attributes — the C step declines them, said once
+    with FastStep's cost; scratch rows (the GPU's form) run the reference step, said once."""
     monkeypatch.setattr(backend_module, "_declined", set())
     cfg = config()
     net = GRU4RecNet(len(ITEM_IDS), cfg, attributes=attributes())
+    scratch = backend_module.select_backend("cpu", unique_rows=False, cpu_kernels=False, fused_gpu=False)
     with caplog.at_level(logging.INFO, logger="gru4rec.training.backend"):
         trainer = Trainer(net, cfg, SUPPORT)
         Trainer(net, cfg, SUPPORT)  # said once
-    assert trainer.reference and trainer._cpu_step is None
+        slow = Trainer(net, cfg, SUPPORT, backend=scratch)
+        Trainer(net, cfg, SUPPORT, backend=scratch)
+    assert not trainer.reference and trainer._cpu_step is None
+    assert trainer.backend.step_form(cfg, attributes=True) == trainer.backend.name != "reference"
+    if trainer.backend.one_call_step:  # the C step could run the plain network here: it declines, once
+        lines = [r.getMessage() for r in caplog.records if "not as one C call" in r.getMessage()]
+        assert len(lines) == 1 and "attributes" in lines[0] and "plain C step" in lines[0]
+    assert slow.reference and scratch.step_form(cfg, attributes=True) == "reference"
     lines = [r.getMessage() for r in caplog.records if "reference step" in r.getMessage()]
     assert len(lines) == 1 and "attributes" in lines[0] and "slower" in lines[0]
-    assert trainer.backend.step_form(cfg, attributes=True) == "reference"
     assert trainer.backend.step_form(cfg) != "reference"  # plain: unchanged
     plain = Trainer(GRU4RecNet(len(ITEM_IDS), cfg), cfg, SUPPORT)
     assert not plain.reference
 
 
+@pytest.mark.parametrize("reference", [True, False], ids=["reference-step", "fast-step"])
 @pytest.mark.parametrize("p_id", [0.0, 0.5])
 @pytest.mark.parametrize("mode", ["shared", "separate"])
-def test_reference_step_against_autograd_of_the_whole_composition(mode: str, p_id: float) -> None:
-    """Two SGD steps of the trainer (float64) against the loss written by hand over the composed
-    rows and biases with every table a leaf: the same losses, and every parameter — id rows, By,
-    the attribute tables with their bias column, the projection, the GRU, E — at p − lr·g. With
-    id dropout the step's dropped items (its masks, read after the step) are composed without
-    their id part, in the scores and in shared mode in the input rows."""
+def test_steps_against_autograd_of_the_whole_composition(mode: str, p_id: float, reference: bool) -> None:
+    """Two SGD steps of the trainer (float64; the reference step, and FastStep, which the CPU
+    runs by default) against the loss written by hand over the composed rows and biases with
+    every table a leaf: the same losses, and every parameter — id rows, By, the attribute tables
+    with their bias column, the projection, the GRU, E — at p − lr·g. With id dropout the step's
+    dropped items (its masks, read after the step) are composed without their id part, in the
+    scores and in shared mode in the input rows. Both steps' bookkeeping is one helper
+    (gru4rec.training.composed): an attribute gradient dropped or doubled there fails here."""
     kw: dict[str, object] = {} if mode == "shared" else dict(constrained_embedding=False, embedding=3)
     cfg = config(dropout_p_id=p_id, **kw)
     net = GRU4RecNet(len(ITEM_IDS), cfg, generator=torch.Generator().manual_seed(7), attributes=attributes()).double()
     want = copy.deepcopy(net)
-    trainer = Trainer(net, cfg, SUPPORT)
-    assert trainer.reference
+    trainer = Trainer(net, cfg, SUPPORT, reference=reference)
+    assert trainer.reference == reference
     hidden = [torch.zeros(B, 5, dtype=torch.float64)]
     params = dict(want.named_parameters())
     assert "attributes.projection" in params and "attributes.tables.1" in params

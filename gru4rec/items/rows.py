@@ -39,14 +39,16 @@ gradient of the projection. Making rows unique needs their number, i.e. a host s
 like the optimiser's own unique-row path.
 
 Without any attribute column the composition is the id rows themselves, bit for bit.
-:class:`~gru4rec.network.gru.GRU4RecNet` composes its ``Wy`` rows with it, trained by the
-reference step (docs/attributes.md, "Training with attributes") and written whole by the model
-file (:mod:`gru4rec.formats.model_file`, from :attr:`ComposedRows.source`); the fast steps and the
-CLI do not know it yet (issue 49).
+:class:`~gru4rec.network.gru.GRU4RecNet` composes its ``Wy`` rows with it, trained by FastStep
+on the CPU and the reference step elsewhere (:mod:`gru4rec.training.composed`; docs/attributes.md,
+"Training with attributes") and written whole by the model file
+(:mod:`gru4rec.formats.model_file`, from :attr:`ComposedRows.source`); the C step and the CLI do
+not know it yet (issue 49).
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -241,23 +243,45 @@ class ComposedRows(nn.Module):
         weight = valid.to(self.numeric.dtype) / length.clamp(min=1).to(self.numeric.dtype)[:, None]
         return col.codes[pos], weight
 
-    def attribute_part(self, items: Tensor) -> Tensor | None:
-        """Σ_c pool_c(i) + numeric(i)·P for the items (B × columns: the row's part, then with
-        ``bias`` the bias's), None without attributes."""
-        part: Tensor | None = None
+    def _parts(self, items: Tensor) -> Iterator[Tensor]:
+        """Each column's part of the items (B × columns; columns without codes skipped), then the numerics'."""
         for col, table in zip(self._columns, self.tables, strict=True):
             if col.width == 0:  # no item has a code: nothing to add
                 continue
             codes, weight = self._gather(col, items)
-            if weight is None:
-                rows = table.index_select(0, codes)
-            else:
-                rows = (table[codes] * weight[:, :, None]).sum(1)
-            part = rows if part is None else part + rows
+            yield table.index_select(0, codes) if weight is None else (table[codes] * weight[:, :, None]).sum(1)
         if self.projection is not None:
-            rows = self.numeric.index_select(0, items) @ self.projection
+            yield self.numeric.index_select(0, items) @ self.projection
+
+    def attribute_part(self, items: Tensor) -> Tensor | None:
+        """Σ_c pool_c(i) + numeric(i)·P for the items (B × columns: the row's part, then with
+        ``bias`` the bias's), None without attributes."""
+        part: Tensor | None = None
+        for rows in self._parts(items):
             part = rows if part is None else part + rows
         return part
+
+    @torch.no_grad()
+    def compose_warm(self, id_table: Tensor, items: Tensor, keep: Tensor | None = None,
+                     id_bias: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """:meth:`compose` (and with ``id_bias`` :meth:`compose_scored`'s biases; else None) of
+        warm items only — a training step's: inputs, targets and samples are training items —,
+        not differentiable: the id rows gathered (zeroed where ``keep`` is False), each part added
+        in place. No cold-item mask (a cold index is out of the id table's range: an IndexError),
+        no temporaries beyond one part: half :meth:`compose`'s time in a training step. The sum's
+        order differs from :meth:`compose`'s: equal up to rounding."""
+        rows = id_table.index_select(0, items)
+        bias = None if id_bias is None else id_bias.index_select(0, items)
+        if keep is not None:
+            drop = ~keep
+            rows.masked_fill_(drop[:, None], 0.0)
+            if bias is not None:
+                bias.masked_fill_(drop, 0.0)
+        for part in self._parts(items):
+            rows.add_(part[:, : self.width])
+            if bias is not None and self.bias:
+                bias.add_(part[:, self.width])
+        return rows, bias
 
     def _has_id(self, items: Tensor, keep: Tensor | None) -> Tensor:
         """Which items take their id part: the warm ones, and of those the kept ones (B, bool)."""
@@ -346,20 +370,37 @@ class ComposedRows(nn.Module):
         ids = RowGrad(ids.rows, ids.grad[:, : self.width])
         if not self.bias:  # the tables' gradient is the rows' alone
             grad_rows = grad_rows[:, : self.width]
-        tables: dict[str, RowGrad] = {}
+        parts = self.table_grads(items, grad_rows)
+        empty = RowGrad(items.new_zeros(0), grad_rows.new_zeros((0, self.columns)))
+        tables = {name: _unique_sum(*parts[name]) if name in parts else empty for name in self.sparse_parameters()}
+        return RowGrads(ids, tables, self.projection_grad(items, grad_rows), id_bias)
+
+    @torch.no_grad()
+    def table_grads(self, items: Tensor, grad_rows: Tensor) -> dict[str, tuple[Tensor, Tensor]]:
+        """Each attribute table's gradient as (codes, gradient rows) with **one row per code read**
+        — a code shared by several items, or read by a repeated item, comes as often as it is read
+        (the optimiser's row rules, or :meth:`backward`, sum them) — from ``grad_rows`` = dL/d of
+        the items' parts (B × columns: with ``bias``, the bias's gradient last). A categorical
+        column's rows are ``grad_rows`` itself (no copy); a multi column's are weighted copies at
+        its valid positions (a boolean selection: a host sync on a GPU). A column no item has a
+        code in is left out."""
+        out: dict[str, tuple[Tensor, Tensor]] = {}
         for c, col in enumerate(self._columns):
-            name = f"cat{c}"
             if col.width == 0:
-                tables[name] = RowGrad(items.new_zeros(0), grad_rows.new_zeros((0, self.columns)))
                 continue
             codes, weight = self._gather(col, items)
             if weight is None:
-                tables[name] = _unique_sum(codes, grad_rows)
+                out[f"cat{c}"] = (codes, grad_rows)
                 continue
             valid = weight > 0
             owner = torch.arange(items.shape[0], device=items.device)[:, None].expand_as(codes)[valid]
-            tables[name] = _unique_sum(codes[valid], grad_rows.index_select(0, owner) * weight[valid][:, None])
-        projection = None
-        if self.projection is not None:
-            projection = self.numeric.index_select(0, items).t() @ grad_rows
-        return RowGrads(ids, tables, projection, id_bias)
+            out[f"cat{c}"] = (codes[valid], grad_rows.index_select(0, owner) * weight[valid][:, None])
+        return out
+
+    @torch.no_grad()
+    def projection_grad(self, items: Tensor, grad_rows: Tensor) -> Tensor | None:
+        """The projection's dense gradient (n_numeric × columns) from dL/d of the items' parts
+        (B × columns), None without numeric columns."""
+        if self.projection is None:
+            return None
+        return self.numeric.index_select(0, items).t() @ grad_rows

@@ -40,9 +40,15 @@ So a trainer's step takes one of five forms, all chosen here (:meth:`Backend.ste
 =================  ==================================================================================
 
 A network with **item attributes** (composed item rows, :mod:`gru4rec.items.rows`) is covered by
-the reference step only (:data:`ATTRIBUTE_FORMS`): the C step, FastStep and the Triton ops read
-plain rows of ``Wy``. The trainer asks :meth:`Backend.runs_reference`, which chooses the reference
-step for such a network and says so once (INFO, with what it costs).
+the forms of :data:`ATTRIBUTE_FORMS`: FastStep where rows are unique (``torch`` and ``cpu-kernels``
+ops on the CPU: it composes the step's distinct items once each,
+:mod:`gru4rec.training.composed`) and the reference step. The C step reads plain ``Wy`` rows and
+declines such a network (said once, INFO, with what FastStep costs instead); on the scratch-row
+backends (a GPU, CUDA graphs, the Triton ops) the trainer runs the reference step
+(:meth:`Backend.runs_reference` says so once, INFO). There FastStep would compose the C columns
+and hand their duplicate codes to the optimiser's scratch table, without a host sync for
+categorical and numeric columns (a multi column's valid codes are a boolean selection: a sync,
+which a CUDA graph cannot hold); not written, as no GPU has run it yet.
 
 A network with **click context** (``Wc``, docs/attributes.md) runs FastStep, which adds the
 clicks' context to layer 0's projection, or the reference step: not the C step (said once, INFO)
@@ -84,11 +90,16 @@ BACKENDS = ("torch", "cpu-kernels", "triton")
 #: The forms of a trainer's step (:meth:`Backend.step_form`; see the module docstring).
 STEP_FORMS = ("reference", "c-step", *BACKENDS)
 
-#: The step forms that cover a network with item attributes (the others read plain Wy rows).
-ATTRIBUTE_FORMS = ("reference",)
-#: What the reference step costs where a fast step would have run (not measured yet: issue 49).
-ATTRIBUTE_COST = ("the autograd step is slower than the fast steps (not measured yet), "
-                  "and it syncs with the host at every step on a GPU (unique rows)")
+#: The step forms that cover a network with item attributes: FastStep with unique rows (the CPU's
+#: ``torch`` and ``cpu-kernels`` ops) and the reference step (the C step reads plain Wy rows).
+ATTRIBUTE_FORMS = ("reference", "torch", "cpu-kernels")
+#: What the reference step costs where a fast step would have run (scratch-row backends: GPU),
+#: measured on the CPU (benchmarks/README.md, "Training with item attributes").
+ATTRIBUTE_COST = ("the autograd step is slower: about 1.6x FastStep's time with attributes (CPU, synthetic intents, "
+                  "2 categorical columns); on a GPU a multi column's step syncs with the host (its valid codes)")
+#: What FastStep with attributes costs where the C step runs the plain network (benchmarks/README.md).
+ATTRIBUTE_STEP_COST = ("FastStep with 2 categorical attributes takes 1.3-1.6x plain FastStep's time and 2.1-2.25x "
+                       "the plain C step's (synthetic intents, 128 units, 2,048 samples, one thread)")
 
 #: What FastStep costs where the C step would have run (benchmarks/README.md, round 4).
 C_STEP_COST = "FastStep takes up to 1.25x the C step's time (rsc15's shapes)"
@@ -128,7 +139,13 @@ class Backend:
         """The whole step as one C call, bound to the trainer's state, where this backend runs it
         and it covers ``config``; None: the trainer's FastStep runs. A configuration it does not
         cover is said once per reason (INFO), with what FastStep costs instead."""
-        if not self.one_call_step or net.attributes is not None:  # attributes: ATTRIBUTE_FORMS only
+        if not self.one_call_step:
+            return None
+        if net.attributes is not None:  # the C step reads plain Wy rows: ATTRIBUTE_FORMS only
+            why = "the network composes its item rows from attributes"
+            if why not in _declined:
+                _declined.add(why)
+                log.info("the CPU step runs as FastStep over the fused kernels, not as one C call: %s; %s", why, ATTRIBUTE_STEP_COST)
             return None
         step: FusedCpuStep | None
         if net.uses_context:  # click context: FastStep adds ctx·Wc, the C step has no Wc
@@ -141,13 +158,20 @@ class Backend:
             log.info("the CPU step runs as FastStep over the fused kernels, not as one C call: %s; %s", why_not, C_STEP_COST)
         return step
 
+    @property
+    def covers_attributes(self) -> bool:
+        """Whether FastStep on this backend covers item attributes: rows made unique (the CPU's
+        ``torch`` and ``cpu-kernels`` ops), no graph replay. Not the scratch-row backends (see
+        the module docstring)."""
+        return self.unique_rows and not self.graph_replay and self.name in ATTRIBUTE_FORMS
+
     def runs_reference(self, net: GRU4RecNet, *, reference: bool) -> bool:
         """Whether a trainer of ``net`` runs the reference step: asked for (``reference``), or
-        ``net`` has item attributes, which only :data:`ATTRIBUTE_FORMS` cover (said once, INFO,
-        with what it costs)."""
-        if reference or net.attributes is None:
+        ``net`` has item attributes and FastStep does not cover them here
+        (:attr:`covers_attributes`; said once, INFO, with what it costs)."""
+        if reference or net.attributes is None or self.covers_attributes:
             return reference
-        why = "the network composes its item rows from attributes (only the reference step has them)"
+        why = "the network composes its item rows from attributes, which FastStep covers with unique rows only (the CPU)"
         if why not in _declined:
             _declined.add(why)
             log.info("the training step runs as the autograd reference step: %s; %s", why, ATTRIBUTE_COST)
@@ -157,9 +181,12 @@ class Backend:
                   attributes: bool = False) -> str:
         """Which of :data:`STEP_FORMS` a trainer of ``config`` on this backend runs (without
         building it): for logs, benchmarks and the contract test. ``attributes``: the network has
-        item attributes (only :data:`ATTRIBUTE_FORMS` cover them)."""
-        if reference or attributes:
+        item attributes (only :data:`ATTRIBUTE_FORMS` cover them: FastStep with unique rows, or
+        the reference step)."""
+        if reference or (attributes and not self.covers_attributes):
             return "reference"
+        if attributes:
+            return self.name
         if self.one_call_step and not config.click_context:  # click context: FastStep, never the C step
             if covers(config, float32_products=float32_products) is None:
                 return "c-step"

@@ -60,6 +60,7 @@ from torch import Tensor
 from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.backend import Backend
 from gru4rec.training.cell import GRUCell, LayerCache
+from gru4rec.training.composed import Part, StepComposition
 from gru4rec.training.dropout import DropoutMasks
 from gru4rec.training.losses import LossGradFn
 from gru4rec.training.ops import TorchOps
@@ -103,6 +104,16 @@ class FastStep:
         ]
         #: The gradient buffer of the context projection Wc (a network with click context), else None.
         self._wc_grad = views.get("Wc")
+        #: The composition of the Wy rows with item attributes (None without); it needs the
+        #: distinct rows of unique-row backends (the backend runs the reference step elsewhere).
+        self._composition: StepComposition | None = None
+        if net.attributes is not None:
+            if not backend.unique_rows:
+                raise ValueError("FastStep covers item attributes with unique rows only (Backend.runs_reference)")
+            self._composition = StepComposition(net, optimizer)
+        #: The projection's view of the flat gradient (None: no numeric attribute column).
+        self._projection_grad = None if self._composition is None or self._composition.projection_name is None \
+            else views[self._composition.projection_name]
 
     @property
     def ops(self) -> TorchOps:
@@ -119,15 +130,30 @@ class FastStep:
         returns the loss (0-dim). ``bias``: the columns' bias (:meth:`TorchOps.column_bias`) where
         the caller has it already (a fused gather of the step's inputs). ``context`` (B×5): the
         input clicks' context, for a network with click context (and only there)."""
-        net, ops, cell, mm = self.net, self.ops, self.cell, self.mm
+        net, ops, cell, mm, comp = self.net, self.ops, self.cell, self.mm, self._composition
+        self.dropout.draw()  # every mask of the step (with id dropout, its salt: the composition needs it)
         rows = self._score_rows(inputs, cols)
-        wy = mm.cast(net.Wy.index_select(0, cols if rows is None else rows.uniq[: rows.n_scored]))  # C×L or K×L
-        if bias is None:
-            bias = ops.column_bias(net.By, cols, targets.shape[0], self.logq, col_valid if self.mask_in_bias else None)  # C
+        composed, keep = None, None  # with attributes: the distinct items' composed rows and which kept their id part
+        if comp is None:
+            wy = mm.cast(net.Wy.index_select(0, cols if rows is None else rows.uniq[: rows.n_scored]))  # C×L or K×L
+            if bias is None:
+                bias = ops.column_bias(net.By, cols, targets.shape[0], self.logq, col_valid if self.mask_in_bias else None)  # C
+        else:  # the K (shared: K') distinct items composed once each, their biases spread to the C columns
+            assert rows is not None and bias is None  # unique rows (the constructor), no fused gather
+            items = rows.uniq if rows.input_rows is not None else rows.uniq[: rows.n_scored]
+            keep = self.dropout.keep_ids(items)
+            composed, item_bias = comp.compose(items, keep, bias=True)
+            assert item_bias is not None
+            wy = mm.cast(composed[: rows.n_scored])
+            bias = ops.column_bias(item_bias, rows.col_rows, targets.shape[0], None, col_valid if self.mask_in_bias else None)
+            if self.logq is not None:
+                bias.sub_(self.logq.columns(targets, samples))
 
         # Forward, keeping what the backward pass needs (the products' operands as cast).
-        self.dropout.draw()  # every mask of the step
-        x = ops.gather_rows(net.input_table, inputs, self.dropout.embed)  # B×d₀ input rows, dropped out
+        if composed is not None and rows is not None and rows.input_rows is not None:  # shared: composed input rows
+            x = ops.gather_rows(composed, rows.input_rows, self.dropout.embed)
+        else:
+            x = ops.gather_rows(net.input_table, inputs, self.dropout.embed)  # B×d₀ input rows, dropped out
         caches: list[LayerCache] = []
         outs: list[Tensor] = []
         for i, layer in enumerate(net.layers):
@@ -174,7 +200,12 @@ class FastStep:
             h.copy_(out)
         embed_mask = self.dropout.embed
         g_in = d if embed_mask is None else d * embed_mask  # B×d₀
-        self.optimizer.step(self.optimizer.flat_grad, self._item_grads(inputs, cols, rows, g_rows, x_last, g_in))
+        grads = self._item_grads(inputs, cols, rows, g_rows, x_last, g_in)
+        if comp is not None:
+            grads = self._composed_grads(comp, grads, keep)
+        self.optimizer.step(self.optimizer.flat_grad, grads)
+        if comp is not None:
+            net.tables_changed()  # the fused CPU rules write the tables through their data pointers
         return loss
 
     def _score_rows(self, inputs: Tensor, cols: Tensor) -> ScoreRows | None:
@@ -215,3 +246,19 @@ class FastStep:
         g_wy[rows.n_scored:].zero_()
         self.ops.add_rows(g_wy, rows.input_rows, g_in)
         return {"Wy": UniqueGrad(rows.uniq, g_wy), "By": UniqueGrad(scored, g_by)}
+
+    def _composed_grads(self, comp: StepComposition, grads: dict[str, UniqueGrad | SparseGrad | list[SparseGrad]],
+                        keep: Tensor | None) -> dict[str, UniqueGrad | SparseGrad | list[SparseGrad]]:
+        """The item tables' gradients with attributes: ``Wy``'s and ``By``'s distinct rows
+        (:meth:`_item_grads`) are the composed rows' and biases', which the composition's
+        backward spreads to the id rows and biases (as they are: distinct already; not where
+        ``keep`` dropped the id part), the attribute tables and the projection (into its view of
+        the flat gradient)."""
+        wy, by = grads.pop("Wy"), grads.pop("By")
+        assert isinstance(wy, UniqueGrad) and isinstance(by, UniqueGrad)  # unique rows (the constructor)
+        composed, projection = comp.grads([Part(wy.rows, wy.grad, by.grad, keep)], distinct=True)
+        if projection is not None:
+            assert self._projection_grad is not None
+            self._projection_grad.copy_(projection)
+        grads.update(composed)
+        return grads
