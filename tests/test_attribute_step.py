@@ -16,6 +16,10 @@ runs unchanged.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -30,6 +34,7 @@ from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.backend import Backend, select_backend
 from gru4rec.training.batching import build_schedule
 from gru4rec.training.trainer import Trainer
+from script_modules import import_module
 
 torch.set_num_threads(1)
 
@@ -128,3 +133,23 @@ def test_fast_step_with_attributes_gives_the_reference_steps(config_name: str, d
         assert float(got[1][k][:, -1].abs().sum()) > 0, k  # the bias column learnt (it starts at 0)
     assert float(got[2]["attributes.cat1.acc"].abs().sum()) > 0
 
+
+def test_the_attribute_step_benchmark_runs_and_its_ratios_are_the_rounds_medians(tmp_path: Path) -> None:
+    """benchmarks/train/attribute_step.py on a tiny synthetic folder: the four variants run the
+    forms they name (the C step, FastStep plain and with attributes over the same kernels, the
+    reference), and the printed ratios are the medians of the per-round ratios."""
+    bench = import_module("benchmarks.train.attribute_step")
+    subprocess.run([sys.executable, "-m", "gru4rec", "synth", "--kind", "intents-attributes", "--n-sessions", "300",
+                    "--seed", "1", "-q", str(tmp_path)], check=True)
+    config = Config.from_string("layers=8,batch_size=4,n_sample=16,loss=cross-entropy,constrained_embedding=True")
+    trainers, schedule = bench.build(tmp_path, config, ["category", "brand"], 6)
+    assert list(trainers) == list(bench.VARIANTS)
+    assert trainers["attr fast"].net.attributes is not None and not trainers["attr fast"].reference
+    assert trainers["attr reference"].reference and trainers["plain fast"]._cpu_step is None
+    wall, cpu = bench.measure(trainers, schedule, steps=2, warmup=1, rounds=3)
+    assert all(len(v) == 3 and min(v) > 0 for v in (*wall.values(), *cpu.values()))
+    rounds = {"plain c-step": [1.0, 2.0, 4.0], "plain fast": [2.0, 2.0, 2.0], "attr fast": [3.0, 2.0, 10.0],
+              "attr reference": [6.0, 6.0, 6.0]}
+    text = bench.summary(rounds)
+    assert "attr fast / plain fast 1.500x" in text  # ratios 1.5, 1, 5: median 1.5 (not 5/2 of the medians)
+    assert "attr fast / plain c-step 2.500x" in text and "attr reference / attr fast 2.000x" in text
