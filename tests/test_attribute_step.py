@@ -1,9 +1,9 @@
 """FastStep with item attributes against the autograd reference step (issue 49): N steps from one
 state, the same samples handed to both, over a grid of configurations — both sampled losses,
-logQ, shared and separate embedding (and one-hot), both dropouts and id dropout, momentum,
-Adagrad — with a categorical, a multi and a numeric attribute column, on float64 (``torch`` ops
-with unique rows) and float32 (the fused CPU kernels, the CPU's default form for such a
-network). Losses, every weight (id rows, By, the attribute tables with their bias column, the
+logQ, shared and separate embedding (and one-hot), both dropouts and id dropout, click context,
+momentum, Adagrad — with a categorical, a multi and a numeric attribute column, on float64
+(``torch`` ops with unique rows) and float32 (the fused CPU kernels, the CPU's default form for
+such a network). Losses, every weight (id rows, By, the attribute tables with their bias column, the
 projection, the GRU), the optimiser's state and the hidden states agree within the stated
 tolerance.
 
@@ -43,6 +43,7 @@ BASE = "batch_size=8,sample_store_size=48,learning_rate=0.1,sample_alpha=0.5,ada
 GRID = {
     "xe-shared-logq-dropout-momentum": BASE + ",layers=16,n_sample=12,logq=1.0,dropout_p_hidden=0.3,dropout_p_embed=0.2,momentum=0.2",
     "xe-shared-logq-iddropout-momentum": BASE + ",layers=16,n_sample=12,logq=1.0,dropout_p_id=0.4,dropout_p_embed=0.2,momentum=0.2",
+    "xe-shared-context-dropout": BASE + ",layers=16,n_sample=12,click_context=True,dropout_p_embed=0.2,dropout_p_hidden=0.2",
     "bprmax-shared-bpreg-dropout": BASE + ",layers=16,n_sample=12,loss=bpr-max,final_act=elu-1,bpreg=0.9,"
                                           "dropout_p_hidden=0.3,dropout_p_embed=0.5",
     "xe-separate-2layers-logq-dropout-momentum": BASE + ",layers=12/8,n_sample=12,constrained_embedding=False,embedding=10,"
@@ -94,7 +95,8 @@ def _run(config_name: str, backend: Backend, *, reference: bool) -> tuple[list[t
         inputs, targets, active, keep = (x[t] for x in (schedule.inputs, schedule.targets, schedule.active, schedule.keep))
         cols = torch.cat((targets, samples))
         repeats += int(cols.unique().shape[0] < cols.shape[0])
-        losses.append(trainer.train_step(inputs, targets, active, keep, samples))
+        context = torch.randn(config.batch_size, 5, generator=draws).to(backend.dtype) if config.click_context else None
+        losses.append(trainer.train_step(inputs, targets, active, keep, samples, context=context))
     assert repeats > 0  # a step whose columns repeat an item (and so its codes)
     weights = {k: v.detach().clone() for k, v in net.state_dict().items()}
     state = {k: v.detach().clone() for k, v in trainer.optimizer.state_dict().items()}
