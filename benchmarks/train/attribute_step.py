@@ -142,7 +142,10 @@ def main() -> None:
         config = config.replace_from_string(args.params)
     trainers, schedule = build(Path(args.data), config, args.columns.split(","), args.warmup + args.steps * args.rounds)
     for threads in [int(t) for t in args.threads.split(",")]:
-        set_threads(threads)
+        got = set_threads(threads)
+        if got != threads:  # OMP_NUM_THREADS fixes the count: say so rather than mislabel the rounds
+            print(f"asked for {threads} thread(s), torch runs {got} (OMP_NUM_THREADS?)", flush=True)
+            threads = got
         if args.profile:
             for name in ("plain fast", "attr fast"):
                 print(f"{name}, {threads} thread(s):")
