@@ -160,10 +160,10 @@ class Backend:
 
     @property
     def covers_attributes(self) -> bool:
-        """Whether FastStep on this backend covers item attributes: rows made unique (the CPU's
-        ``torch`` and ``cpu-kernels`` ops), no graph replay. Not the scratch-row backends (see
-        the module docstring)."""
-        return self.unique_rows and not self.graph_replay and self.name in ATTRIBUTE_FORMS
+        """Whether FastStep on this backend covers item attributes: the CPU with rows made unique
+        (``torch`` and ``cpu-kernels`` ops). Not the scratch-row backends (see the module
+        docstring), nor unique rows on a GPU (asked for explicitly; no GPU has run it)."""
+        return self.device.type == "cpu" and self.unique_rows and self.name in ATTRIBUTE_FORMS
 
     def runs_reference(self, net: GRU4RecNet, *, reference: bool) -> bool:
         """Whether a trainer of ``net`` runs the reference step: asked for (``reference``), or
