@@ -54,9 +54,22 @@ def model_with_attributes(mode: str = "shared", seed: int = 0) -> GRU4Rec:
     return model
 
 
+def favour_cold(net: GRU4RecNet) -> None:
+    """Craft ``net`` so that every cold item outranks every warm one: the warm items' id biases
+    are -100, except item 14's, +500, so that their mean — a cold item's id bias
+    (``unknown_id_bias``) — is 0; item 14, the only item of the catalogue without a row in the
+    table (the unknown codes), gets -1000 from the unknown category's bias column and comes last."""
+    assert net.attributes is not None
+    with torch.no_grad():
+        net.By.fill_(-100.0)
+        net.By[ITEM_IDS.index(14)] = 100.0 * (N - 1)
+        net.attributes.tables[0][0, -1] = -1000.0
+    assert float(net.By.mean()) == 0.0
+
+
 def rows_by_hand(model: GRU4Rec) -> tuple[np.ndarray, np.ndarray]:
     """Every catalogue item's composed row and bias in NumPy: [id row | By] (zeros for a cold
-    item) + its category's row + the mean of its tags' rows + its standardised price · P, over
+    item, with the mean id bias) + its category's row + the mean of its tags' rows + its standardised price · P, over
     the row's columns then the bias column (the tables' last)."""
     net = model.net
     assert net is not None and net.attributes is not None and net.attributes.projection is not None
@@ -71,7 +84,7 @@ def rows_by_hand(model: GRU4Rec) -> tuple[np.ndarray, np.ndarray]:
     frame = TABLE.set_index("ItemId")
     rows = np.zeros((N + C, width + 1))
     for i, item in enumerate(CATALOGUE):
-        row = np.append(wy[i], by[i]) if i < N else np.zeros(width + 1)
+        row = np.append(wy[i], by[i]) if i < N else np.append(np.zeros(width), by.mean())  # unknown id bias: the mean
         if item in frame.index:
             row += t_cat[int(cat.codes_of(np.array([frame.at[item, "cat"]]))[0])]
             row += t_tags[tags.codes_of(np.array(frame.at[item, "tags"].split("|")))].mean(0)
@@ -129,8 +142,7 @@ def test_recommend_returns_cold_items() -> None:
     model = model_with_attributes()
     net = model.net
     assert net is not None
-    with torch.no_grad():
-        net.By.fill_(-100.0)  # every warm item far below: the cold items (bias 0) come first
+    favour_cold(net)  # every warm item far below the cold ones
     rows, bias = rows_by_hand(model)
     with torch.no_grad():
         out = model.step(torch.tensor([2]), model.init_state(1))
@@ -249,8 +261,7 @@ def test_the_serving_engine_ranks_and_takes_cold_items() -> None:
     model = model_with_attributes()
     net = model.net
     assert net is not None
-    with torch.no_grad():
-        net.By.fill_(-100.0)  # the cold items (bias 0) come first
+    favour_cold(net)  # the cold items come first
     engine = Engine(model)
     assert engine.n_items == N + C and engine.item_ids == CATALOGUE
     known, unknown = engine.index_of([97, 12, 555])

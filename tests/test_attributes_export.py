@@ -1,6 +1,6 @@
 """The exports of a model with item attributes (issue 49): the item embeddings file and the ONNX
 step hold the whole catalogue — the training items, then the cold items — with the rows the model
-scores with (id row and bias plus the attributes' parts; a cold item's attributes alone).
+scores with (id row and bias plus the attributes' parts; a cold item's attributes on the mean id bias).
 
 References: every composed row built by hand in NumPy (``rows_by_hand`` of
 tests/test_attributes_cold.py), and the model's own ``score_all``/``recommend``/step, on sessions
@@ -23,7 +23,7 @@ from gru4rec.cli import main
 from gru4rec.export import export_onnx, item_embeddings, session_embeddings
 from gru4rec.export.common import as_plain_network, catalogue_tables
 from gru4rec.export.tables import write_table
-from test_attributes_cold import CATALOGUE, COLD_IDS, ITEM_IDS, C, N, model_with_attributes, rows_by_hand
+from test_attributes_cold import CATALOGUE, COLD_IDS, ITEM_IDS, C, N, favour_cold, model_with_attributes, rows_by_hand
 
 torch.set_num_threads(1)
 
@@ -34,12 +34,11 @@ TOL = 1e-5
 
 
 def crafted(mode: str) -> GRU4Rec:
-    """A model with attributes whose warm items score far below the cold ones (By = -100 on
-    warm items; a cold item's bias is its attributes' part alone): the top of every ranking is a cold item."""
+    """A model with attributes whose warm items score far below the cold ones
+    (test_attributes_cold.favour_cold): the top of every ranking is a cold item."""
     model = model_with_attributes(mode, seed=3)
     assert model.net is not None
-    with torch.no_grad():
-        model.net.By.fill_(-100.0)
+    favour_cold(model.net)
     return model
 
 

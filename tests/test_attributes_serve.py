@@ -3,8 +3,8 @@ items of a model with item attributes and takes clicks on them; ``gru4rec items 
 new item into the served file, the server swaps it in (``--watch``) and recommends it — no
 retraining; ``gru4rec recommend`` returns cold items too.
 
-The model is crafted: its warm items' id biases are -100, so every cold item (whose bias is its
-attributes' part alone) outranks them.
+The model is crafted (test_attributes_cold.favour_cold) so that every cold item (whose bias is its
+attributes' part on the mean id bias) outranks the warm items.
 Every expected score is the session's state (the network's own step) times the item's row built by
 hand in NumPy (``rows_by_hand``; the new item's row from its attribute values and the model's
 tables), plus its bias.
@@ -24,7 +24,7 @@ from gru4rec import GRU4Rec
 from gru4rec.cli import main
 from gru4rec.serve.reload import file_sha256
 from serve_helpers import httpx
-from test_attributes_cold import CATALOGUE, COLD_IDS, ITEM_IDS, C, N, model_with_attributes, rows_by_hand
+from test_attributes_cold import CATALOGUE, COLD_IDS, ITEM_IDS, C, N, favour_cold, model_with_attributes, rows_by_hand
 from test_serve_cli import processes_fixture, stop  # noqa: F401  # the fixture
 from test_serve_reload import serve, wait_for_model
 
@@ -40,8 +40,7 @@ def crafted() -> GRU4Rec:
     same attributes) whose warm items score far below the cold ones."""
     model = model_with_attributes("shared", seed=4)
     assert model.net is not None
-    with torch.no_grad():
-        model.net.By.fill_(-100.0)
+    favour_cold(model.net)
     return model
 
 
