@@ -295,7 +295,13 @@ class GRU4RecNet(nn.Module):
         """Advance every row by one item: returns the last layer's output (B×L) and overwrites
         ``hidden`` in place. Dropout applies only in training mode (inverted dropout).
         ``context``: the clicks' context (B×5), for a network with click context only."""
-        x = self.input_rows(items)
+        if self.composes_input and not torch.is_grad_enabled():
+            # Inference (an evaluation, a server): the input rows are rows of the composed
+            # catalogue that score_all keeps, one gather as a plain model's (composing the clicked
+            # items anew cost a served click at batch 1 more than the rest of its step).
+            x = self._composed_catalogue()[0].index_select(0, items)
+        else:
+            x = self.input_rows(items)
         dropout = None
         if self.training:
             if self.dropout_p_embed > 0:
