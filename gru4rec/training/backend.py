@@ -98,8 +98,8 @@ ATTRIBUTE_FORMS = ("reference", "torch", "cpu-kernels")
 ATTRIBUTE_COST = ("the autograd step is slower: about 1.6x FastStep's time with attributes (CPU, synthetic intents, "
                   "2 categorical columns); on a GPU a multi column's step syncs with the host (its valid codes)")
 #: What FastStep with attributes costs where the C step runs the plain network (benchmarks/README.md).
-ATTRIBUTE_STEP_COST = ("FastStep with 2 categorical attributes takes 1.3-1.6x plain FastStep's time and 2.1-2.25x "
-                       "the plain C step's (synthetic intents, 128 units, 2,048 samples, one thread)")
+ATTRIBUTE_STEP_COST = ("FastStep with 2 categorical attributes takes 1.2-1.45x plain FastStep's time and 1.5-2.0x "
+                       "the plain C step's (batch 128 to 32; synthetic intents, 128 units, 2,048 samples, one thread)")
 
 #: What FastStep costs where the C step would have run (benchmarks/README.md, round 4).
 C_STEP_COST = "FastStep takes up to 1.25x the C step's time (rsc15's shapes)"
