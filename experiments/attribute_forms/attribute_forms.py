@@ -16,8 +16,9 @@ output, the form of feature concatenation in the parallel-RNN paper (Hidasi et a
 at the same width — so the same network, the same tables, the same steps, differing only in which
 columns each part may use. It is run here without a second implementation: the concatenated form is
 the summed one with the id rows' last d columns and the attribute tables' first L − d columns held
-at zero (zero at the start, their gradients zeroed at every step — the bias column is the
-attributes' in both forms), which :func:`concatenated` patches in for the duration of a run.
+at zero (zero at the start, their gradients zeroed at every step in the one place both training
+steps take them from, :meth:`gru4rec.training.composed.StepComposition.grads` — the bias column
+is the attributes' in both forms), which :func:`concatenated` patches in for the duration of a run.
 
 Each form is trained on ``train_full`` with ``items.tsv`` and evaluated on ``test`` (conservative
 ties, the whole catalogue: cold items too) and the figures printed beside the optimum's from
@@ -37,8 +38,9 @@ import torch
 
 from gru4rec import GRU4Rec, evaluate
 from gru4rec.config import Config
-from gru4rec.items.rows import ComposedRows, RowGrads
 from gru4rec.network.gru import GRU4RecNet
+from gru4rec.training.composed import StepComposition, TableGrads
+from gru4rec.training.optim import UniqueGrad
 
 FORMS = ("sum", "concat")
 
@@ -52,8 +54,8 @@ def id_columns(width: int, attr_share: float) -> int:
 def concatenated(attr_share: float = 0.5) -> Iterator[None]:
     """Within the block, every network with attributes is built and trained in the concatenated
     form: the id rows' last d columns and the attribute tables' (and projection's) first L − d
-    row columns are zero, and stay zero (their gradients zeroed by the composition's backward)."""
-    init, backward = GRU4RecNet.__init__, ComposedRows.backward
+    row columns are zero, and stay zero (their gradients zeroed where the steps take them)."""
+    init, grads = GRU4RecNet.__init__, StepComposition.grads
 
     def patched_init(self: GRU4RecNet, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
@@ -66,24 +68,38 @@ def concatenated(attr_share: float = 0.5) -> Iterator[None]:
             for block in (*rows.tables, *([rows.projection] if rows.projection is not None else [])):
                 block[:, :split] = 0.0
 
-    def patched_backward(self: ComposedRows, items: torch.Tensor, grad_rows: torch.Tensor,
-                         grad_bias: torch.Tensor | None = None, keep: torch.Tensor | None = None) -> RowGrads:
-        grads = backward(self, items, grad_rows, grad_bias, keep)
-        split = id_columns(self.width, attr_share)
-        grads.id.grad[:, split:] = 0.0
-        for table in grads.tables.values():
-            table.grad[:, :split] = 0.0
-        if grads.projection is not None:
-            grads.projection[:, :split] = 0.0
-        return grads
+    def masked(value: Any, columns: slice) -> Any:
+        """A copy of a sparse gradient (UniqueGrad, (rows, grad) or a list of them) with ``columns`` zero."""
+        if isinstance(value, list):
+            return [masked(v, columns) for v in value]
+        rows, grad = value
+        grad = grad.clone()
+        grad[:, columns] = 0.0
+        return UniqueGrad(rows, grad) if isinstance(value, UniqueGrad) else (rows, grad)
+
+    def patched_grads(self: StepComposition, parts: list[Any], *, distinct: bool = False) -> tuple[TableGrads, torch.Tensor | None]:
+        sparse, projection = grads(self, parts, distinct=distinct)
+        split = id_columns(self.rows.width, attr_share)
+        out: TableGrads = {}
+        for name, value in sparse.items():
+            if name == "Wy":
+                out[name] = masked(value, slice(split, None))
+            elif name.startswith("attributes."):
+                out[name] = masked(value, slice(0, split))
+            else:
+                out[name] = value
+        if projection is not None:
+            projection = projection.clone()
+            projection[:, :split] = 0.0
+        return out, projection
 
     GRU4RecNet.__init__ = patched_init  # type: ignore[method-assign]
-    ComposedRows.backward = patched_backward  # type: ignore[method-assign]
+    StepComposition.grads = patched_grads  # type: ignore[method-assign]
     try:
         yield
     finally:
         GRU4RecNet.__init__ = init  # type: ignore[method-assign]
-        ComposedRows.backward = backward  # type: ignore[method-assign]
+        StepComposition.grads = grads  # type: ignore[method-assign]
 
 
 def run_form(form: str, data: Path, config: Config, *, attr_share: float, threads: int,

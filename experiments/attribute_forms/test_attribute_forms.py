@@ -11,18 +11,18 @@ import torch
 
 from experiments.attribute_forms.attribute_forms import concatenated, id_columns
 from gru4rec import GRU4Rec
-from gru4rec.items.rows import ComposedRows
 from gru4rec.network.gru import GRU4RecNet
+from gru4rec.training.composed import StepComposition
 
 
 def test_concatenated_form_keeps_the_parts_in_their_columns(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "gru4rec", "synth", str(tmp_path), "--kind", "intents-attributes", "--n-sessions", "300",
                     "--n-items", "60", "--n-intents", "4", "--seed", "3", "-q"], check=True, capture_output=True)
     model = GRU4Rec(layers=[8], n_epochs=1, batch_size=16, n_sample=16, dropout_p_id=0.3, device="cpu", threads=1)
-    init, backward = GRU4RecNet.__init__, ComposedRows.backward
+    init, grads = GRU4RecNet.__init__, StepComposition.grads
     with concatenated(0.25):
         model.fit(tmp_path / "train_full.tsv", item_features=tmp_path / "items.tsv", progress=False)
-    assert GRU4RecNet.__init__ is init and ComposedRows.backward is backward  # restored
+    assert GRU4RecNet.__init__ is init and StepComposition.grads is grads  # restored
     net = model.net
     assert net is not None and net.attributes is not None
     split = id_columns(8, 0.25)
