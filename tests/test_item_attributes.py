@@ -19,6 +19,7 @@ from gru4rec.errors import DataError
 from gru4rec.items import (
     UNKNOWN,
     HighCardinalityWarning,
+    IntegerCodesWarning,
     ItemAttributes,
     ItemTable,
     item_table_from_frame,
@@ -298,3 +299,24 @@ def test_high_cardinality_warns_naming_the_column(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # 'cat' (3 values) and a small table warn about nothing
         read_item_table(write(tmp_path, "ItemId\tsku\n1\ta\n2\tb\n", "small.tsv"))
+
+
+def test_integer_codes_read_as_numbers_warn_naming_the_column(tmp_path: Path) -> None:
+    """A column of integers with few distinct values (a category id, as DIGINETICA's categoryId or
+    the intents-attributes generator's category) is inferred numeric, with a warning that names the
+    column and the way to say it is categorical; real quantities, a given kind and small tables
+    warn about nothing."""
+    n = 100
+    text = "ItemId\tcategoryId\tprice\tstock\n" + "".join(f"{i}\t{i % 4}\t{1.5 + i}\t{i}\n" for i in range(n))
+    path = write(tmp_path, text)
+    with pytest.warns(IntegerCodesWarning) as record:
+        table = read_item_table(path)
+    assert table.kinds == {"categoryId": "numeric", "price": "numeric", "stock": "numeric"}
+    assert len(record) == 1  # not price (fractions), not stock (100 distinct integers)
+    message = str(record[0].message)
+    assert "column 'categoryId'" in message and "4 distinct ones in 100 rows" in message
+    assert "--item-types categoryId=categorical" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_item_table(path, types={"categoryId": "categorical"}).kinds["categoryId"] == "categorical"
+        read_item_table(write(tmp_path, "ItemId\tcat\n1\t1\n2\t1\n", "small.tsv"))

@@ -16,9 +16,9 @@ from typing import Any
 
 from gru4rec.items.attributes import UNKNOWN, AttributeEncoding, ItemAttributes
 from gru4rec.items.context import CONTEXT_FEATURES, click_context, context_of
-from gru4rec.items.table import KINDS, HighCardinalityWarning, ItemTable, item_table_from_frame, read_item_table
+from gru4rec.items.table import KINDS, HighCardinalityWarning, IntegerCodesWarning, ItemTable, item_table_from_frame, read_item_table
 
-__all__ = ["CONTEXT_FEATURES", "KINDS", "UNKNOWN", "AttributeEncoding", "ComposedRows", "HighCardinalityWarning",
+__all__ = ["CONTEXT_FEATURES", "KINDS", "UNKNOWN", "AttributeEncoding", "ComposedRows", "HighCardinalityWarning", "IntegerCodesWarning",
            "ItemAttributes", "ItemTable", "RowGrad", "RowGrads", "click_context", "context_of", "item_table_from_frame", "read_item_table"]
 
 _LAZY = {"ComposedRows", "RowGrad", "RowGrads"}  # gru4rec.items.rows imports torch

@@ -42,8 +42,8 @@ from gru4rec.data.events import (
 )
 from gru4rec.errors import DataError, Gru4RecError
 
-__all__ = ["KINDS", "MULTI_SEP", "HighCardinalityWarning", "ItemTable", "TableColumn", "item_table_from_frame",
-           "read_item_table"]
+__all__ = ["KINDS", "MULTI_SEP", "HighCardinalityWarning", "IntegerCodesWarning", "ItemTable", "TableColumn",
+           "item_table_from_frame", "read_item_table"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,17 @@ _MIN_ROWS_FOR_CARDINALITY = 20  # a tiny table always looks high-cardinality
 
 class HighCardinalityWarning(UserWarning):
     """A categorical attribute with nearly one value per item (the message names file and column)."""
+
+
+class IntegerCodesWarning(UserWarning):
+    """A column inferred as numeric whose values look like codes — integers, few distinct ones —
+    such as a category id (DIGINETICA's ``categoryId``): as a number it would give an item the
+    category's id times a learnt vector, which means nothing (the message names file and column)."""
+
+
+#: An integer column inferred as numeric with at most this share of distinct values (and at
+#: least 20 rows) is warned about (:class:`IntegerCodesWarning`).
+MAX_CODE_SHARE = 0.05
 
 
 @dataclass(frozen=True, eq=False)
@@ -199,6 +210,7 @@ def _column(s: pd.Series, name: str, kind: str | None, source: str, first_line: 
     if kind is None:
         if numeric_dtype:
             kind = "numeric"
+            _warn_integer_codes(s, name, where)
         else:
             _refuse_mostly_numeric(s, name, where, first_line)
             text = s.astype("string")
@@ -206,6 +218,23 @@ def _column(s: pd.Series, name: str, kind: str | None, source: str, first_line: 
     if kind == "numeric":
         return TableColumn(name, kind, _numbers(s, where, first_line), None)
     return _categories(s, name, kind, where, first_line)
+
+
+def _warn_integer_codes(s: pd.Series, name: str, where: str) -> None:
+    """An :class:`IntegerCodesWarning` for an inferred numeric column of integers with few distinct values."""
+    v = s.dropna()
+    n = len(v)
+    if n < _MIN_ROWS_FOR_CARDINALITY:
+        return
+    values = v.to_numpy()
+    if not pd.api.types.is_integer_dtype(values.dtype) and not bool(np.all(np.mod(values, 1) == 0)):
+        return
+    n_distinct = len(pd.unique(values))
+    if n_distinct <= MAX_CODE_SHARE * n:
+        warnings.warn(IntegerCodesWarning(
+            f"{where}: read as numeric, but its values are integers with only {n_distinct} distinct ones in {n} rows — "
+            f"codes (a category id?) more likely than quantities; if they name categories, give it as 'categorical' "
+            f"(--item-types {name}=categorical, or types={{{name!r}: 'categorical'}})"), stacklevel=4)
 
 
 def _refuse_mostly_numeric(s: pd.Series, name: str, where: str, first_line: int) -> None:
