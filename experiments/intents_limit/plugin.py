@@ -41,7 +41,7 @@ import pandas as pd
 
 from gru4rec.data import ItemMap, read_events, sessions_from_events
 from gru4rec.datasets import intents as gen
-from gru4rec.datasets.intent_model import IntentModel
+from gru4rec.datasets.intent_model import IntentModel, intent_posteriors
 
 _BLOCK_BYTES = 32 << 20  # one block of B × N predictive probabilities
 CUTOFFS = (1, 5, 10, 20)
@@ -132,27 +132,9 @@ def split_of(df: pd.DataFrame, train: pd.DataFrame, model: IntentModel, intent: 
 
 
 def posteriors(t: Tables, items: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """``P(k | x_1..x_t)`` after every event (E × K) by the forward recursion with tables ``t``,
-    renormalised in log space at every position (sessions advance together)."""
-    a, b, c = t.mix
-    lengths = np.diff(offsets)
-    out = np.empty((len(items), len(t.rho)))
-    active = np.flatnonzero(lengths > 0)
-    x = items[offsets[active]]
-    cur = np.log(t.rho) + np.log((b * t.phi[:, x] + c * t.pop[x]).T / (b + c))
-    cur -= cur.max(axis=1, keepdims=True)
-    out[offsets[active]] = cur
-    for step in range(1, int(lengths.max(initial=0))):
-        keep = lengths[active] > step
-        active, cur = active[keep], cur[keep]
-        pos = offsets[active] + step
-        x = items[pos]
-        cur = cur + np.log(a * t.T[items[pos - 1], x][:, None] + b * t.phi[:, x].T + c * t.pop[x][:, None])
-        cur -= cur.max(axis=1, keepdims=True)
-        out[pos] = cur
-    np.exp(out, out=out)
-    out /= out.sum(axis=1, keepdims=True)
-    return out
+    """``P(k | x_1..x_t)`` after every event (E × K): the oracle's forward recursion
+    (:func:`~gru4rec.datasets.intent_model.intent_posteriors`) with tables ``t``."""
+    return intent_posteriors(t.rho, t.phi, t.pop, t.mix, lambda prev, nxt: t.T[prev, nxt], items, offsets)
 
 
 def ranks(t: Tables, split: Split) -> np.ndarray:

@@ -32,7 +32,7 @@ the predictions are scored in blocks of B × N probability matrices.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -42,7 +42,7 @@ import pandas as pd
 from gru4rec.data import ItemMap, read_events, sessions_from_events, validate_events
 from gru4rec.errors import ConfigError, DataError
 
-__all__ = ["IntentModel", "DEFAULT_CUTOFFS", "check_cutoffs"]
+__all__ = ["IntentModel", "DEFAULT_CUTOFFS", "check_cutoffs", "intent_posteriors"]
 
 #: The cutoffs of the oracle's metrics unless told otherwise.
 DEFAULT_CUTOFFS: tuple[int, ...] = (1, 5, 10, 20)
@@ -64,6 +64,39 @@ def check_cutoffs(cutoffs: int | Sequence[int]) -> list[int]:
     if not values or not all(_is_int(c) and c >= 1 for c in values):
         raise ConfigError(f"intents data: cutoffs={cutoffs!r} is invalid; need positive integers")
     return sorted({int(c) for c in values})
+
+
+def intent_posteriors(rho: np.ndarray, phi: np.ndarray, pop: np.ndarray, mix: tuple[float, float, float],
+                      transition: Callable[[np.ndarray, np.ndarray], np.ndarray], items: np.ndarray,
+                      offsets: np.ndarray) -> np.ndarray:
+    """The forward recursion of an intent model (prior ``rho`` [K], item distributions ``phi``
+    [K × N], popularity ``pop`` [N], mixture ``mix`` = (a, b, c), ``transition(prev, nxt)`` =
+    T[prev, nxt] elementwise) over flat sessions of internal indices: ``P(k | x_1..x_t)`` after
+    every event (E × K), renormalised in log space at every position, sessions advancing
+    together. :meth:`IntentModel.prefix_posteriors` with the generator's tables; a plug-in rule
+    with estimated ones (experiments/intents_limit)."""
+    items = np.asarray(items, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    lengths = np.diff(offsets)
+    a, b, c = mix
+    out = np.empty((len(items), len(rho)))
+    active = np.flatnonzero(lengths > 0)
+    first = (b * phi[:, items[offsets[active]]] + c * pop[items[offsets[active]]]) / (b + c)  # P(x_1 | k), K × S
+    cur = np.log(rho) + np.log(first.T)
+    cur -= cur.max(axis=1, keepdims=True)
+    out[offsets[active]] = cur
+    for t in range(1, int(lengths.max(initial=0))):
+        keep = lengths[active] > t
+        active, cur = active[keep], cur[keep]
+        pos = offsets[active] + t
+        x = items[pos]
+        like = a * transition(items[pos - 1], x)[:, None] + b * phi[:, x].T + c * pop[x][:, None]
+        cur = cur + np.log(like)
+        cur -= cur.max(axis=1, keepdims=True)  # renormalise in log space: no underflow
+        out[pos] = cur
+    np.exp(out, out=out)
+    out /= out.sum(axis=1, keepdims=True)
+    return out
 
 
 def _check_model(cond: bool, model: IntentModel, rule: str) -> None:
@@ -194,27 +227,7 @@ class IntentModel:
         """``P(k | x_1..x_t)`` after every event of flat sessions of internal indices
         (``items[offsets[s]:offsets[s + 1]]`` is session s): an E × K matrix, row e the
         posterior given the session's events up to and including event e."""
-        items = np.asarray(items, dtype=np.int64)
-        offsets = np.asarray(offsets, dtype=np.int64)
-        lengths = np.diff(offsets)
-        a, b, c = self.mix
-        out = np.empty((len(items), self.n_intents))
-        active = np.flatnonzero(lengths > 0)
-        cur = np.log(self.rho) + np.log(self.first_item_probs()[:, items[offsets[active]]].T)
-        cur -= cur.max(axis=1, keepdims=True)
-        out[offsets[active]] = cur
-        for t in range(1, int(lengths.max(initial=0))):
-            keep = lengths[active] > t
-            active, cur = active[keep], cur[keep]
-            pos = offsets[active] + t
-            x = items[pos]
-            like = a * self.transition(items[pos - 1], x)[:, None] + b * self.phi[:, x].T + c * self.pop[x][:, None]
-            cur = cur + np.log(like)
-            cur -= cur.max(axis=1, keepdims=True)  # renormalise in log space: no underflow
-            out[pos] = cur
-        np.exp(out, out=out)
-        out /= out.sum(axis=1, keepdims=True)
-        return out
+        return intent_posteriors(self.rho, self.phi, self.pop, self.mix, self.transition, items, offsets)
 
     def _predictive(self, post: np.ndarray, prev: np.ndarray, phi_cols: np.ndarray, pop_cols: np.ndarray, col_of: np.ndarray) -> np.ndarray:
         """Next-item probabilities (B × len(cols)) from posteriors and last items; ``phi_cols``
