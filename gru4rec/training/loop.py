@@ -265,10 +265,8 @@ def _run_epoch(
         ctx = schedule.context
 
         def run(t: int) -> None:
-            if ctx is None:
-                accumulate(trainer.train_step(inputs[t], targets[t], active[t], keep[t]), step_ids[t])
-            else:
-                accumulate(trainer.train_step(inputs[t], targets[t], active[t], keep[t], context=ctx[t]), step_ids[t])
+            accumulate(trainer.train_step(inputs[t], targets[t], active[t], keep[t], context=None if ctx is None else ctx[t]),
+                       step_ids[t])
 
     bar = progress_bar(schedule.n_steps, f"Epoch{epoch}", enabled=progress, unit="mb", initial=first_step)
     with bar, threads if threads is not None else contextlib.nullcontext():

@@ -145,9 +145,7 @@ class Trainer:
         cols = torch.cat((targets, samples))  # C = B + S columns: row i's positive is column i
         col_valid = torch.cat((active, self._ones_s)) if self.n_sample > 0 else active
         n_cols = active.sum() + self.n_sample
-        if context is not None:
-            return self._step(self.hidden, inputs, targets, samples, cols, col_valid, active, n_cols, context=context)
-        return self._step(self.hidden, inputs, targets, samples, cols, col_valid, active, n_cols)
+        return self._step(self.hidden, inputs, targets, samples, cols, col_valid, active, n_cols, context=context)
 
     def train_step_at(self, schedule: Schedule, t: Tensor, sample_row: Tensor) -> Tensor:
         """Step ``t`` of ``schedule`` with row ``sample_row`` of the sample store, both 0-dim int64
