@@ -234,7 +234,7 @@ def test_warm_net_keeps_trained_rows_and_draws_new_ones_as_a_fresh_network() -> 
     assert torch.equal(net.attributes.projection, old.net.attributes.projection)
     # the trained items, whose attributes did not change, keep their composed rows bit for bit
     with torch.no_grad():
-        assert torch.equal(net.item_rows(torch.arange(n)), old.net.item_rows(torch.arange(n)))
+        assert torch.equal(net.scored_rows(torch.arange(n))[0], old.net.scored_rows(torch.arange(n))[0])
 
 
 def test_warm_net_refuses_mismatched_attributes() -> None:

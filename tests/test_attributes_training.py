@@ -92,7 +92,7 @@ def test_composed_row_is_id_row_plus_attribute_rows_by_hand() -> None:
                 want += rows.tables[0][0] + rows.tables[1][0]
             torch.testing.assert_close(got[i], want[:5], rtol=1e-6, atol=1e-6)
             torch.testing.assert_close(got_bias[i], want[5], rtol=1e-6, atol=1e-6)
-        torch.testing.assert_close(net.item_rows(torch.arange(len(ITEM_IDS))), got)
+        torch.testing.assert_close(net.scored_rows(torch.arange(len(ITEM_IDS)))[0], got)
         out = torch.randn(3, 5, generator=torch.Generator().manual_seed(1))
         # score_all covers the cold item 99 too (its row and bias: attributes alone;
         # tests/test_attributes_cold.py checks it by hand): the training items' columns come first
@@ -306,7 +306,7 @@ def test_fit_with_item_features_trains_and_composes(synth: Path, tmp_path: Path)
     loaded = GRU4Rec.load(tmp_path / "m.safetensors", device="cpu")
     assert loaded.net is not None and loaded.net.attributes is not None
     with torch.no_grad():
-        assert torch.equal(loaded.net.item_rows(torch.arange(rows.n_items)), net.item_rows(torch.arange(rows.n_items)))
+        assert torch.equal(loaded.net.scored_rows(torch.arange(rows.n_items))[0], net.scored_rows(torch.arange(rows.n_items))[0])
     assert list(loaded.recommend([item_id], k=5).item_ids) == list(model.recommend([item_id], k=5).item_ids)
     # recommendations rank the composed rows' scores (never int8 candidates built on the plain Wy)
     assert model.output_layer() is None
@@ -325,7 +325,7 @@ def test_fit_with_item_features_trains_and_composes(synth: Path, tmp_path: Path)
 
     columns, _ = item_embeddings(model)
     assert model.catalogue is not None and columns["item_id"].tolist() == model.catalogue.to_list()
-    np.testing.assert_allclose(columns["output"], net.item_rows(torch.arange(rows.n_items)).detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(columns["output"], net.scored_rows(torch.arange(rows.n_items))[0].detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_fit_warm_starts_a_model_with_attributes_from_its_file(synth: Path, tmp_path: Path) -> None:

@@ -215,26 +215,19 @@ class GRU4RecNet(nn.Module):
         """Whether layer 0's input rows are composed rows: attributes in shared mode."""
         return self.attributes is not None and self.mode == "shared"
 
-    def item_rows(self, items: Tensor) -> Tensor:
-        """The output rows of ``items``: ``Wy``'s, composed with the attributes where there are any."""
-        if self.attributes is None:
-            return self.Wy.index_select(0, items)
-        return self.attributes.compose(self.Wy, items)
-
-    def scored_rows(self, items: Tensor, keep: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def scored_rows(self, items: Tensor) -> tuple[Tensor, Tensor]:
         """The output rows and biases of ``items`` (B × L, B): ``Wy``'s and ``By``'s, composed
-        with the attributes where there are any (``keep``: which items keep their id part)."""
+        with the attributes where there are any."""
         if self.attributes is None:
             return self.Wy.index_select(0, items), self.By.index_select(0, items)
-        return self.attributes.compose_scored(self.Wy, self.By, items, keep)
+        return self.attributes.compose_scored(self.Wy, self.By, items)
 
-    def input_rows(self, items: Tensor, keep: Tensor | None = None) -> Tensor:
+    def input_rows(self, items: Tensor) -> Tensor:
         """Layer 0's input rows of ``items``: rows of :attr:`input_table`, composed in shared mode
-        with attributes (the input rows are then Wy's composed rows, the id part dropped where
-        ``keep`` is False)."""
+        with attributes (the input rows are then Wy's composed rows)."""
         if self.composes_input:
             assert self.attributes is not None  # composes_input says so
-            return self.attributes.compose(self.Wy, items, keep)
+            return self.attributes.compose(self.Wy, items)
         if self.attributes is not None:
             # A cold item (index >= n_items) has no row in E or Wx_0: its input row is zeros (the
             # attributes compose Wy's rows only), so clicking it feeds layer 0 its bias alone.
