@@ -164,16 +164,20 @@ def evaluate(
     return result
 
 
-def _step_by_rows(model: SessionModel, items: Tensor, state: list[Tensor], rows: RowWorkers, context: Tensor | None = None) -> Tensor:
-    """``model.step(items, state)`` advanced in row ranges side by side (a row's state depends on
-    its own items only: :class:`~gru4rec.inference.SessionModel`); returns ``state[-1]``.
-    ``context``: the clicks' context (B×5), for a model with click context."""
+def _advance(model: SessionModel, items: Tensor, state: list[Tensor], context: Tensor | None) -> Tensor:
+    """``model.step(items, state)``, with the clicks' ``context`` (B×5) for a model with click
+    context (the SessionModel protocol's step takes none: a plain model is called without it)."""
+    if context is None:
+        return model.step(items, state)
+    return model.step(items, state, context=context)  # type: ignore[call-arg]  # uses_context(model)
 
-    def step(part: int, lo: int, hi: int) -> None:
-        if context is None:
-            model.step(items[lo:hi], [s[lo:hi] for s in state])  # its output is (equal to) state[-1][lo:hi]
-        else:
-            model.step(items[lo:hi], [s[lo:hi] for s in state], context=context[lo:hi])  # type: ignore[call-arg]  # uses_context
+
+def _step_by_rows(model: SessionModel, items: Tensor, state: list[Tensor], rows: RowWorkers, context: Tensor | None = None) -> Tensor:
+    """:func:`_advance` in row ranges side by side (a row's state depends on its own items only:
+    :class:`~gru4rec.inference.SessionModel`); returns ``state[-1]``."""
+
+    def step(part: int, lo: int, hi: int) -> None:  # its output is (equal to) state[-1][lo:hi]
+        _advance(model, items[lo:hi], [s[lo:hi] for s in state], None if context is None else context[lo:hi])
 
     rows.run(step, items.shape[0])
     return state[-1]
@@ -399,12 +403,9 @@ def _evaluate(
                 for h in hidden:
                     h.masked_fill_(r, 0.0)
             rows = workers if workers is not None and threads is not None and threads.row_parts > 1 and A >= MIN_SPLIT_ROWS else None
-            if context is None:
-                out = model.step(inputs[step, :A], hidden) if rows is None else _step_by_rows(model, inputs[step, :A], hidden, rows)
-            elif rows is None:
-                out = model.step(inputs[step, :A], hidden, context=context[step, :A])  # type: ignore[call-arg]  # uses_context
-            else:
-                out = _step_by_rows(model, inputs[step, :A], hidden, rows, context[step, :A])
+            ctx = None if context is None else context[step, :A]
+            x = inputs[step, :A]
+            out = _advance(model, x, hidden, ctx) if rows is None else _step_by_rows(model, x, hidden, rows, ctx)
             if score_buf is None:
                 score_buf = torch.empty(B, N, dtype=out.dtype, device=device)
             scores = model.scores(out, buffer=score_buf[:A]) if rows is None else _scores_by_rows(model, out, score_buf[:A], rows)
