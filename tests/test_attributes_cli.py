@@ -30,11 +30,12 @@ TABLE = pd.DataFrame({
 })
 
 
-def save_model(path: Path, *, attributes: bool = True) -> GRU4Rec:
-    """A saved model whose every table holds distinct random numbers (item 99 cold)."""
+def save_model(path: Path, *, attributes: bool = True, mode: str = "shared") -> GRU4Rec:
+    """A saved model whose every table holds distinct random numbers (item 99 cold), in the
+    embedding ``mode`` (shared, or none: one-hot input rows)."""
     item_map = ItemMap.from_ids(pd.Series(ITEM_IDS))
     attrs = ItemAttributes.build(item_table_from_frame(TABLE, types={"tags": "multi"}), item_map) if attributes else None
-    config = Config(layers=(6,), constrained_embedding=True)
+    config = Config(layers=(6,), constrained_embedding=mode == "shared")
     model = GRU4Rec(config, device="cpu", threads=1)
     net = GRU4RecNet(len(ITEM_IDS), config, generator=torch.Generator().manual_seed(5), attributes=attrs)
     gen = torch.Generator().manual_seed(9)
@@ -61,11 +62,12 @@ def write_table(path: Path, rows: dict[str, list[object]]) -> Path:
     return path
 
 
-def test_items_add_scores_a_new_item_from_its_attributes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("mode", ["shared", "none"])
+def test_items_add_scores_a_new_item_from_its_attributes(mode: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Item 500 has item 13's attributes, so its row is 13's composed row minus 13's id row
-    (bias 0); 501 has 11's. Item 12 is known: skipped with a counted warning. Every old score
-    is unchanged bit for bit."""
-    old = save_model(tmp_path / "m.gru4rec")
+    (bias 0), and so is its input row (one-hot mode: the input rows' own composition); 501 has
+    11's. Item 12 is known: skipped with a counted warning. Every old score is unchanged bit for bit."""
+    old = save_model(tmp_path / "m.gru4rec", mode=mode)
     new_items = write_table(tmp_path / "new.tsv", {"ItemId": [500, 12, 501], "cat": ["c", "a", "b"],
                                                    "tags": ["x|z|y", "z", "y"], "price": [4.0, 0.5, 2.5]})
     with caplog.at_level(logging.WARNING):
@@ -86,6 +88,10 @@ def test_items_add_scores_a_new_item_from_its_attributes(tmp_path: Path, caplog:
     for new_col, twin in ((7, 3), (8, 1)):  # 500 ~ item 13 (index 3), 501 ~ item 11 (index 1)
         by_hand = out_old @ (composed[twin] - net.Wy[twin]) + (bias[twin] - net.By[twin] + net.By.mean())  # the mean id bias
         torch.testing.assert_close(s_new[:, new_col], by_hand, rtol=1e-5, atol=1e-6)
+        assert new.net is not None
+        with torch.no_grad():  # clicked, it feeds layer 0 its twin's input row less the twin's id row
+            want = net.input_rows(torch.tensor([twin]))[0] - net.input_table[twin]
+            torch.testing.assert_close(new.net.input_rows(torch.tensor([new_col]))[0], want, rtol=1e-5, atol=1e-6)
 
 
 def test_items_add_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,6 +17,7 @@ from gru4rec import GRU4Rec, evaluate
 from gru4rec.config import Config
 from gru4rec.data import ItemMap
 from gru4rec.items import ItemAttributes, item_table_from_frame
+from gru4rec.items.rows import ComposedRows
 from gru4rec.network.gru import GRU4RecNet
 
 torch.set_num_threads(1)
@@ -48,8 +49,9 @@ def model_with_attributes(mode: str = "shared", seed: int = 0) -> GRU4Rec:
     with torch.no_grad():
         net.By.copy_(torch.randn(N, generator=g))
         assert net.attributes is not None
-        for table in net.attributes.tables:
-            table.copy_(torch.randn(table.shape, generator=g))
+        for rows in net.compositions().values():
+            for table in rows.tables:
+                table.copy_(torch.randn(table.shape, generator=g))
     model.net, model.item_map, model.item_support = net.eval(), ItemMap.from_ids(pd.Series(ITEM_IDS)), SUPPORT
     return model
 
@@ -72,19 +74,40 @@ def rows_by_hand(model: GRU4Rec) -> tuple[np.ndarray, np.ndarray]:
     item, with the mean id bias) + its category's row + the mean of its tags' rows + its standardised price · P, over
     the row's columns then the bias column (the tables' last)."""
     net = model.net
-    assert net is not None and net.attributes is not None and net.attributes.projection is not None
+    assert net is not None and net.attributes is not None
+    rows = _composed_by_hand(net.attributes, net.Wy.detach().numpy(), net.By.detach().numpy())
+    return rows[:, :-1], rows[:, -1]
+
+
+def input_rows_by_hand(model: GRU4Rec) -> np.ndarray:
+    """Every catalogue item's composed input row in NumPy: the composed output row in shared
+    mode; else its row of E or Wx_0 (zeros for a cold item) + its category's, tags' and price's
+    parts from the input rows' own tables and projection (no bias column)."""
+    net = model.net
+    assert net is not None
+    if net.mode == "shared":
+        return rows_by_hand(model)[0]
+    assert net.input_attributes is not None
+    return _composed_by_hand(net.input_attributes, net.input_table.detach().numpy(), None)
+
+
+def _composed_by_hand(composition: ComposedRows, id_table: np.ndarray, id_bias: np.ndarray | None) -> np.ndarray:
+    """The composed rows of every catalogue item by ``composition`` over ``id_table`` (and with
+    ``id_bias`` its bias column last), from TABLE itself."""
+    assert composition.projection is not None
     attrs = ItemAttributes.build(item_table_from_frame(TABLE, types={"tags": "multi"}), ItemMap.from_ids(pd.Series(ITEM_IDS)))
     cat, tags = attrs.encoding.categorical
     price = attrs.encoding.numeric[0]
-    t_cat, t_tags = (t.detach().numpy().astype(np.float64) for t in net.attributes.tables)
-    proj = net.attributes.projection.detach().numpy().astype(np.float64)[0]
-    wy = net.Wy.detach().numpy().astype(np.float64)
-    by = net.By.detach().numpy().astype(np.float64)
+    t_cat, t_tags = (t.detach().numpy().astype(np.float64) for t in composition.tables)
+    proj = composition.projection.detach().numpy().astype(np.float64)[0]
+    wy = id_table.astype(np.float64)
     width = wy.shape[1]
     frame = TABLE.set_index("ItemId")
-    rows = np.zeros((N + C, width + 1))
+    rows = np.zeros((N + C, width + (id_bias is not None)))
     for i, item in enumerate(CATALOGUE):
-        row = np.append(wy[i], by[i]) if i < N else np.append(np.zeros(width), by.mean())  # unknown id bias: the mean
+        row = wy[i] if i < N else np.zeros(width)
+        if id_bias is not None:  # a cold item's id bias: the mean (unknown_id_bias)
+            row = np.append(row, id_bias[i] if i < N else id_bias.astype(np.float64).mean())
         if item in frame.index:
             row += t_cat[int(cat.codes_of(np.array([frame.at[item, "cat"]]))[0])]
             row += t_tags[tags.codes_of(np.array(frame.at[item, "tags"].split("|")))].mean(0)
@@ -92,7 +115,7 @@ def rows_by_hand(model: GRU4Rec) -> tuple[np.ndarray, np.ndarray]:
         else:  # no row: the unknown codes (0) and a standardised price of 0
             row += t_cat[0] + t_tags[0]
         rows[i] = row
-    return rows[:, :width], rows[:, width]
+    return rows
 
 
 def test_catalogue_is_the_item_map_then_the_cold_items() -> None:
@@ -121,21 +144,24 @@ def test_scores_cover_the_cold_items_from_their_attributes(mode: str) -> None:
     assert torch.equal(got[:, CATALOGUE.index(98)], got[:, CATALOGUE.index(99)])
 
 
-@pytest.mark.parametrize("mode", ["shared", "separate"])
+@pytest.mark.parametrize("mode", ["shared", "separate", "none"])
 def test_a_clicked_cold_item_steps_the_state(mode: str) -> None:
-    """A cold item is a known click: its input row is its composed row (shared mode) or zeros
-    (the separate and one-hot input tables have no row for it), never an index error."""
+    """A cold item is a known click: its input row is composed from its attributes in every mode
+    (shared: its composed output row; separate and one-hot: the input rows' own attribute parts,
+    as the input tables have no id row for it), never an index error; inference steps read the
+    same rows from the composed input catalogue."""
     model = model_with_attributes(mode)
     net = model.net
     assert net is not None
+    items = torch.tensor([CATALOGUE.index(97), 1, CATALOGUE.index(99)])
+    want = torch.as_tensor(input_rows_by_hand(model)[items.numpy()], dtype=torch.float32)
+    assert want.abs().min() > 0  # a cold item's row is not zeros
     with torch.no_grad():
-        got = net.input_rows(torch.tensor([CATALOGUE.index(97), 1]))
-        if mode == "shared":
-            want = torch.as_tensor(rows_by_hand(model)[0][[CATALOGUE.index(97), 1]], dtype=torch.float32)
-        else:
-            assert net.E is not None
-            want = torch.stack([torch.zeros(net.E.shape[1]), net.E[1]])
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(net.input_rows(items), want, rtol=1e-5, atol=1e-5)
+        hidden = net.init_hidden(3)
+        h = net.step(items, hidden)  # the catalogue's rows (no_grad)
+        want_h = net.run_layers(want, net.init_hidden(3))[-1]
+        torch.testing.assert_close(h, want_h, rtol=1e-5, atol=1e-5)
 
 
 def test_recommend_returns_cold_items() -> None:

@@ -69,7 +69,7 @@ def outputs(model: GRU4Rec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return out, model.scores(out).clone(), composed.clone()
 
 
-@pytest.mark.parametrize("mode", ["shared", "separate"])
+@pytest.mark.parametrize("mode", ["shared", "separate", "none"])
 def test_save_load_scores_bit_for_bit(mode: str, tmp_path: Path) -> None:
     model = model_with_attributes(mode)
     before = outputs(model)
@@ -127,6 +127,13 @@ def test_the_file_names_the_attribute_parts(tmp_path: Path) -> None:
     assert set(meta) == {"kind", "config", "item_ids", "epochs_trained", "item_attributes"}
     assert meta["item_attributes"]["cold_item_ids"] == [99, 98]
     assert meta["item_attributes"]["encoding"]["categorical"][0]["vocabulary"] == ["a", "b", "c"]  # 'd': cold only
+    # separate mode: E, and the input rows' own attribute tables and projection (not their buffers)
+    model = model_with_attributes("separate")
+    model.save(tmp_path / "s.safetensors")
+    tensors = checkpoint.load_file(tmp_path / "s.safetensors")[0]
+    assert {name for name in tensors if name.startswith("input_attributes.")} == {
+        "input_attributes.tables.0", "input_attributes.tables.1", "input_attributes.projection"}
+    assert tensors["input_attributes.tables.0"].shape == (4, 4)  # codes × E's width: no bias column
 
 
 @pytest.mark.parametrize("mode", ["shared", "separate"])
@@ -216,25 +223,30 @@ def test_the_vocabulary_grows_and_old_codes_keep_their_values() -> None:
     assert not attrs.has_row[ITEM_IDS.index(14)]
 
 
-def test_warm_net_keeps_trained_rows_and_draws_new_ones_as_a_fresh_network() -> None:
-    old = model_with_attributes("shared")
+@pytest.mark.parametrize("mode", ["shared", "separate", "none"])
+def test_warm_net_keeps_trained_rows_and_draws_new_ones_as_a_fresh_network(mode: str) -> None:
+    old = model_with_attributes(mode)
     assert old.net is not None and old.net.attributes is not None
     attrs, grown = todays_attributes(old)
     net = warm_net(old.net, len(grown), old.config, generator=torch.Generator().manual_seed(7), attributes=attrs)
     fresh = GRU4RecNet(len(grown), old.config, generator=torch.Generator().manual_seed(7), attributes=attrs)
-    assert net.attributes is not None and fresh.attributes is not None
     n = len(ITEM_IDS)
     assert torch.equal(net.Wy[:n], old.net.Wy) and torch.equal(net.Wy[n:], fresh.Wy[n:])
-    for c, table in enumerate(old.net.attributes.tables):
-        k = table.shape[0]
-        assert torch.equal(net.attributes.tables[c][:k], table)  # old codes keep their rows
-        assert torch.equal(net.attributes.tables[c][k:], fresh.attributes.tables[c][k:])  # new values: fresh rows
-        assert net.attributes.tables[c].shape[0] > k
-    assert old.net.attributes.projection is not None and net.attributes.projection is not None
-    assert torch.equal(net.attributes.projection, old.net.attributes.projection)
+    assert torch.equal(net.input_table[:n], old.net.input_table)
+    compositions = old.net.compositions()
+    assert list(compositions) == (["attributes"] if mode == "shared" else ["attributes", "input_attributes"])
+    for name, rows in compositions.items():
+        ours, new = getattr(net, name), getattr(fresh, name)
+        for c, table in enumerate(rows.tables):
+            k = table.shape[0]
+            assert torch.equal(ours.tables[c][:k], table)  # old codes keep their rows
+            assert torch.equal(ours.tables[c][k:], new.tables[c][k:])  # new values: fresh rows
+            assert ours.tables[c].shape[0] > k
+        assert rows.projection is not None and torch.equal(ours.projection, rows.projection)
     # the trained items, whose attributes did not change, keep their composed rows bit for bit
     with torch.no_grad():
         assert torch.equal(net.scored_rows(torch.arange(n))[0], old.net.scored_rows(torch.arange(n))[0])
+        assert torch.equal(net.input_rows(torch.arange(n)), old.net.input_rows(torch.arange(n)))
 
 
 def test_warm_net_refuses_mismatched_attributes() -> None:
@@ -255,11 +267,12 @@ def test_warm_net_refuses_mismatched_attributes() -> None:
         source.warm_start(item_table_from_frame(TODAY, types={"tags": "multi"}), ItemMap.from_list([18] + ITEM_IDS))
 
 
-def test_the_optimiser_state_of_attribute_tables_is_carried_at_the_old_codes() -> None:
+@pytest.mark.parametrize("mode", ["shared", "separate"])
+def test_the_optimiser_state_of_attribute_tables_is_carried_at_the_old_codes(mode: str) -> None:
     from gru4rec.training.trainer import Trainer
     from gru4rec.training.warm_start import carry_optimizer_state
 
-    old = model_with_attributes("shared")
+    old = model_with_attributes(mode)
     assert old.net is not None
     config = old.config.replace(adapt="adagrad")
     before = Trainer(old.net, config, old.item_support).optimizer.state_dict()
@@ -271,10 +284,12 @@ def test_the_optimiser_state_of_attribute_tables_is_carried_at_the_old_codes() -
     assert carry_optimizer_state(optimizer, saved, config, len(ITEM_IDS), "yesterday")
     state = optimizer.state_dict()
     assert {"attributes.cat0.acc", "attributes.cat1.acc"} <= set(saved)  # the attribute tables' rows are there
+    if mode == "separate":
+        assert {"input_attributes.cat0.acc", "input_attributes.cat1.acc"} <= set(saved)
     for key, value in saved.items():
-        if key.startswith("attributes.cat"):
+        if key.startswith(("attributes.cat", "input_attributes.cat")):
             assert torch.equal(state[key][: value.shape[0]], value) and not state[key][value.shape[0]:].any()
-        elif key.rsplit(".", 1)[0] in ("Wy", "By"):
+        elif key.rsplit(".", 1)[0] in ("Wy", "By", "E"):
             assert torch.equal(state[key][: len(ITEM_IDS)], value) and not state[key][len(ITEM_IDS):].any()
         else:
             assert torch.equal(state[key], value)

@@ -153,16 +153,18 @@ def test_backend_runs_fast_step_for_attributes_on_unique_rows_and_says_why(monke
 
 @pytest.mark.parametrize("reference", [True, False], ids=["reference-step", "fast-step"])
 @pytest.mark.parametrize("p_id", [0.0, 0.5])
-@pytest.mark.parametrize("mode", ["shared", "separate"])
+@pytest.mark.parametrize("mode", ["shared", "separate", "none"])
 def test_steps_against_autograd_of_the_whole_composition(mode: str, p_id: float, reference: bool) -> None:
     """Two SGD steps of the trainer (float64; the reference step, and FastStep, which the CPU
     runs by default) against the loss written by hand over the composed rows and biases with
     every table a leaf: the same losses, and every parameter — id rows, By, the attribute tables
-    with their bias column, the projection, the GRU, E — at p − lr·g. With id dropout the step's
-    dropped items (its masks, read after the step) are composed without their id part, in the
-    scores and in shared mode in the input rows. Both steps' bookkeeping is one helper
+    with their bias column, the projection, the GRU, E or Wx_0 and, in the separate and one-hot
+    modes, the input rows' own attribute tables and projection — at p − lr·g. With id dropout the
+    step's dropped items (its masks, read after the step) are composed without their id part, in
+    the scores and in the input rows. Both steps' bookkeeping is one helper
     (gru4rec.training.composed): an attribute gradient dropped or doubled there fails here."""
-    kw: dict[str, object] = {} if mode == "shared" else dict(constrained_embedding=False, embedding=3)
+    kw: dict[str, object] = {"shared": {}, "separate": dict(constrained_embedding=False, embedding=3),
+                             "none": dict(constrained_embedding=False, embedding=0)}[mode]
     cfg = config(dropout_p_id=p_id, **kw)
     net = GRU4RecNet(len(ITEM_IDS), cfg, generator=torch.Generator().manual_seed(7), attributes=attributes()).double()
     want = copy.deepcopy(net)
@@ -184,7 +186,9 @@ def test_steps_against_autograd_of_the_whole_composition(mode: str, p_id: float,
         dropped += 0 if keep is None else int((~keep[s["targets"]]).sum())
         rows = want.attributes
         assert rows is not None
-        x = rows.compose(want.Wy, s["inputs"], k_in) if mode == "shared" else want.input_table[s["inputs"]]
+        inputs_rows = want.input_composition
+        assert inputs_rows is (rows if mode == "shared" else want.input_attributes) is not None
+        x = inputs_rows.compose(want.input_table, s["inputs"], k_in)
         h = want.run_layers(x, hidden)[-1]
         wy, by = rows.compose_scored(want.Wy, want.By, s["targets"], k_t)
         raw = by + h @ wy.t()
@@ -200,9 +204,13 @@ def test_steps_against_autograd_of_the_whole_composition(mode: str, p_id: float,
     for name, p in params.items():
         torch.testing.assert_close(got[name], p, rtol=1e-10, atol=1e-12, msg=lambda m, name=name: f"{name}: {m}")
     assert (dropped > 0) == (p_id > 0)  # with id dropout some targets were scored without their id part
-    # the attribute tables did move (the test can fail)
-    assert not torch.equal(got["attributes.tables.0"], GRU4RecNet(
-        len(ITEM_IDS), cfg, generator=torch.Generator().manual_seed(7), attributes=attributes()).double().attributes.tables[0])
+    # the attribute tables did move (the test can fail), the input rows' own too
+    start = dict(GRU4RecNet(len(ITEM_IDS), cfg, generator=torch.Generator().manual_seed(7), attributes=attributes()).double()
+                 .named_parameters())
+    moved = [name for name in start if "attributes." in name and not torch.equal(got[name], start[name])]
+    assert "attributes.tables.0" in moved
+    if mode != "shared":
+        assert {"input_attributes.tables.0", "input_attributes.tables.1", "input_attributes.projection"} <= set(moved)
 
 
 def test_attribute_tables_follow_the_optimisers_row_rules() -> None:

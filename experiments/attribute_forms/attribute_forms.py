@@ -77,9 +77,10 @@ def concatenated(attr_share: float = 0.5) -> Iterator[None]:
         grad[:, columns] = 0.0
         return UniqueGrad(rows, grad) if isinstance(value, UniqueGrad) else (rows, grad)
 
-    def patched_grads(self: StepComposition, parts: list[Any], *, distinct: bool = False) -> tuple[TableGrads, torch.Tensor | None]:
-        sparse, projection = grads(self, parts, distinct=distinct)
-        split = id_columns(self.rows.width, attr_share)
+    def patched_grads(self: StepComposition, parts: list[Any]) -> tuple[TableGrads, dict[str, torch.Tensor]]:
+        sparse, dense = grads(self, parts)
+        assert self.net.attributes is not None  # a StepComposition's network has them
+        split = id_columns(self.net.attributes.width, attr_share)
         out: TableGrads = {}
         for name, value in sparse.items():
             if name == "Wy":
@@ -88,10 +89,13 @@ def concatenated(attr_share: float = 0.5) -> Iterator[None]:
                 out[name] = masked(value, slice(0, split))
             else:
                 out[name] = value
-        if projection is not None:
-            projection = projection.clone()
-            projection[:, :split] = 0.0
-        return out, projection
+        projections = {}
+        for name, g in dense.items():  # the scored rows' projection (attributes.projection)
+            if name.startswith("attributes."):
+                g = g.clone()
+                g[:, :split] = 0.0
+            projections[name] = g
+        return out, projections
 
     GRU4RecNet.__init__ = patched_init  # type: ignore[method-assign]
     StepComposition.grads = patched_grads  # type: ignore[method-assign]

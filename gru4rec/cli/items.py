@@ -169,7 +169,7 @@ def run(args: ItemsSettings) -> int:
         raise DataError(f"{args.new_items}: none of its {len(table)} item(s) is new to {args.model}: nothing to add")
     if n_known:
         log.warning("%s: %d item id(s) the model already has skipped (their rows are the model's)", args.new_items, n_known)
-    net.attributes = rows.with_attributes(grown)
+    net.extend_catalogue(grown)
     model.save(args.output, overwrite=args.force, optimizer=model.optimizer_state is not None)
     log.info("Wrote %s: %d item(s) added as cold items (%d warm, %d cold in all)",
              args.output, n_new, grown.n_warm, grown.n_cold)

@@ -56,7 +56,8 @@ class CatalogueTables(NamedTuple):
     #: bias part; a cold item's is its attributes' part alone).
     bias: Tensor
     #: (N + C) × d: layer 0's input row of each item (``GRU4RecNet.input_rows``): the output rows
-    #: in shared mode, else the rows of ``E`` or ``Wx_0`` with zeros for a cold item (no id row).
+    #: in shared mode, else the rows of ``E`` or ``Wx_0``, composed with attributes (a cold
+    #: item's from its attributes alone).
     input: Tensor
 
 
@@ -67,18 +68,16 @@ def catalogue_tables(net: GRU4RecNet) -> CatalogueTables:
     A plain network's are its own tensors (``Wy``, ``By``, :attr:`~GRU4RecNet.input_table`), not
     copies. With item attributes the output rows and biases are composed as ``score_all``
     composes them (:meth:`~gru4rec.items.rows.ComposedRows.compose_all`, so the exported rows
-    are the scored ones bit for bit), and the input rows are the composed rows in
-    shared mode (a cold item clicked feeds layer 0 its composed row) and the id rows padded with
-    zero rows otherwise — :meth:`GRU4RecNet.input_rows`, whole."""
+    are the scored ones bit for bit), and the input rows are composed as the network steps with
+    them: the output rows in shared mode, ``input_attributes`` over ``E`` or ``Wx_0`` otherwise
+    (a cold item clicked feeds layer 0 its attributes' input rows) — :meth:`GRU4RecNet.input_rows`, whole."""
     rows = net.attributes
     if rows is None:
         return CatalogueTables(net.Wy, net.By, net.input_table)
     output, bias = rows.compose_all(net.Wy, net.By)
-    if net.composes_input:
+    if net.input_attributes is None:
         return CatalogueTables(output, bias, output)
-    table = net.input_table
-    cold = table.new_zeros((rows.n_items - rows.n_warm, table.shape[1]))
-    return CatalogueTables(output, bias, torch.cat([table.detach(), cold]))
+    return CatalogueTables(output, bias, net.input_attributes.compose_all_rows(net.input_table))
 
 
 @torch.no_grad()
@@ -91,7 +90,7 @@ def as_plain_network(net: GRU4RecNet) -> GRU4RecNet:
     if net.attributes is None:
         return net
     tables = catalogue_tables(net)
-    net.attributes = None  # the rows it composed are now the tables themselves
+    net.attributes = net.input_attributes = None  # the rows they composed are now the tables themselves
     net.n_items = len(tables.bias)
     net.Wy = nn.Parameter(tables.output, requires_grad=False)
     net.By = nn.Parameter(tables.bias, requires_grad=False)

@@ -65,7 +65,8 @@ def item_embeddings(model: GRU4Rec) -> tuple[dict[str, np.ndarray], dict[str, An
     ``Wy``), ``bias`` (N float32, ``By``) and, unless the embedding is shared, ``input``
     (see :data:`INPUT_VECTOR_MEANING`). With item attributes the rows are the catalogue's
     (:func:`~gru4rec.export.common.catalogue_tables`): N + C items, the cold ones last, ``output``
-    the composed rows and biases, ``input`` zeros for a cold item. The
+    the composed rows and biases, ``input`` the composed input rows (a cold item's from its
+    attributes alone). The
     description (JSON-serialisable) says what each column is and how a score is formed;
     :func:`gru4rec.export.write_table` stores it with a Parquet file.
     """
@@ -96,7 +97,8 @@ def item_embeddings(model: GRU4Rec) -> tuple[dict[str, np.ndarray], dict[str, An
         bias = "the item's output bias: By_i plus its attributes' bias part; a cold item's is its attributes' alone"
         order = (f"the item id (row order = the model's item index: the {attributes.n_warm} training items, then "
                  f"the {n_cold} cold items of its attribute table)")
-        meaning = None if meaning is None else f"{meaning}; zeros for a cold item"
+        meaning = None if meaning is None else \
+            f"{meaning} plus its attributes' input embeddings; a cold item's from its attributes alone"
         extra = {"n_cold_items": n_cold, "item_attributes": names}
     description = {
         "what": "gru4rec item embeddings",

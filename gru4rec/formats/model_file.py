@@ -110,10 +110,9 @@ def write_model(
 
 
 def _attribute_buffers(net: GRU4RecNet) -> list[str]:
-    """The ``state_dict`` names of the buffers of ``net.attributes`` (none without attributes)."""
-    if net.attributes is None:
-        return []
-    return ["attributes." + name for name, _ in net.attributes.named_buffers()]
+    """The ``state_dict`` names of the buffers of the network's compositions (none without
+    attributes): device copies of the encoded attributes, which the file holds once."""
+    return [f"{module}.{name}" for module, rows in net.compositions().items() for name, _ in rows.named_buffers()]
 
 
 def _check_kind(path: str | os.PathLike[str], meta: Mapping[str, Any]) -> None:

@@ -40,11 +40,11 @@ gradient of the projection. Making rows unique needs their number, i.e. a host s
 like the optimiser's own unique-row path.
 
 Without any attribute column the composition is the id rows themselves, bit for bit.
-:class:`~gru4rec.network.gru.GRU4RecNet` composes its ``Wy`` rows with it, trained by FastStep
-on the CPU and the reference step elsewhere (:mod:`gru4rec.training.composed`; docs/attributes.md,
-"Training with attributes") and written whole by the model file
-(:mod:`gru4rec.formats.model_file`, from :attr:`ComposedRows.source`); the C step and the CLI do
-not know it yet (issue 49).
+:class:`~gru4rec.network.gru.GRU4RecNet` composes its ``Wy`` rows and biases with one (and, in
+the separate and one-hot modes, layer 0's input rows with a second, without bias), trained by
+FastStep on the CPU and the reference step elsewhere (:mod:`gru4rec.training.composed`;
+docs/attributes.md, "Training with attributes") and written whole by the model file
+(:mod:`gru4rec.formats.model_file`, from :attr:`ComposedRows.source`).
 """
 from __future__ import annotations
 
@@ -359,6 +359,16 @@ class ComposedRows(nn.Module):
             for a, b in self.chunk_bounds(budget_bytes):
                 out[a:b], out_bias[a:b] = self.compose_scored(id_table, id_bias, torch.arange(a, b, device=id_table.device))
         return out, out_bias
+
+    def compose_all_rows(self, id_table: Tensor, *, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> Tensor:
+        """Every item's composed row (n_items × width, warm then cold; :meth:`compose`) without a
+        bias — the catalogue of a table whose rows have none (layer 0's input rows in the
+        separate and one-hot modes) —, chunk by chunk as :meth:`compose_all`. Not differentiable."""
+        out = id_table.new_empty((self.n_items, self.width))
+        with torch.no_grad():
+            for a, b in self.chunk_bounds(budget_bytes):
+                out[a:b] = self.compose(id_table, torch.arange(a, b, device=id_table.device))
+        return out
 
     # ------------------------------------------------------------------ the backward
 

@@ -19,9 +19,12 @@ With item attributes (issue 49, docs/attributes.md) the network holds a
 :class:`~gru4rec.items.rows.ComposedRows` over ``Wy`` and ``By`` (``attributes``, with a bias
 column): every row of ``Wy`` it reads — scores, and in shared mode the input rows — is then the
 composed row (id row plus the item's attribute embeddings), every bias the id bias plus the
-attributes' bias part, and the scores cover the cold items too (:attr:`GRU4RecNet.n_catalogue`;
-a cold item clicked feeds layer 0 its composed row in shared mode, a zero row otherwise). In
-training, ``dropout_p_id`` drops the id part of a share of the step's items (:attr:`dropout_p_id`).
+attributes' bias part, and the scores cover the cold items too (:attr:`GRU4RecNet.n_catalogue`).
+In the separate and one-hot modes a second composition (``input_attributes``, its own attribute
+tables, no bias) composes the rows of ``E`` or ``Wx_0`` that feed layer 0 alike, so in every mode
+a clicked item — a cold one too — feeds layer 0 its id row (none for a cold item) plus its
+attributes' input embeddings. In training, ``dropout_p_id`` drops the id part of a share of the
+step's items (:attr:`dropout_p_id`).
 Without attributes ``attributes`` is None and every path is the plain one, bit for bit.
 
 With click context (``config.click_context``, docs/attributes.md) layer 0's projection adds each
@@ -92,8 +95,10 @@ class GRU4RecNet(nn.Module):
     ``attributes`` (item attributes encoded on the model's ``n_items`` items, cold items after
     them): ``Wy``'s rows and ``By``'s biases become composed ones (``self.attributes``, a
     :class:`~gru4rec.items.rows.ComposedRows` of width L with a bias column, drawn after every
-    other table with ``generator``). Attributes without any column change nothing:
-    ``self.attributes`` is None.
+    other table with ``generator``); in the separate and one-hot modes the input rows too
+    (``self.input_attributes``: width ``embedding`` over ``E``, or 3L₀ over ``Wx_0``, no bias,
+    drawn next, each block with the σ of the table it adds to). Attributes without any column
+    change nothing: both are None.
     """
 
     def __init__(self, n_items: int, config: Config, *, generator: torch.Generator | None = None,
@@ -124,6 +129,10 @@ class GRU4RecNet(nn.Module):
         self.reset_parameters(config.sigma, config.init_as_normal, generator)
         #: The attribute side of Wy's rows, or None: plain item rows (the plain code paths).
         self.attributes: ComposedRows | None = None
+        #: The attribute side of the input table's rows in the separate and one-hot modes (``E``,
+        #: ``Wx_0``); None in shared mode (the input rows are Wy's, composed by ``attributes``)
+        #: and without attributes. See :attr:`input_composition`.
+        self.input_attributes: ComposedRows | None = None
         if attributes is not None:
             if attributes.n_warm != n_items:
                 raise ValueError(f"GRU4RecNet: the attributes are for {attributes.n_warm} items, the network has {n_items}")
@@ -132,6 +141,15 @@ class GRU4RecNet(nn.Module):
             if rows.has_attributes:
                 rows.reset_parameters(config.sigma, config.init_as_normal, generator, n_rows=n_items)
                 self.attributes = rows
+                if self.mode != "shared":
+                    # E's width, or Wx_0's 3L₀ columns, whose blocks are each drawn with the σ of an
+                    # N × L₀ block (reset_parameters): the input parts start on the id rows' scale.
+                    width = int(config.embedding) if self.mode == "separate" else 3 * sizes[0]
+                    block = width if self.mode == "separate" else sizes[0]
+                    inputs = ComposedRows(attributes, width, generator=torch.Generator())
+                    inputs.reset_parameters(config.sigma if config.sigma > 0 else math.sqrt(6.0 / (n_items + block)),
+                                            config.init_as_normal, generator)
+                    self.input_attributes = inputs
         #: The probability that a training step drops an item's id part (its id row and id
         #: bias: the item is composed from its attributes alone, as a cold item is), so that the
         #: attribute parts learn to score an item on their own; 0 without attributes.
@@ -150,6 +168,10 @@ class GRU4RecNet(nn.Module):
         self._catalogue_key: tuple[int, ...] | None = None
         #: The composed catalogue's biases (N + C), composed with ``_catalogue``.
         self._catalogue_bias: Tensor | None = None
+        #: The composed input rows of every item (separate and one-hot modes with attributes) and
+        #: what they were composed from (:meth:`_composed_inputs`).
+        self._input_catalogue: Tensor | None = None
+        self._input_catalogue_key: tuple[int, ...] | None = None
 
     # ------------------------------------------------------------------ initialisation
 
@@ -197,6 +219,8 @@ class GRU4RecNet(nn.Module):
             tables["layers.0.Wx"] = self.layers[0].Wx
         if self.attributes is not None:
             tables.update(self.attributes.sparse_parameters("attributes."))
+        if self.input_attributes is not None:
+            tables.update(self.input_attributes.sparse_parameters("input_attributes."))
         return tables
 
     def dense_parameters(self) -> dict[str, nn.Parameter]:
@@ -211,9 +235,28 @@ class GRU4RecNet(nn.Module):
         return self.n_items if self.attributes is None else self.attributes.n_items
 
     @property
-    def composes_input(self) -> bool:
-        """Whether layer 0's input rows are composed rows: attributes in shared mode."""
-        return self.attributes is not None and self.mode == "shared"
+    def input_composition(self) -> ComposedRows | None:
+        """The composition of layer 0's input rows (over :attr:`input_table`): ``attributes`` in
+        shared mode, ``input_attributes`` in the separate and one-hot modes; None without attributes."""
+        return self.attributes if self.mode == "shared" else self.input_attributes
+
+    def compositions(self) -> dict[str, ComposedRows]:
+        """The network's compositions by module name (``attributes``, and ``input_attributes``
+        in the separate and one-hot modes); empty without attributes."""
+        return {name: rows for name in ("attributes", "input_attributes")
+                if (rows := getattr(self, name)) is not None}
+
+    def extend_catalogue(self, attributes: ItemAttributes) -> None:
+        """Take ``attributes`` — this network's own plus new cold items
+        (:meth:`ItemAttributes.add_items`) — as its catalogue: every composition is rebuilt over
+        them sharing its trained tables (:meth:`ComposedRows.with_attributes`), so every item
+        keeps its rows and the new ones are composed with the trained weights."""
+        if self.attributes is None:
+            raise ValueError("GRU4RecNet.extend_catalogue: the network has no item attributes")
+        self.attributes = self.attributes.with_attributes(attributes)
+        if self.input_attributes is not None:
+            self.input_attributes = self.input_attributes.with_attributes(attributes)
+        self.tables_changed()
 
     def scored_rows(self, items: Tensor) -> tuple[Tensor, Tensor]:
         """The output rows and biases of ``items`` (B × L, B): ``Wy``'s and ``By``'s, composed
@@ -223,17 +266,12 @@ class GRU4RecNet(nn.Module):
         return self.attributes.compose_scored(self.Wy, self.By, items)
 
     def input_rows(self, items: Tensor) -> Tensor:
-        """Layer 0's input rows of ``items``: rows of :attr:`input_table`, composed in shared mode
-        with attributes (the input rows are then Wy's composed rows)."""
-        if self.composes_input:
-            assert self.attributes is not None  # composes_input says so
-            return self.attributes.compose(self.Wy, items)
-        if self.attributes is not None:
-            # A cold item (index >= n_items) has no row in E or Wx_0: its input row is zeros (the
-            # attributes compose Wy's rows only), so clicking it feeds layer 0 its bias alone.
-            rows = self.input_table.index_select(0, items.clamp(max=self.n_items - 1))
-            return torch.where((items < self.n_items)[:, None], rows, 0.0)
-        return self.input_table.index_select(0, items)
+        """Layer 0's input rows of ``items``: rows of :attr:`input_table`, composed with
+        attributes (:attr:`input_composition`; a cold item's from its attributes alone)."""
+        rows = self.input_composition
+        if rows is None:
+            return self.input_table.index_select(0, items)
+        return rows.compose(self.input_table, items)
 
     @property
     def sizes(self) -> list[int]:
@@ -288,11 +326,11 @@ class GRU4RecNet(nn.Module):
         """Advance every row by one item: returns the last layer's output (B×L) and overwrites
         ``hidden`` in place. Dropout applies only in training mode (inverted dropout).
         ``context``: the clicks' context (B×5), for a network with click context only."""
-        if self.composes_input and not torch.is_grad_enabled():
-            # Inference (an evaluation, a server): the input rows are rows of the composed
-            # catalogue that score_all keeps, one gather as a plain model's (composing the clicked
-            # items anew cost a served click at batch 1 more than the rest of its step).
-            x = self._composed_catalogue()[0].index_select(0, items)
+        if self.attributes is not None and not torch.is_grad_enabled():
+            # Inference (an evaluation, a server): the input rows are rows of a composed catalogue
+            # kept between steps, one gather as a plain model's (composing the clicked items anew
+            # cost a served click at batch 1 more than the rest of its step).
+            x = self._composed_inputs().index_select(0, items)
         else:
             x = self.input_rows(items)
         dropout = None
@@ -326,6 +364,7 @@ class GRU4RecNet(nn.Module):
         (the optimiser's fused CPU rules write through data pointers): the next scores compose the
         catalogue again. The training step calls it after each update."""
         self._catalogue_key = None
+        self._input_catalogue_key = None
 
     def _tables_key(self) -> tuple[int, ...]:
         """What the composed catalogue depends on: the rows object, and the in-place versions of
@@ -353,3 +392,19 @@ class GRU4RecNet(nn.Module):
         rows.compose_all(self.Wy, self.By, out=full, out_bias=bias)
         self._catalogue_key = key
         return full, bias
+
+    @torch.no_grad()
+    def _composed_inputs(self) -> Tensor:
+        """Every item's composed input row ((N + C) × d₀): the composed catalogue's rows in shared
+        mode, else those of ``input_attributes`` over :attr:`input_table`, kept as the catalogue
+        is (composed again only when the input table or its attribute tables changed)."""
+        rows = self.input_attributes
+        if rows is None:
+            return self._composed_catalogue()[0]
+        table = self.input_table
+        key = (id(rows), table._version, *(t._version for t in rows.parameters()))
+        full = self._input_catalogue
+        if full is None or full.device != table.device or full.dtype != table.dtype or key != self._input_catalogue_key:
+            full = self._input_catalogue = rows.compose_all_rows(table)
+            self._input_catalogue_key = key
+        return full

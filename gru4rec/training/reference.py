@@ -7,11 +7,11 @@ logQ, take the loss, backpropagate one step deep, update — that the hand-writt
 included). It runs in float32 or float64 only, never in mixed precision.
 
 With item attributes (``net.attributes``) the leaves are the step's composed rows and biases
-(the candidates', and in shared mode the inputs' rows), with the id part of the items that id
-dropout drops left out (:meth:`DropoutMasks.keep_ids`), and
+(the candidates' and the inputs' rows), with the id part of the items that id dropout drops
+left out (:meth:`DropoutMasks.keep_ids`), and
 :class:`~gru4rec.training.composed.StepComposition` (FastStep's too) composes them and turns
 their gradients into the id rows' and biases' and the attribute tables' (row-wise, summed per row
-by the optimiser like every item table) and the projection's (a dense gradient). Without
+by the optimiser like every item table) and the projections' (dense gradients). Without
 attributes the step is the plain one, unchanged.
 
 With click context (``net.Wc``) the step's ``context`` (B×5) enters layer 0's projection and
@@ -26,8 +26,7 @@ from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.composed import Part, StepComposition
 from gru4rec.training.dropout import DropoutMasks
 from gru4rec.training.losses import LossFn
-from gru4rec.training.ops import SparseGrad
-from gru4rec.training.optim import Optimizer, UniqueGrad, item_table_grads
+from gru4rec.training.optim import Optimizer, item_table_grads
 from gru4rec.training.sampling import LogQ
 
 __all__ = ["ReferenceStep"]
@@ -40,11 +39,12 @@ class ReferenceStep:
     def __init__(self, net: GRU4RecNet, optimizer: Optimizer, loss_fn: LossFn, dropout: DropoutMasks, logq: LogQ | None) -> None:
         self.net, self.optimizer, self.loss_fn, self.dropout, self.logq = net, optimizer, loss_fn, dropout, logq
         #: The composition of the step's rows with item attributes (None without): its
-        #: backward gives the projection's gradient (autograd never sees the projection: the
+        #: backward gives the projections' gradients (autograd never sees a projection: the
         #: composed rows are the leaves).
         self._composition = None if net.attributes is None else StepComposition(net, optimizer)
-        proj = None if net.attributes is None else net.attributes.projection
-        self._dense = [p for p in optimizer.dense.values() if p is not proj]
+        composed = frozenset() if self._composition is None else self._composition.projection_names
+        #: The dense parameters autograd differentiates, by name (the optimiser's, less the projections).
+        self._dense = {name: p for name, p in optimizer.dense.items() if name not in composed}
 
     def __call__(self, hidden: list[Tensor], inputs: Tensor, targets: Tensor, samples: Tensor, cols: Tensor,
                  col_valid: Tensor, active: Tensor, n_cols: Tensor, context: Tensor | None = None) -> Tensor:
@@ -76,7 +76,7 @@ class ReferenceStep:
             if self.logq is not None:
                 raw = raw - self.logq.columns(targets, samples)
             loss = self.loss_fn(raw, col_valid, active, n_cols)
-            grads = torch.autograd.grad(loss, [x_in, wy, by, *self._dense])
+            grads = torch.autograd.grad(loss, [x_in, wy, by, *self._dense.values()])
         return loss, grads, new_hidden
 
     def _composed(self, hidden: list[Tensor], inputs: Tensor, targets: Tensor, samples: Tensor,
@@ -87,7 +87,7 @@ class ReferenceStep:
         dropout.draw()  # every mask of the step (and the id dropout's salt), as the fast step draws them
         keep_cols, keep_inputs = dropout.keep_ids(cols), dropout.keep_ids(inputs)
         with torch.no_grad():  # the composition's own backward is StepComposition.grads
-            x_in = comp.compose(inputs, keep_inputs, bias=False)[0] if net.composes_input else net.input_rows(inputs)
+            x_in = comp.compose_input(inputs, keep_inputs)
             wy, by = comp.compose(cols, keep_cols, bias=True)
             assert by is not None
         for leaf in (x_in, wy, by):
@@ -95,19 +95,9 @@ class ReferenceStep:
         loss, grads, new_hidden = self._forward_backward(hidden, x_in, wy, by, targets, samples, col_valid, active, n_cols,
                                                          context)
         g_in, g_wy, g_by = grads[0], grads[1], grads[2]
-        parts = [Part(cols, g_wy, g_by, keep_cols)]
-        sparse: dict[str, UniqueGrad | SparseGrad | list[SparseGrad]] = {}
-        if net.composes_input:
-            parts.append(Part(inputs, g_in, None, keep_inputs))
-        else:
-            sparse[net.input_table_name] = (inputs, g_in)
-        composed, projection = comp.grads(parts)
-        sparse.update(composed)
-        dense = list(grads[3:])
-        if comp.projection_at is not None:
-            assert projection is not None
-            dense.insert(comp.projection_at, projection)
-        self.optimizer.step(dense, sparse)
+        sparse, projections = comp.grads([Part(cols, g_wy, g_by, keep_cols), Part(inputs, g_in, None, keep_inputs, input=True)])
+        by_name = dict(zip(self._dense, grads[3:], strict=True)) | projections
+        self.optimizer.step([by_name[name] for name in self.optimizer.dense], sparse)
         net.tables_changed()  # the fused CPU rules write the tables through their data pointers
         for h, h_new in zip(hidden, new_hidden):
             h.copy_(h_new.detach())

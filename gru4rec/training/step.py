@@ -111,9 +111,9 @@ class FastStep:
             if not backend.unique_rows:
                 raise ValueError("FastStep covers item attributes with unique rows only (Backend.runs_reference)")
             self._composition = StepComposition(net, optimizer)
-        #: The projection's view of the flat gradient (None: no numeric attribute column).
-        self._projection_grad = None if self._composition is None or self._composition.projection_name is None \
-            else views[self._composition.projection_name]
+        #: The projections' views of the flat gradient, by name (none: no numeric attribute column).
+        self._projection_grads = {} if self._composition is None else \
+            {name: views[name] for name in self._composition.projection_names}
 
     @property
     def ops(self) -> TorchOps:
@@ -134,6 +134,7 @@ class FastStep:
         self.dropout.draw()  # every mask of the step (with id dropout, its salt: the composition needs it)
         rows = self._score_rows(inputs, cols)
         composed, keep = None, None  # with attributes: the distinct items' composed rows and which kept their id part
+        keep_in = None  # with separately composed input rows: which inputs kept their id part
         if comp is None:
             wy = mm.cast(net.Wy.index_select(0, cols if rows is None else rows.uniq[: rows.n_scored]))  # C×L or K×L
             if bias is None:
@@ -152,6 +153,11 @@ class FastStep:
         # Forward, keeping what the backward pass needs (the products' operands as cast).
         if composed is not None and rows is not None and rows.input_rows is not None:  # shared: composed input rows
             x = ops.gather_rows(composed, rows.input_rows, self.dropout.embed)
+        elif comp is not None and comp.separate_input:  # separate and one-hot modes: E's or Wx_0's composed rows
+            keep_in = self.dropout.keep_ids(inputs)
+            x = comp.compose_input(inputs, keep_in)
+            if self.dropout.embed is not None:
+                x.mul_(self.dropout.embed)
         else:
             x = ops.gather_rows(net.input_table, inputs, self.dropout.embed)  # B×d₀ input rows, dropped out
         caches: list[LayerCache] = []
@@ -202,7 +208,7 @@ class FastStep:
         g_in = d if embed_mask is None else d * embed_mask  # B×d₀
         grads = self._item_grads(inputs, cols, rows, g_rows, x_last, g_in)
         if comp is not None:
-            grads = self._composed_grads(comp, grads, keep)
+            grads = self._composed_grads(comp, grads, inputs, keep, keep_in)
         self.optimizer.step(self.optimizer.flat_grad, grads)
         if comp is not None:
             net.tables_changed()  # the fused CPU rules write the tables through their data pointers
@@ -248,17 +254,23 @@ class FastStep:
         return {"Wy": UniqueGrad(rows.uniq, g_wy), "By": UniqueGrad(scored, g_by)}
 
     def _composed_grads(self, comp: StepComposition, grads: dict[str, UniqueGrad | SparseGrad | list[SparseGrad]],
-                        keep: Tensor | None) -> dict[str, UniqueGrad | SparseGrad | list[SparseGrad]]:
+                        inputs: Tensor, keep: Tensor | None,
+                        keep_in: Tensor | None) -> dict[str, UniqueGrad | SparseGrad | list[SparseGrad]]:
         """The item tables' gradients with attributes: ``Wy``'s and ``By``'s distinct rows
         (:meth:`_item_grads`) are the composed rows' and biases', which the composition's
         backward spreads to the id rows and biases (as they are: distinct already; not where
         ``keep`` dropped the id part), the attribute tables and the projection (into its view of
-        the flat gradient)."""
+        the flat gradient); in the separate and one-hot modes the input rows' gradient (the B
+        inputs', ``keep_in``) likewise to ``E`` or ``Wx_0`` and the input attribute tables."""
         wy, by = grads.pop("Wy"), grads.pop("By")
         assert isinstance(wy, UniqueGrad) and isinstance(by, UniqueGrad)  # unique rows (the constructor)
-        composed, projection = comp.grads([Part(wy.rows, wy.grad, by.grad, keep)], distinct=True)
-        if projection is not None:
-            assert self._projection_grad is not None
-            self._projection_grad.copy_(projection)
+        parts = [Part(wy.rows, wy.grad, by.grad, keep, distinct=True)]
+        if comp.separate_input:
+            g_in = grads.pop(self.net.input_table_name)
+            assert isinstance(g_in, tuple)  # (inputs, rows): _item_grads' plain input gradient
+            parts.append(Part(inputs, g_in[1], None, keep_in, input=True))
+        composed, projections = comp.grads(parts)
+        for name, g in projections.items():
+            self._projection_grads[name].copy_(g)
         grads.update(composed)
         return grads

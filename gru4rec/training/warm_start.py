@@ -128,9 +128,10 @@ def warm_net(old: GRU4RecNet, n_items: int, config: Config, *, generator: torch.
                                "(build today's attributes with ItemAttributes.warm_start)")
     net = GRU4RecNet(n_items, config, generator=generator, attributes=attributes)
     tables = set(old.sparse_parameters())
+    code_indexed = {id(t) for rows in old.compositions().values() for t in rows.tables}
     ours = dict(net.named_parameters())
     for name, p in old.named_parameters():
-        if name.startswith("attributes.tables."):  # code-indexed: the old codes' rows
+        if id(p) in code_indexed:  # an attribute table: the old codes' rows
             ours[name][: p.shape[0]].copy_(p)
         elif name in tables:
             ours[name][: old.n_items].copy_(p)
@@ -166,7 +167,7 @@ def carry_optimizer_state(
             if saved is None:
                 continue
             saved = saved.to(device=value.device, dtype=value.dtype)
-            if key.startswith("attributes."):  # an attribute table's state: the old codes' rows (a grown vocabulary)
+            if key.startswith(("attributes.", "input_attributes.")):  # an attribute table's state: the old codes' rows (a grown vocabulary)
                 if saved.dim() and key.rsplit(".", 1)[0] in tables:
                     value[: saved.shape[0]].copy_(saved)
                 else:
