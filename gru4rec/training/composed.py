@@ -80,10 +80,11 @@ class StepComposition:
         inputs = net.input_attributes
         #: The composition of the input rows: the output one in shared mode (the same rows).
         self._input = self._output if inputs is None else _Side(inputs, net.input_table_name, "input_attributes.")
+        sides = [self._output] if self._input is self._output else [self._output, self._input]
+        dense = {id(p): name for name, p in optimizer.dense.items()}
         #: The optimiser's names of the compositions' projections (dense parameters), by rows object.
-        self._projection_names = {
-            id(side.rows): name for side in {id(s.rows): s for s in (self._output, self._input)}.values()
-            for name, p in optimizer.dense.items() if side.rows.projection is not None and p is side.rows.projection}
+        self._projection_names = {id(side.rows): dense[id(side.rows.projection)]
+                                  for side in sides if side.rows.projection is not None}
         #: The optimiser's dense names of every projection (which the composition's backward gives).
         self.projection_names: frozenset[str] = frozenset(self._projection_names.values())
 
