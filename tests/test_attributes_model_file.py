@@ -16,7 +16,7 @@ from gru4rec.config import Config
 from gru4rec.data import ItemMap
 from gru4rec.errors import DataError, Gru4RecError, ModelFileError
 from gru4rec.formats import checkpoint
-from gru4rec.formats.model_file import read_model
+from gru4rec.formats.model_file import EXTENSION_DEFAULTS, read_model
 from gru4rec.items import ItemAttributes, item_table_from_frame
 from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.warm_start import warm_net
@@ -145,7 +145,16 @@ def test_a_plain_model_file_is_unchanged(mode: str, tmp_path: Path) -> None:
     want = {"Wy", "By", "layers.0.Wx", "layers.0.Wh", "layers.0.Wrz", "layers.0.Bh", "item_support"}
     assert set(tensors) == (want | {"E"} if mode == "separate" else want)
     assert set(meta) == {"kind", "config", "item_ids", "epochs_trained"}
-    assert read_model(tmp_path / "m.safetensors").net.attributes is None
+    # its config names only the parameters a release before attributes and click context knew
+    assert set(meta["config"]) == set(Config.field_names()) - set(EXTENSION_DEFAULTS)
+    parts = read_model(tmp_path / "m.safetensors")
+    assert parts.net.attributes is None and parts.config == model.config
+    # a model that uses them names them (and reads back equal)
+    used = model.config.replace(click_context=True, dropout_p_id=0.25)
+    model.config, model.net = used, GRU4RecNet(len(ITEM_IDS), used)
+    model.save(tmp_path / "c.safetensors")
+    assert checkpoint.read_meta(tmp_path / "c.safetensors")["config"]["click_context"] is True
+    assert read_model(tmp_path / "c.safetensors").config == used
 
 
 def test_an_older_reader_refuses_a_file_with_attributes(tmp_path: Path) -> None:

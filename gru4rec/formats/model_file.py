@@ -12,15 +12,19 @@ A model trained with item attributes (issue 49, docs/attributes.md) adds, and a 
 file never has:
 
 * the tensors of its :class:`~gru4rec.items.rows.ComposedRows` parameters in the ``state_dict``
-  (``attributes.tables.{c}``, ``attributes.projection``) — but not its buffers (codes, offsets,
-  numbers), which are rebuilt from
+  (``attributes.tables.{c}``, ``attributes.projection``; in the separate and one-hot modes also
+  ``input_attributes.tables.{c}``, ``input_attributes.projection``) — but not their buffers
+  (codes, offsets, numbers), which are rebuilt from
 * the encoded attributes, :meth:`ItemAttributes.to_tensors` under :data:`ATTRIBUTES_PREFIX`
   (``item_attributes.cat{c}.codes``, ``….offsets``, ``….numeric``, ``….has_row``), and
 * the metadata entry ``item_attributes`` (:data:`ATTRIBUTES_KEY`): the encoding (vocabularies,
   kinds, numeric mean/std), ``n_warm`` and the cold items' ids.
 
 This is an extension within format version 2, not a new version: the container and every entry
-a plain file has are unchanged, so plain files stay byte-compatible both ways. A reader older
+a plain file has are unchanged, so plain files stay compatible both ways — its ``config`` leaves
+out the parameters that came with the extension while they have their defaults
+(:data:`EXTENSION_DEFAULTS`: ``click_context``, ``dropout_p_id``; the reader fills the defaults in),
+as a reader before them refuses a parameter it does not know. A reader older
 than this extension refuses such a file rather than misreading it: it builds a plain network and
 loads the tensors strictly, and the ``attributes.*``/``item_attributes.*`` tensors are
 unexpected keys (its ``ModelFileError`` names them).
@@ -46,7 +50,7 @@ from gru4rec.formats import checkpoint
 from gru4rec.items.attributes import ItemAttributes
 from gru4rec.network.gru import GRU4RecNet
 
-__all__ = ["ATTRIBUTES_KEY", "ATTRIBUTES_PREFIX", "MODEL_KIND", "OPTIMIZER_PREFIX", "ModelParts", "read_model",
+__all__ = ["ATTRIBUTES_KEY", "ATTRIBUTES_PREFIX", "EXTENSION_DEFAULTS", "MODEL_KIND", "OPTIMIZER_PREFIX", "ModelParts", "read_model",
            "read_model_config", "write_model"]
 
 #: The ``kind`` metadata entry of a model file (training checkpoints have another).
@@ -57,6 +61,10 @@ OPTIMIZER_PREFIX = "optimizer."
 ATTRIBUTES_PREFIX = "item_attributes."
 #: The metadata entry of the attributes' encoding (a model trained with item attributes only).
 ATTRIBUTES_KEY = "item_attributes"
+#: The parameters that came with the attributes and click context extension, and their defaults:
+#: a model file's ``config`` leaves out each that has its default, so that a plain model's file
+#: stays readable by releases before it (they refuse unknown parameters).
+EXTENSION_DEFAULTS: dict[str, Any] = {"click_context": False, "dropout_p_id": 0.0}
 
 
 @dataclass(frozen=True)
@@ -100,7 +108,9 @@ def write_model(
     tensors["item_support"] = torch.from_numpy(item_support)
     if optimizer_state is not None:
         tensors.update({OPTIMIZER_PREFIX + k: v for k, v in optimizer_state.items()})
-    meta: dict[str, Any] = {"kind": MODEL_KIND, "config": config.to_dict(), "item_ids": item_map.to_list(),
+    params = {name: value for name, value in config.to_dict().items()
+              if not (name in EXTENSION_DEFAULTS and value == EXTENSION_DEFAULTS[name])}
+    meta: dict[str, Any] = {"kind": MODEL_KIND, "config": params, "item_ids": item_map.to_list(),
                             "epochs_trained": epochs_trained}
     if attributes_meta is not None:
         meta[ATTRIBUTES_KEY] = attributes_meta
