@@ -184,6 +184,24 @@ def test_sidecar_names_the_context_input_and_how_to_compute_it(exported: dict[st
     assert "log_gap = 0" in spec["first_click"] and context_of(ts[0])[0, 4] == 0.0
 
 
+def test_gru4rec_export_of_a_saved_context_model(exported: dict[str, dict[str, Any]], frame: pd.DataFrame,
+                                                 tmp_path: Path) -> None:
+    """The model file keeps Wc and the option: ``gru4rec export --onnx`` of it gives the graph
+    with the context input and the model's own scores."""
+    from gru4rec.cli import main
+
+    model = exported["shared"]["model"]
+    model.save(tmp_path / "ctx.safetensors")
+    assert main(["-q", "export", str(tmp_path / "ctx.safetensors"), "--onnx", str(tmp_path / "s.onnx"), "-d", "cpu"]) == 0
+    meta = json.loads((tmp_path / "s.onnx.json").read_text())
+    assert meta["click_context"] == exported["shared"]["result"].description["click_context"]
+    session = ort.InferenceSession(str(tmp_path / "s.onnx"), providers=["CPUExecutionProvider"])
+    sessions, times = sessions_with_times(frame, model, n=3, length=3)
+    index = {item: i for i, item in enumerate(meta["item_ids"])}
+    runs = run_onnx(session, meta, [[index[i] for i in s] for s in sessions], times)
+    np.testing.assert_allclose(runs[-1][0], model.score_sessions(sessions, times=times), rtol=0, atol=TOL)
+
+
 def test_a_plain_models_graph_has_no_context_input(tmp_path: Path, frame: pd.DataFrame) -> None:
     model = GRU4Rec(f"layers=8,{TINY}", device="cpu", seed=5, threads=1).fit(frame, progress=False)
     result = export_onnx(model, tmp_path / "step.onnx")
