@@ -26,7 +26,7 @@ A model with **item attributes** (docs/attributes.md) is exported as the plain n
 catalogue (:func:`~gru4rec.export.common.as_plain_network`): N is then the training items plus
 the cold items of its attribute table, the output table holds every item's composed row (a
 constant of the graph, composed once at export) and the biases the composed ones, and a cold item is a
-valid input (its composed row in shared mode, a zero row otherwise): ONNX Runtime ranks the cold
+valid input (its composed input row, from its attributes alone): ONNX Runtime ranks the cold
 items as the PyTorch model does. The sidecar's ``item_ids`` are the catalogue's, cold items last.
 
 The graph is traced by ``torch.onnx.export(dynamo=True)``, the torch.export-based exporter that
