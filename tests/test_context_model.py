@@ -382,14 +382,6 @@ def test_the_schedule_carries_each_input_clicks_context_also_in_random_order(mon
         assert torch.equal(ctx.to(torch.int64), inputs)
 
 
-def test_the_onnx_export_refuses_a_context_model(tmp_path: Path) -> None:
-    from gru4rec.export.onnx import export_onnx
-
-    model = GRU4Rec(TINY + ",click_context=True", n_epochs=1, device="cpu").fit(events(), progress=False)
-    with pytest.raises(Gru4RecError, match="click_context"):
-        export_onnx(model, tmp_path / "step.onnx")
-
-
 def test_a_paropt_space_searches_the_option() -> None:
     from gru4rec.tune.space import check_paramspace, parse_paramspace, trial_param_string
 

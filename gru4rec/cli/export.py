@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 DESCRIPTION = (
     "Take a trained model elsewhere; give one or more of the exports.\n\n"
-    "  --onnx STEP.onnx            one click as an ONNX graph (item indices and each layer's\n"
+    "  --onnx STEP.onnx            one click as an ONNX graph (item indices, the clicks'\n"
+    "                              context for a model with click_context, and each layer's\n"
     "                              state in; scores of all items, or the top K with --top-k,\n"
     "                              and the new states out; dynamic batch size), plus\n"
     "                              STEP.onnx.json with the item ids and layer sizes\n"

@@ -4,6 +4,8 @@ The graph is the network's step with the state passed in and out, so the server 
 session's hidden states between clicks (zeros start a session)::
 
     inputs   items        int64   [batch]          item indices (the sidecar's item_ids give index -> id)
+             context      float32 [batch, 5]       only for a model with click context: the clicks'
+                                                   features (gru4rec.items.context_of)
              hidden_<i>   float32 [batch, L_i]     layer i's state before the click
     outputs  scores       float32 [batch, N]       raw scores of every item: out·Wyᵀ + By
              (or, with top_k = K: top_indices int64 [batch, K] and top_scores float32 [batch, K],
@@ -13,11 +15,18 @@ session's hidden states between clicks (zeros start a session)::
 The batch axis is dynamic. A JSON sidecar (``<file>.json``) holds the item ids in index order,
 the layer sizes, the input and output names and the opset, so a client needs nothing else.
 
+A model with **click context** (docs/attributes.md, "Click context") takes each click's five
+context features as one more input, ``context``, right after ``items`` (the states stay the last
+inputs, as in every graph) and steps as ``GRU4RecNet.step(items, hidden, context)``; its
+sidecar's ``click_context`` names the features, their formulas from the click's unix time and
+the session's previous click's, and the package function that computes them
+(:func:`gru4rec.items.context_of`). A plain model's graph has no such input.
+
 A model with **item attributes** (docs/attributes.md) is exported as the plain network of its
 catalogue (:func:`~gru4rec.export.common.as_plain_network`): N is then the training items plus
 the cold items of its attribute table, the output table holds every item's composed row (a
 constant of the graph, composed once at export) and the biases the composed ones, and a cold item is a
-valid input (its composed row in shared mode, a zero row otherwise): ONNX Runtime ranks the cold
+valid input (its composed input row, from its attributes alone): ONNX Runtime ranks the cold
 items as the PyTorch model does. The sidecar's ``item_ids`` are the catalogue's, cold items last.
 
 The graph is traced by ``torch.onnx.export(dynamo=True)``, the torch.export-based exporter that
@@ -45,6 +54,7 @@ from torch import Tensor, nn
 from gru4rec.errors import Gru4RecError
 from gru4rec.export.common import as_plain_network, check_target, fitted, write_atomically
 from gru4rec.inference.protocol import catalogue_of
+from gru4rec.items.context import CONTEXT_FEATURES, N_CONTEXT
 from gru4rec.network.gru import GRU4RecNet
 
 if TYPE_CHECKING:
@@ -67,6 +77,8 @@ _SIDECAR_FORMAT = "gru4rec-onnx-step"
 class OneClickStep(nn.Module):
     """The network's step as a pure function: ``(items, *hidden) -> (scores, *new_hidden)``, or
     ``(top_indices, top_scores, *new_hidden)`` with ``top_k``. Inference only (no dropout).
+    A network with click context takes its clicks' context (B×5) second:
+    ``(items, context, *hidden)``.
 
     A network with item attributes is stepped as the plain network of its catalogue
     (:func:`~gru4rec.export.common.as_plain_network` of a copy: ``net`` is not changed)."""
@@ -80,9 +92,12 @@ class OneClickStep(nn.Module):
         self.net = net
         self.top_k = top_k
 
-    def forward(self, items: Tensor, *hidden: Tensor) -> tuple[Tensor, ...]:
+    def forward(self, items: Tensor, *inputs: Tensor) -> tuple[Tensor, ...]:
+        # One varargs for context and states alike: torch.export then traces a plain network's
+        # graph exactly as before the context existed (same signature, same input names).
+        context, hidden = (inputs[0], inputs[1:]) if self.net.uses_context else (None, inputs)
         x = self.net.input_table.index_select(0, items)
-        outs = self.net.run_layers(x, list(hidden))
+        outs = self.net.run_layers(x, list(hidden), context=context)
         scores = self.net.score_all(outs[-1])
         if self.top_k is None:
             return (scores, *outs)
@@ -106,16 +121,40 @@ def sidecar_path(path: str | os.PathLike[str]) -> Path:
     return path.with_name(path.name + ".json")
 
 
-def _names(n_layers: int, top_k: int | None) -> tuple[list[str], list[str]]:
-    inputs = ["items"] + [f"hidden_{i}" for i in range(n_layers)]
+def _names(n_layers: int, top_k: int | None, context: bool = False) -> tuple[list[str], list[str]]:
+    inputs = ["items"] + (["context"] if context else []) + [f"hidden_{i}" for i in range(n_layers)]
     first = ["scores"] if top_k is None else ["top_indices", "top_scores"]
     return inputs, first + [f"hidden_out_{i}" for i in range(n_layers)]
+
+
+#: How a client computes the ``context`` input, for the sidecar of a model with click context:
+#: :func:`gru4rec.items.context_of`'s formulas written out, as expressions a client in any
+#: language can transcribe (``mod``: the remainder, non-negative; ``floor``, ``log``: natural).
+_CONTEXT_SPEC: dict[str, Any] = {
+    "input": "context",
+    "features": list(CONTEXT_FEATURES),
+    "function": "gru4rec.items.context_of(times, previous)",
+    "time": "t: the click's unix time in seconds, UTC (the unit of the training events' time column); "
+            "t_previous: the time of the session's previous click",
+    "definitions": {"h": "(t mod 86400) / 3600", "d": "(floor(t / 86400) + 3) mod 7"},
+    "meaning": "h: the hour of day in UTC, fractional (06:30 is 6.5); d: the day of week in UTC, Monday = 0",
+    "formulas": {
+        "hour_sin": "sin(2 * pi * h / 24)",
+        "hour_cos": "cos(2 * pi * h / 24)",
+        "dow_sin": "sin(2 * pi * d / 7)",
+        "dow_cos": "cos(2 * pi * d / 7)",
+        "log_gap": "log(1 + t - t_previous)",
+    },
+    "first_click": "log_gap = 0 at a session's first click (no previous click: previous=None or NaN in context_of)",
+}
 
 
 def _description(model: GRU4Rec, net: GRU4RecNet, path: Path, top_k: int | None, opset: int) -> dict[str, Any]:
     from gru4rec import __version__
 
-    inputs, outputs = _names(len(net.sizes), top_k)
+    uses_context = net.uses_context
+    inputs, outputs = _names(len(net.sizes), top_k, uses_context)
+    hidden_inputs = inputs[len(inputs) - len(net.sizes):]
     n, sizes = net.n_items, net.sizes
     first: list[dict[str, Any]] = (
         [{"name": "scores", "dtype": "float32", "shape": ["batch", n]}] if top_k is None else
@@ -125,12 +164,17 @@ def _description(model: GRU4Rec, net: GRU4RecNet, path: Path, top_k: int | None,
     catalogue = catalogue_of(model)
     attributes = fitted(model)[0].attributes
     cold = {} if attributes is None else {"n_cold_items": attributes.n_items - attributes.n_warm}
+    # A plain model's sidecar stays as it was: the context's keys only where the graph has the input.
+    context_input = ([{"name": "context", "dtype": "float32", "shape": ["batch", N_CONTEXT], "features": list(CONTEXT_FEATURES)}]
+                     if uses_context else [])
+    context = {"click_context": _CONTEXT_SPEC} if uses_context else {}
     return {
         "format": _SIDECAR_FORMAT,
         "version": 1,
         "model": path.name,
-        "what": "one click of GRU4Rec: the item clicked and each layer's state in, the scores of "
-                "every item (or the top_k) and each layer's new state out; zeros start a session",
+        "what": "one click of GRU4Rec: the item clicked" + (", its click context" if uses_context else "")
+                + " and each layer's state in, the scores of every item (or the top_k) and each "
+                "layer's new state out; zeros start a session",
         "opset": opset,
         "exporter": f"torch.onnx.export(dynamo=True), torch {torch.__version__}",
         "gru4rec_version": __version__,
@@ -140,12 +184,13 @@ def _description(model: GRU4Rec, net: GRU4RecNet, path: Path, top_k: int | None,
         "embedding_mode": net.mode,
         "hidden_activation": model.config.hidden_act,
         "top_k": top_k,
-        "inputs": [{"name": "items", "dtype": "int64", "shape": ["batch"]}]
-                  + [{"name": name, "dtype": "float32", "shape": ["batch", s]} for name, s in zip(inputs[1:], sizes)],
+        "inputs": [{"name": "items", "dtype": "int64", "shape": ["batch"]}] + context_input
+                  + [{"name": name, "dtype": "float32", "shape": ["batch", s]} for name, s in zip(hidden_inputs, sizes)],
         "outputs": first + [{"name": name, "dtype": "float32", "shape": ["batch", s]}
                             for name, s in zip(outputs[len(first):], sizes)],
-        "hidden_inputs": inputs[1:],
+        "hidden_inputs": hidden_inputs,
         "hidden_outputs": outputs[len(first):],
+        **context,
         "item_ids": catalogue.to_list(),
     }
 
@@ -176,15 +221,17 @@ def _trace(step: OneClickStep, n_layers: int, top_k: int | None, opset: int) -> 
         raise ImportError(f"{ONNX_HINT} ({exc})") from exc
     if "dynamo" not in inspect.signature(torch.onnx.export).parameters:
         raise Gru4RecError(f"ONNX export needs torch >= 2.5 (its torch.export-based exporter); this is torch {torch.__version__}")
-    inputs, outputs = _names(n_layers, top_k)
+    uses_context = step.net.uses_context
+    inputs, outputs = _names(n_layers, top_k, uses_context)
     # A batch of 2 in the example: torch.export would specialise a batch of 1 to a constant.
-    # The states are one varargs input to torch.export, hence their dynamic shapes in one tuple.
-    example = (torch.zeros(2, dtype=torch.int64), *(torch.zeros(2, s) for s in step.net.sizes))
+    # The context and states are one varargs input to torch.export, hence their dynamic shapes in one tuple.
+    context = (torch.zeros(2, N_CONTEXT),) if uses_context else ()
+    example = (torch.zeros(2, dtype=torch.int64), *context, *(torch.zeros(2, s) for s in step.net.sizes))
     batch = torch.export.Dim("batch", min=1)
     with _quiet_exporter():
         program = torch.onnx.export(
             step, example, None, dynamo=True, input_names=inputs, output_names=outputs,
-            dynamic_shapes=({0: batch}, tuple({0: batch} for _ in range(n_layers))),
+            dynamic_shapes=({0: batch}, tuple({0: batch} for _ in range(len(example) - 1))),
             opset_version=opset, verbose=False,
         )
     if program is None:  # only when given a file name, which we never give
@@ -203,11 +250,14 @@ def _check_with_onnxruntime(proto_bytes: bytes, step: OneClickStep) -> float | N
     gen = torch.Generator().manual_seed(0)
     items = torch.randint(0, step.net.n_items, (3,), generator=gen)
     hidden = [torch.rand(3, s, generator=gen) * 2 - 1 for s in step.net.sizes]
+    # Context in the features' ranges: sin/cos in [-1, 1], log_gap in [0, 12] (up to ~2 days).
+    context = ([torch.cat([torch.rand(3, N_CONTEXT - 1, generator=gen) * 2 - 1, torch.rand(3, 1, generator=gen) * 12], dim=1)]
+               if step.net.uses_context else [])
     with torch.no_grad():
-        want = step(items, *hidden)
+        want = step(items, *context, *hidden)
     session = ort.InferenceSession(proto_bytes, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
-    got = session.run(None, dict(zip(names, [items.numpy(), *(h.numpy() for h in hidden)])))
+    got = session.run(None, dict(zip(names, [items.numpy(), *(c.numpy() for c in context), *(h.numpy() for h in hidden)])))
     if step.top_k is not None:
         # Items with equal scores (two cold items with the same attributes) may come in either
         # order: check that each index ONNX Runtime returns has the score it returns beside it.
@@ -244,8 +294,6 @@ def export_onnx(
     check_target(sidecar, "ONNX sidecar", overwrite=overwrite)
     if not isinstance(opset, int) or opset < MIN_OPSET:
         raise Gru4RecError(f"opset must be an integer >= {MIN_OPSET} (the torch.onnx exporter's lowest), got {opset!r}")
-    if model.click_context:  # the graph's inputs are items and states: a click's context has no input yet
-        raise Gru4RecError("the ONNX export does not cover a model with click context (click_context) yet")
     # The graph is traced from a float32 CPU copy, so the caller's model stays where it is; with
     # item attributes, the copy becomes the plain network of the catalogue (composed rows).
     net = as_plain_network(copy.deepcopy(fitted(model)[0]).to("cpu", torch.float32).eval())
