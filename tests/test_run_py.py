@@ -49,9 +49,10 @@ def assert_one_line_error(err: str, *fragments: str) -> None:
 
 
 def saved_config(path: Path) -> dict[str, Any]:
+    from gru4rec.config import Config
     from gru4rec.formats.checkpoint import load_file
 
-    return load_file(path)[1]["config"]
+    return Config.from_dict(load_file(path)[1]["config"]).to_dict()  # the parameters a file leaves at their defaults too
 
 
 @pytest.fixture(scope="module")

@@ -145,6 +145,13 @@ def run(args: InfoSettings) -> int:
         raise UsageError("--train is for event files; a model file holds no events")
     meta = info["meta"]
     config = meta.get("config", {})
+    from gru4rec.config import Config
+    from gru4rec.errors import ConfigError
+
+    try:  # every parameter: a model file leaves some out at their defaults (model_file.EXTENSION_DEFAULTS)
+        config = Config.from_dict(config).to_dict()
+    except ConfigError:  # shown as written
+        pass
     n_items = count_items(meta, info["tensors"])
     summary = {
         "file": args.file,
