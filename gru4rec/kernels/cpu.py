@@ -318,6 +318,8 @@ class CpuKernels:
         self._sum_columns = c("g4r_sum_columns", _i64, _i64, _i64, _p, _p, _p)
         self._sum_rows = c("g4r_sum_rows", _i64, _i64, _p, _p)
         self._add_rows = c("g4r_add_rows", _i64, _p, _i64, _p, _p)
+        self._compose_rows = c("g4r_compose_rows", _i64, _p, _i64, _p, _p, _p, _f32, _i64, _p, _p, _i64, _p, _p)
+        self._code_grads = c("g4r_code_grads", _i64, _p, _i64, _p, _p, _p, _p, _i64, _p, _i64, _p, _i64, _p, _p, _p)
         self._column_bias = c("g4r_column_bias", _i64, _i64, _p, _p, _p, _p, _p, _p)
         self._gather_columns = c("g4r_gather_columns", _i64, _i64, _i64, _p, _p, _p, _p)
         self._gru_gates = c("g4r_gru_gates", _i64, _i64, _p, _p, _p)
@@ -402,6 +404,69 @@ class CpuKernels:
         n = _check_index(rows, "rows", n_rows)
         _check_float(src, "src", n * width)
         self._add_rows(n, rows.data_ptr(), width, src.data_ptr(), table.data_ptr())
+
+    def compose_rows(self, id_table: Tensor, items: Tensor, tables: list[Tensor], codes: list[Tensor], *,
+                     id_bias: Tensor | None = None, keep: Tensor | None = None, unknown_bias: float = 0.0) -> tuple[Tensor, Tensor | None]:
+        """The composed rows (n × width) of the warm ``items`` — ``id_table[items]``, zeros where
+        ``keep`` (bool, n) is False, plus ``tables[c][codes[c][items], :width]`` for each table in
+        order — and with ``id_bias`` their biases (n; ``unknown_bias`` where dropped, plus each
+        table's column ``width`` when the tables have ``width + 1`` columns), else None: the
+        one-code attribute columns of :meth:`gru4rec.items.rows.ComposedRows.compose_warm` in one pass."""
+        n_warm, width = _check_matrix(id_table, "id_table")
+        n = _check_index(items, "items", n_warm)
+        columns = tables[0].shape[1] if tables else width
+        if len(tables) != len(codes) or columns not in (width, width + 1):
+            raise ValueError(f"need one codes table per table and {width} or {width + 1} columns, got "
+                             f"{len(tables)} tables, {len(codes)} codes and {columns} columns")
+        for c, (t, cc) in enumerate(zip(tables, codes, strict=True)):
+            _check_matrix(t, f"tables[{c}]")
+            if t.shape[1] != columns or _check_index(cc, f"codes[{c}]", t.shape[0]) < n_warm:
+                raise ValueError(f"tables[{c}] must have {columns} columns and codes[{c}] a code per warm item")
+        if keep is not None and (keep.dtype is not torch.bool or not keep.is_cpu or not keep.is_contiguous() or keep.numel() != n):
+            raise ValueError(f"keep must be a contiguous bool CPU tensor of {n} elements")
+        out = torch.empty(n, width, dtype=torch.float32)
+        out_bias = None if id_bias is None else torch.empty(n, dtype=torch.float32)
+        table_ptrs = (_p * max(1, len(tables)))(*(t.data_ptr() for t in tables))
+        code_ptrs = (_p * max(1, len(codes)))(*(cc.data_ptr() for cc in codes))
+        self._compose_rows(n, items.data_ptr(), width, id_table.data_ptr(), _optional(id_bias, "id_bias", n_warm),
+                           None if keep is None else keep.data_ptr(), unknown_bias, len(tables), table_ptrs, code_ptrs, columns,
+                           out.data_ptr(), None if out_bias is None else out_bias.data_ptr())
+        return out, out_bias
+
+    def code_grads(self, items: Tensor, codes: list[Tensor], n_codes: list[int], marks: list[Tensor], slots: list[Tensor],
+                   g_rows: Tensor, g_bias: Tensor | None, columns: int) -> list[tuple[Tensor, Tensor]]:
+        """Attribute tables' gradients from the composed rows' (``g_rows``, n × width, of the
+        ``items``; ``g_bias``: of the first ``len(g_bias)`` items' biases, the others' 0), table c
+        read at ``codes[c][items]`` (``n_codes[c]`` rows): per table its distinct codes
+        (ascending) and each one's gradient row (``columns`` = width, or width + 1 with the bias
+        column), summed in item order; one pass over ``g_rows`` for all tables. ``marks[c]``
+        (uint8, all zero, left so) and ``slots[c]`` (int64) are scratch tables over table c's codes."""
+        n_rows, width = _check_matrix(g_rows, "g_rows")
+        n_tables = len(codes)
+        n = 0
+        for c in range(n_tables):
+            n = _check_index(items, "items", codes[c].numel())
+            _check_index(codes[c], f"codes[{c}]", n_codes[c])
+            mark, slot = marks[c], slots[c]
+            if mark.dtype is not torch.uint8 or not mark.is_contiguous() or mark.numel() < n_codes[c] or \
+                    slot.dtype is not _I64 or not slot.is_contiguous() or slot.numel() < n_codes[c]:
+                raise ValueError(f"marks[{c}] (uint8) and slots[{c}] (int64) must be contiguous with at least {n_codes[c]} elements")
+        if len(n_codes) != n_tables or len(marks) != n_tables or len(slots) != n_tables:
+            raise ValueError("need a code count, a mark and a slot table per codes table")
+        n_bias = 0 if g_bias is None else _check_index_free_float(g_bias, "g_bias")
+        if n_tables and (n_rows != n or n_bias > n or columns not in (width, width + 1)):
+            raise ValueError(f"g_rows must have a row per item ({n}), g_bias at most as many, columns be {width} or {width + 1}")
+        uniq = [torch.empty(n_rows, dtype=_I64) for _ in range(n_tables)]
+        out = [torch.empty(n_rows, columns, dtype=torch.float32) for _ in range(n_tables)]
+        n_uniq = (ctypes.c_int64 * max(1, n_tables))()
+
+        def ptrs(ts: list[Tensor]) -> ctypes.Array[ctypes.c_void_p]:
+            return (_p * max(1, n_tables))(*(t.data_ptr() for t in ts))
+
+        self._code_grads(n_rows, items.data_ptr(), n_tables, ptrs(codes), (_i64 * max(1, n_tables))(*n_codes), ptrs(marks),
+                         ptrs(slots), width, g_rows.data_ptr(), n_bias, None if g_bias is None else g_bias.data_ptr(), columns,
+                         ptrs(uniq), ptrs(out), n_uniq)
+        return [(u[:m], o[:m]) for u, o, m in zip(uniq, out, n_uniq[:n_tables], strict=True)]
 
     def column_bias(self, cols: Tensor, n_in: int, by: Tensor, logq_in: Tensor | None, logq_sample: Tensor | None,
                     valid: Tensor | None) -> Tensor:
@@ -543,6 +608,13 @@ def _check_float(t: Tensor, name: str, numel: int) -> int:
             f"{name} must be a contiguous float32 CPU tensor of {numel} elements, got {t.dtype} {tuple(t.shape)} on {t.device}"
         )
     return t.data_ptr()
+
+
+def _check_index_free_float(t: Tensor, name: str) -> int:
+    """Number of elements of ``t`` (a contiguous 1-D float32 CPU tensor of any length)."""
+    if t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous() or t.dim() != 1:
+        raise ValueError(f"{name} must be a contiguous 1-D float32 CPU tensor, got {t.dtype} {tuple(t.shape)} on {t.device}")
+    return t.shape[0]
 
 
 def _check_index(t: Tensor, name: str, bound: int) -> int:
