@@ -1,5 +1,5 @@
-"""The fused CPU kernels of the composed item rows (gru4rec.kernels.cpu: compose_rows, code_grads)
-behind ComposedRows.compose_warm and ComposedRows.table_grads with ``kernels``, which FastStep
+"""The fused CPU kernels of the composed item rows (gru4rec.kernels.cpu.ComposedTables: compose,
+grads) behind ComposedRows.compose_warm and ComposedRows.table_grads with ``kernels``, which FastStep
 uses on the CPU: the rows and biases against a NumPy reference written item by item and against
 the PyTorch path bit for bit (the same sums in the same order); the tables' gradients against
 NumPy sums per code and, bit for bit, against what the optimiser made of the PyTorch path's rows
@@ -178,28 +178,43 @@ def test_the_optimiser_takes_rows_summed_per_code_as_they_are() -> None:
 
 def test_the_kernels_check_their_arguments() -> None:
     _, rows, id_table, id_bias = setup(["category", "brand"])
-    tables, codes, _ = rows._one_code_columns()
+    tables = list(rows.tables)
+    codes = [rows.cat0_codes, rows.cat1_codes]
     items = torch.tensor(_DISTINCT)
     k = kernels()
-    with pytest.raises(ValueError, match="codes table per table"):
-        k.compose_rows(id_table, items, tables, codes[:1])
-    with pytest.raises(ValueError, match="tables\\[1\\]"):
-        k.compose_rows(id_table, items, [tables[0], torch.zeros(3, 4)], codes)
+    with pytest.raises(ValueError, match="one codes table per table"):
+        k.composition(tables, codes[:1])
+    with pytest.raises(ValueError, match="one number of columns"):
+        k.composition([tables[0], torch.zeros(3, 4)], codes)
+    with pytest.raises(ValueError, match="codes\\[1\\] must lie in"):
+        k.composition(tables, [codes[0], codes[1] + 100])
+    bound = k.composition(tables, codes)
     with pytest.raises(ValueError, match="keep"):
-        k.compose_rows(id_table, items, tables, codes, keep=torch.ones(3, dtype=torch.bool))
+        bound.compose(id_table, items, keep=torch.ones(3, dtype=torch.bool))
     with pytest.raises(ValueError, match="id_table"):
-        k.compose_rows(id_table.double(), items, tables, codes)
-    marks = [torch.zeros(t.shape[0], dtype=torch.uint8) for t in tables]
-    slots = [torch.zeros(t.shape[0], dtype=torch.int64) for t in tables]
-    n_codes = [t.shape[0] for t in tables]
+        bound.compose(id_table.double(), items)
+    with pytest.raises(ValueError, match="id_table has 4 columns"):
+        bound.compose(id_table[:, :4].contiguous(), items)
     with pytest.raises(ValueError, match="g_rows must have a row per item"):
-        k.code_grads(items, codes, n_codes, marks, slots, torch.zeros(3, rows.width), None, rows.columns)
-    with pytest.raises(ValueError, match="marks\\[0\\]"):
-        k.code_grads(items, codes, n_codes, [torch.zeros(1, dtype=torch.uint8), marks[1]], slots,
-                     torch.zeros(len(_DISTINCT), rows.width), None, rows.columns)
+        bound.grads(items, torch.zeros(3, rows.width))
     with pytest.raises(ValueError, match="g_bias"):
-        k.code_grads(items, codes, n_codes, marks, slots, torch.zeros(len(_DISTINCT), rows.width),
-                     torch.zeros(2, dtype=torch.float64), rows.columns)
+        bound.grads(items, torch.zeros(len(_DISTINCT), rows.width), torch.zeros(2, dtype=torch.float64))
+    with torch.no_grad():
+        rows.tables[1].data = torch.zeros(rows.tables[1].shape[0] + 1, rows.columns)  # its storage changed shape: refused
+    with pytest.raises(ValueError, match="tables\\[1\\] must stay"):
+        bound.compose(id_table, items)
+
+
+def test_a_copy_of_the_rows_binds_its_own_kernels() -> None:
+    import copy
+    _, rows, id_table, id_bias = setup(["category", "brand"])
+    items = torch.tensor(_DISTINCT)
+    want = rows.compose_warm(id_table, items, None, id_bias, kernels())
+    twin = copy.deepcopy(rows)
+    with torch.no_grad():
+        rows.tables[0].add_(1.0)  # the original moves on; the copy composes from its own tables
+    got = twin.compose_warm(id_table, items, None, id_bias, kernels())
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 def test_logq_columns_are_the_concatenated_terms() -> None:

@@ -57,7 +57,7 @@ import torch
 from torch import Tensor, nn
 
 from gru4rec.items.attributes import ItemAttributes
-from gru4rec.kernels.cpu import CpuKernels
+from gru4rec.kernels.cpu import ComposedTables, CpuKernels
 
 __all__ = ["DEFAULT_BUDGET_BYTES", "ComposedRows", "RowGrad", "RowGrads", "unknown_id_bias"]
 
@@ -149,8 +149,8 @@ class ComposedRows(nn.Module):
         self.names = [enc.name for enc in attributes.encoding.categorical]
         #: Per categorical column: its padded width (the longest list; 0 when no item has a code) and kind.
         self._shape: list[tuple[int, bool]] = []
-        #: Per categorical column, the fused kernels' scratch tables over its codes (:meth:`_scratch`).
-        self._scratch_tables: dict[int, tuple[Tensor, Tensor]] = {}
+        #: The one-code columns bound to the fused CPU kernels (:meth:`_fused`), made on first use.
+        self._bound: tuple[CpuKernels, ComposedTables] | None = None
         tables = []
         for c, enc in enumerate(attributes.encoding.categorical):
             offsets = attributes.offsets[c]
@@ -281,11 +281,21 @@ class ComposedRows(nn.Module):
             part = rows if part is None else part + rows
         return part
 
-    def _one_code_columns(self) -> tuple[list[Tensor], list[Tensor], list[int]]:
-        """The columns with one code per item and at least one code: their tables, per-item
-        codes and positions in ``tables``."""
-        at = self._one_code
-        return [self.tables[c] for c in at], [getattr(self, f"cat{c}_codes") for c in at], at
+    def __getstate__(self) -> dict[str, object]:
+        """The module's state for pickling and deep copies, without the kernels' binding (its C
+        argument arrays hold addresses: a copy binds its own on first use)."""
+        state = self.__dict__.copy()
+        state["_bound"] = None
+        return state
+
+    def _fused(self, kernels: CpuKernels) -> ComposedTables:
+        """The one-code columns (:attr:`_one_code`: their tables and per-item codes) bound to
+        ``kernels``, made once (again only for other kernels)."""
+        if self._bound is None or self._bound[0] is not kernels:
+            bound = kernels.composition([self.tables[c] for c in self._one_code],
+                                        [getattr(self, f"cat{c}_codes") for c in self._one_code])
+            self._bound = (kernels, bound)
+        return self._bound[1]
 
     @torch.no_grad()
     def compose_warm(self, id_table: Tensor, items: Tensor, keep: Tensor | None = None,
@@ -297,13 +307,12 @@ class ComposedRows(nn.Module):
         no temporaries beyond one part: half :meth:`compose`'s time in a training step. The sum's
         order differs from :meth:`compose`'s: equal up to rounding. With the fused CPU ``kernels``
         (float32 CPU tables) the id rows and the one-code columns' parts are one pass
-        (:meth:`CpuKernels.compose_rows`: a step's ~1,500 rows took a third of the attribute
+        (:meth:`ComposedTables.compose`: a step's ~1,500 rows took a third of the attribute
         step's extra time as a gather and two strided adds per part), the same sums in the
         same order, bit for bit; the multi columns' and the numerics' parts follow as below."""
         if kernels is not None:
-            tables, codes, _ = self._one_code_columns()
             unknown = 0.0 if keep is None or id_bias is None else float(unknown_id_bias(id_bias))
-            rows, bias = kernels.compose_rows(id_table, items, tables, codes, keep=keep, unknown_bias=unknown, id_bias=id_bias)
+            rows, bias = self._fused(kernels).compose(id_table, items, keep=keep, unknown_bias=unknown, id_bias=id_bias)
             if not self._multi and self.projection is None:
                 return rows, bias
             for part in self._parts(items, multi_only=True):
@@ -446,18 +455,18 @@ class ComposedRows(nn.Module):
         :meth:`backward`, sum them): a categorical column's rows are ``[grad_rows | grad_bias]``
         itself, a multi column's weighted copies at its valid positions (a boolean selection: a
         host sync on a GPU). With the fused CPU ``kernels`` a categorical column's rows come
-        summed per distinct code instead (:meth:`CpuKernels.code_grads`: one pass, no B ×
+        summed per distinct code instead (:meth:`ComposedTables.grads`: one pass, no B ×
         columns copy; the optimiser's sum of them is then the same, bit for bit). A column no
         item has a code in is left out."""
         out: dict[str, tuple[Tensor, Tensor]] = {}
         summed: list[int] = []  # the columns the kernels sum
-        if kernels is not None:
-            _, per_item, summed = self._one_code_columns()
-            scratch = [self._scratch(c) for c in summed]
+        if kernels is not None and self._one_code:
+            summed = self._one_code
             g_bias = grad_bias.contiguous() if self.bias and grad_bias is not None else None
-            got = kernels.code_grads(items, per_item, [self.tables[c].shape[0] for c in summed], [m for m, _ in scratch],
-                                     [s for _, s in scratch], grad_rows.contiguous(), g_bias, self.columns)
+            got = self._fused(kernels).grads(items, grad_rows.contiguous(), g_bias)
             out.update((f"cat{c}", RowGrad(*g)) for c, g in zip(summed, got, strict=True))
+            if not self._multi:
+                return out
         full: Tensor | None = None  # [rows | bias], built once if a column needs it
         for c, col in enumerate(self._columns):
             if col.width == 0 or c in summed:
@@ -472,16 +481,6 @@ class ComposedRows(nn.Module):
             owner = torch.arange(items.shape[0], device=items.device)[:, None].expand_as(codes)[valid]
             out[f"cat{c}"] = (codes[valid], full.index_select(0, owner) * weight[valid][:, None])
         return out
-
-    def _scratch(self, c: int) -> tuple[Tensor, Tensor]:
-        """Column ``c``'s scratch tables over its codes for :meth:`CpuKernels.code_grads` (a zero
-        uint8 mark, left zero by the kernel, and int64 slots), made on first use."""
-        got = self._scratch_tables.get(c)
-        if got is None:
-            n_codes = self.tables[c].shape[0]
-            got = (torch.zeros(n_codes, dtype=torch.uint8), torch.zeros(n_codes, dtype=torch.int64))
-            self._scratch_tables[c] = got
-        return got
 
     @torch.no_grad()
     def projection_grad(self, items: Tensor, grad_rows: Tensor, grad_bias: Tensor | None = None) -> Tensor | None:

@@ -28,7 +28,7 @@ from torch import Tensor
 from gru4rec.kernels.build import KernelBuildError, build_library
 from gru4rec.kernels.switches import cpu_kernels_allowed
 
-__all__ = ["LAYER_FIELDS", "MAX_LAYERS", "METHODS", "CpuKernels", "GuidedSearch", "KernelBuildError", "StepStruct",
+__all__ = ["LAYER_FIELDS", "MAX_LAYERS", "METHODS", "ComposedTables", "CpuKernels", "GuidedSearch", "KernelBuildError", "StepStruct",
            "StructLayoutError", "TableUpdate", "TablesUpdate", "check_layout", "cpu_kernels", "load_kernels", "lost_fast_path",
            "sgemm_binding"]
 
@@ -192,6 +192,98 @@ class TablesUpdate:
         """Adam's corrections 1 − β1^t and 1 − β2^t of this step, on every table's rule."""
         for update in self.updates.values():
             update.rule.bias1, update.rule.bias2 = bias1, bias2
+
+
+class ComposedTables:
+    """The one-code attribute columns of :class:`gru4rec.items.rows.ComposedRows` — table c
+    (n_codes_c × columns: the row's width, and its bias column where the rows have one) read at
+    ``codes[c][item]`` — bound once to two kernels: :meth:`compose`, a step's composed rows and
+    biases in one pass, and :meth:`grads`, the tables' gradients summed per distinct code in one
+    pass. The codes, their scratch tables and the C argument arrays are made here once (a step
+    pays for no ctypes object); the tables are read through their current storage on every call
+    (an optimiser or huge pages may move it), their layout checked again."""
+
+    def __init__(self, compose_fn: Callable[..., None], grads_fn: Callable[..., None], tables: list[Tensor],
+                 codes: list[Tensor]) -> None:
+        if len(tables) != len(codes):
+            raise ValueError(f"need one codes table per table, got {len(tables)} tables and {len(codes)} codes tables")
+        self._compose_fn, self._grads_fn = compose_fn, grads_fn
+        self.tables = tables
+        self._shapes = [_check_matrix(t, f"tables[{c}]") for c, t in enumerate(tables)]
+        widths = {w for _, w in self._shapes}
+        if len(widths) > 1:
+            raise ValueError(f"the tables must have one number of columns, got {sorted(widths)}")
+        #: The tables' columns (the composed rows' width, plus one with a bias column).
+        self.columns = widths.pop() if widths else 0
+        self.codes = codes
+        self.n_items = min((cc.numel() for cc in codes), default=0)
+        for c, (cc, (n_codes, _)) in enumerate(zip(codes, self._shapes, strict=True)):
+            _check_index(cc, f"codes[{c}]", n_codes)
+            if cc.numel() and not 0 <= int(cc.min()) <= int(cc.max()) < n_codes:  # once, so that no call reads astray
+                raise ValueError(f"codes[{c}] must lie in [0, {n_codes}) (its table's rows)")
+        n = max(1, len(tables))
+        self._marks = [torch.zeros(n_codes, dtype=torch.uint8) for n_codes, _ in self._shapes]
+        self._slots = [torch.zeros(n_codes, dtype=_I64) for n_codes, _ in self._shapes]
+        self._table_ptrs = (_p * n)()
+        self._code_ptrs = (_p * n)(*(cc.data_ptr() for cc in codes))
+        self._n_codes = (_i64 * n)(*(n_codes for n_codes, _ in self._shapes))
+        self._mark_ptrs = (_p * n)(*(m.data_ptr() for m in self._marks))
+        self._slot_ptrs = (_p * n)(*(s.data_ptr() for s in self._slots))
+        self._uniq_ptrs, self._out_ptrs, self._n_uniq = (_p * n)(), (_p * n)(), (_i64 * n)()
+
+    def _bind_tables(self) -> None:
+        for c, (t, shape) in enumerate(zip(self.tables, self._shapes, strict=True)):
+            if t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous() or tuple(t.shape) != shape:
+                raise ValueError(f"tables[{c}] must stay a contiguous float32 CPU tensor of shape {shape}, got "
+                                 f"{t.dtype} {tuple(t.shape)} on {t.device}")
+            self._table_ptrs[c] = t.data_ptr()
+
+    def _width(self, width: int, name: str) -> None:
+        if self.tables and self.columns not in (width, width + 1):
+            raise ValueError(f"{name} has {width} columns; the tables' {self.columns} must be {width} or {width + 1}")
+
+    def compose(self, id_table: Tensor, items: Tensor, *, id_bias: Tensor | None = None, keep: Tensor | None = None,
+                unknown_bias: float = 0.0) -> tuple[Tensor, Tensor | None]:
+        """The composed rows (n × width) of the warm ``items`` (below ``id_table``'s rows) —
+        ``id_table[items]``, zeros where ``keep`` (bool, n) is False, plus each table's row
+        ``[codes[c][items], :width]`` in order — and with ``id_bias`` their biases (n:
+        ``id_bias[items]``, ``unknown_bias`` where dropped, plus each table's column ``width``
+        where the tables have one), else None."""
+        n_warm, width = _check_matrix(id_table, "id_table")
+        n = _check_index(items, "items", n_warm)
+        self._width(width, "id_table")
+        if self.tables and n_warm > self.n_items:
+            raise ValueError(f"id_table has {n_warm} rows, the codes cover {self.n_items} items")
+        if keep is not None and (keep.dtype is not torch.bool or not keep.is_cpu or not keep.is_contiguous() or keep.numel() != n):
+            raise ValueError(f"keep must be a contiguous bool CPU tensor of {n} elements")
+        self._bind_tables()
+        out = torch.empty(n, width, dtype=_F32)
+        out_bias = None if id_bias is None else torch.empty(n, dtype=_F32)
+        self._compose_fn(n, items.data_ptr(), width, id_table.data_ptr(), _optional(id_bias, "id_bias", n_warm),
+                         None if keep is None else keep.data_ptr(), unknown_bias, len(self.tables), self._table_ptrs,
+                         self._code_ptrs, self.columns, out.data_ptr(), None if out_bias is None else out_bias.data_ptr())
+        return out, out_bias
+
+    def grads(self, items: Tensor, g_rows: Tensor, g_bias: Tensor | None = None) -> list[tuple[Tensor, Tensor]]:
+        """Each table's gradient from the composed rows' (``g_rows``, n × width, of the
+        ``items``; ``g_bias``: of the first ``len(g_bias)`` items' biases, the others' 0): its
+        distinct codes ``codes[c][items]`` (ascending) and each one's gradient row (the tables'
+        columns: the bias column's from ``g_bias``), summed in item order; one pass over
+        ``g_rows`` for all tables."""
+        n_rows, width = _check_matrix(g_rows, "g_rows")
+        n = _check_index(items, "items", self.n_items)
+        self._width(width, "g_rows")
+        n_bias = 0 if g_bias is None else _check_index_free_float(g_bias, "g_bias")
+        if n_rows != n or n_bias > n:
+            raise ValueError(f"g_rows must have a row per item ({n}) and g_bias at most as many, got {n_rows} and {n_bias}")
+        uniq = [torch.empty(n, dtype=_I64) for _ in self.tables]
+        out = [torch.empty(n, self.columns, dtype=_F32) for _ in self.tables]
+        for c, (u, o) in enumerate(zip(uniq, out, strict=True)):
+            self._uniq_ptrs[c], self._out_ptrs[c] = u.data_ptr(), o.data_ptr()
+        self._grads_fn(n, items.data_ptr(), len(self.tables), self._code_ptrs, self._n_codes, self._mark_ptrs, self._slot_ptrs,
+                       width, g_rows.data_ptr(), n_bias, None if g_bias is None else g_bias.data_ptr(), self.columns,
+                       self._uniq_ptrs, self._out_ptrs, self._n_uniq)
+        return [(u[:m], o[:m]) for u, o, m in zip(uniq, out, self._n_uniq[: len(self.tables)], strict=True)]
 
 
 #: Guide entries per item of :class:`GuidedSearch`, and at most this many (16 MB).
@@ -405,68 +497,11 @@ class CpuKernels:
         _check_float(src, "src", n * width)
         self._add_rows(n, rows.data_ptr(), width, src.data_ptr(), table.data_ptr())
 
-    def compose_rows(self, id_table: Tensor, items: Tensor, tables: list[Tensor], codes: list[Tensor], *,
-                     id_bias: Tensor | None = None, keep: Tensor | None = None, unknown_bias: float = 0.0) -> tuple[Tensor, Tensor | None]:
-        """The composed rows (n × width) of the warm ``items`` — ``id_table[items]``, zeros where
-        ``keep`` (bool, n) is False, plus ``tables[c][codes[c][items], :width]`` for each table in
-        order — and with ``id_bias`` their biases (n; ``unknown_bias`` where dropped, plus each
-        table's column ``width`` when the tables have ``width + 1`` columns), else None: the
-        one-code attribute columns of :meth:`gru4rec.items.rows.ComposedRows.compose_warm` in one pass."""
-        n_warm, width = _check_matrix(id_table, "id_table")
-        n = _check_index(items, "items", n_warm)
-        columns = tables[0].shape[1] if tables else width
-        if len(tables) != len(codes) or columns not in (width, width + 1):
-            raise ValueError(f"need one codes table per table and {width} or {width + 1} columns, got "
-                             f"{len(tables)} tables, {len(codes)} codes and {columns} columns")
-        for c, (t, cc) in enumerate(zip(tables, codes, strict=True)):
-            _check_matrix(t, f"tables[{c}]")
-            if t.shape[1] != columns or _check_index(cc, f"codes[{c}]", t.shape[0]) < n_warm:
-                raise ValueError(f"tables[{c}] must have {columns} columns and codes[{c}] a code per warm item")
-        if keep is not None and (keep.dtype is not torch.bool or not keep.is_cpu or not keep.is_contiguous() or keep.numel() != n):
-            raise ValueError(f"keep must be a contiguous bool CPU tensor of {n} elements")
-        out = torch.empty(n, width, dtype=torch.float32)
-        out_bias = None if id_bias is None else torch.empty(n, dtype=torch.float32)
-        table_ptrs = (_p * max(1, len(tables)))(*(t.data_ptr() for t in tables))
-        code_ptrs = (_p * max(1, len(codes)))(*(cc.data_ptr() for cc in codes))
-        self._compose_rows(n, items.data_ptr(), width, id_table.data_ptr(), _optional(id_bias, "id_bias", n_warm),
-                           None if keep is None else keep.data_ptr(), unknown_bias, len(tables), table_ptrs, code_ptrs, columns,
-                           out.data_ptr(), None if out_bias is None else out_bias.data_ptr())
-        return out, out_bias
-
-    def code_grads(self, items: Tensor, codes: list[Tensor], n_codes: list[int], marks: list[Tensor], slots: list[Tensor],
-                   g_rows: Tensor, g_bias: Tensor | None, columns: int) -> list[tuple[Tensor, Tensor]]:
-        """Attribute tables' gradients from the composed rows' (``g_rows``, n × width, of the
-        ``items``; ``g_bias``: of the first ``len(g_bias)`` items' biases, the others' 0), table c
-        read at ``codes[c][items]`` (``n_codes[c]`` rows): per table its distinct codes
-        (ascending) and each one's gradient row (``columns`` = width, or width + 1 with the bias
-        column), summed in item order; one pass over ``g_rows`` for all tables. ``marks[c]``
-        (uint8, all zero, left so) and ``slots[c]`` (int64) are scratch tables over table c's codes."""
-        n_rows, width = _check_matrix(g_rows, "g_rows")
-        n_tables = len(codes)
-        n = 0
-        for c in range(n_tables):
-            n = _check_index(items, "items", codes[c].numel())
-            _check_index(codes[c], f"codes[{c}]", n_codes[c])
-            mark, slot = marks[c], slots[c]
-            if mark.dtype is not torch.uint8 or not mark.is_contiguous() or mark.numel() < n_codes[c] or \
-                    slot.dtype is not _I64 or not slot.is_contiguous() or slot.numel() < n_codes[c]:
-                raise ValueError(f"marks[{c}] (uint8) and slots[{c}] (int64) must be contiguous with at least {n_codes[c]} elements")
-        if len(n_codes) != n_tables or len(marks) != n_tables or len(slots) != n_tables:
-            raise ValueError("need a code count, a mark and a slot table per codes table")
-        n_bias = 0 if g_bias is None else _check_index_free_float(g_bias, "g_bias")
-        if n_tables and (n_rows != n or n_bias > n or columns not in (width, width + 1)):
-            raise ValueError(f"g_rows must have a row per item ({n}), g_bias at most as many, columns be {width} or {width + 1}")
-        uniq = [torch.empty(n_rows, dtype=_I64) for _ in range(n_tables)]
-        out = [torch.empty(n_rows, columns, dtype=torch.float32) for _ in range(n_tables)]
-        n_uniq = (ctypes.c_int64 * max(1, n_tables))()
-
-        def ptrs(ts: list[Tensor]) -> ctypes.Array[ctypes.c_void_p]:
-            return (_p * max(1, n_tables))(*(t.data_ptr() for t in ts))
-
-        self._code_grads(n_rows, items.data_ptr(), n_tables, ptrs(codes), (_i64 * max(1, n_tables))(*n_codes), ptrs(marks),
-                         ptrs(slots), width, g_rows.data_ptr(), n_bias, None if g_bias is None else g_bias.data_ptr(), columns,
-                         ptrs(uniq), ptrs(out), n_uniq)
-        return [(u[:m], o[:m]) for u, o, m in zip(uniq, out, n_uniq[:n_tables], strict=True)]
+    def composition(self, tables: list[Tensor], codes: list[Tensor]) -> ComposedTables:
+        """The one-code attribute columns of composed item rows (``tables[c]``, read at
+        ``codes[c][item]``) bound to the kernels that compose a step's rows and sum the tables'
+        gradients (:class:`ComposedTables`)."""
+        return ComposedTables(self._compose_rows, self._code_grads, tables, codes)
 
     def column_bias(self, cols: Tensor, n_in: int, by: Tensor, logq_in: Tensor | None, logq_sample: Tensor | None,
                     valid: Tensor | None) -> Tensor:
