@@ -223,3 +223,73 @@ def test_logq_columns_are_the_concatenated_terms() -> None:
     targets, samples = torch.randint(50, (8,), generator=gen), torch.randint(50, (30,), generator=gen)
     want = torch.cat((logq.in_batch[targets], logq.sampled[samples]))
     assert torch.equal(logq.columns(targets, samples), want)
+
+
+def _step_data() -> tuple[np.ndarray, np.ndarray, np.ndarray, ItemAttributes]:
+    """Sessions of 40 items and their attributes: two one-code columns (5 and 3 values, shared
+    by many items), a multi column of 1–3 tags, a price; items 0–3 have no row (unknown codes)."""
+    from gru4rec.data import item_support, sessions_from_events
+    from gru4rec.datasets.synthetic import generate
+    events = generate(n_sessions=60, n_items=40, seed=11)
+    item_map = ItemMap.from_ids(events["ItemId"])
+    sessions, _ = sessions_from_events(events, item_map, order="time")
+    ids = item_map.to_list()[4:]
+    tags = ["a", "b|c", "c|a|a", "d", "b|d"]
+    frame = pd.DataFrame({"ItemId": ids, "cat": [f"c{i % 5}" for i in range(len(ids))],
+                          "brand": [f"b{i % 3}" for i in range(len(ids))], "tags": [tags[i % 5] for i in range(len(ids))],
+                          "price": [1.0 + (i * 7 % 11) for i in range(len(ids))]})
+    attrs = ItemAttributes.build(item_table_from_frame(frame, types={"tags": "multi"}), item_map)
+    return sessions.items, sessions.offsets, item_support(sessions.items, len(item_map)), attrs
+
+
+@pytest.mark.parametrize("reference", [False, True], ids=["fast-step", "reference-step"])
+@pytest.mark.parametrize("extra", ["dropout_p_id=0.4", "constrained_embedding=False,embedding=10,dropout_p_id=0.3"],
+                         ids=["shared-iddropout", "separate-iddropout"])
+def test_steps_with_the_fused_composition_give_the_pytorch_compositions(reference: bool, extra: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five float32 steps of the default CPU backend (the fused kernels: they compose the rows
+    and sum the tables' gradients — FastStep's distinct items, and the reference step's columns
+    with repeats and its input rows without biases) against the same steps without the kernels:
+    the same losses, weights and optimiser state up to float32 rounding (the GRU's own kernels
+    differ from PyTorch's in rounding only)."""
+    from gru4rec.kernels.cpu import ComposedTables
+    from gru4rec.network.gru import GRU4RecNet
+    from gru4rec.training.backend import select_backend
+    from gru4rec.training.batching import build_schedule
+    from gru4rec.training.trainer import Trainer
+    items, offsets, support, attrs = _step_data()
+    config = Config.from_string("batch_size=8,sample_store_size=48,learning_rate=0.1,sample_alpha=0.5,adapt=adagrad,layers=16,"
+                                "n_sample=12,logq=1.0,momentum=0.2,dropout_p_embed=0.2," + extra)
+    calls = {"compose": 0, "grads": 0}
+    for name in calls:
+        original = getattr(ComposedTables, name)
+
+        def counted(self: ComposedTables, *a: object, _f: object = original, _n: str = name, **k: object) -> object:
+            calls[_n] += 1
+            return _f(self, *a, **k)  # type: ignore[operator]
+        monkeypatch.setattr(ComposedTables, name, counted)
+    results = []
+    for switches in ({}, {"cpu_kernels": False}):
+        backend = select_backend("cpu", torch.float32, **switches)
+        schedule = build_schedule(items, offsets, config.batch_size, config.n_sample, torch.device("cpu"), torch.float32)
+        net = GRU4RecNet(len(support), config, generator=torch.Generator().manual_seed(config.seed), attributes=attrs)
+        trainer = Trainer(net, config, support, backend=backend, reference=reference)
+        draws = torch.Generator().manual_seed(99)
+        losses = []
+        for t in range(5):
+            samples = torch.randint(len(support), (config.n_sample,), generator=draws)
+            inputs, targets, active, keep = (x[t] for x in (schedule.inputs, schedule.targets, schedule.active, schedule.keep))
+            losses.append(float(trainer.train_step(inputs, targets, active, keep, samples)))
+        results.append((losses, {k: v.detach().clone() for k, v in net.state_dict().items()},
+                        {k: v.detach().clone() for k, v in trainer.optimizer.state_dict().items()}))
+        if not switches:
+            assert calls["compose"] >= 5 and calls["grads"] >= 5  # the kernels ran
+            calls.update(compose=0, grads=0)
+    assert calls == {"compose": 0, "grads": 0}  # and not without them
+    (l1, w1, s1), (l2, w2, s2) = results
+    assert l1 == pytest.approx(l2, rel=1e-6)
+    for got, want in ((w1, w2), (s1, s2)):
+        assert got.keys() == want.keys()
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-5, msg=lambda m, k=k: f"{k}: {m}")
+    assert float(w1["attributes.tables.1"][:, -1].abs().sum()) > 0  # the second one-code table's bias column learnt
