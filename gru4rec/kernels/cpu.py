@@ -276,8 +276,9 @@ class ComposedTables:
         n_bias = 0 if g_bias is None else _check_index_free_float(g_bias, "g_bias")
         if n_rows != n or n_bias > n:
             raise ValueError(f"g_rows must have a row per item ({n}) and g_bias at most as many, got {n_rows} and {n_bias}")
-        uniq = [torch.empty(n, dtype=_I64) for _ in self.tables]
-        out = [torch.empty(n, self.columns, dtype=_F32) for _ in self.tables]
+        # at most one row per code, and per item
+        uniq = [torch.empty(min(n, n_codes), dtype=_I64) for n_codes, _ in self._shapes]
+        out = [torch.empty(min(n, n_codes), self.columns, dtype=_F32) for n_codes, _ in self._shapes]
         for c, (u, o) in enumerate(zip(uniq, out, strict=True)):
             self._uniq_ptrs[c], self._out_ptrs[c] = u.data_ptr(), o.data_ptr()
         self._grads_fn(n, items.data_ptr(), len(self.tables), self._code_ptrs, self._n_codes, self._mark_ptrs, self._slot_ptrs,

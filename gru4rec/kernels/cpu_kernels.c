@@ -280,7 +280,8 @@ void g4r_compose_rows(int64_t n, const int64_t *items, int64_t width, const floa
  * number to n_uniq[c]) and out[c][i] (columns floats) is the sum of the gradients of the items
  * that read uniq[c][i], added in item order — what g4r_unique and g4r_add_rows give from the
  * [rows | bias] gradient, without building it, and one pass over g_rows for all tables. mark[c]
- * (all zero, left so) and slot[c] are scratch over table c's codes; uniq[c] and out[c] hold n rows. */
+ * (all zero, left so) and slot[c] are scratch over table c's codes; uniq[c] and out[c] hold
+ * min(n, n_codes[c]) rows. */
 void g4r_code_grads(int64_t n, const int64_t *items, int64_t n_tables, const int64_t *const *codes, const int64_t *n_codes,
                     uint8_t *const *mark, int64_t *const *slot, int64_t width, const float *g_rows, int64_t n_bias,
                     const float *g_bias, int64_t columns, int64_t *const *uniq, float *const *out, int64_t *n_uniq)
