@@ -266,7 +266,7 @@ class ComposedRows(nn.Module):
         """Each column's part of the items (B × columns; columns without codes skipped, and with
         ``multi_only`` the one-code columns too), then the numerics'."""
         for col, table in zip(self._columns, self.tables, strict=True):
-            if col.width == 0 or (multi_only and not col.multi):  # no item has a code: nothing to add
+            if col.width == 0 or (multi_only and not col.multi):  # no item has a code, or the kernels' column
                 continue
             codes, weight = self._gather(col, items)
             yield table.index_select(0, codes) if weight is None else (table[codes] * weight[:, :, None]).sum(1)
