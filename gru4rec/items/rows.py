@@ -57,6 +57,7 @@ import torch
 from torch import Tensor, nn
 
 from gru4rec.items.attributes import ItemAttributes
+from gru4rec.kernels.cpu import ComposedTables, CpuKernels
 
 __all__ = ["DEFAULT_BUDGET_BYTES", "ComposedRows", "RowGrad", "RowGrads", "unknown_id_bias"]
 
@@ -148,6 +149,8 @@ class ComposedRows(nn.Module):
         self.names = [enc.name for enc in attributes.encoding.categorical]
         #: Per categorical column: its padded width (the longest list; 0 when no item has a code) and kind.
         self._shape: list[tuple[int, bool]] = []
+        #: The one-code columns bound to the fused CPU kernels (:meth:`_fused`), made on first use.
+        self._bound: tuple[CpuKernels, ComposedTables] | None = None
         tables = []
         for c, enc in enumerate(attributes.encoding.categorical):
             offsets = attributes.offsets[c]
@@ -158,6 +161,10 @@ class ComposedRows(nn.Module):
             self.register_buffer(f"cat{c}_offsets", torch.as_tensor(offsets, dtype=torch.int64, device=device))
             tables.append(nn.Parameter(torch.empty(enc.n_codes, self.columns, device=device, dtype=dtype)))
         self.tables = nn.ParameterList(tables)
+        #: The categorical columns with one code per item (and some code): the fused kernels' part.
+        self._one_code = [c for c, (w, multi) in enumerate(self._shape) if w > 0 and not multi]
+        #: Whether a multi column has codes (its part is PyTorch's also where the kernels compose).
+        self._multi = any(w > 0 and multi for w, multi in self._shape)
         n_numeric = len(attributes.encoding.numeric)
         self.projection: nn.Parameter | None = (
             nn.Parameter(torch.empty(n_numeric, self.columns, device=device, dtype=dtype)) if n_numeric else None)
@@ -255,10 +262,11 @@ class ComposedRows(nn.Module):
         weight = valid.to(self.numeric.dtype) / length.clamp(min=1).to(self.numeric.dtype)[:, None]
         return col.codes[pos], weight
 
-    def _parts(self, items: Tensor) -> Iterator[Tensor]:
-        """Each column's part of the items (B × columns; columns without codes skipped), then the numerics'."""
+    def _parts(self, items: Tensor, *, multi_only: bool = False) -> Iterator[Tensor]:
+        """Each column's part of the items (B × columns; columns without codes skipped, and with
+        ``multi_only`` the one-code columns too), then the numerics'."""
         for col, table in zip(self._columns, self.tables, strict=True):
-            if col.width == 0:  # no item has a code: nothing to add
+            if col.width == 0 or (multi_only and not col.multi):  # no item has a code, or the kernels' column
                 continue
             codes, weight = self._gather(col, items)
             yield table.index_select(0, codes) if weight is None else (table[codes] * weight[:, :, None]).sum(1)
@@ -273,15 +281,45 @@ class ComposedRows(nn.Module):
             part = rows if part is None else part + rows
         return part
 
+    def __getstate__(self) -> dict[str, object]:
+        """The module's state for pickling and deep copies, without the kernels' binding (its C
+        argument arrays hold addresses: a copy binds its own on first use)."""
+        state = self.__dict__.copy()
+        state["_bound"] = None
+        return state
+
+    def _fused(self, kernels: CpuKernels) -> ComposedTables:
+        """The one-code columns (:attr:`_one_code`: their tables and per-item codes) bound to
+        ``kernels``, made once (again only for other kernels)."""
+        if self._bound is None or self._bound[0] is not kernels:
+            bound = kernels.composition([self.tables[c] for c in self._one_code],
+                                        [getattr(self, f"cat{c}_codes") for c in self._one_code])
+            self._bound = (kernels, bound)
+        return self._bound[1]
+
     @torch.no_grad()
     def compose_warm(self, id_table: Tensor, items: Tensor, keep: Tensor | None = None,
-                     id_bias: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+                     id_bias: Tensor | None = None, kernels: CpuKernels | None = None) -> tuple[Tensor, Tensor | None]:
         """:meth:`compose` (and with ``id_bias`` :meth:`compose_scored`'s biases; else None) of
         warm items only — a training step's: inputs, targets and samples are training items —,
         not differentiable: the id rows gathered (zeroed where ``keep`` is False), each part added
         in place. No cold-item mask (a cold index is out of the id table's range: an IndexError),
         no temporaries beyond one part: half :meth:`compose`'s time in a training step. The sum's
-        order differs from :meth:`compose`'s: equal up to rounding."""
+        order differs from :meth:`compose`'s: equal up to rounding. With the fused CPU ``kernels``
+        (float32 CPU tables) the id rows and the one-code columns' parts are one pass
+        (:meth:`ComposedTables.compose`: a step's ~1,500 rows took a third of the attribute
+        step's extra time as a gather and two strided adds per part), the same sums in the
+        same order, bit for bit; the multi columns' and the numerics' parts follow as below."""
+        if kernels is not None:
+            unknown = 0.0 if keep is None or id_bias is None else float(unknown_id_bias(id_bias))
+            rows, bias = self._fused(kernels).compose(id_table, items, keep=keep, unknown_bias=unknown, id_bias=id_bias)
+            if not self._multi and self.projection is None:
+                return rows, bias
+            for part in self._parts(items, multi_only=True):
+                rows.add_(part[:, : self.width])
+                if bias is not None and self.bias:
+                    bias.add_(part[:, self.width])
+            return rows, bias
         rows = id_table.index_select(0, items)
         bias = None if id_bias is None else id_bias.index_select(0, items)
         if keep is not None:
@@ -381,49 +419,84 @@ class ComposedRows(nn.Module):
         reads them summed (a repeated item, or a code shared by several items or listed twice by
         one), the projection's as a dense matrix. A cold item, or one dropped by ``keep``, gives
         no id row (and id bias) gradient. Syncs with the host on a GPU (the number of unique rows)."""
-        if grad_bias is not None or self.bias:  # [rows | bias]: one pass sums both (no bias given: 0)
-            gb = grad_rows.new_zeros(grad_rows.shape[0]) if grad_bias is None else grad_bias
-            grad_rows = torch.cat((grad_rows, gb[:, None]), 1)
+        full = self._part_grads(grad_rows, grad_bias, bias=grad_bias is not None)  # [rows | bias]: one pass sums both
         has_id = self._has_id(items, keep)
         if bool(has_id.all()):
-            ids = _unique_sum(items, grad_rows)
+            ids = _unique_sum(items, full)
         else:
-            ids = _unique_sum(items[has_id], grad_rows[has_id])
+            ids = _unique_sum(items[has_id], full[has_id])
         id_bias = None if grad_bias is None else ids.grad[:, self.width]
         ids = RowGrad(ids.rows, ids.grad[:, : self.width])
-        if not self.bias:  # the tables' gradient is the rows' alone
-            grad_rows = grad_rows[:, : self.width]
-        parts = self.table_grads(items, grad_rows)
+        parts = self.table_grads(items, grad_rows, grad_bias)
         empty = RowGrad(items.new_zeros(0), grad_rows.new_zeros((0, self.columns)))
         tables = {name: _unique_sum(*parts[name]) if name in parts else empty for name in self.sparse_parameters()}
-        return RowGrads(ids, tables, self.projection_grad(items, grad_rows), id_bias)
+        return RowGrads(ids, tables, self.projection_grad(items, grad_rows, grad_bias), id_bias)
+
+    def _part_grads(self, grad_rows: Tensor, grad_bias: Tensor | None, *, bias: bool = False) -> Tensor:
+        """dL/d of the items' parts (B × columns) from dL/d(row) ``grad_rows`` (B × width) and
+        dL/d(bias) ``grad_bias`` of the first ``len(grad_bias)`` items (the others': 0; None: all
+        0): ``[rows | bias]`` with ``bias`` (the tables' bias column; ``bias`` True: whether or not
+        the tables have one, as :meth:`backward` sums the id biases with the rows), else the rows."""
+        if not (self.bias or bias):
+            return grad_rows
+        g = torch.cat((grad_rows, grad_rows.new_zeros((grad_rows.shape[0], 1))), 1)
+        if grad_bias is not None:
+            g[: grad_bias.shape[0], self.width] = grad_bias
+        return g
 
     @torch.no_grad()
-    def table_grads(self, items: Tensor, grad_rows: Tensor) -> dict[str, tuple[Tensor, Tensor]]:
-        """Each attribute table's gradient as (codes, gradient rows) with **one row per code read**
-        — a code shared by several items, or read by a repeated item, comes as often as it is read
-        (the optimiser's row rules, or :meth:`backward`, sum them) — from ``grad_rows`` = dL/d of
-        the items' parts (B × columns: with ``bias``, the bias's gradient last). A categorical
-        column's rows are ``grad_rows`` itself (no copy); a multi column's are weighted copies at
-        its valid positions (a boolean selection: a host sync on a GPU). A column no item has a
-        code in is left out."""
+    def table_grads(self, items: Tensor, grad_rows: Tensor, grad_bias: Tensor | None = None, *,
+                    kernels: CpuKernels | None = None) -> dict[str, tuple[Tensor, Tensor]]:
+        """Each attribute table's gradient as (codes, gradient rows) from ``grad_rows`` = dL/d(the
+        items' rows) (B × width) and ``grad_bias`` = dL/d(their biases) of the first
+        ``len(grad_bias)`` items (the others', and all with None: 0; the tables' bias column's
+        gradient, with ``bias``). **One row per code read** — a code shared by several items, or
+        read by a repeated item, comes as often as it is read (the optimiser's row rules, or
+        :meth:`backward`, sum them): a categorical column's rows are ``[grad_rows | grad_bias]``
+        itself, a multi column's weighted copies at its valid positions (a boolean selection: a
+        host sync on a GPU). With the fused CPU ``kernels`` a categorical column's rows come
+        summed per distinct code instead (:meth:`ComposedTables.grads`: one pass, no B ×
+        columns copy; the optimiser's sum of them is then the same, bit for bit). A column no
+        item has a code in is left out."""
         out: dict[str, tuple[Tensor, Tensor]] = {}
+        summed: list[int] = []  # the columns the kernels sum
+        if kernels is not None and self._one_code:
+            summed = self._one_code
+            g_bias = grad_bias.contiguous() if self.bias and grad_bias is not None else None
+            got = self._fused(kernels).grads(items, grad_rows.contiguous(), g_bias)
+            out.update((f"cat{c}", RowGrad(*g)) for c, g in zip(summed, got, strict=True))
+            if not self._multi:
+                return out
+        full: Tensor | None = None  # [rows | bias], built once if a column needs it
         for c, col in enumerate(self._columns):
-            if col.width == 0:
+            if col.width == 0 or c in summed:
                 continue
+            if full is None:
+                full = self._part_grads(grad_rows, grad_bias)
             codes, weight = self._gather(col, items)
             if weight is None:
-                out[f"cat{c}"] = (codes, grad_rows)
+                out[f"cat{c}"] = (codes, full)
                 continue
             valid = weight > 0
             owner = torch.arange(items.shape[0], device=items.device)[:, None].expand_as(codes)[valid]
-            out[f"cat{c}"] = (codes[valid], grad_rows.index_select(0, owner) * weight[valid][:, None])
+            out[f"cat{c}"] = (codes[valid], full.index_select(0, owner) * weight[valid][:, None])
         return out
 
     @torch.no_grad()
-    def projection_grad(self, items: Tensor, grad_rows: Tensor) -> Tensor | None:
-        """The projection's dense gradient (n_numeric × columns) from dL/d of the items' parts
-        (B × columns), None without numeric columns."""
+    def projection_grad(self, items: Tensor, grad_rows: Tensor, grad_bias: Tensor | None = None) -> Tensor | None:
+        """The projection's dense gradient (n_numeric × columns) from dL/d(the items' rows)
+        ``grad_rows`` (B × width) and ``grad_bias`` (as :meth:`table_grads`), None without
+        numeric columns. Two products (rows, bias column), not one over ``[rows | bias]``: that
+        copy cost as much as the products."""
         if self.projection is None:
             return None
-        return self.numeric.index_select(0, items).t() @ grad_rows
+        x = self.numeric.index_select(0, items)
+        if not self.bias:
+            return x.t() @ grad_rows
+        out = grad_rows.new_empty((x.shape[1], self.columns))
+        out[:, : self.width] = x.t() @ grad_rows
+        if grad_bias is None:
+            out[:, self.width] = 0.0
+        else:
+            out[:, self.width] = x[: grad_bias.shape[0]].t() @ grad_bias
+        return out

@@ -28,7 +28,7 @@ from torch import Tensor
 from gru4rec.kernels.build import KernelBuildError, build_library
 from gru4rec.kernels.switches import cpu_kernels_allowed
 
-__all__ = ["LAYER_FIELDS", "MAX_LAYERS", "METHODS", "CpuKernels", "GuidedSearch", "KernelBuildError", "StepStruct",
+__all__ = ["LAYER_FIELDS", "MAX_LAYERS", "METHODS", "ComposedTables", "CpuKernels", "GuidedSearch", "KernelBuildError", "StepStruct",
            "StructLayoutError", "TableUpdate", "TablesUpdate", "check_layout", "cpu_kernels", "load_kernels", "lost_fast_path",
            "sgemm_binding"]
 
@@ -194,6 +194,99 @@ class TablesUpdate:
             update.rule.bias1, update.rule.bias2 = bias1, bias2
 
 
+class ComposedTables:
+    """The one-code attribute columns of :class:`gru4rec.items.rows.ComposedRows` — table c
+    (n_codes_c × columns: the row's width, and its bias column where the rows have one) read at
+    ``codes[c][item]`` — bound once to two kernels: :meth:`compose`, a step's composed rows and
+    biases in one pass, and :meth:`grads`, the tables' gradients summed per distinct code in one
+    pass. The codes, their scratch tables and the C argument arrays are made here once (a step
+    pays for no ctypes object); the tables are read through their current storage on every call
+    (an optimiser or huge pages may move it), their layout checked again."""
+
+    def __init__(self, compose_fn: Callable[..., None], grads_fn: Callable[..., None], tables: list[Tensor],
+                 codes: list[Tensor]) -> None:
+        if len(tables) != len(codes):
+            raise ValueError(f"need one codes table per table, got {len(tables)} tables and {len(codes)} codes tables")
+        self._compose_fn, self._grads_fn = compose_fn, grads_fn
+        self.tables = tables
+        self._shapes = [_check_matrix(t, f"tables[{c}]") for c, t in enumerate(tables)]
+        widths = {w for _, w in self._shapes}
+        if len(widths) > 1:
+            raise ValueError(f"the tables must have one number of columns, got {sorted(widths)}")
+        #: The tables' columns (the composed rows' width, plus one with a bias column).
+        self.columns = widths.pop() if widths else 0
+        self.codes = codes
+        self.n_items = min((cc.numel() for cc in codes), default=0)
+        for c, (cc, (n_codes, _)) in enumerate(zip(codes, self._shapes, strict=True)):
+            _check_index(cc, f"codes[{c}]", n_codes)
+            if cc.numel() and not 0 <= int(cc.min()) <= int(cc.max()) < n_codes:  # once, so that no call reads astray
+                raise ValueError(f"codes[{c}] must lie in [0, {n_codes}) (its table's rows)")
+        n = max(1, len(tables))
+        self._marks = [torch.zeros(n_codes, dtype=torch.uint8) for n_codes, _ in self._shapes]
+        self._slots = [torch.zeros(n_codes, dtype=_I64) for n_codes, _ in self._shapes]
+        self._table_ptrs = (_p * n)()
+        self._code_ptrs = (_p * n)(*(cc.data_ptr() for cc in codes))
+        self._n_codes = (_i64 * n)(*(n_codes for n_codes, _ in self._shapes))
+        self._mark_ptrs = (_p * n)(*(m.data_ptr() for m in self._marks))
+        self._slot_ptrs = (_p * n)(*(s.data_ptr() for s in self._slots))
+        self._uniq_ptrs, self._out_ptrs, self._n_uniq = (_p * n)(), (_p * n)(), (_i64 * n)()
+
+    def _bind_tables(self) -> None:
+        for c, (t, shape) in enumerate(zip(self.tables, self._shapes, strict=True)):
+            if t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous() or tuple(t.shape) != shape:
+                raise ValueError(f"tables[{c}] must stay a contiguous float32 CPU tensor of shape {shape}, got "
+                                 f"{t.dtype} {tuple(t.shape)} on {t.device}")
+            self._table_ptrs[c] = t.data_ptr()
+
+    def _width(self, width: int, name: str) -> None:
+        if self.tables and self.columns not in (width, width + 1):
+            raise ValueError(f"{name} has {width} columns; the tables' {self.columns} must be {width} or {width + 1}")
+
+    def compose(self, id_table: Tensor, items: Tensor, *, id_bias: Tensor | None = None, keep: Tensor | None = None,
+                unknown_bias: float = 0.0) -> tuple[Tensor, Tensor | None]:
+        """The composed rows (n × width) of the warm ``items`` (below ``id_table``'s rows) —
+        ``id_table[items]``, zeros where ``keep`` (bool, n) is False, plus each table's row
+        ``[codes[c][items], :width]`` in order — and with ``id_bias`` their biases (n:
+        ``id_bias[items]``, ``unknown_bias`` where dropped, plus each table's column ``width``
+        where the tables have one), else None."""
+        n_warm, width = _check_matrix(id_table, "id_table")
+        n = _check_index(items, "items", n_warm)
+        self._width(width, "id_table")
+        if self.tables and n_warm > self.n_items:
+            raise ValueError(f"id_table has {n_warm} rows, the codes cover {self.n_items} items")
+        if keep is not None and (keep.dtype is not torch.bool or not keep.is_cpu or not keep.is_contiguous() or keep.numel() != n):
+            raise ValueError(f"keep must be a contiguous bool CPU tensor of {n} elements")
+        self._bind_tables()
+        out = torch.empty(n, width, dtype=_F32)
+        out_bias = None if id_bias is None else torch.empty(n, dtype=_F32)
+        self._compose_fn(n, items.data_ptr(), width, id_table.data_ptr(), _optional(id_bias, "id_bias", n_warm),
+                         None if keep is None else keep.data_ptr(), unknown_bias, len(self.tables), self._table_ptrs,
+                         self._code_ptrs, self.columns, out.data_ptr(), None if out_bias is None else out_bias.data_ptr())
+        return out, out_bias
+
+    def grads(self, items: Tensor, g_rows: Tensor, g_bias: Tensor | None = None) -> list[tuple[Tensor, Tensor]]:
+        """Each table's gradient from the composed rows' (``g_rows``, n × width, of the
+        ``items``; ``g_bias``: of the first ``len(g_bias)`` items' biases, the others' 0): its
+        distinct codes ``codes[c][items]`` (ascending) and each one's gradient row (the tables'
+        columns: the bias column's from ``g_bias``), summed in item order; one pass over
+        ``g_rows`` for all tables."""
+        n_rows, width = _check_matrix(g_rows, "g_rows")
+        n = _check_index(items, "items", self.n_items)
+        self._width(width, "g_rows")
+        n_bias = 0 if g_bias is None else _check_index_free_float(g_bias, "g_bias")
+        if n_rows != n or n_bias > n:
+            raise ValueError(f"g_rows must have a row per item ({n}) and g_bias at most as many, got {n_rows} and {n_bias}")
+        # at most one row per code, and per item
+        uniq = [torch.empty(min(n, n_codes), dtype=_I64) for n_codes, _ in self._shapes]
+        out = [torch.empty(min(n, n_codes), self.columns, dtype=_F32) for n_codes, _ in self._shapes]
+        for c, (u, o) in enumerate(zip(uniq, out, strict=True)):
+            self._uniq_ptrs[c], self._out_ptrs[c] = u.data_ptr(), o.data_ptr()
+        self._grads_fn(n, items.data_ptr(), len(self.tables), self._code_ptrs, self._n_codes, self._mark_ptrs, self._slot_ptrs,
+                       width, g_rows.data_ptr(), n_bias, None if g_bias is None else g_bias.data_ptr(), self.columns,
+                       self._uniq_ptrs, self._out_ptrs, self._n_uniq)
+        return [(u[:m], o[:m]) for u, o, m in zip(uniq, out, self._n_uniq[: len(self.tables)], strict=True)]
+
+
 #: Guide entries per item of :class:`GuidedSearch`, and at most this many (16 MB).
 GUIDE_PER_ITEM, MAX_GUIDE = 4, 1 << 21
 
@@ -318,6 +411,8 @@ class CpuKernels:
         self._sum_columns = c("g4r_sum_columns", _i64, _i64, _i64, _p, _p, _p)
         self._sum_rows = c("g4r_sum_rows", _i64, _i64, _p, _p)
         self._add_rows = c("g4r_add_rows", _i64, _p, _i64, _p, _p)
+        self._compose_rows = c("g4r_compose_rows", _i64, _p, _i64, _p, _p, _p, _f32, _i64, _p, _p, _i64, _p, _p)
+        self._code_grads = c("g4r_code_grads", _i64, _p, _i64, _p, _p, _p, _p, _i64, _p, _i64, _p, _i64, _p, _p, _p)
         self._column_bias = c("g4r_column_bias", _i64, _i64, _p, _p, _p, _p, _p, _p)
         self._gather_columns = c("g4r_gather_columns", _i64, _i64, _i64, _p, _p, _p, _p)
         self._gru_gates = c("g4r_gru_gates", _i64, _i64, _p, _p, _p)
@@ -402,6 +497,12 @@ class CpuKernels:
         n = _check_index(rows, "rows", n_rows)
         _check_float(src, "src", n * width)
         self._add_rows(n, rows.data_ptr(), width, src.data_ptr(), table.data_ptr())
+
+    def composition(self, tables: list[Tensor], codes: list[Tensor]) -> ComposedTables:
+        """The one-code attribute columns of composed item rows (``tables[c]``, read at
+        ``codes[c][item]``) bound to the kernels that compose a step's rows and sum the tables'
+        gradients (:class:`ComposedTables`)."""
+        return ComposedTables(self._compose_rows, self._code_grads, tables, codes)
 
     def column_bias(self, cols: Tensor, n_in: int, by: Tensor, logq_in: Tensor | None, logq_sample: Tensor | None,
                     valid: Tensor | None) -> Tensor:
@@ -543,6 +644,13 @@ def _check_float(t: Tensor, name: str, numel: int) -> int:
             f"{name} must be a contiguous float32 CPU tensor of {numel} elements, got {t.dtype} {tuple(t.shape)} on {t.device}"
         )
     return t.data_ptr()
+
+
+def _check_index_free_float(t: Tensor, name: str) -> int:
+    """Number of elements of ``t`` (a contiguous 1-D float32 CPU tensor of any length)."""
+    if t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous() or t.dim() != 1:
+        raise ValueError(f"{name} must be a contiguous 1-D float32 CPU tensor, got {t.dtype} {tuple(t.shape)} on {t.device}")
+    return t.shape[0]
 
 
 def _check_index(t: Tensor, name: str, bound: int) -> int:

@@ -237,6 +237,87 @@ void g4r_add_rows(int64_t n, const int64_t *rows, int64_t width, const float *sr
     }
 }
 
+/* The composed rows of a training step's items (gru4rec/items/rows.py, ComposedRows.compose_warm):
+ * out[k] = id_table[items[k]] (zeros where keep[k] == 0) + Σ_c tables[c][codes[c][items[k]]][0, width)
+ * and, where out_bias is not NULL, out_bias[k] = id_bias[items[k]] (unknown_bias where dropped) +
+ * Σ_c tables[c][...][width] (columns > width: the tables carry a bias column). Every column c has
+ * one code per item (codes[c]: n_items entries; a multi column is the caller's). One pass over
+ * the output instead of a gather and a strided add per part; the parts add in the column order,
+ * as the PyTorch path adds them, so the two agree bit for bit. keep NULL: every item keeps its id. */
+void g4r_compose_rows(int64_t n, const int64_t *items, int64_t width, const float *id_table, const float *id_bias,
+                      const uint8_t *keep, float unknown_bias, int64_t n_tables, const float *const *tables,
+                      const int64_t *const *codes, int64_t columns, float *out, float *out_bias)
+{
+#pragma omp parallel for schedule(static) if (n * width > 32768)
+    for (int64_t k = 0; k < n; ++k) {
+        const int64_t item = items[k];
+        const int kept = keep == NULL || keep[k];
+        float *o = out + k * width;
+        if (kept)
+            memcpy(o, id_table + item * width, (size_t)width * sizeof(float));
+        else
+            memset(o, 0, (size_t)width * sizeof(float));
+        float b = 0.0f;
+        if (out_bias != NULL)
+            b = kept ? id_bias[item] : unknown_bias;
+        for (int64_t c = 0; c < n_tables; ++c) {
+            const float *t = tables[c] + codes[c][item] * columns;
+#pragma omp simd
+            for (int64_t j = 0; j < width; ++j)
+                o[j] += t[j];
+            if (out_bias != NULL && columns > width)
+                b += t[width];
+        }
+        if (out_bias != NULL)
+            out_bias[k] = b;
+    }
+}
+
+/* The gradients of n_tables attribute tables (table c: n_codes[c] rows of `columns` floats) from
+ * the composed rows' of a step: item k reads code codes[c][items[k]] of table c, with gradient
+ * g_rows[k] (width floats) and, in the bias column (columns > width), g_bias[k] for k < n_bias
+ * (0 after: unscored rows). Per table, the distinct codes go to uniq[c] in ascending order (their
+ * number to n_uniq[c]) and out[c][i] (columns floats) is the sum of the gradients of the items
+ * that read uniq[c][i], added in item order — what g4r_unique and g4r_add_rows give from the
+ * [rows | bias] gradient, without building it, and one pass over g_rows for all tables. mark[c]
+ * (all zero, left so) and slot[c] are scratch over table c's codes; uniq[c] and out[c] hold
+ * min(n, n_codes[c]) rows. */
+void g4r_code_grads(int64_t n, const int64_t *items, int64_t n_tables, const int64_t *const *codes, const int64_t *n_codes,
+                    uint8_t *const *mark, int64_t *const *slot, int64_t width, const float *g_rows, int64_t n_bias,
+                    const float *g_bias, int64_t columns, int64_t *const *uniq, float *const *out, int64_t *n_uniq)
+{
+    for (int64_t c = 0; c < n_tables; ++c) {
+        const int64_t *code = codes[c];
+        uint8_t *mk = mark[c];
+        int64_t *sl = slot[c], *u = uniq[c];
+        for (int64_t k = 0; k < n; ++k)
+            mk[code[items[k]]] = 1;
+        int64_t m = 0;
+        for (int64_t v = 0; v < n_codes[c]; ++v) {
+            if (mk[v]) {
+                mk[v] = 0;
+                sl[v] = m;
+                u[m++] = v;
+            }
+        }
+        n_uniq[c] = m;
+        memset(out[c], 0, (size_t)(m * columns) * sizeof(float));
+    }
+    for (int64_t k = 0; k < n; ++k) {
+        const int64_t item = items[k];
+        const float *g = g_rows + k * width;
+        const float gb = k < n_bias ? g_bias[k] : 0.0f;
+        for (int64_t c = 0; c < n_tables; ++c) {
+            float *o = out[c] + slot[c][codes[c][item]] * columns;
+#pragma omp simd
+            for (int64_t j = 0; j < width; ++j)
+                o[j] += g[j];
+            if (columns > width)
+                o[width] += gb;
+        }
+    }
+}
+
 /* out (n_rows × n_out) = the columns of g (n_rows × n_cols) summed by group:
  * out[b, group[j]] = sum over j of g[b, j]. */
 void g4r_sum_columns(int64_t n_rows, int64_t n_cols, int64_t n_out, const float *g,

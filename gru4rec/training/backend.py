@@ -98,7 +98,7 @@ ATTRIBUTE_FORMS = ("reference", "torch", "cpu-kernels")
 ATTRIBUTE_COST = ("the autograd step is slower: about 1.6x FastStep's time with attributes (CPU, synthetic intents, "
                   "2 categorical columns); on a GPU a multi column's step syncs with the host (its valid codes)")
 #: What FastStep with attributes costs where the C step runs the plain network (benchmarks/README.md).
-ATTRIBUTE_STEP_COST = ("FastStep with 2 categorical attributes takes 1.2-1.45x plain FastStep's time and 1.5-2.0x "
+ATTRIBUTE_STEP_COST = ("FastStep with 2 categorical attributes takes 1.1-1.2x plain FastStep's time and 1.3-1.6x "
                        "the plain C step's (batch 128 to 32; synthetic intents, 128 units, 2,048 samples, one thread)")
 
 #: What FastStep costs where the C step would have run (benchmarks/README.md, round 4).

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import torch
 from torch import Tensor
 
 from gru4rec.items.rows import ComposedRows
@@ -76,6 +75,7 @@ class StepComposition:
         if net.attributes is None:
             raise ValueError("StepComposition: the network has no item attributes")
         self.net = net
+        self._kernels = optimizer.kernels  # the fused CPU kernels compose and differentiate in one pass each
         self._output = _Side(net.attributes, "Wy", "attributes.")
         inputs = net.input_attributes
         #: The composition of the input rows: the output one in shared mode (the same rows).
@@ -97,12 +97,12 @@ class StepComposition:
         """The composed ``Wy`` rows (K × L) of the training items ``items``, their id part dropped
         where ``keep`` is False, and with ``bias`` their composed biases (K; else None). Not
         differentiable: :meth:`grads` is their backward."""
-        return self._output.rows.compose_warm(self.net.Wy, items, keep, self.net.By if bias else None)
+        return self._output.rows.compose_warm(self.net.Wy, items, keep, self.net.By if bias else None, self._kernels)
 
     def compose_input(self, items: Tensor, keep: Tensor | None) -> Tensor:
         """Layer 0's composed input rows (B × d₀) of the training items ``items`` (``Wy``'s in
         shared mode), their id part dropped where ``keep`` is False. Not differentiable."""
-        return self._input.rows.compose_warm(self.net.input_table, items, keep)[0]
+        return self._input.rows.compose_warm(self.net.input_table, items, keep, None, self._kernels)[0]
 
     def grads(self, parts: list[Part]) -> tuple[TableGrads, dict[str, Tensor]]:
         """The sparse gradients of each composition's id table, ``By`` and attribute tables (see
@@ -117,11 +117,6 @@ class StepComposition:
             side = self._input if p.input else self._output
             rows = side.rows
             n_b = 0 if p.grad_bias is None else p.grad_bias.shape[0]
-            g = p.grad_rows
-            if rows.bias:  # the parts' gradient: [rows | bias], the bias 0 where nothing is scored
-                g = torch.cat((g, g.new_zeros((g.shape[0], 1))), 1)
-                if p.grad_bias is not None:
-                    g[:n_b, rows.width] = p.grad_bias
             kept = p.keep
             ids.setdefault(side.id_name, []).append(
                 ((p.items, p.grad_rows) if kept is None else (p.items[kept], p.grad_rows[kept]), p.distinct))
@@ -129,9 +124,9 @@ class StepComposition:
                 scored = p.items[:n_b]
                 ids.setdefault("By", []).append(
                     ((scored, p.grad_bias) if kept is None else (scored[kept[:n_b]], p.grad_bias[kept[:n_b]]), p.distinct))
-            for name, got in rows.table_grads(p.items, g).items():  # a column no item has a code in: none
-                per_table.setdefault(side.prefix + name, []).append(got)
-            pg = rows.projection_grad(p.items, g)
+            for name, got in rows.table_grads(p.items, p.grad_rows, p.grad_bias, kernels=self._kernels).items():
+                per_table.setdefault(side.prefix + name, []).append(got)  # a column no item has a code in: none
+            pg = rows.projection_grad(p.items, p.grad_rows, p.grad_bias)
             if pg is not None:
                 name = self._projection_names[id(rows)]
                 dense[name] = pg if name not in dense else dense[name] + pg

@@ -161,8 +161,13 @@ class LogQ(NamedTuple):
     sampled: Tensor  # logq · alpha · log supp: the sampled columns
 
     def columns(self, targets: Tensor, samples: Tensor) -> Tensor:
-        """The terms of the C = B + S columns [targets | samples]."""
-        return torch.cat((self.in_batch.index_select(0, targets), self.sampled.index_select(0, samples)))
+        """The terms of the C = B + S columns [targets | samples] (gathered into one new tensor:
+        no concatenation's copy)."""
+        n_in = targets.shape[0]
+        out = self.in_batch.new_empty(n_in + samples.shape[0])
+        torch.index_select(self.in_batch, 0, targets, out=out[:n_in])
+        torch.index_select(self.sampled, 0, samples, out=out[n_in:])
+        return out
 
 
 def make_logq(item_support: np.ndarray, logq: float, alpha: float, device: torch.device, dtype: torch.dtype) -> LogQ | None:
