@@ -3,7 +3,7 @@ grads) behind ComposedRows.compose_warm and ComposedRows.table_grads with ``kern
 uses on the CPU: the rows and biases against a NumPy reference written item by item and against
 the PyTorch path bit for bit (the same sums in the same order); the tables' gradients against
 NumPy sums per code and, bit for bit, against what the optimiser made of the PyTorch path's rows
-(unique rows, then their sum); the optimiser takes the summed rows as they are; the arguments
+(unique rows, then their sum); the step hands the summed rows over as unique rows; the arguments
 are checked. Also LogQ.columns, gathered without a concatenation, against the concatenation."""
 from __future__ import annotations
 
@@ -164,16 +164,34 @@ def test_fused_table_gradients_are_the_sums_per_code(items: list[int], bias: boo
     assert all(torch.equal(a, b) for name in got for a, b in zip(got[name], again[name], strict=True))
 
 
-def test_the_optimiser_takes_rows_summed_per_code_as_they_are() -> None:
-    _, rows, _, _ = setup(["category", "brand"])
-    config = Config(adapt="adagrad", learning_rate=0.1, momentum=0.0, lmbd=0.0)
-    opt = Optimizer({}, dict(rows.sparse_parameters()), config)
-    g = torch.randn(len(_REPEATS), rows.width, generator=torch.Generator().manual_seed(4))
-    summed = rows.table_grads(torch.tensor(_REPEATS), g, None, kernels=kernels())["cat0"]
-    assert opt._sum_duplicates("cat0", [summed]) is summed
-    # a plain (rows, grad) pair, or two parts, are still summed
-    twice = opt._sum_duplicates("cat0", [tuple(summed), tuple(summed)])
-    assert torch.equal(twice[0], summed.rows) and torch.equal(twice[1], 2 * summed.grad)
+def test_the_step_hands_rows_summed_per_code_as_unique_rows() -> None:
+    """StepComposition.grads gives the optimiser a one-code table's kernel-summed rows of a step's
+    one part as unique rows (not summed again); two parts (the reference step's columns and
+    inputs in shared mode), or a multi column's rows, stay rows to sum."""
+    from gru4rec.network.gru import GRU4RecNet
+    from gru4rec.training.composed import Part, StepComposition
+    from gru4rec.training.optim import UniqueGrad
+
+    table = item_table_from_frame(_FRAME[["ItemId", "category", "tags"]], types={"category": "categorical", "tags": "multi"})
+    attrs = ItemAttributes.build(table, ItemMap.from_ids(pd.Series(_TRAIN)))
+    config = Config(layers=(6,), adapt="adagrad", momentum=0.0, lmbd=0.0)
+    net = GRU4RecNet(len(_TRAIN), config, attributes=attrs)
+    opt = Optimizer(net.dense_parameters(), net.sparse_parameters(), config)
+    assert opt.kernels is not None and opt.unique_rows
+    comp = StepComposition(net, opt)
+    items = torch.tensor(_REPEATS)
+    g = torch.randn(len(_REPEATS), 6, generator=torch.Generator().manual_seed(4))
+    g_bias = torch.randn(len(_REPEATS), generator=torch.Generator().manual_seed(5))
+    want = net.attributes.table_grads(items, g, g_bias, kernels=kernels())["cat0"]  # type: ignore[union-attr]
+    sparse, _ = comp.grads([Part(items, g, g_bias, None)])
+    got = sparse["attributes.cat0"]
+    assert isinstance(got, UniqueGrad) and torch.equal(got.rows, want.rows) and torch.equal(got.grad, want.grad)
+    assert isinstance(sparse["attributes.cat1"], list)  # the multi column: rows per code read
+    sparse, _ = comp.grads([Part(items, g, g_bias, None), Part(items, g, None, None, input=True)])
+    assert isinstance(sparse["attributes.cat0"], list) and len(sparse["attributes.cat0"]) == 2
+    # the optimiser sums two parts of kernel-summed rows like any rows
+    twice = opt._sum_duplicates("attributes.cat0", [tuple(want), tuple(want)])
+    assert torch.equal(twice[0], want.rows) and torch.equal(twice[1], 2 * want.grad)
 
 
 def test_the_kernels_check_their_arguments() -> None:

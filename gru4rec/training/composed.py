@@ -18,10 +18,11 @@ composition:
   itself) at the items that kept their id part; a :class:`~gru4rec.training.optim.UniqueGrad`
   where the part's items are distinct already, so they are not made unique a second time;
 * each attribute table's gradient rows (``attributes.cat{c}``, ``input_attributes.cat{c}``;
-  [row | bias] columns where the rows have a bias), one per code read
-  (:meth:`ComposedRows.table_grads`); the optimiser sums the duplicates with its sort-free
-  unique-row pass (or its scratch table), as for every item table — the tables are small (tens to
-  thousands of codes), so this is one mark pass and one row sum, no sort;
+  [row | bias] columns where the rows have a bias) (:meth:`ComposedRows.table_grads`): with the
+  fused CPU kernels a one-code column's come summed per code, one pass, and are handed over as
+  unique rows where the step has one part; otherwise one row per code read, and the optimiser
+  sums the duplicates with its sort-free unique-row pass (or its scratch table), as for every item
+  table — the tables are small (tens to thousands of codes), so one mark pass and one row sum;
 * its projection's dense gradient (numeric columns), summed over the parts.
 
 A training step's items are training (warm) items — inputs, targets and samples all are — so
@@ -33,7 +34,7 @@ from typing import NamedTuple
 
 from torch import Tensor
 
-from gru4rec.items.rows import ComposedRows
+from gru4rec.items.rows import ComposedRows, RowGrad
 from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.ops import SparseGrad
 from gru4rec.training.optim import Optimizer, UniqueGrad
@@ -76,6 +77,7 @@ class StepComposition:
             raise ValueError("StepComposition: the network has no item attributes")
         self.net = net
         self._kernels = optimizer.kernels  # the fused CPU kernels compose and differentiate in one pass each
+        self._unique = optimizer.unique_rows  # whether the optimiser takes rows already unique (UniqueGrad)
         self._output = _Side(net.attributes, "Wy", "attributes.")
         inputs = net.input_attributes
         #: The composition of the input rows: the output one in shared mode (the same rows).
@@ -136,5 +138,7 @@ class StepComposition:
                 sparse[name] = UniqueGrad(*grads[0][0])
             else:
                 sparse[name] = [g for g, _ in grads]
-        sparse.update(per_table)
+        for name, table_parts in per_table.items():  # one part summed per code (the fused kernels'): unique rows as they are
+            one = table_parts[0]
+            sparse[name] = UniqueGrad(*one) if self._unique and len(table_parts) == 1 and isinstance(one, RowGrad) else table_parts
         return sparse, dense

@@ -40,7 +40,6 @@ import torch
 from torch import Tensor, nn
 
 from gru4rec.config import Config
-from gru4rec.items.rows import RowGrad
 from gru4rec.kernels.cpu import CpuKernels, TablesUpdate
 from gru4rec.network.gru import GRU4RecNet
 from gru4rec.training.backend import Backend, select_backend
@@ -337,8 +336,6 @@ class Optimizer:
         keeps its row and receives the row's sum through a zeroed full-size scratch table:
         duplicates then compute identical new values and the scattered writes agree.
         """
-        if self.unique_rows and len(parts) == 1 and isinstance(parts[0], RowGrad):
-            return parts[0]  # summed per distinct row already (an attribute table's, by the fused kernels)
         rows = parts[0][0] if len(parts) == 1 else torch.cat([r for r, _ in parts])
         if self.unique_rows:
             uniq, inverse, _ = self.unique(rows)
