@@ -30,11 +30,12 @@ TABLE = pd.DataFrame({
 })
 
 
-def save_model(path: Path, *, attributes: bool = True, mode: str = "shared") -> GRU4Rec:
+def save_model(path: Path, *, attributes: bool = True, mode: str = "shared", table: pd.DataFrame = TABLE) -> GRU4Rec:
     """A saved model whose every table holds distinct random numbers (item 99 cold), in the
-    embedding ``mode`` (shared, or none: one-hot input rows)."""
+    embedding ``mode`` (shared, or none: one-hot input rows), with the attributes of ``table``."""
     item_map = ItemMap.from_ids(pd.Series(ITEM_IDS))
-    attrs = ItemAttributes.build(item_table_from_frame(TABLE, types={"tags": "multi"}), item_map) if attributes else None
+    types = {"tags": "multi", "cat": "categorical"}
+    attrs = ItemAttributes.build(item_table_from_frame(table, types=types), item_map) if attributes else None
     config = Config(layers=(6,), constrained_embedding=mode == "shared")
     model = GRU4Rec(config, device="cpu", threads=1)
     net = GRU4RecNet(len(ITEM_IDS), config, generator=torch.Generator().manual_seed(5), attributes=attrs)
@@ -94,6 +95,31 @@ def test_items_add_scores_a_new_item_from_its_attributes(mode: str, tmp_path: Pa
             torch.testing.assert_close(new.net.input_rows(torch.tensor([new_col]))[0], want, rtol=1e-5, atol=1e-6)
 
 
+def test_items_add_reads_codes_as_the_model_and_says_what_it_cannot_encode(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, recwarn: pytest.WarningsRecorder) -> None:
+    """A model whose category codes are integers, and new items whose category column reads as
+    text because one value is not a number: "28" is the model's 28 (not silently unknown),
+    "shoes" is unknown and said so (the column, how many items, the value), a column the model
+    has not is said to be ignored, and a small table's cardinality is no warning."""
+    codes = TABLE.assign(cat=TABLE["cat"].map({"a": 28, "b": 5, "c": 7}))
+    old = save_model(tmp_path / "m.gru4rec", table=codes)
+    assert old.net is not None and old.net.attributes is not None
+    vocabulary = old.net.attributes.source.encoding.categorical[0].vocabulary
+    assert sorted(vocabulary.tolist()) == [5, 7, 28]
+    new_items = write_table(tmp_path / "new.tsv", {"ItemId": [700, 701, 702], "cat": ["28", "shoes", "7"],
+                                                   "tags": ["x", "y", "z"], "price": [1.0, 2.0, 3.0],
+                                                   "color": ["red", "blue", "green"]})
+    with caplog.at_level(logging.WARNING):
+        assert main(["items", "add", str(tmp_path / "m.gru4rec"), str(new_items), "-o", str(tmp_path / "m2.gru4rec")]) == 0
+    new = GRU4Rec.load(tmp_path / "m2.gru4rec", device="cpu")
+    assert new.net is not None and new.net.attributes is not None
+    got = new.net.attributes.cat0_codes[-3:].tolist()
+    assert got == [vocabulary.get_loc(28) + 1, 0, vocabulary.get_loc(7) + 1]
+    assert "column 'cat': 1 new item(s) list a value the model does not know (e.g. 'shoes')" in caplog.text
+    assert "column(s) ['color'] ignored: the model has no such attribute" in caplog.text
+    assert not [w for w in recwarn if "distinct" in str(w.message)]  # no cardinality or integer-code warning
+
+
 def test_items_add_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     save_model(tmp_path / "plain.gru4rec", attributes=False)
     save_model(tmp_path / "m.gru4rec")
@@ -105,7 +131,7 @@ def test_items_add_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert main(["items", "add", str(tmp_path / "plain.gru4rec"), str(good), "-o", out]) == 1
     assert "this model has no item attributes: train it with --item-features" in capsys.readouterr().err
     assert main(["items", "add", str(tmp_path / "m.gru4rec"), str(no_price), "-o", out]) == 1
-    assert "missing the model's attribute column(s) ['price']" in capsys.readouterr().err
+    assert "missing the required attribute column(s) ['price']" in capsys.readouterr().err
     assert main(["items", "add", str(tmp_path / "m.gru4rec"), str(known), "-o", out]) == 1
     assert "nothing to add" in capsys.readouterr().err
     assert not Path(out).exists()

@@ -201,7 +201,7 @@ def test_round_trip_through_a_model_file(tmp_path: Path) -> None:
 
 def test_string_table_ids_against_integer_items_is_one_error() -> None:
     table = item_table_from_frame(pd.DataFrame({"ItemId": ["a", "b"], "c": ["x", "y"]}), source="t.tsv")
-    with pytest.raises(DataError, match="t.tsv: column 'ItemId' holds string ids but the events' items are integer"):
+    with pytest.raises(DataError, match="t.tsv: column 'ItemId' holds string ids but the training items are integer"):
         ItemAttributes.build(table, ItemMap.from_ids([1, 2]))
 
 
@@ -320,3 +320,16 @@ def test_integer_codes_read_as_numbers_warn_naming_the_column(tmp_path: Path) ->
         warnings.simplefilter("error")
         assert read_item_table(path, types={"categoryId": "categorical"}).kinds["categoryId"] == "categorical"
         read_item_table(write(tmp_path, "ItemId\tcat\n1\t1\n2\t1\n", "small.tsv"))
+
+
+def test_codes_match_values_read_as_text_or_as_numbers() -> None:
+    """A vocabulary of integer codes and values read as text (one non-number in the column), or
+    the reverse: matched by their text, so a code is never silently the unknown value."""
+    from gru4rec.items.attributes import CategoricalEncoding
+
+    numbers = CategoricalEncoding("c", False, pd.Index([5, 28, 3]), 1)
+    assert numbers.codes_of(np.array(["28", "shoes", "5"], dtype=object)).tolist() == [2, 0, 1]
+    assert numbers.codes_of(np.array([28, 7])).tolist() == [2, 0]
+    text = CategoricalEncoding("c", False, pd.Index(["a", "28"]), 1)
+    assert text.codes_of(np.array([28, 1])).tolist() == [2, 0]
+    assert text.codes_of(np.array(["a", "x"], dtype=object)).tolist() == [1, 0]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gru4rec.cli.common import (
     EXIT_OK,
@@ -28,6 +29,12 @@ from gru4rec.cli.common import (
 
 __all__ = ["ACTIONS", "DESCRIPTION", "FLAGS", "ItemFeatureFlags", "ItemsSettings", "NO_ATTRIBUTES", "add_arguments",
            "item_feature_options", "item_types_argument", "parse_types", "run"]
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from gru4rec.items.attributes import AttributeEncoding
+    from gru4rec.items.table import ItemTable
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +144,7 @@ def run(args: ItemsSettings) -> int:
     """Run ``gru4rec items add``: load MODEL on the CPU, encode NEW_ITEMS' new ids with its
     encoding, share the trained attribute tables with them, and write MODEL2 atomically."""
     from gru4rec.errors import DataError
-    from gru4rec.items.table import read_item_table
+    from gru4rec.items.table import HighCardinalityWarning, read_item_table
     from gru4rec.recommender import GRU4Rec
 
     # Every input and the output checked before the (possibly long) model load.
@@ -153,16 +160,18 @@ def run(args: ItemsSettings) -> int:
     item_key = args.item_key or encoding.item_key  # the id column of the table it was trained with
     kinds = {e.name: "multi" if e.multi else "categorical" for e in encoding.categorical}
     kinds.update({e.name: "numeric" for e in encoding.numeric})
-    table = read_item_table(args.new_items, item_key=item_key)
-    missing = [name for name in kinds if name not in table.kinds]
-    if missing:
-        raise DataError(f"{args.new_items}: missing the model's attribute column(s) {missing} "
-                        f"(the model's columns: {list(kinds)})")
-    # A column read as another kind than the model's (a numeric-looking code): read it as trained.
-    differ = {name: kind for name, kind in kinds.items() if table.kinds[name] != kind}
-    if differ:
-        table = read_item_table(args.new_items, item_key=item_key, types=differ)
+    with warnings.catch_warnings():
+        # A batch of new items lists about one value each, and their kinds and vocabularies are
+        # the model's: the reader's warning about cardinality does not apply.
+        warnings.simplefilter("ignore", HighCardinalityWarning)
+        # The model's columns read as the model's kinds (a category code is no number, whatever the file's values).
+        table = read_item_table(args.new_items, item_key=item_key, types=kinds, required=list(kinds))
+    ignored = encoding.ignored_columns(table)
+    if ignored:
+        log.warning("%s: column(s) %s ignored: the model has no such attribute (its columns: %s)",
+                    args.new_items, ignored, list(kinds))
     grown = rows.source.add_items(table)
+    _warn_unknown_values(table, encoding, grown.item_map.ids[rows.n_items:], args.new_items)
     n_new = grown.n_items - rows.n_items
     n_known = len(table) - n_new
     if n_new == 0:
@@ -174,3 +183,25 @@ def run(args: ItemsSettings) -> int:
     log.info("Wrote %s: %d item(s) added as cold items (%d warm, %d cold in all)",
              args.output, n_new, grown.n_warm, grown.n_cold)
     return EXIT_OK
+
+
+def _warn_unknown_values(table: ItemTable, encoding: AttributeEncoding, new_ids: pd.Index, source: str) -> None:
+    """One warning per categorical column in which new items list values the model's
+    vocabulary does not have (they are encoded as the unknown value: the model learnt nothing
+    about them), with how many items and a few of the values."""
+    import numpy as np
+    import pandas as pd
+
+    from gru4rec.items.attributes import UNKNOWN
+
+    is_new = np.asarray(table.ids.isin(new_ids))
+    columns = {c.name: c for c in table.columns}
+    for enc in encoding.categorical:
+        col = columns[enc.name]
+        assert col.offsets is not None  # a categorical column
+        owner = np.repeat(np.arange(len(table)), np.diff(col.offsets))
+        unknown = (enc.codes_of(col.values) == UNKNOWN) & is_new[owner]
+        if unknown.any():
+            examples = ", ".join(repr(v) for v in pd.unique(col.values[unknown])[:3])
+            log.warning("%s: column %r: %d new item(s) list a value the model does not know (e.g. %s); "
+                        "each is encoded as the unknown value", source, enc.name, len(np.unique(owner[unknown])), examples)

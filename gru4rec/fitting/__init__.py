@@ -161,6 +161,10 @@ def fit_model(
         rows = base.net.attributes if base is not None else None
         attributes = rows.source.warm_start(table, model.item_map) if rows is not None else \
             ItemAttributes.build(table, model.item_map, min_count=attribute_min_count)
+        ignored = attributes.encoding.ignored_columns(table)
+        if ignored:  # a warm start keeps the model's columns: a column it was not trained with is not added
+            log.warning("%s: column(s) %s ignored: the init_from model has no such attribute (its columns: %s)",
+                        table.source, ignored, attributes.encoding.column_names)
         log.info("item attributes from %s: %s", table.source, attributes.counts())
     del events
     # A warm-started model was trained on the base model's data too (its item indices are kept).

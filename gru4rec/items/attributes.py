@@ -62,8 +62,19 @@ class CategoricalEncoding:
         return len(self.vocabulary) + 1
 
     def codes_of(self, values: np.ndarray) -> np.ndarray:
-        """The codes (int64) of values; 0 for a value outside the vocabulary."""
-        return np.asarray(self.vocabulary.get_indexer(values), dtype=np.int64) + 1
+        """The codes (int64) of values; 0 for a value outside the vocabulary. Where one side is
+        numbers and the other text — a column of integer codes read as text because one value
+        in a later table is not a number (``28`` beside ``shoes``), or the reverse — values are
+        matched by their text, so ``"28"`` is the vocabulary's 28 rather than an unknown value."""
+        vocabulary, values = self.vocabulary, np.asarray(values)
+        if _is_text(vocabulary.dtype) != _is_text(values.dtype):
+            vocabulary, values = pd.Index(vocabulary.astype(str)), values.astype(str)
+        return np.asarray(vocabulary.get_indexer(values), dtype=np.int64) + 1
+
+
+def _is_text(dtype: np.dtype[Any] | pd.api.extensions.ExtensionDtype) -> bool:
+    """Whether values of ``dtype`` are text (strings or Python objects), not numbers."""
+    return not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype))
 
 
 @dataclass(frozen=True)
@@ -128,10 +139,20 @@ class AttributeEncoding:
         cats = []
         for enc in self.categorical:
             today = _vocabulary(by_name[enc.name], rows, enc.min_count)
-            added = today[enc.vocabulary.get_indexer(today) < 0]
+            added = today[enc.codes_of(today.to_numpy()) == UNKNOWN]  # matched as codes_of matches (text or number)
             vocabulary = enc.vocabulary.append(added) if len(added) else enc.vocabulary
             cats.append(CategoricalEncoding(enc.name, enc.multi, vocabulary, enc.min_count))
         return AttributeEncoding(self.item_key, tuple(cats), self.numeric)
+
+    @property
+    def column_names(self) -> list[str]:
+        """The encoded columns' names: the categorical ones, then the numeric ones."""
+        return [e.name for e in self.categorical] + [e.name for e in self.numeric]
+
+    def ignored_columns(self, table: ItemTable) -> list[str]:
+        """The columns of ``table`` this encoding has none of (encoding ignores them)."""
+        known = set(self.column_names)
+        return [c.name for c in table.columns if c.name not in known]
 
     def _columns_of(self, table: ItemTable) -> dict[str, TableColumn]:
         """The columns of ``table`` by name; DataError when one of this encoding's is missing
@@ -142,10 +163,10 @@ class AttributeEncoding:
             col = by_name.get(enc.name)
             if col is None:
                 raise DataError(f"{table.source}: missing attribute column {enc.name!r} (the model's columns: "
-                                f"{[e.name for e in self.categorical] + [e.name for e in self.numeric]})")
+                                f"{self.column_names})")
             if col.kind != kind:
                 raise DataError(f"{table.source}: column {enc.name!r} is {col.kind} here but {kind} in the model; "
-                                f"pass types={{{enc.name!r}: {kind!r}}}")
+                                f"say so: --item-types {enc.name}={kind} (Python: types={{{enc.name!r}: {kind!r}}})")
         return by_name
 
     def encode(self, table: ItemTable, item_ids: ItemMap) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray]:
@@ -329,5 +350,5 @@ def _check_id_types(table: ItemTable, item_map: ItemMap) -> None:
 
     ids = table.ids.to_numpy()
     if len(ids) and len(item_map) and kind(ids) != kind(item_map.ids):
-        raise DataError(f"{table.source}: column {table.item_key!r} holds {kind(ids)} ids but the events' items are "
+        raise DataError(f"{table.source}: column {table.item_key!r} holds {kind(ids)} ids but the training items are "
                         f"{kind(item_map.ids)} ids; no item would match")

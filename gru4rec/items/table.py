@@ -22,7 +22,7 @@ import io
 import logging
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,16 +109,18 @@ def read_item_table(
     item_key: str = "ItemId",
     types: Mapping[str, str] | None = None,
     sep: str | None = None,
+    required: Sequence[str] = (),
 ) -> ItemTable:
     """Read an item attribute table (TSV/CSV/Parquet, optionally ``.gz``; the separator sniffed
     from the header among TAB, comma, semicolon, pipe and space unless ``sep``) and check it
     (see :func:`item_table_from_frame`). Every column other than ``item_key`` is an attribute.
+    ``required``: attribute columns it must have (a model's, whose kinds ``types`` then gives).
 
     Raises DataError naming the file (and the column, line) for: a missing or empty file, no
     ``item_key`` column, a missing or duplicate id, and each bad attribute column."""
     p, suffix, gz = table_file(path, "an item attribute table")
     if suffix in PARQUET_SUFFIXES:
-        return _from_frame(_read_parquet(p, gz), item_key, types, str(p), 0)
+        return _from_frame(_read_parquet(p, gz), item_key, types, str(p), 0, required)
     sep_used, fields = text_header(p, suffix, gz, [item_key], sep, "items")
     if item_key not in fields:
         raise missing_columns_error(str(p), [item_key], fields, f" (separator {sep_used!r}); name the id column with item_key")
@@ -127,7 +129,7 @@ def read_item_table(
         df = pd.read_csv(p, sep=sep_used, compression="gzip" if gz else None, encoding="utf-8-sig", low_memory=False)
     except (pd.errors.ParserError, ValueError, OSError, EOFError, UnicodeDecodeError) as e:
         raise DataError(f"{p}: cannot parse the file ({type(e).__name__}: {e})") from e
-    return _from_frame(df, item_key, types, str(p), 2)
+    return _from_frame(df, item_key, types, str(p), 2, required)
 
 
 def _read_parquet(path: Path, gz: bool) -> pd.DataFrame:
@@ -165,7 +167,7 @@ def item_table_from_frame(
 
 
 def _from_frame(df: pd.DataFrame, item_key: str, types: Mapping[str, str] | None, source: str,
-                first_line: int) -> ItemTable:
+                first_line: int, required: Sequence[str] = ()) -> ItemTable:
     if item_key not in df.columns:
         raise missing_columns_error(source, [item_key], df.columns, "; name the id column with item_key")
     duplicated = [str(c) for c in df.columns[df.columns.duplicated()]]
@@ -173,6 +175,11 @@ def _from_frame(df: pd.DataFrame, item_key: str, types: Mapping[str, str] | None
         raise DataError(f"{source}: column {duplicated[0]!r} appears more than once")
     if len(df) == 0:
         raise DataError(f"{source}: no items (0 rows)")
+    attributes = [str(c) for c in df.columns if c != item_key]
+    missing = [name for name in required if name not in attributes]
+    if missing:
+        raise DataError(f"{source}: missing the required attribute column(s) {missing} (required: {list(required)}; "
+                        f"the table's: {attributes})")
     types = dict(types or {})
     unknown = sorted(set(types) - {str(c) for c in df.columns if c != item_key})
     if unknown:
@@ -247,7 +254,7 @@ def _refuse_mostly_numeric(s: pd.Series, name: str, where: str, first_line: int)
         first = int(np.argmax(present & ~num))
         raise DataError(f"{where} mixes types: {n_num} of {n} values are numbers, but "
                         f"{show_value(s.iloc[first])} at {line_or_row(first, first_line)} is not; fix the file, "
-                        f"or pass types={{{name!r}: 'categorical'}}")
+                        f"or say it is categorical: --item-types {name}=categorical (Python: types={{{name!r}: 'categorical'}})")
 
 
 def _numbers(s: pd.Series, where: str, first_line: int) -> np.ndarray:
