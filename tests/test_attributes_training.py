@@ -318,6 +318,10 @@ def test_fit_with_item_features_trains_and_composes(synth: Path, tmp_path: Path)
     assert list(loaded.recommend([item_id], k=5).item_ids) == list(model.recommend([item_id], k=5).item_ids)
     # recommendations rank the composed rows' scores (never int8 candidates built on the plain Wy)
     assert model.output_layer() is None
+    from gru4rec.inference.scoring import make_topk
+
+    with pytest.raises(ValueError, match="scoring='int8' is not available: .* trained with item attributes"):
+        make_topk(model, "int8")
     with torch.no_grad():
         state = model.init_state(1)
         out = model.step(torch.tensor([0]), state)
@@ -336,9 +340,11 @@ def test_fit_with_item_features_trains_and_composes(synth: Path, tmp_path: Path)
     np.testing.assert_allclose(columns["output"], net.scored_rows(torch.arange(rows.n_items))[0].detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_fit_warm_starts_a_model_with_attributes_from_its_file(synth: Path, tmp_path: Path) -> None:
+def test_fit_warm_starts_a_model_with_attributes_from_its_file(synth: Path, tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
     """Yesterday's model file plus today's table: the old items, values and projection keep their
-    rows (checked on the network before today's first step, then after training: it trains)."""
+    rows (checked on the network before today's first step, then after training: it trains);
+    a column of today's table that yesterday's model has not is said to be ignored."""
     kw: dict[str, object] = dict(layers=[16], batch_size=32, n_sample=32, loss="cross-entropy", constrained_embedding=True,
                                  threads=1, device="cpu", adapt="adagrad")
     types = {"category": "categorical"}
@@ -364,7 +370,10 @@ def test_fit_warm_starts_a_model_with_attributes_from_its_file(synth: Path, tmp_
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(backend_module.Backend, "runs_reference", spy)
-        today.fit(second, item_features=items, attribute_types=types, init_from=tmp_path / "y.safetensors", progress=False)
+        with caplog.at_level(logging.WARNING, logger="gru4rec.fitting"):
+            today.fit(second, item_features=items.assign(color="red"), attribute_types=types,
+                      init_from=tmp_path / "y.safetensors", progress=False)
+    assert "column(s) ['color'] ignored: the init_from model has no such attribute" in caplog.text
     assert today.item_map is not None and yesterday.item_map is not None
     n_old = len(yesterday.item_map)
     assert today.item_map.to_list()[:n_old] == yesterday.item_map.to_list()

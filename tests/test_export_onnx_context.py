@@ -182,6 +182,7 @@ def test_sidecar_names_the_context_input_and_how_to_compute_it(exported: dict[st
         got = [evaluate(spec["formulas"][f], names) for f in CONTEXT_FEATURES]
         np.testing.assert_allclose(got, by_hand(t, t_previous), rtol=0, atol=1e-9)
     assert "log_gap = 0" in spec["first_click"] and context_of(ts[0])[0, 4] == 0.0
+    assert "t >= t_previous" in spec["order"]  # and what a click stamped earlier gets
 
 
 def test_gru4rec_export_of_a_saved_context_model(exported: dict[str, dict[str, Any]], frame: pd.DataFrame,

@@ -146,6 +146,8 @@ _CONTEXT_SPEC: dict[str, Any] = {
         "log_gap": "log(1 + t - t_previous)",
     },
     "first_click": "log_gap = 0 at a session's first click (no previous click: previous=None or NaN in context_of)",
+    "order": "a session's clicks in time order (t >= t_previous); gru4rec serve counts a click stamped before the "
+             "previous one (two replicas' clocks) as a gap of 0, context_of refuses it",
 }
 
 

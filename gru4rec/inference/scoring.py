@@ -155,6 +155,8 @@ def make_topk(model: SessionModel, scoring: str = "auto", *, n_candidates: int =
     why = None
     if layer is None:
         why = f"a {type(model).__name__} has no output layer to quantise"
+        if getattr(getattr(model, "net", None), "attributes", None) is not None:
+            why += " (it was trained with item attributes: it scores rows composed from them, not one table)"
         if scoring == "int8":
             raise ValueError(f"scoring='int8' is not available: {why}")
         return exact
