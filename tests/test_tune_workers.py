@@ -36,9 +36,10 @@ from tune_helpers import (  # noqa: E402,F401 - the fixtures data, postgres and 
     wait_for,
 )
 
-# Longer trials than elsewhere (2-3 s each: at 4 epochs, ~1 s, all three trials of a run ended
-# between two polls of a loaded host once), so that a kill lands in the middle of one.
-SLOW_FIXED = "loss=cross-entropy,n_sample=16,n_epochs=50,logq=1.0"  # trials of 1-3 s, long enough to be seen running
+# Longer trials than elsewhere, so that a kill lands in the middle of one: at 4 epochs (~1 s) all
+# three trials of a run once ended between two polls of a loaded host, and at 50 epochs on a fresh
+# clone's CI run (2026-12-06) they took 0.5-1.4 s and all three ended before a poll saw one running.
+SLOW_FIXED = "loss=cross-entropy,n_sample=16,n_epochs=150,logq=1.0"  # trials of 1.5-4 s
 HEARTBEAT = ["--heartbeat-interval", "1", "--grace-period", "2"]
 
 
