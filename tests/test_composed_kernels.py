@@ -1,4 +1,4 @@
-"""The fused CPU kernels of the composed item rows (gru4rec.kernels.cpu.ComposedTables: compose,
+"""The fused CPU kernels of the composed item rows (gru4rec.kernels.cpu_composed.ComposedTables: compose,
 grads) behind ComposedRows.compose_warm and ComposedRows.table_grads with ``kernels``, which FastStep
 uses on the CPU: the rows and biases against a NumPy reference written item by item and against
 the PyTorch path bit for bit (the same sums in the same order); the tables' gradients against
@@ -270,7 +270,7 @@ def test_steps_with_the_fused_composition_give_the_pytorch_compositions(referenc
     with repeats and its input rows without biases) against the same steps without the kernels:
     the same losses, weights and optimiser state up to float32 rounding (the GRU's own kernels
     differ from PyTorch's in rounding only)."""
-    from gru4rec.kernels.cpu import ComposedTables
+    from gru4rec.kernels.cpu_composed import ComposedTables
     from gru4rec.network.gru import GRU4RecNet
     from gru4rec.training.backend import select_backend
     from gru4rec.training.batching import build_schedule

@@ -57,7 +57,8 @@ import torch
 from torch import Tensor, nn
 
 from gru4rec.items.attributes import ItemAttributes
-from gru4rec.kernels.cpu import ComposedTables, CpuKernels
+from gru4rec.kernels.cpu import CpuKernels
+from gru4rec.kernels.cpu_composed import ComposedTables
 
 __all__ = ["DEFAULT_BUDGET_BYTES", "ComposedRows", "RowGrad", "RowGrads", "unknown_id_bias"]
 

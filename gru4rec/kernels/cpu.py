@@ -26,9 +26,15 @@ import torch
 from torch import Tensor
 
 from gru4rec.kernels.build import KernelBuildError, build_library
+from gru4rec.kernels.c_args import FLOAT as _f32
+from gru4rec.kernels.c_args import I64 as _I64
+from gru4rec.kernels.c_args import INT64 as _i64
+from gru4rec.kernels.c_args import VOIDP as _p
+from gru4rec.kernels.c_args import check_float, check_index, check_matrix, check_scores, optional_float
+from gru4rec.kernels.cpu_composed import ComposedTables
 from gru4rec.kernels.switches import cpu_kernels_allowed
 
-__all__ = ["LAYER_FIELDS", "MAX_LAYERS", "METHODS", "ComposedTables", "CpuKernels", "GuidedSearch", "KernelBuildError", "StepStruct",
+__all__ = ["LAYER_FIELDS", "MAX_LAYERS", "METHODS", "CpuKernels", "GuidedSearch", "KernelBuildError", "StepStruct",
            "StructLayoutError", "TableUpdate", "TablesUpdate", "check_layout", "cpu_kernels", "load_kernels", "lost_fast_path",
            "sgemm_binding"]
 
@@ -38,9 +44,6 @@ log = logging.getLogger(__name__)
 #: kernels' compile-time ``METHOD`` (:mod:`gru4rec.kernels.triton_rule`), one numbering for both.
 METHODS = {"sgd": 0, "adagrad": 1, "rmsprop": 2, "adadelta": 3, "adam": 4}
 
-_p = ctypes.c_void_p
-_i64 = ctypes.c_int64
-_f32 = ctypes.c_float
 
 
 class _Rule(ctypes.Structure):
@@ -127,7 +130,7 @@ class TableUpdate:
         need = {"acc": method != "sgd", "dacc": method == "adadelta", "m": method == "adam", "vel": constants.get("momentum", 0.0) > 0}
         for key, t in zip(("p", "acc", "dacc", "m", "vel"), self._tensors):
             if t is not None:
-                _check_float(t, key, p.numel())
+                check_float(t, key, p.numel())
             elif need.get(key, True):
                 raise ValueError(f"the {method} update needs the state table {key!r}")
         self._ptrs = [t.data_ptr() if t is not None else None for t in self._tensors]
@@ -146,8 +149,8 @@ class TableUpdate:
         for t, ptr in self.bound:
             if t.data_ptr() != ptr:
                 raise RuntimeError("a table of the fused update has moved in memory since the optimiser was built")
-        n = self.n_rows if rows is None else _check_index(rows, "rows", self.n_rows)
-        _check_float(g, "g", n * self.width)
+        n = self.n_rows if rows is None else check_index(rows, "rows", self.n_rows)
+        check_float(g, "g", n * self.width)
         return n
 
     def __call__(self, rows: Tensor | None, g: Tensor, bias1: float | None = None, bias2: float | None = None) -> None:
@@ -192,99 +195,6 @@ class TablesUpdate:
         """Adam's corrections 1 − β1^t and 1 − β2^t of this step, on every table's rule."""
         for update in self.updates.values():
             update.rule.bias1, update.rule.bias2 = bias1, bias2
-
-
-class ComposedTables:
-    """The one-code attribute columns of :class:`gru4rec.items.rows.ComposedRows` — table c
-    (n_codes_c × columns: the row's width, and its bias column where the rows have one) read at
-    ``codes[c][item]`` — bound once to two kernels: :meth:`compose`, a step's composed rows and
-    biases in one pass, and :meth:`grads`, the tables' gradients summed per distinct code in one
-    pass. The codes, their scratch tables and the C argument arrays are made here once (a step
-    pays for no ctypes object); the tables are read through their current storage on every call
-    (an optimiser or huge pages may move it), their layout checked again."""
-
-    def __init__(self, compose_fn: Callable[..., None], grads_fn: Callable[..., None], tables: list[Tensor],
-                 codes: list[Tensor]) -> None:
-        if len(tables) != len(codes):
-            raise ValueError(f"need one codes table per table, got {len(tables)} tables and {len(codes)} codes tables")
-        self._compose_fn, self._grads_fn = compose_fn, grads_fn
-        self.tables = tables
-        self._shapes = [_check_matrix(t, f"tables[{c}]") for c, t in enumerate(tables)]
-        widths = {w for _, w in self._shapes}
-        if len(widths) > 1:
-            raise ValueError(f"the tables must have one number of columns, got {sorted(widths)}")
-        #: The tables' columns (the composed rows' width, plus one with a bias column).
-        self.columns = widths.pop() if widths else 0
-        self.codes = codes
-        self.n_items = min((cc.numel() for cc in codes), default=0)
-        for c, (cc, (n_codes, _)) in enumerate(zip(codes, self._shapes, strict=True)):
-            _check_index(cc, f"codes[{c}]", n_codes)
-            if cc.numel() and not 0 <= int(cc.min()) <= int(cc.max()) < n_codes:  # once, so that no call reads astray
-                raise ValueError(f"codes[{c}] must lie in [0, {n_codes}) (its table's rows)")
-        n = max(1, len(tables))
-        self._marks = [torch.zeros(n_codes, dtype=torch.uint8) for n_codes, _ in self._shapes]
-        self._slots = [torch.zeros(n_codes, dtype=_I64) for n_codes, _ in self._shapes]
-        self._table_ptrs = (_p * n)()
-        self._code_ptrs = (_p * n)(*(cc.data_ptr() for cc in codes))
-        self._n_codes = (_i64 * n)(*(n_codes for n_codes, _ in self._shapes))
-        self._mark_ptrs = (_p * n)(*(m.data_ptr() for m in self._marks))
-        self._slot_ptrs = (_p * n)(*(s.data_ptr() for s in self._slots))
-        self._uniq_ptrs, self._out_ptrs, self._n_uniq = (_p * n)(), (_p * n)(), (_i64 * n)()
-
-    def _bind_tables(self) -> None:
-        for c, (t, shape) in enumerate(zip(self.tables, self._shapes, strict=True)):
-            if t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous() or tuple(t.shape) != shape:
-                raise ValueError(f"tables[{c}] must stay a contiguous float32 CPU tensor of shape {shape}, got "
-                                 f"{t.dtype} {tuple(t.shape)} on {t.device}")
-            self._table_ptrs[c] = t.data_ptr()
-
-    def _width(self, width: int, name: str) -> None:
-        if self.tables and self.columns not in (width, width + 1):
-            raise ValueError(f"{name} has {width} columns; the tables' {self.columns} must be {width} or {width + 1}")
-
-    def compose(self, id_table: Tensor, items: Tensor, *, id_bias: Tensor | None = None, keep: Tensor | None = None,
-                unknown_bias: float = 0.0) -> tuple[Tensor, Tensor | None]:
-        """The composed rows (n × width) of the warm ``items`` (below ``id_table``'s rows) —
-        ``id_table[items]``, zeros where ``keep`` (bool, n) is False, plus each table's row
-        ``[codes[c][items], :width]`` in order — and with ``id_bias`` their biases (n:
-        ``id_bias[items]``, ``unknown_bias`` where dropped, plus each table's column ``width``
-        where the tables have one), else None."""
-        n_warm, width = _check_matrix(id_table, "id_table")
-        n = _check_index(items, "items", n_warm)
-        self._width(width, "id_table")
-        if self.tables and n_warm > self.n_items:
-            raise ValueError(f"id_table has {n_warm} rows, the codes cover {self.n_items} items")
-        if keep is not None and (keep.dtype is not torch.bool or not keep.is_cpu or not keep.is_contiguous() or keep.numel() != n):
-            raise ValueError(f"keep must be a contiguous bool CPU tensor of {n} elements")
-        self._bind_tables()
-        out = torch.empty(n, width, dtype=_F32)
-        out_bias = None if id_bias is None else torch.empty(n, dtype=_F32)
-        self._compose_fn(n, items.data_ptr(), width, id_table.data_ptr(), _optional(id_bias, "id_bias", n_warm),
-                         None if keep is None else keep.data_ptr(), unknown_bias, len(self.tables), self._table_ptrs,
-                         self._code_ptrs, self.columns, out.data_ptr(), None if out_bias is None else out_bias.data_ptr())
-        return out, out_bias
-
-    def grads(self, items: Tensor, g_rows: Tensor, g_bias: Tensor | None = None) -> list[tuple[Tensor, Tensor]]:
-        """Each table's gradient from the composed rows' (``g_rows``, n × width, of the
-        ``items``; ``g_bias``: of the first ``len(g_bias)`` items' biases, the others' 0): its
-        distinct codes ``codes[c][items]`` (ascending) and each one's gradient row (the tables'
-        columns: the bias column's from ``g_bias``), summed in item order; one pass over
-        ``g_rows`` for all tables."""
-        n_rows, width = _check_matrix(g_rows, "g_rows")
-        n = _check_index(items, "items", self.n_items)
-        self._width(width, "g_rows")
-        n_bias = 0 if g_bias is None else _check_index_free_float(g_bias, "g_bias")
-        if n_rows != n or n_bias > n:
-            raise ValueError(f"g_rows must have a row per item ({n}) and g_bias at most as many, got {n_rows} and {n_bias}")
-        # at most one row per code, and per item
-        uniq = [torch.empty(min(n, n_codes), dtype=_I64) for n_codes, _ in self._shapes]
-        out = [torch.empty(min(n, n_codes), self.columns, dtype=_F32) for n_codes, _ in self._shapes]
-        for c, (u, o) in enumerate(zip(uniq, out, strict=True)):
-            self._uniq_ptrs[c], self._out_ptrs[c] = u.data_ptr(), o.data_ptr()
-        self._grads_fn(n, items.data_ptr(), len(self.tables), self._code_ptrs, self._n_codes, self._mark_ptrs, self._slot_ptrs,
-                       width, g_rows.data_ptr(), n_bias, None if g_bias is None else g_bias.data_ptr(), self.columns,
-                       self._uniq_ptrs, self._out_ptrs, self._n_uniq)
-        return [(u[:m], o[:m]) for u, o, m in zip(uniq, out, self._n_uniq[: len(self.tables)], strict=True)]
 
 
 #: Guide entries per item of :class:`GuidedSearch`, and at most this many (16 MB).
@@ -362,7 +272,7 @@ class TorchRand:
         self.why_not = ""
 
     def __call__(self, out: Tensor, generator: torch.Generator) -> None:
-        _check_float(out, "out", out.numel())
+        check_float(out, "out", out.numel())
         state = generator.get_state()
         if generator.device.type != "cpu" or state.numel() != _GENERATOR_STATE_BYTES:
             raise ValueError(f"a CPU generator with a {_GENERATOR_STATE_BYTES}-byte state is needed, got "
@@ -461,7 +371,7 @@ class CpuKernels:
         left so) and ``slot`` (int64) are scratch tables over the ids; ``uniq`` and ``inverse``
         hold ``len(rows)``."""
         n_items = mark.numel()
-        n = _check_index(rows, "rows", n_items)
+        n = check_index(rows, "rows", n_items)
         n_first = n if n_first is None else n_first
         if not 0 <= n_first <= n:
             raise ValueError(f"n_first must be between 0 and {n}, got {n_first}")
@@ -477,8 +387,8 @@ class CpuKernels:
 
     def sum_columns(self, g: Tensor, group: Tensor, n_groups: int) -> Tensor:
         """``out[b, group[j]] = Σ_j g[b, j]`` (B × n_groups): the columns of ``g`` summed by group."""
-        n_rows, n_cols = _check_matrix(g, "g")
-        if _check_index(group, "group", n_groups) != n_cols:
+        n_rows, n_cols = check_matrix(g, "g")
+        if check_index(group, "group", n_groups) != n_cols:
             raise ValueError(f"group must have one entry per column of g ({n_cols})")
         out = torch.empty(n_rows, n_groups, dtype=torch.float32)
         self._sum_columns(n_rows, n_cols, n_groups, g.data_ptr(), group.data_ptr(), out.data_ptr())
@@ -486,16 +396,16 @@ class CpuKernels:
 
     def sum_rows(self, g: Tensor) -> Tensor:
         """``out[j] = Σ_b g[b, j]`` (n_cols): the rows of ``g`` summed, in row order."""
-        n_rows, n_cols = _check_matrix(g, "g")
+        n_rows, n_cols = check_matrix(g, "g")
         out = torch.empty(n_cols, dtype=torch.float32)
         self._sum_rows(n_rows, n_cols, g.data_ptr(), out.data_ptr())
         return out
 
     def add_rows(self, table: Tensor, rows: Tensor, src: Tensor) -> None:
         """``table[rows[i]] += src[i]`` in place (repeated rows add up), as ``index_add_``."""
-        n_rows, width = _check_matrix(table, "table")
-        n = _check_index(rows, "rows", n_rows)
-        _check_float(src, "src", n * width)
+        n_rows, width = check_matrix(table, "table")
+        n = check_index(rows, "rows", n_rows)
+        check_float(src, "src", n * width)
         self._add_rows(n, rows.data_ptr(), width, src.data_ptr(), table.data_ptr())
 
     def composition(self, tables: list[Tensor], codes: list[Tensor]) -> ComposedTables:
@@ -510,21 +420,21 @@ class CpuKernels:
         logq being ``logq_in`` for the first ``n_in`` columns and ``logq_sample`` for the rest
         (both None: no logQ); the mask term only where ``valid`` is given."""
         n_items = by.numel()
-        _check_float(by, "by", n_items)
-        C = _check_index(cols, "cols", n_items)
+        check_float(by, "by", n_items)
+        C = check_index(cols, "cols", n_items)
         if (logq_in is None) != (logq_sample is None) or not 0 <= n_in <= C:
             raise ValueError("logq_in and logq_sample go together, and n_in must be between 0 and len(cols)")
         out = torch.empty(C, dtype=torch.float32)
-        self._column_bias(C, n_in, cols.data_ptr(), by.data_ptr(), _optional(logq_in, "logq_in", n_items),
-                          _optional(logq_sample, "logq_sample", n_items), _optional(valid, "valid", C), out.data_ptr())
+        self._column_bias(C, n_in, cols.data_ptr(), by.data_ptr(), optional_float(logq_in, "logq_in", n_items),
+                          optional_float(logq_sample, "logq_sample", n_items), optional_float(valid, "valid", C), out.data_ptr())
         return out
 
     def gather_columns(self, s: Tensor, group: Tensor, bias: Tensor) -> Tensor:
         """``out[b, j] = s[b, group[j]] + bias[j]`` (B × len(group)): the reverse of
         :meth:`sum_columns`."""
-        n_rows, n_src = _check_matrix(s, "s")
-        n_cols = _check_index(group, "group", n_src)
-        _check_float(bias, "bias", n_cols)
+        n_rows, n_src = check_matrix(s, "s")
+        n_cols = check_index(group, "group", n_src)
+        check_float(bias, "bias", n_cols)
         out = torch.empty(n_rows, n_cols, dtype=torch.float32)
         self._gather_columns(n_rows, n_src, n_cols, s.data_ptr(), group.data_ptr(), bias.data_ptr(), out.data_ptr())
         return out
@@ -534,8 +444,8 @@ class CpuKernels:
     def gru_gates(self, a: Tensor, h: Tensor) -> Tensor:
         """``a`` (B × 2n reset and update pre-activations) becomes ``rz = sigmoid(a)`` in place;
         returns ``h·r`` (B × n)."""
-        B, n = _check_matrix(h, "h")
-        _check_float(a, "a", B * 2 * n)
+        B, n = check_matrix(h, "h")
+        check_float(a, "a", B * 2 * n)
         hr = torch.empty(B, n, dtype=torch.float32)
         self._gru_gates(B, n, a.data_ptr(), h.data_ptr(), hr.data_ptr())
         return hr
@@ -543,33 +453,34 @@ class CpuKernels:
     def gru_output(self, u: Tensor, h: Tensor, rz: Tensor, mask: Tensor | None) -> Tensor:
         """``u`` (B × n candidate pre-activation) becomes ``c = tanh(u)`` in place; returns the
         layer's output ``lerp(h, c, z)`` (times the dropout ``mask`` unless None)."""
-        B, n = _check_matrix(h, "h")
-        _check_float(u, "u", B * n)
-        _check_float(rz, "rz", B * 2 * n)
+        B, n = check_matrix(h, "h")
+        check_float(u, "u", B * n)
+        check_float(rz, "rz", B * 2 * n)
         out = torch.empty(B, n, dtype=torch.float32)
-        self._gru_output(B, n, u.data_ptr(), h.data_ptr(), rz.data_ptr(), _optional(mask, "mask", B * n), out.data_ptr())
+        self._gru_output(B, n, u.data_ptr(), h.data_ptr(), rz.data_ptr(), optional_float(mask, "mask", B * n), out.data_ptr())
         return out
 
     def gru_backward_out(self, d: Tensor, mask: Tensor | None, rz: Tensor, c: Tensor, h: Tensor) -> Tensor:
         """dL/dv (B × 3n) from ``d`` = dL/d(layer output): its candidate part ``d·z·(1 − c²)`` and
         update part ``d·(c − h)·z(1 − z)`` (``d`` times the dropout ``mask`` unless None); the
         reset part is left for :meth:`gru_backward_reset`."""
-        B, n = _check_matrix(h, "h")
-        _check_float(d, "d", B * n)
-        _check_float(rz, "rz", B * 2 * n)
-        _check_float(c, "c", B * n)
+        B, n = check_matrix(h, "h")
+        check_float(d, "d", B * n)
+        check_float(rz, "rz", B * 2 * n)
+        check_float(c, "c", B * n)
         dv = torch.empty(B, 3 * n, dtype=torch.float32)
-        self._gru_backward_out(B, n, d.data_ptr(), _optional(mask, "mask", B * n), rz.data_ptr(), c.data_ptr(), h.data_ptr(), dv.data_ptr())
+        self._gru_backward_out(B, n, d.data_ptr(), optional_float(mask, "mask", B * n), rz.data_ptr(), c.data_ptr(), h.data_ptr(),
+                               dv.data_ptr())
         return dv
 
     def gru_backward_reset(self, t: Tensor, h: Tensor, rz: Tensor, dv: Tensor, g_bias: Tensor) -> None:
         """The reset part of ``dv`` from ``t`` = (candidate part of dv)·Whᵀ: ``t·h·r(1 − r)``;
         then the column sums of ``dv`` (the bias gradient, 3n) into ``g_bias``."""
-        B, n = _check_matrix(h, "h")
-        _check_float(t, "t", B * n)
-        _check_float(rz, "rz", B * 2 * n)
-        _check_float(dv, "dv", B * 3 * n)
-        _check_float(g_bias, "g_bias", 3 * n)
+        B, n = check_matrix(h, "h")
+        check_float(t, "t", B * n)
+        check_float(rz, "rz", B * 2 * n)
+        check_float(dv, "dv", B * 3 * n)
+        check_float(g_bias, "g_bias", 3 * n)
         self._gru_backward_reset(B, n, t.data_ptr(), h.data_ptr(), rz.data_ptr(), dv.data_ptr(), g_bias.data_ptr())
 
     def dropout_masks(self, u: Tensor, split: int, p_first: float, p_rest: float) -> None:
@@ -577,7 +488,7 @@ class CpuKernels:
         u ≥ p, else 0, with p = ``p_first`` before position ``split`` and ``p_rest`` from there on
         (:func:`gru4rec.training.dropout.keep_masks` in one pass)."""
         n = u.numel()
-        _check_float(u, "u", n)
+        check_float(u, "u", n)
         if not 0 <= split <= n:
             raise ValueError(f"split must be between 0 and {n}, got {split}")
         # the factors as PyTorch's product with a Python float rounds them (a part that is empty
@@ -591,8 +502,8 @@ class CpuKernels:
         scores ``x`` (B×C, masked columns already at −1e30), rows weighted by ``w`` (B): returns
         the loss (0-dim) and overwrites ``x`` with dL/dx. ``logit_form``: −log p instead of
         −log(p + 1e-24)."""
-        n_rows, n_cols = _check_scores(x, "x")
-        _check_float(w, "w", n_rows)
+        n_rows, n_cols = check_scores(x, "x")
+        check_float(w, "w", n_rows)
         loss = torch.empty((), dtype=torch.float32)
         self._cross_entropy(n_rows, n_cols, x.data_ptr(), w.data_ptr(), int(logit_form), loss.data_ptr())
         return loss
@@ -603,62 +514,14 @@ class CpuKernels:
         the loss (0-dim) and dL/dr. With ``elu_alpha`` = A, ``r`` holds the raw scores x, is
         overwritten with elu-A(x) (the kernel's own exp, within a few ulps of torch's ELU), and
         the gradient returned is dL/dx."""
-        n_rows, n_cols = _check_scores(r, "r")
-        _check_float(valid, "valid", n_cols)
-        _check_float(w, "w", n_rows)
+        n_rows, n_cols = check_scores(r, "r")
+        check_float(valid, "valid", n_cols)
+        check_float(w, "w", n_rows)
         grad = torch.empty_like(r)
         loss = torch.empty((), dtype=torch.float32)
         self._bpr_max(n_rows, n_cols, r.data_ptr(), valid.data_ptr(), w.data_ptr(), bpreg, int(elu_alpha is not None),
                       0.0 if elu_alpha is None else elu_alpha, grad.data_ptr(), loss.data_ptr())
         return loss, grad
-
-
-def _check_scores(x: Tensor, name: str) -> tuple[int, int]:
-    """(B, C) of a score matrix with each row's positive in its own column (B ≤ C)."""
-    if x.dim() != 2 or x.shape[0] > x.shape[1]:
-        raise ValueError(f"{name} must be a B×C score matrix with B ≤ C, got {tuple(x.shape)}")
-    _check_float(x, name, x.numel())
-    return x.shape[0], x.shape[1]
-
-
-def _check_matrix(t: Tensor, name: str) -> tuple[int, int]:
-    if t.dim() != 2:
-        raise ValueError(f"{name} must be a matrix, got shape {tuple(t.shape)}")
-    _check_float(t, name, t.numel())
-    return t.shape[0], t.shape[1]
-
-
-def _optional(t: Tensor | None, name: str, numel: int) -> int | None:
-    """The address of an optional float32 buffer (None: NULL)."""
-    return None if t is None else _check_float(t, name, numel)
-
-
-# The checks below run on every argument of every kernel call of a training step (~30 a step):
-# dtypes compared by identity and ``is_cpu`` instead of building ``t.device`` halve their cost.
-_F32, _I64 = torch.float32, torch.int64
-
-
-def _check_float(t: Tensor, name: str, numel: int) -> int:
-    if t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous() or t.numel() != numel:
-        raise ValueError(
-            f"{name} must be a contiguous float32 CPU tensor of {numel} elements, got {t.dtype} {tuple(t.shape)} on {t.device}"
-        )
-    return t.data_ptr()
-
-
-def _check_index_free_float(t: Tensor, name: str) -> int:
-    """Number of elements of ``t`` (a contiguous 1-D float32 CPU tensor of any length)."""
-    if t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous() or t.dim() != 1:
-        raise ValueError(f"{name} must be a contiguous 1-D float32 CPU tensor, got {t.dtype} {tuple(t.shape)} on {t.device}")
-    return t.shape[0]
-
-
-def _check_index(t: Tensor, name: str, bound: int) -> int:
-    """Number of indices in ``t`` (contiguous int64 on the CPU). Their range is the caller's
-    contract (they come from the step's own tables): checking it would cost a pass per call."""
-    if t.dtype is not _I64 or not t.is_cpu or not t.is_contiguous() or t.dim() != 1:
-        raise ValueError(f"{name} must be a contiguous 1-D int64 CPU tensor (indices below {bound})")
-    return t.shape[0]
 
 
 _kernels: CpuKernels | None = None
