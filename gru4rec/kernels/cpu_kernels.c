@@ -168,6 +168,22 @@ void g4r_update(const rule_t *r, int64_t n_rows, const int64_t *rows, float *g)
     g4r_update_tables(1, &r, &n_rows, &rows, &g);
 }
 
+/* The marked values among 0..n_values (mark[v] != 0), in ascending order, written to uniq; each
+ * one's position there to slot[v]; mark cleared. Returns their number: the sort-free pass that
+ * makes rows unique (g4r_unique, g4r_code_grads). */
+static int64_t sweep_marks(int64_t n_values, uint8_t *mark, int64_t *slot, int64_t *uniq)
+{
+    int64_t k = 0;
+    for (int64_t v = 0; v < n_values; ++v) {
+        if (mark[v]) {
+            mark[v] = 0;
+            slot[v] = k;
+            uniq[k++] = v;
+        }
+    }
+    return k;
+}
+
 /* The distinct values of rows[0..n) (written to uniq; their number is returned) and, for each
  * position, the index of its value among them (inverse). Those of the first n_first positions
  * come first, in ascending order (their number goes to n_uniq_first); the values found only in
@@ -178,14 +194,7 @@ int64_t g4r_unique(int64_t n, const int64_t *rows, int64_t n_first, int64_t n_it
 {
     for (int64_t i = 0; i < n_first; ++i)
         mark[rows[i]] = 1;
-    int64_t k = 0;
-    for (int64_t v = 0; v < n_items; ++v) {
-        if (mark[v]) {
-            mark[v] = 0;
-            slot[v] = k;
-            uniq[k++] = v;
-        }
-    }
+    int64_t k = sweep_marks(n_items, mark, slot, uniq);
     *n_uniq_first = k;
     /* the rest: a value is new if its slot does not point back to it from the first group */
     for (int64_t i = n_first; i < n; ++i) {
@@ -288,18 +297,9 @@ void g4r_code_grads(int64_t n, const int64_t *items, int64_t n_tables, const int
 {
     for (int64_t c = 0; c < n_tables; ++c) {
         const int64_t *code = codes[c];
-        uint8_t *mk = mark[c];
-        int64_t *sl = slot[c], *u = uniq[c];
         for (int64_t k = 0; k < n; ++k)
-            mk[code[items[k]]] = 1;
-        int64_t m = 0;
-        for (int64_t v = 0; v < n_codes[c]; ++v) {
-            if (mk[v]) {
-                mk[v] = 0;
-                sl[v] = m;
-                u[m++] = v;
-            }
-        }
+            mark[c][code[items[k]]] = 1;
+        const int64_t m = sweep_marks(n_codes[c], mark[c], slot[c], uniq[c]);
         n_uniq[c] = m;
         memset(out[c], 0, (size_t)(m * columns) * sizeof(float));
     }
