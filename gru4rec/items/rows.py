@@ -311,24 +311,20 @@ class ComposedRows(nn.Module):
         (:meth:`ComposedTables.compose`: a step's ~1,500 rows took a third of the attribute
         step's extra time as a gather and two strided adds per part), the same sums in the
         same order, bit for bit; the multi columns' and the numerics' parts follow as below."""
-        if kernels is not None:
+        if kernels is not None:  # the id rows and the one-code columns in one pass, then the other parts
             unknown = 0.0 if keep is None or id_bias is None else float(unknown_id_bias(id_bias))
             rows, bias = self._fused(kernels).compose(id_table, items, keep=keep, unknown_bias=unknown, id_bias=id_bias)
-            if not self._multi and self.projection is None:
-                return rows, bias
-            for part in self._parts(items, multi_only=True):
-                rows.add_(part[:, : self.width])
-                if bias is not None and self.bias:
-                    bias.add_(part[:, self.width])
-            return rows, bias
-        rows = id_table.index_select(0, items)
-        bias = None if id_bias is None else id_bias.index_select(0, items)
-        if keep is not None:
-            drop = ~keep
-            rows.masked_fill_(drop[:, None], 0.0)
-            if bias is not None and id_bias is not None:
-                bias.masked_fill_(drop, unknown_id_bias(id_bias))
-        for part in self._parts(items):
+            parts = self._parts(items, multi_only=True)
+        else:
+            rows = id_table.index_select(0, items)
+            bias = None if id_bias is None else id_bias.index_select(0, items)
+            if keep is not None:
+                drop = ~keep
+                rows.masked_fill_(drop[:, None], 0.0)
+                if bias is not None and id_bias is not None:
+                    bias.masked_fill_(drop, unknown_id_bias(id_bias))
+            parts = self._parts(items)
+        for part in parts:
             rows.add_(part[:, : self.width])
             if bias is not None and self.bias:
                 bias.add_(part[:, self.width])
