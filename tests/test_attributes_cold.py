@@ -304,3 +304,26 @@ def test_the_serving_engine_ranks_and_takes_cold_items() -> None:
     assert answers[0].scores is not None
     np.testing.assert_allclose(answers[0].scores, np.sort(want)[::-1][:3], rtol=1e-5, atol=1e-5)
     assert set(answers[1].items.tolist()) <= {N, N + 1, N + 2}
+
+
+@pytest.mark.parametrize("mode", ["shared", "separate"])
+def test_a_catalogue_grown_in_the_process_scores_and_steps_its_new_items(mode: str) -> None:
+    """extend_catalogue (what items add does) on a network that has scored and stepped already:
+    the kept catalogues are composed again at the new size — the old items' scores unchanged bit
+    for bit, the new item scored and clickable (it raised a shape error before the catalogues
+    were kept by ComposedCatalogue)."""
+    model = model_with_attributes(mode)
+    net = model.net
+    assert net is not None and net.attributes is not None
+    out = torch.randn(2, 5, generator=torch.Generator().manual_seed(2))
+    new = item_table_from_frame(pd.DataFrame({"ItemId": [500], "cat": ["a"], "tags": ["x"], "price": [1.0]}),
+                                types={"tags": "multi"})
+    with torch.no_grad():
+        before = net.score_all(out)
+        net.step(torch.tensor([0, 1]), net.init_hidden(2))
+        net.extend_catalogue(net.attributes.source.add_items(new))
+        after = net.score_all(out)
+        assert after.shape == (2, N + C + 1) and torch.equal(after[:, : N + C], before)
+        clicked = torch.tensor([N + C])
+        torch.testing.assert_close(net.step(clicked, net.init_hidden(1)),
+                                   net.run_layers(net.input_rows(clicked), net.init_hidden(1))[-1], rtol=0, atol=0)

@@ -246,8 +246,8 @@ def test_the_scored_catalogue_follows_every_change_of_the_tables() -> None:
     with torch.no_grad():
         first = net.score_all(out).clone()
         torch.testing.assert_close(first, fresh(), rtol=0, atol=0)
-        kept = net._catalogue
-        assert torch.equal(net.score_all(out), first) and net._catalogue is kept  # nothing changed: reused
+        kept = net._scored.rows
+        assert torch.equal(net.score_all(out), first) and net._scored.rows is kept  # nothing changed: reused
     trainer = Trainer(net, cfg, SUPPORT)
     s = steps()[0]
     trainer.train_step(s["inputs"], s["targets"], s["active"].float(), s["keep"].float())

@@ -44,7 +44,7 @@ from gru4rec.config import Config
 from gru4rec.config.activations import Activation
 from gru4rec.items.attributes import ItemAttributes
 from gru4rec.items.context import N_CONTEXT
-from gru4rec.items.rows import ComposedRows
+from gru4rec.items.rows import ComposedCatalogue, ComposedRows
 
 __all__ = ["GRU4RecNet", "GRULayer", "gru_cell"]
 
@@ -162,16 +162,10 @@ class GRU4RecNet(nn.Module):
             with torch.no_grad():
                 for k in range(3):
                     _fill(self.Wc[:, k * sizes[0]:(k + 1) * sizes[0]], config.sigma, config.init_as_normal, generator)
-        #: The composed catalogue of score_all (its buffer kept while its device and dtype hold).
-        self._catalogue: Tensor | None = None
-        #: What ``_catalogue`` was composed from (:meth:`_tables_key`; None: compose again).
-        self._catalogue_key: tuple[int, ...] | None = None
-        #: The composed catalogue's biases (N + C), composed with ``_catalogue``.
-        self._catalogue_bias: Tensor | None = None
-        #: The composed input rows of every item (separate and one-hot modes with attributes) and
-        #: what they were composed from (:meth:`_composed_inputs`).
-        self._input_catalogue: Tensor | None = None
-        self._input_catalogue_key: tuple[int, ...] | None = None
+        #: The composed rows and biases of every item that score_all scores (with attributes).
+        self._scored = ComposedCatalogue()
+        #: The composed input rows of every item (separate and one-hot modes with attributes).
+        self._inputs = ComposedCatalogue()
 
     # ------------------------------------------------------------------ initialisation
 
@@ -363,48 +357,20 @@ class GRU4RecNet(nn.Module):
         """Say that ``Wy``, ``By`` or the attribute tables changed in place by a path torch does not see
         (the optimiser's fused CPU rules write through data pointers): the next scores compose the
         catalogue again. The training step calls it after each update."""
-        self._catalogue_key = None
-        self._input_catalogue_key = None
+        self._scored.forget()
+        self._inputs.forget()
 
-    def _tables_key(self) -> tuple[int, ...]:
-        """What the composed catalogue depends on: the rows object, and the in-place versions of
-        ``Wy``, ``By`` and every attribute parameter (torch bumps them on each in-place operation)."""
-        rows = self.attributes
-        assert rows is not None
-        return (id(rows), self.Wy._version, self.By._version, *(t._version for t in rows.parameters()))
-
-    @torch.no_grad()
     def _composed_catalogue(self) -> tuple[Tensor, Tensor]:
-        """The composed rows and biases of every item, warm then cold ((N + C)×L and N + C), in
-        buffers kept while their device and dtype hold, and composed again only when the tables changed since
-        (:meth:`_tables_key`, :meth:`tables_changed`): an evaluation's or a server's steps score
-        against the same catalogue, and composing it cost more than half of a step's scoring
-        (43,000 items: 39 ms of 121 ms on one thread)."""
-        rows = self.attributes
-        assert rows is not None
-        full, bias = self._catalogue, self._catalogue_bias
-        key = self._tables_key()
-        if full is None or bias is None or full.device != self.Wy.device or full.dtype != self.Wy.dtype:
-            full = self._catalogue = self.Wy.new_empty((rows.n_items, rows.width))
-            bias = self._catalogue_bias = self.Wy.new_empty(rows.n_items)
-        elif key == self._catalogue_key:
-            return full, bias
-        rows.compose_all(self.Wy, self.By, out=full, out_bias=bias)
-        self._catalogue_key = key
-        return full, bias
+        """The composed rows and biases of every item, warm then cold ((N + C)×L and N + C), kept
+        between calls while the tables hold (:class:`~gru4rec.items.rows.ComposedCatalogue`)."""
+        assert self.attributes is not None
+        rows, bias = self._scored.of(self.attributes, self.Wy, self.By)
+        assert bias is not None  # composed with By
+        return rows, bias
 
-    @torch.no_grad()
     def _composed_inputs(self) -> Tensor:
         """Every item's composed input row ((N + C) × d₀): the composed catalogue's rows in shared
-        mode, else those of ``input_attributes`` over :attr:`input_table`, kept as the catalogue
-        is (composed again only when the input table or its attribute tables changed)."""
-        rows = self.input_attributes
-        if rows is None:
+        mode, else those of ``input_attributes`` over :attr:`input_table`, kept alike."""
+        if self.input_attributes is None:
             return self._composed_catalogue()[0]
-        table = self.input_table
-        key = (id(rows), table._version, *(t._version for t in rows.parameters()))
-        full = self._input_catalogue
-        if full is None or full.device != table.device or full.dtype != table.dtype or key != self._input_catalogue_key:
-            full = self._input_catalogue = rows.compose_all_rows(table)
-            self._input_catalogue_key = key
-        return full
+        return self._inputs.of(self.input_attributes, self.input_table)[0]
