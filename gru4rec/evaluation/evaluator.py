@@ -55,6 +55,7 @@ from gru4rec.evaluation.metrics import (
 from gru4rec.evaluation.ranking import Ranker
 from gru4rec.evaluation.schedule import schedule_sessions
 from gru4rec.inference import SessionModel, catalogue_of, catalogue_support, check_session_model, require_fitted, uses_context
+from gru4rec.inference.protocol import advance
 from gru4rec.inference.repeat import RepeatBoost, SlotHistory
 from gru4rec.items.context import sessions_context
 from gru4rec.log import progress_bar
@@ -164,20 +165,12 @@ def evaluate(
     return result
 
 
-def _advance(model: SessionModel, items: Tensor, state: list[Tensor], context: Tensor | None) -> Tensor:
-    """``model.step(items, state)``, with the clicks' ``context`` (B×5) for a model with click
-    context (the SessionModel protocol's step takes none: a plain model is called without it)."""
-    if context is None:
-        return model.step(items, state)
-    return model.step(items, state, context=context)  # type: ignore[call-arg]  # uses_context(model)
-
-
 def _step_by_rows(model: SessionModel, items: Tensor, state: list[Tensor], rows: RowWorkers, context: Tensor | None = None) -> Tensor:
-    """:func:`_advance` in row ranges side by side (a row's state depends on its own items only:
+    """:func:`~gru4rec.inference.protocol.advance` in row ranges side by side (a row's state depends on its own items only:
     :class:`~gru4rec.inference.SessionModel`); returns ``state[-1]``."""
 
     def step(part: int, lo: int, hi: int) -> None:  # its output is (equal to) state[-1][lo:hi]
-        _advance(model, items[lo:hi], [s[lo:hi] for s in state], None if context is None else context[lo:hi])
+        advance(model, items[lo:hi], [s[lo:hi] for s in state], None if context is None else context[lo:hi])
 
     rows.run(step, items.shape[0])
     return state[-1]
@@ -405,7 +398,7 @@ def _evaluate(
             rows = workers if workers is not None and threads is not None and threads.row_parts > 1 and A >= MIN_SPLIT_ROWS else None
             ctx = None if context is None else context[step, :A]
             x = inputs[step, :A]
-            out = _advance(model, x, hidden, ctx) if rows is None else _step_by_rows(model, x, hidden, rows, ctx)
+            out = advance(model, x, hidden, ctx) if rows is None else _step_by_rows(model, x, hidden, rows, ctx)
             if score_buf is None:
                 score_buf = torch.empty(B, N, dtype=out.dtype, device=device)
             scores = model.scores(out, buffer=score_buf[:A]) if rows is None else _scores_by_rows(model, out, score_buf[:A], rows)

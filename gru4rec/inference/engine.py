@@ -39,7 +39,7 @@ from torch import Tensor
 
 from gru4rec.errors import Gru4RecError
 from gru4rec.inference.clicks import Clicks
-from gru4rec.inference.protocol import SessionModel, catalogue_of, catalogue_support, require_fitted, uses_context
+from gru4rec.inference.protocol import SessionModel, advance, catalogue_of, catalogue_support, require_fitted, uses_context
 from gru4rec.inference.repeat import RepeatBoost
 from gru4rec.inference.scoring import TopK, make_topk
 from gru4rec.inference.state import SessionState
@@ -193,18 +193,14 @@ class Engine:
         padded[t, row] = items[source]
         steps = torch.from_numpy(padded).to(self.device)
         live = np.searchsorted(-lengths, -np.arange(T), side="left")  # rows with more than t items
+        ctx = None
         if context is not None:
             laid = np.zeros((T, B, context.shape[1]), dtype=np.float32)
             laid[t, row] = context[source]
             ctx = torch.from_numpy(laid).to(self.device)
-            for t_ in range(T):
-                A = int(live[t_])
-                self.model.step(steps[t_, :A], state if A == B else [s[:A] for s in state],  # type: ignore[call-arg]  # uses_context
-                                context=ctx[t_, :A])
-            return
         for t_ in range(T):
             A = int(live[t_])
-            self.model.step(steps[t_, :A], state if A == B else [s[:A] for s in state])
+            advance(self.model, steps[t_, :A], state if A == B else [s[:A] for s in state], None if ctx is None else ctx[t_, :A])
 
     def _chunks(self, offsets: np.ndarray) -> Iterator[tuple[int, int]]:
         for a in range(0, len(offsets) - 1, self.chunk):

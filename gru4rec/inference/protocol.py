@@ -49,7 +49,8 @@ from torch import Tensor
 from gru4rec.data import ItemMap
 from gru4rec.errors import Gru4RecError, NotFittedError
 
-__all__ = ["SessionModel", "catalogue_of", "catalogue_support", "check_session_model", "require_fitted", "uses_context"]
+__all__ = ["SessionModel", "advance", "catalogue_of", "catalogue_support", "check_session_model", "require_fitted",
+           "uses_context"]
 
 
 @runtime_checkable
@@ -122,3 +123,11 @@ def uses_context(model: SessionModel) -> bool:
     """Whether ``model``'s steps take the clicks' context (its ``click_context``; False for a
     model without that attribute)."""
     return bool(getattr(model, "click_context", False))
+
+
+def advance(model: SessionModel, items: Tensor, state: list[Tensor], context: Tensor | None = None) -> Tensor:
+    """``model.step(items, state)``, with the clicks' ``context`` (B×5) for a model with click
+    context (the protocol's step takes none: a plain model is called without it)."""
+    if context is None:
+        return model.step(items, state)
+    return model.step(items, state, context=context)  # type: ignore[call-arg]  # uses_context(model)
