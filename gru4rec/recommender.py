@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 
 from gru4rec.config import Config
-from gru4rec.data import ItemMap, index_sessions
+from gru4rec.data import IndexedSessions, ItemMap, index_sessions
 from gru4rec.data.overlap import TrainingFingerprint
 from gru4rec.errors import Gru4RecError
 from gru4rec.fitting import EpochInfo, fit_model
@@ -299,46 +299,41 @@ class GRU4Rec:
 
     # ------------------------------------------------------------------ recommendations
 
-    def _known_times(self, sessions: Sequence[Iterable[Any]], times: Sequence[Sequence[float]] | None) -> np.ndarray | None:
-        """The click times of the sessions' known items (flat, as :meth:`_flatten` keeps them)
-        for a model with click context: ``times[s]`` holds session s's, one per item (unix
-        seconds); None (the clock at the call, :class:`~gru4rec.inference.Engine`) when not given."""
-        if times is None or not self.click_context:
-            return None
-        if len(times) != len(sessions):
-            raise Gru4RecError(f"times: {len(times)} lists of click times for {len(sessions)} sessions")
-        lists = [list(s) for s in sessions]
-        for s, (ids, ts) in enumerate(zip(lists, times)):
-            if len(ts) != len(ids):
-                raise Gru4RecError(f"times[{s}]: {len(ts)} click times for {len(ids)} items")
-        flat = np.asarray([t for ts in times for t in ts], dtype=np.float64)
-        assert self.catalogue is not None
-        known = self.catalogue.index_of([i for ids in lists for i in ids]) >= 0
-        return flat[known] if len(flat) else flat
-
-    def _flatten(self, sessions: Sequence[Iterable[Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The sessions' known item indices (flat), their offsets and each session's number of
-        unknown ids — one lookup for all ids, with one warning (to the caller of the public
-        method) that counts the skipped ids."""
+    def _flatten(self, sessions: Sequence[Iterable[Any]], times: Sequence[Sequence[float]] | None = None) -> IndexedSessions:
+        """The sessions' known item indices (flat), their offsets, each session's number of
+        unknown ids and, for a model with click context given ``times`` (``times[s]``: session
+        s's, one unix time per item), the known clicks' times (else None: the clock at the call,
+        :class:`~gru4rec.inference.Engine`) — one lookup for all ids, with one warning (to the
+        caller of the public method) that counts the skipped ids."""
         self._parts()
         item_map = self.catalogue
         assert item_map is not None
         lists = [list(s) for s in sessions]
         lengths = np.array([len(s) for s in lists], dtype=np.int64)
-        items, offsets, n_unknown = index_sessions(item_map, [i for s in lists for i in s],
-                                                   np.repeat(np.arange(len(lists)), lengths), len(lists))
-        if n_unknown.any():
-            warnings.warn(f"{int(n_unknown.sum())} unknown item id(s) skipped in {int((n_unknown > 0).sum())} session(s)", stacklevel=3)
-        return items, offsets, n_unknown
+        flat_times = None
+        if times is not None and self.click_context:
+            if len(times) != len(lists):
+                raise Gru4RecError(f"times: {len(times)} lists of click times for {len(lists)} sessions")
+            for s, (ids, ts) in enumerate(zip(lists, times)):
+                if len(ts) != len(ids):
+                    raise Gru4RecError(f"times[{s}]: {len(ts)} click times for {len(ids)} items")
+            flat_times = [t for ts in times for t in ts]
+        flat = index_sessions(item_map, [i for s in lists for i in s], np.repeat(np.arange(len(lists)), lengths), len(lists),
+                              flat_times)
+        if flat.n_unknown.any():
+            warnings.warn(f"{int(flat.n_unknown.sum())} unknown item id(s) skipped in {int((flat.n_unknown > 0).sum())} "
+                          "session(s)", stacklevel=3)
+        return flat
 
-    def _flatten_nonempty(self, sessions: Sequence[Iterable[Any]], purpose: str) -> tuple[np.ndarray, np.ndarray]:
+    def _flatten_nonempty(self, sessions: Sequence[Iterable[Any]], purpose: str,
+                          times: Sequence[Sequence[float]] | None) -> IndexedSessions:
         """:meth:`_flatten` where every session needs at least one known item."""
-        items, offsets, _ = self._flatten(sessions)
-        empty = np.flatnonzero(np.diff(offsets) == 0)
+        flat = self._flatten(sessions, times)
+        empty = np.flatnonzero(np.diff(flat.offsets) == 0)
         if len(empty):
             raise Gru4RecError(f"every session needs at least one known item {purpose}; session(s) at position "
                                f"{', '.join(map(str, empty[:5].tolist()))} have none")
-        return items, offsets
+        return flat
 
     def recommend_batch(self, sessions: Sequence[Iterable[Any]], k: int = 20, *, exclude_seen: bool = False,
                         times: Sequence[Sequence[float]] | None = None) -> list[Recommendations]:
@@ -356,11 +351,7 @@ class GRU4Rec:
         """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        if times is not None:
-            sessions = [list(s) for s in sessions]  # read twice: for the items and for their times
-        items, offsets, n_unknown = self._flatten(sessions)
-        known_times = self._known_times(sessions, times)
-        self._parts()
+        items, offsets, n_unknown, known_times = self._flatten(sessions, times)
         assert self.catalogue is not None
         ids = self.catalogue.ids  # the cold items of a model with attributes can be recommended
         results: list[Recommendations] = []
@@ -383,12 +374,10 @@ class GRU4Rec:
         without the repeat boost (:meth:`recommend_batch` ranks with it). Unknown item ids are
         skipped with one warning that counts them, as in :meth:`recommend_batch`; a session with
         no known item is an error. ``times``: the clicks' times, as :meth:`recommend_batch` takes them."""
-        if times is not None:
-            sessions = [list(s) for s in sessions]  # read twice: for the items and for their times
-        items, offsets = self._flatten_nonempty(sessions, "to be scored")
+        items, offsets, _, known_times = self._flatten_nonempty(sessions, "to be scored", times)
         engine = self.engine()
         result = np.empty((len(offsets) - 1, engine.n_items), dtype=np.float32)
-        for start, scores in engine.session_scores(items, offsets, self._known_times(sessions, times)):
+        for start, scores in engine.session_scores(items, offsets, known_times):
             result[start : start + len(scores)] = scores.float().cpu().numpy()
         return result
 
@@ -398,12 +387,10 @@ class GRU4Rec:
         ``session_embeddings(s) @ Wyᵀ + By``. Unknown items are skipped with a counted warning; a
         session with no known item is an error. ``times``: the clicks' times, as
         :meth:`recommend_batch` takes them."""
-        if times is not None:
-            sessions = [list(s) for s in sessions]  # read twice: for the items and for their times
-        items, offsets = self._flatten_nonempty(sessions, "for its embedding")
+        items, offsets, _, known_times = self._flatten_nonempty(sessions, "for its embedding", times)
         engine = self.engine()
         result = np.empty((len(offsets) - 1, engine.sizes[-1]), dtype=np.float32)
-        for start, out in engine.outputs(items, offsets, self._known_times(sessions, times)):
+        for start, out in engine.outputs(items, offsets, known_times):
             result[start : start + len(out)] = out.float().cpu().numpy()
         return result
 

@@ -86,11 +86,11 @@ def run(args: RecommendSettings) -> int:
     # The items the engine ranks: with item attributes the catalogue's cold items are known
     # clicks and recommendable (their indices come after the training items').
     item_map = catalogue_of(model)
-    items, offsets, n_unknown = index_sessions(item_map, events[ik], session_of, n_sessions)
+    # A model with click context reads the known clicks' times (their context: docs/attributes.md).
+    items, offsets, n_unknown, times = index_sessions(item_map, events[ik], session_of, n_sessions,
+                                                      events[tk] if model.click_context else None)
     if n_unknown.any():
         log.warning("%d unknown item id(s) skipped in %d session(s)", int(n_unknown.sum()), int((n_unknown > 0).sum()))
-    # A model with click context reads the known clicks' times (their context: docs/attributes.md).
-    times = events[tk].to_numpy(dtype=np.float64)[item_map.index_of(events[ik]) >= 0] if model.click_context else None
     del events, session_of
     item_ids = item_map.ids
     counts = {"rows": 0, "fallback": 0}

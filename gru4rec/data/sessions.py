@@ -7,7 +7,7 @@ millions of events.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -16,7 +16,7 @@ from gru4rec.data.events import KEY_COLUMNS_HINT, check_keys, missing_columns_er
 from gru4rec.data.items import ItemMap
 from gru4rec.errors import DataError
 
-__all__ = ["Sessions", "index_sessions", "item_support", "sessions_from_events"]
+__all__ = ["IndexedSessions", "Sessions", "index_sessions", "item_support", "sessions_from_events"]
 
 
 @dataclass(frozen=True)
@@ -175,15 +175,29 @@ def sessions_from_events(
     return sessions, n_unknown
 
 
-def index_sessions(item_map: ItemMap, item_ids: Any, session_of: np.ndarray, n_sessions: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sessions to recommend for, as flat arrays: event e has id ``item_ids[e]`` and belongs to
-    session ``session_of[e]`` (0 .. n_sessions − 1, each session's events contiguous and in click
-    order). One lookup for all ids. Returns the known item indices (flat), the offsets of every
-    session — one with no known item is empty, not dropped — and each session's number of unknown ids."""
+class IndexedSessions(NamedTuple):
+    """Sessions to recommend for, as flat arrays (:func:`index_sessions`)."""
+
+    #: The known clicks' item indices (int64, flat).
+    items: np.ndarray
+    #: The offsets of every session (int64 [n_sessions + 1]): one with no known item is empty, not dropped.
+    offsets: np.ndarray
+    #: Each session's number of unknown ids.
+    n_unknown: np.ndarray
+    #: The known clicks' times (float64, aligned with ``items``); None when none were given.
+    times: np.ndarray | None
+
+
+def index_sessions(item_map: ItemMap, item_ids: Any, session_of: np.ndarray, n_sessions: int,
+                   times: Any = None) -> IndexedSessions:
+    """Sessions to recommend for, as flat arrays: event e has id ``item_ids[e]`` (and, if given,
+    time ``times[e]``) and belongs to session ``session_of[e]`` (0 .. n_sessions − 1, each
+    session's events contiguous and in click order). One lookup for all ids."""
     index = item_map.index_of(item_ids) if len(item_ids) else np.zeros(0, dtype=np.int64)
     known = index >= 0
     offsets = np.r_[0, np.cumsum(np.bincount(session_of[known], minlength=n_sessions))].astype(np.int64)
-    return index[known], offsets, np.bincount(session_of[~known], minlength=n_sessions)
+    return IndexedSessions(index[known], offsets, np.bincount(session_of[~known], minlength=n_sessions),
+                           None if times is None else np.asarray(times, dtype=np.float64).reshape(-1)[known])
 
 
 def item_support(items: np.ndarray | Sessions, n_items: int) -> np.ndarray:
