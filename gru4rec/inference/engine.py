@@ -167,6 +167,13 @@ class Engine:
                 known.append(i)
         return np.asarray(known, dtype=np.int64), unknown
 
+    def known(self, item_ids: Sequence[Any]) -> np.ndarray:
+        """Which of ``item_ids`` :meth:`index_of` knows (bool, one per id): e.g. to keep the
+        known clicks' times beside their indices."""
+        if self._index is None:
+            self._index = {item_id: i for i, item_id in enumerate(self.item_ids)}
+        return np.array([item_id in self._index and not isinstance(item_id, bool) for item_id in item_ids], dtype=bool)
+
     def keeps_states_of(self, other: Engine) -> bool:
         """Whether the sessions' states under ``other`` are valid states here: the same state
         widths and ``other``'s items at the same indices (a warm start of ``other`` has both)."""

@@ -163,23 +163,25 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
         kinds[built] = id_kind(built.catalogue.ids)
         return built
 
+    def as_read(engine: Engine, ids: list[Any]) -> list[Any]:
+        """``ids`` read as the catalogue's ids (integers or strings)."""
+        return catalogue_ids(ids, kinds.get(engine) or kinds.setdefault(engine, id_kind(engine.catalogue.ids)))
+
     def index_of(engine: Engine, ids: list[Any]) -> tuple[np.ndarray, list[Any]]:
         """The known item indices of ``ids`` read as the catalogue's ids, and the unknown ids as sent."""
-        kind = kinds.get(engine) or kinds.setdefault(engine, id_kind(engine.catalogue.ids))
-        read = catalogue_ids(ids, kind)
+        read = as_read(engine, ids)
         known, unknown = engine.index_of(read)
         if unknown and read != ids:  # name the unknown ones as the client sent them
             missing = set(unknown)
             unknown = [sent for sent, as_read in zip(ids, read) if as_read in missing]
         return known, unknown
 
-    def known_times(engine: Engine, ids: list[Any], times: list[float] | None) -> np.ndarray:
-        """The times of the known ones of ``ids`` (as :func:`index_of` keeps them): ``times``'
-        entries, or the clock at the request's arrival for every click when it has none."""
+    def known_times(engine: Engine, ids: list[Any], times: list[float] | None, n_known: int) -> np.ndarray:
+        """The times of the ``n_known`` known ones of ``ids`` (as :func:`index_of` keeps them):
+        ``times``' entries, or the clock at the request's arrival for every click when it has none."""
         if times is None:
-            return np.full(len(index_of(engine, ids)[0]), time.time())
-        kept = [len(index_of(engine, [i])[0]) == 1 for i in ids]
-        return np.asarray(times, dtype=np.float64)[np.asarray(kept, dtype=bool)]
+            return np.full(n_known, time.time())
+        return np.asarray(times, dtype=np.float64)[engine.known(as_read(engine, ids))]
 
     if isinstance(model, GRU4Rec):
         loaded, model_file, checksum = model, None, _weights_digest(model)
@@ -260,7 +262,7 @@ def create_app(model: str | os.PathLike[str] | GRU4Rec | None = None, settings: 
         engine = batcher.engine  # the model now; the batch may run on a newer one (Job.engine)
         body = parse_recommend(parse_json(await request.body()), n_items=engine.n_items, max_items=settings.max_items)
         known, unknown = index_of(engine, body.items)
-        times = known_times(engine, body.items, body.times) if engine.click_context else None
+        times = known_times(engine, body.items, body.times, len(known)) if engine.click_context else None
         result = await run(Job("recommend", None, known, body.k, body.exclude_seen, engine=engine, times=times))
         assert result.answer is not None and result.engine is not None
         if result.answer.fallback:

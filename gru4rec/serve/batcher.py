@@ -299,7 +299,7 @@ class MicroBatcher:
                 ids = [job.engine.item_ids[i] for i in items.tolist()]
                 items, _ = engine.index_of(ids)
                 if times is not None and len(items) != len(times):
-                    times = times[[len(engine.index_of([i])[0]) == 1 for i in ids]]
+                    times = times[engine.known(ids)]
             if job.kind == "recommend":
                 runs.append((job, Work(None, items, job.k, job.exclude_seen, times), None, 0))
                 continue
