@@ -22,7 +22,7 @@ items, then the cold items of its attribute table, each with the row it is score
 row plus its attributes' embeddings (a cold item: its attributes alone) — and its bias (the id
 bias plus the attributes' bias part; a cold item's: the attributes' alone), so an index built
 from the file holds the cold items too and ranks them as the model does. The ``input`` column
-then has zeros for a cold item (its input table has no row for it).
+then holds every item's composed input row (a cold item's from its attributes alone).
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def item_embeddings(model: GRU4Rec) -> tuple[dict[str, np.ndarray], dict[str, An
     else:
         n_cold = attributes.n_items - attributes.n_warm
         encoding = attributes.source.encoding
-        names = [c.name for c in encoding.categorical] + [c.name for c in encoding.numeric]
+        names = encoding.column_names
         output = (f"the item's output vector: its row of Wy plus its attributes' embeddings ({', '.join(names)}); "
                   f"a cold item's is its attributes' alone ({width} wide)")
         bias = "the item's output bias: By_i plus its attributes' bias part; a cold item's is its attributes' alone"
